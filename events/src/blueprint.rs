@@ -1,0 +1,128 @@
+//! The blueprint as a deployment records it: validated, with durations in milliseconds.
+//!
+//! A deployment carries this snapshot in its `DeploymentRequested` event, so the log alone is
+//! enough to audit or replay it even after the blueprint file has changed.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// A validated blueprint: what to deploy and how.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BlueprintSnapshot {
+    /// Lowercase letters, digits and `-`.
+    pub name: String,
+    /// Free text for people.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Declared parameters, in the order the blueprint lists them.
+    #[serde(default)]
+    pub params: Vec<ParamSpec>,
+    /// Names of the secrets the deployment is given; never their values.
+    #[serde(default)]
+    pub secrets: Vec<String>,
+    /// How long steps already running may go on after another step failed for good.
+    pub grace_ms: u64,
+    /// The steps, in the order the blueprint lists them.
+    pub steps: Vec<StepSpec>,
+}
+
+impl BlueprintSnapshot {
+    /// The step with this name.
+    pub fn step(&self, name: &str) -> Option<&StepSpec> {
+        self.steps.iter().find(|step| step.name == name)
+    }
+}
+
+/// One declared parameter.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParamSpec {
+    /// Its name, as templates refer to it: `{{ params.<name> }}`.
+    pub name: String,
+    /// The value used when the deployment does not give one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<String>,
+}
+
+/// One step of a blueprint.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StepSpec {
+    /// Unique within the blueprint.
+    pub name: String,
+    /// The step kind: `script`, `noop`, ...
+    pub kind: String,
+    /// The kind's settings; values may hold `{{ ... }}` templates.
+    #[serde(default)]
+    pub with: BTreeMap<String, serde_json::Value>,
+    /// Steps that must succeed before this one starts.
+    #[serde(default)]
+    pub needs: Vec<String>,
+    /// How long one attempt may run before it is killed.
+    pub timeout_ms: u64,
+    /// Per-class overrides of the default retry policy.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub retry: BTreeMap<ErrorClass, RetryRule>,
+}
+
+/// How often a failed attempt of one error class is retried, and how long to wait first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetryRule {
+    /// Retries after the first attempt; 0 fails at once.
+    pub times: u32,
+    /// The wait before each retry.
+    pub wait_ms: u64,
+}
+
+/// Why an attempt failed, as the retry policy sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ErrorClass {
+    /// A terraform step exited non-zero.
+    Terraform,
+    /// The cloud API answered 502/503 or said its backend is unreachable.
+    BackendUnreachable,
+    /// A server did not answer over SSH in time after its creation.
+    BootstrapTimeout,
+    /// Ansible could not reach a host (exit code 4).
+    HostUnreachable,
+    /// Anything else.
+    StepFailed,
+}
+
+impl ErrorClass {
+    /// Every class, in the order the retry table lists them.
+    pub const ALL: [ErrorClass; 5] = [
+        ErrorClass::Terraform,
+        ErrorClass::BackendUnreachable,
+        ErrorClass::BootstrapTimeout,
+        ErrorClass::HostUnreachable,
+        ErrorClass::StepFailed,
+    ];
+
+    /// The name blueprints and events use.
+    pub const fn as_str(&self) -> &'static str {
+        match self {
+            ErrorClass::Terraform => "terraform",
+            ErrorClass::BackendUnreachable => "backend-unreachable",
+            ErrorClass::BootstrapTimeout => "bootstrap-timeout",
+            ErrorClass::HostUnreachable => "host-unreachable",
+            ErrorClass::StepFailed => "step-failed",
+        }
+    }
+}
+
+impl fmt::Display for ErrorClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ErrorClass {
+    type Err = ();
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Self::ALL.into_iter().find(|class| class.as_str() == text).ok_or(())
+    }
+}

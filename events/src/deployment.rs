@@ -1,0 +1,207 @@
+//! The events of a deployment.
+//!
+//! Each variant's name is its stable type string in the log (`StepSucceeded`, ...) and its fields
+//! are the envelope's `data`. Step events name the `step` and the 1-based `attempt`.
+//! A variant is never edited once released: a changed shape is a new type string.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{BlueprintSnapshot, ErrorClass, Timestamp};
+
+/// Everything that can happen to a deployment.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "data")]
+pub enum DeploymentEvent {
+    /// A user asked for a deployment of a blueprint.
+    DeploymentRequested {
+        /// The tenant that owns it.
+        tenant: String,
+        /// The user who asked.
+        requested_by: String,
+        /// What asked: `cli`, `http`, or an event that triggered it.
+        trigger: String,
+        /// Where the blueprint was read from, for people.
+        source: String,
+        /// The blueprint as validated when it was requested.
+        blueprint: BlueprintSnapshot,
+        /// SHA-256 of the blueprint's text, hex.
+        blueprint_hash: String,
+        /// Every parameter's value, defaults filled in.
+        params: BTreeMap<String, String>,
+    },
+    /// The deployment's secrets were sealed; this carries references, never values.
+    CredentialsSealed {
+        /// Where the sealed values are kept.
+        seal: String,
+        /// The names of the sealed secrets.
+        secrets: Vec<String>,
+    },
+    /// An attempt of a step may start once `not_before` has passed.
+    StepScheduled {
+        step: String,
+        attempt: u32,
+        not_before: Timestamp,
+    },
+    /// An attempt of a step started in a sandbox.
+    StepStarted {
+        step: String,
+        attempt: u32,
+        sandbox: String,
+    },
+    /// An attempt succeeded; the step is done.
+    StepSucceeded {
+        step: String,
+        attempt: u32,
+        /// Masked: no secret value is ever stored here.
+        outputs: BTreeMap<String, String>,
+        duration_ms: u64,
+    },
+    /// An attempt failed; the retry policy decides what follows.
+    StepAttemptFailed {
+        step: String,
+        attempt: u32,
+        error_class: ErrorClass,
+        /// The process's exit code, when it exited on its own.
+        exit_code: Option<i32>,
+        /// What went wrong and the last lines of output, masked.
+        message: String,
+        duration_ms: u64,
+    },
+    /// Another attempt will be made after a wait.
+    StepRetryScheduled {
+        step: String,
+        /// The attempt that failed.
+        attempt: u32,
+        next_attempt: u32,
+        delay_ms: u64,
+        not_before: Timestamp,
+    },
+    /// The step failed for good; the deployment will fail.
+    StepFailed {
+        step: String,
+        attempts: u32,
+        error_class: ErrorClass,
+    },
+    /// Steps still running may finish until `deadline`, then they are abandoned.
+    FailureGracePeriodStarted {
+        failed_step: String,
+        deadline: Timestamp,
+    },
+    /// A step was given up on because the deployment is failing.
+    StepAbandoned {
+        step: String,
+        /// The attempt that was running or waiting, if any.
+        attempt: u32,
+        reason: String,
+    },
+    /// The deployment's sealed secrets were deleted.
+    SecretsPurged {},
+    /// Every step succeeded.
+    DeploymentSucceeded {},
+    /// A step failed for good.
+    DeploymentFailed { reason: String },
+    /// A user cancelled the deployment.
+    DeploymentCancelled { reason: String },
+}
+
+/// An event whose type string or data does not match the schema.
+#[derive(Debug, thiserror::Error)]
+#[error("event of type `{event_type}` does not match the schema: {source}")]
+pub struct SchemaError {
+    /// The type string found in the log.
+    pub event_type: String,
+    /// What serde said.
+    #[source]
+    pub source: serde_json::Error,
+}
+
+impl DeploymentEvent {
+    /// The stable type string of this event.
+    pub const fn event_type(&self) -> &'static str {
+        match self {
+            Self::DeploymentRequested { .. } => "DeploymentRequested",
+            Self::CredentialsSealed { .. } => "CredentialsSealed",
+            Self::StepScheduled { .. } => "StepScheduled",
+            Self::StepStarted { .. } => "StepStarted",
+            Self::StepSucceeded { .. } => "StepSucceeded",
+            Self::StepAttemptFailed { .. } => "StepAttemptFailed",
+            Self::StepRetryScheduled { .. } => "StepRetryScheduled",
+            Self::StepFailed { .. } => "StepFailed",
+            Self::FailureGracePeriodStarted { .. } => "FailureGracePeriodStarted",
+            Self::StepAbandoned { .. } => "StepAbandoned",
+            Self::SecretsPurged {} => "SecretsPurged",
+            Self::DeploymentSucceeded {} => "DeploymentSucceeded",
+            Self::DeploymentFailed { .. } => "DeploymentFailed",
+            Self::DeploymentCancelled { .. } => "DeploymentCancelled",
+        }
+    }
+
+    /// The envelope's `data` for this event.
+    pub fn data(&self) -> serde_json::Value {
+        // Adjacent tagging puts the fields under "data"; serialising our own types cannot fail.
+        match serde_json::to_value(self) {
+            Ok(serde_json::Value::Object(mut tagged)) => {
+                tagged.remove("data").unwrap_or(serde_json::Value::Object(Default::default()))
+            }
+            _ => serde_json::Value::Object(Default::default()),
+        }
+    }
+
+    /// Reads an event back from its type string and data.
+    pub fn from_parts(event_type: &str, data: serde_json::Value) -> Result<Self, SchemaError> {
+        let tagged = serde_json::json!({ "type": event_type, "data": data });
+        serde_json::from_value(tagged).map_err(|source| SchemaError {
+            event_type: event_type.to_owned(),
+            source,
+        })
+    }
+
+    /// Whether this event ends the deployment.
+    pub const fn is_terminal(&self) -> bool {
+        matches!(
+            self,
+            Self::DeploymentSucceeded {} | Self::DeploymentFailed { .. } | Self::DeploymentCancelled { .. }
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_round_trip_through_type_and_data() {
+        let event = DeploymentEvent::StepAttemptFailed {
+            step: "build".into(),
+            attempt: 2,
+            error_class: ErrorClass::HostUnreachable,
+            exit_code: Some(4),
+            message: "unreachable".into(),
+            duration_ms: 12,
+        };
+        let data = event.data();
+        assert_eq!(data["error_class"], "host-unreachable");
+        assert_eq!(data["attempt"], 2);
+        let back = DeploymentEvent::from_parts(event.event_type(), data).expect("round trip");
+        assert_eq!(back, event);
+    }
+
+    #[test]
+    fn unit_like_events_have_empty_object_data() {
+        let data = DeploymentEvent::SecretsPurged {}.data();
+        assert_eq!(data, serde_json::json!({}));
+        assert_eq!(
+            DeploymentEvent::from_parts("SecretsPurged", data).expect("round trip"),
+            DeploymentEvent::SecretsPurged {}
+        );
+    }
+
+    #[test]
+    fn an_unknown_type_is_a_schema_error_naming_it() {
+        let error = DeploymentEvent::from_parts("StepExploded", serde_json::json!({}))
+            .expect_err("unknown type");
+        assert!(error.to_string().contains("StepExploded"));
+    }
+}

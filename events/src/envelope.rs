@@ -1,0 +1,52 @@
+//! The envelope a stored event travels in, shaped like EventStoreDB's.
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::Timestamp;
+
+/// One stored event: where it sits in its stream, what it is, and who caused it.
+///
+/// This is the stable machine-readable form `overture events --json` prints, one per line.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Envelope {
+    /// The stream the event belongs to, `deployment-<uuid>`.
+    pub stream: String,
+    /// 0-based, gapless position within the stream.
+    pub revision: u64,
+    /// Unique id of this event.
+    pub id: Uuid,
+    /// Stable type string, such as `StepSucceeded`.
+    #[serde(rename = "type")]
+    pub event_type: String,
+    /// The event's own fields.
+    pub data: serde_json::Value,
+    /// Who and what caused the event, and when it was recorded.
+    pub metadata: Metadata,
+}
+
+/// Context recorded beside every event.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Metadata {
+    /// The tenant the deployment belongs to.
+    pub tenant: String,
+    /// The user or function that appended the event.
+    pub actor: String,
+    /// The id shared by every event of one deployment's causal chain.
+    #[serde(rename = "$correlationId")]
+    pub correlation_id: Uuid,
+    /// The id of the event (or request) that caused this one.
+    #[serde(rename = "$causationId")]
+    pub causation_id: Uuid,
+    /// When the log recorded the event.
+    pub recorded_at: Timestamp,
+}
+
+/// An envelope together with its position in the global, ordered read of all streams.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LogEntry {
+    /// 1-based position across every stream; strictly increasing in append order.
+    pub position: u64,
+    /// The event itself.
+    pub envelope: Envelope,
+}

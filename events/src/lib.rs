@@ -1,0 +1,22 @@
+//! The event schema of Overture, and nothing else.
+//!
+//! - [`ids`]: deployment ids and the stream names derived from them.
+//! - [`envelope`]: the EventStoreDB-style envelope every stored event travels in.
+//! - [`blueprint`]: the blueprint snapshot a deployment records when it is requested.
+//! - [`deployment`]: the events of a deployment, with their stable type strings.
+//!
+//! This crate holds data shapes only. It reads no clock and does no I/O: times are values handed
+//! to it. Rules live in `overture-domain`.
+
+pub mod blueprint;
+pub mod deployment;
+pub mod envelope;
+pub mod ids;
+
+pub use blueprint::{BlueprintSnapshot, ErrorClass, ParamSpec, RetryRule, StepSpec};
+pub use deployment::DeploymentEvent;
+pub use envelope::{Envelope, LogEntry, Metadata};
+pub use ids::{DeploymentId, ParseIdError};
+
+/// The instant type used throughout the schema: UTC, serialised as RFC 3339.
+pub type Timestamp = chrono::DateTime<chrono::Utc>;
