@@ -1,0 +1,381 @@
+//! Reading and validating blueprints.
+//!
+//! [`parse`] turns a blueprint's YAML text into a [`BlueprintSnapshot`] or into every problem it
+//! has, each naming the field (`steps.build.needs`) and what is wrong with it. Nothing runs until
+//! a blueprint passes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::time::Duration;
+
+use indexmap::IndexMap;
+use overture_events::{BlueprintSnapshot, ErrorClass, ParamSpec, RetryRule, StepSpec};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use crate::duration::parse_duration;
+use crate::graph;
+use crate::template::{Reference, Template};
+
+/// How long running steps may go on after another failed for good, unless the blueprint says.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(120);
+/// How long one attempt may run, unless the step says.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The step kinds this engine can run, with the `with` fields each takes (and which are required).
+const KINDS: &[(&str, &[(&str, bool)])] = &[("script", &[("command", true)]), ("noop", &[])];
+
+/// One thing wrong with a blueprint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlueprintProblem {
+    /// Where: a dotted path such as `steps.build.needs`, or `(top level)`.
+    pub field: String,
+    /// What is wrong and how to fix it.
+    pub problem: String,
+}
+
+impl fmt::Display for BlueprintProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.problem)
+    }
+}
+
+/// Every problem found in a blueprint (never empty).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+pub struct BlueprintError(pub Vec<BlueprintProblem>);
+
+impl BlueprintError {
+    fn one(field: impl Into<String>, problem: impl Into<String>) -> Self {
+        Self(vec![BlueprintProblem { field: field.into(), problem: problem.into() }])
+    }
+}
+
+/// A parsed blueprint and the hash of the text it came from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ParsedBlueprint {
+    /// The validated blueprint.
+    pub snapshot: BlueprintSnapshot,
+    /// SHA-256 of the text, hex.
+    pub hash: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBlueprint {
+    name: String,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    params: IndexMap<String, Option<RawParam>>,
+    #[serde(default)]
+    secrets: Vec<String>,
+    #[serde(default)]
+    on_failure: Option<RawOnFailure>,
+    steps: IndexMap<String, RawStep>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawParam {
+    #[serde(default)]
+    default: Option<serde_yaml_ng::Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOnFailure {
+    #[serde(default)]
+    grace: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStep {
+    run: String,
+    #[serde(default)]
+    with: BTreeMap<String, serde_yaml_ng::Value>,
+    #[serde(default)]
+    needs: Vec<String>,
+    #[serde(default)]
+    timeout: Option<String>,
+    #[serde(default)]
+    retry: IndexMap<String, RawRetry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRetry {
+    times: u32,
+    #[serde(default)]
+    wait: Option<String>,
+}
+
+/// Parses and validates a blueprint's YAML text.
+pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
+    let raw: RawBlueprint = serde_yaml_ng::from_str(text).map_err(yaml_problem)?;
+    let mut problems = Vec::new();
+    let mut problem = |field: String, text: String| problems.push(BlueprintProblem { field, problem: text });
+
+    if !is_slug(&raw.name) {
+        problem("name".into(), format!("`{}` must be lowercase letters, digits and '-', starting with a letter or digit", raw.name));
+    }
+
+    let mut params = Vec::new();
+    for (name, spec) in &raw.params {
+        if !is_identifier(name) {
+            problem(format!("params.{name}"), "a parameter name must be letters, digits and '_', not starting with a digit".into());
+        }
+        let default = match spec.as_ref().and_then(|p| p.default.as_ref()) {
+            None => None,
+            Some(value) => match scalar_text(value) {
+                Some(text) => Some(text),
+                None => {
+                    problem(format!("params.{name}.default"), "a default must be a single value (text, number or boolean)".into());
+                    None
+                }
+            },
+        };
+        params.push(ParamSpec { name: name.clone(), default });
+    }
+
+    let mut seen_secrets = BTreeSet::new();
+    for (i, name) in raw.secrets.iter().enumerate() {
+        if !is_identifier(name) {
+            problem(format!("secrets[{i}]"), format!("`{name}` must be letters, digits and '_', not starting with a digit"));
+        }
+        if !seen_secrets.insert(name.as_str()) {
+            problem(format!("secrets[{i}]"), format!("`{name}` is listed twice"));
+        }
+    }
+
+    let grace_ms = match raw.on_failure.as_ref().and_then(|f| f.grace.as_deref()) {
+        None => duration_ms(DEFAULT_GRACE),
+        Some(text) => parse_duration(text).map(duration_ms).unwrap_or_else(|| {
+            problem("on_failure.grace".into(), bad_duration(text));
+            0
+        }),
+    };
+
+    if raw.steps.is_empty() {
+        problem("steps".into(), "a blueprint needs at least one step".into());
+    }
+    let mut steps = Vec::new();
+    for (name, step) in &raw.steps {
+        let field = |rest: &str| format!("steps.{name}{rest}");
+        if !is_slug(name) {
+            problem(field(""), "a step name must be lowercase letters, digits and '-', starting with a letter or digit".into());
+        }
+        match KINDS.iter().find(|(kind, _)| *kind == step.run) {
+            None => problem(
+                field(".run"),
+                format!("unknown step kind `{}`; the kinds are: {}", step.run, KINDS.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", ")),
+            ),
+            Some((kind, fields)) => {
+                for (key, required) in fields.iter() {
+                    if *required && !step.with.contains_key(*key) {
+                        problem(field(".with"), format!("a `{kind}` step needs `with.{key}`"));
+                    }
+                }
+                for key in step.with.keys() {
+                    if !fields.iter().any(|(known, _)| known == key) {
+                        let known: Vec<&str> = fields.iter().map(|(k, _)| *k).collect();
+                        let hint = if known.is_empty() { "it takes none".to_owned() } else { format!("it takes: {}", known.join(", ")) };
+                        problem(field(&format!(".with.{key}")), format!("unknown setting for a `{kind}` step; {hint}"));
+                    }
+                }
+            }
+        }
+        for need in &step.needs {
+            if !raw.steps.contains_key(need) {
+                problem(field(".needs"), format!("unknown step `{need}`; the steps are: {}", raw.steps.keys().cloned().collect::<Vec<_>>().join(", ")));
+            }
+        }
+        let timeout_ms = match &step.timeout {
+            None => duration_ms(DEFAULT_TIMEOUT),
+            Some(text) => match parse_duration(text) {
+                Some(d) if !d.is_zero() => duration_ms(d),
+                _ => {
+                    problem(field(".timeout"), bad_duration(text));
+                    0
+                }
+            },
+        };
+        let mut retry = BTreeMap::new();
+        for (class_name, rule) in &step.retry {
+            let Ok(class) = class_name.parse::<ErrorClass>() else {
+                let classes: Vec<&str> = ErrorClass::ALL.iter().map(ErrorClass::as_str).collect();
+                problem(field(&format!(".retry.{class_name}")), format!("unknown error class; the classes are: {}", classes.join(", ")));
+                continue;
+            };
+            let wait_ms = match &rule.wait {
+                None => 0,
+                Some(text) => parse_duration(text).map(duration_ms).unwrap_or_else(|| {
+                    problem(field(&format!(".retry.{class_name}.wait")), bad_duration(text));
+                    0
+                }),
+            };
+            retry.insert(class, RetryRule { times: rule.times, wait_ms });
+        }
+        let with = step
+            .with
+            .iter()
+            .map(|(key, value)| (key.clone(), yaml_to_json(value)))
+            .collect();
+        steps.push(StepSpec {
+            name: name.clone(),
+            kind: step.run.clone(),
+            with,
+            needs: step.needs.clone(),
+            timeout_ms,
+            retry,
+        });
+    }
+
+    if let Some(cycle) = graph::find_cycle(&steps) {
+        problem("steps".into(), format!("the needs form a cycle: {}; remove one of these needs", cycle.join(" → ")));
+    }
+
+    let snapshot = BlueprintSnapshot {
+        name: raw.name,
+        description: raw.description,
+        params,
+        secrets: raw.secrets,
+        grace_ms,
+        steps,
+    };
+    problems.extend(reference_problems(&snapshot));
+
+    if problems.is_empty() {
+        Ok(ParsedBlueprint { snapshot, hash: hex::encode(Sha256::digest(text.as_bytes())) })
+    } else {
+        Err(BlueprintError(problems))
+    }
+}
+
+/// Checks every template in every step's settings refers to something that will exist.
+fn reference_problems(blueprint: &BlueprintSnapshot) -> Vec<BlueprintProblem> {
+    let mut problems = Vec::new();
+    for step in &blueprint.steps {
+        let upstream = graph::ancestors(&blueprint.steps, &step.name);
+        for (key, value) in &step.with {
+            let field = format!("steps.{}.with.{key}", step.name);
+            for text in strings_in(value) {
+                let template = match Template::parse(text) {
+                    Ok(template) => template,
+                    Err(error) => {
+                        problems.push(BlueprintProblem { field: field.clone(), problem: error.to_string() });
+                        continue;
+                    }
+                };
+                for reference in template.references() {
+                    let problem = match reference {
+                        Reference::Param(name) if !blueprint.params.iter().any(|p| &p.name == name) => {
+                            Some(format!("`{reference}` refers to parameter `{name}`, which is not declared under `params`"))
+                        }
+                        Reference::Secret(name) if !blueprint.secrets.contains(name) => {
+                            Some(format!("`{reference}` refers to secret `{name}`, which is not listed under `secrets`"))
+                        }
+                        Reference::Output { step: source, .. } if blueprint.step(source).is_none() => {
+                            Some(format!("`{reference}` refers to step `{source}`, which does not exist"))
+                        }
+                        Reference::Output { step: source, .. } if !upstream.contains(source) => Some(format!(
+                            "`{reference}` refers to step `{source}`, which `{}` does not need; add `{source}` to its needs",
+                            step.name
+                        )),
+                        _ => None,
+                    };
+                    if let Some(problem) = problem {
+                        problems.push(BlueprintProblem { field: field.clone(), problem });
+                    }
+                }
+            }
+        }
+    }
+    problems
+}
+
+/// Every string inside a JSON value.
+pub fn strings_in(value: &serde_json::Value) -> Vec<&str> {
+    match value {
+        serde_json::Value::String(text) => vec![text.as_str()],
+        serde_json::Value::Array(items) => items.iter().flat_map(strings_in).collect(),
+        serde_json::Value::Object(map) => map.values().flat_map(strings_in).collect(),
+        _ => vec![],
+    }
+}
+
+fn yaml_problem(error: serde_yaml_ng::Error) -> BlueprintError {
+    // serde_yaml_ng prefixes nested errors with their path ("steps.build: unknown field ...").
+    let message = error.to_string();
+    let (field, problem) = match message.split_once(": ") {
+        Some((path, rest)) if !path.contains(' ') => (path.to_owned(), rest.to_owned()),
+        _ => ("(top level)".to_owned(), message.clone()),
+    };
+    let problem = match error.location() {
+        Some(at) if !problem.contains("line ") => format!("{problem} (line {}, column {})", at.line(), at.column()),
+        _ => problem,
+    };
+    BlueprintError::one(field, problem)
+}
+
+fn yaml_to_json(value: &serde_yaml_ng::Value) -> serde_json::Value {
+    serde_json::to_value(value).unwrap_or(serde_json::Value::Null)
+}
+
+fn scalar_text(value: &serde_yaml_ng::Value) -> Option<String> {
+    match value {
+        serde_yaml_ng::Value::String(text) => Some(text.clone()),
+        serde_yaml_ng::Value::Number(number) => Some(number.to_string()),
+        serde_yaml_ng::Value::Bool(flag) => Some(flag.to_string()),
+        _ => None,
+    }
+}
+
+fn bad_duration(text: &str) -> String {
+    format!("`{text}` is not a duration; write it like 500ms, 10s, 2m or 1h")
+}
+
+fn duration_ms(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn is_slug(text: &str) -> bool {
+    text.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && text.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
+fn is_identifier(text: &str) -> bool {
+    text.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && text.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Fills in every parameter from `given` or its default; names what is missing or unknown.
+pub fn resolve_params(
+    blueprint: &BlueprintSnapshot,
+    given: &BTreeMap<String, String>,
+) -> Result<BTreeMap<String, String>, BlueprintError> {
+    let mut problems = Vec::new();
+    for name in given.keys() {
+        if !blueprint.params.iter().any(|p| &p.name == name) {
+            let declared: Vec<&str> = blueprint.params.iter().map(|p| p.name.as_str()).collect();
+            problems.push(BlueprintProblem {
+                field: format!("--param {name}"),
+                problem: format!("the blueprint declares no such parameter; it declares: {}", if declared.is_empty() { "none".into() } else { declared.join(", ") }),
+            });
+        }
+    }
+    let mut values = BTreeMap::new();
+    for param in &blueprint.params {
+        match given.get(&param.name).or(param.default.as_ref()) {
+            Some(value) => {
+                values.insert(param.name.clone(), value.clone());
+            }
+            None => problems.push(BlueprintProblem {
+                field: format!("params.{}", param.name),
+                problem: format!("no value given and no default; pass --param {}=VALUE", param.name),
+            }),
+        }
+    }
+    if problems.is_empty() { Ok(values) } else { Err(BlueprintError(problems)) }
+}

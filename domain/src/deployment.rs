@@ -1,0 +1,508 @@
+//! The Deployment aggregate: what a deployment may do next, decided from its events alone.
+//!
+//! [`Deployment::handle`] takes the current state and a command (time arrives inside it) and
+//! returns the events to record, or why the command is refused. [`Deployment::apply`] folds an
+//! event into the state. [`actions`] reads the state and says what the handlers must carry out
+//! (run an attempt, wake at a deadline, purge the secrets); the aggregate itself never acts.
+
+use std::collections::BTreeMap;
+
+use chrono::TimeDelta;
+use indexmap::IndexMap;
+use overture_events::{BlueprintSnapshot, DeploymentEvent, ErrorClass, Timestamp};
+use serde::{Deserialize, Serialize};
+
+use crate::retry::{self, RetryDecision};
+
+/// The aggregate; its state is [`DeploymentState`].
+#[derive(Clone, Copy, Debug)]
+pub struct Deployment;
+
+/// Where a step stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StepStatus {
+    /// Waiting for the steps it needs.
+    Pending,
+    /// An attempt may start (once its `not_before` has passed).
+    Scheduled,
+    /// An attempt is running.
+    Running,
+    /// An attempt failed; another is scheduled after a wait.
+    Retrying,
+    /// Done.
+    Succeeded,
+    /// Failed for good.
+    Failed,
+    /// Given up on because the deployment is failing or cancelled.
+    Abandoned,
+}
+
+impl StepStatus {
+    /// The name used in status output.
+    pub const fn as_str(&self) -> &'static str {
+        match self {
+            StepStatus::Pending => "pending",
+            StepStatus::Scheduled => "scheduled",
+            StepStatus::Running => "running",
+            StepStatus::Retrying => "retrying",
+            StepStatus::Succeeded => "succeeded",
+            StepStatus::Failed => "failed",
+            StepStatus::Abandoned => "abandoned",
+        }
+    }
+
+    /// Whether an attempt is waiting to start.
+    pub const fn is_waiting(&self) -> bool {
+        matches!(self, StepStatus::Scheduled | StepStatus::Retrying)
+    }
+}
+
+/// One step's state within the aggregate.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepState {
+    /// Where it stands.
+    pub status: StepStatus,
+    /// The current (or last) attempt; 0 before the first.
+    pub attempt: u32,
+    /// When the waiting attempt may start.
+    pub not_before: Option<Timestamp>,
+    /// What the successful attempt produced.
+    pub outputs: BTreeMap<String, String>,
+}
+
+/// How a finished deployment ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every step succeeded.
+    Succeeded,
+    /// A step failed for good.
+    Failed,
+    /// A user cancelled it.
+    Cancelled,
+}
+
+/// The deployment's phase.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum Phase {
+    /// Nothing recorded yet.
+    #[default]
+    NotRequested,
+    /// Steps are being scheduled and run.
+    Running,
+    /// A step failed for good; running steps may finish until the deadline (if any).
+    Failing {
+        /// Why the deployment fails.
+        reason: String,
+        /// When still-running steps are abandoned.
+        deadline: Option<Timestamp>,
+    },
+    /// Ended.
+    Finished(Outcome),
+}
+
+/// Everything the aggregate knows about one deployment.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DeploymentState {
+    /// The owning tenant.
+    pub tenant: String,
+    /// The blueprint, once requested.
+    pub blueprint: Option<BlueprintSnapshot>,
+    /// Parameter values.
+    pub params: BTreeMap<String, String>,
+    /// Every step, in blueprint order.
+    pub steps: IndexMap<String, StepState>,
+    /// The phase.
+    pub phase: Phase,
+    /// Where the sealed secrets are, if any were sealed.
+    pub seal: Option<String>,
+    /// Whether the sealed secrets have been deleted.
+    pub secrets_purged: bool,
+}
+
+impl DeploymentState {
+    /// Whether the deployment has ended.
+    pub fn is_finished(&self) -> bool {
+        matches!(self.phase, Phase::Finished(_))
+    }
+
+    /// The step's state, or the command's error for an unknown step.
+    pub fn step(&self, step: &str) -> Result<&StepState, DeploymentError> {
+        self.steps.get(step).ok_or_else(|| DeploymentError::UnknownStep(step.to_owned()))
+    }
+
+    /// Steps with an attempt running now.
+    pub fn running_steps(&self) -> impl Iterator<Item = (&String, &StepState)> {
+        self.steps.iter().filter(|(_, s)| s.status == StepStatus::Running)
+    }
+
+    /// Whether no more step work will happen: everything succeeded, or nothing runs while failing.
+    fn work_is_over(&self) -> bool {
+        match self.phase {
+            Phase::Running => self.steps.values().all(|s| s.status == StepStatus::Succeeded),
+            Phase::Failing { .. } => self.running_steps().next().is_none(),
+            Phase::NotRequested | Phase::Finished(_) => false,
+        }
+    }
+}
+
+/// What can be asked of a deployment. Every command that depends on time carries `now`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DeploymentCommand {
+    /// Record a new deployment of a validated blueprint.
+    Request {
+        tenant: String,
+        requested_by: String,
+        trigger: String,
+        source: String,
+        blueprint: BlueprintSnapshot,
+        blueprint_hash: String,
+        params: BTreeMap<String, String>,
+        /// The seal holding the secrets' values, and their names, when there are secrets.
+        sealed: Option<(String, Vec<String>)>,
+    },
+    /// Move on: schedule steps whose needs succeeded, abandon at a passed deadline, finish.
+    Advance { now: Timestamp },
+    /// An attempt is starting in a sandbox.
+    StartAttempt { step: String, attempt: u32, sandbox: String, now: Timestamp },
+    /// An attempt succeeded.
+    RecordSuccess { step: String, attempt: u32, outputs: BTreeMap<String, String>, duration_ms: u64 },
+    /// An attempt failed; the retry policy decides what follows.
+    RecordFailure {
+        step: String,
+        attempt: u32,
+        error_class: ErrorClass,
+        exit_code: Option<i32>,
+        message: String,
+        duration_ms: u64,
+        now: Timestamp,
+    },
+    /// The sealed secrets were deleted.
+    RecordSecretsPurged,
+}
+
+/// Why a command was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DeploymentError {
+    /// `Request` on a deployment that exists.
+    #[error("the deployment was already requested")]
+    AlreadyRequested,
+    /// Any other command before `Request`.
+    #[error("no such deployment")]
+    NotRequested,
+    /// The deployment has ended.
+    #[error("the deployment has already ended")]
+    AlreadyFinished,
+    /// The step is not in the blueprint.
+    #[error("the blueprint has no step `{0}`")]
+    UnknownStep(String),
+    /// This attempt is not waiting to start (already started, superseded, or abandoned).
+    #[error("attempt {attempt} of step `{step}` is not waiting to start")]
+    AttemptNotScheduled { step: String, attempt: u32 },
+    /// The attempt's wait has not passed.
+    #[error("attempt {attempt} of step `{step}` may not start before {not_before}")]
+    NotYetDue { step: String, attempt: u32, not_before: Timestamp },
+    /// This attempt is not running, so its outcome cannot be recorded.
+    #[error("attempt {attempt} of step `{step}` is not running")]
+    AttemptNotRunning { step: String, attempt: u32 },
+    /// Secrets may be purged only once no step can run any more.
+    #[error("the secrets cannot be purged while steps may still run")]
+    StepsStillRunning,
+}
+
+/// What the handlers must carry out for a deployment, derived from its state alone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Run this attempt once `not_before` has passed.
+    RunAttempt { step: String, attempt: u32, not_before: Timestamp },
+    /// Advance the deployment again at this instant (a grace period's deadline).
+    WakeAt(Timestamp),
+    /// Delete the sealed secrets, then record it.
+    PurgeSecrets,
+}
+
+/// The actions a deployment's state calls for. Carrying one out twice must be harmless.
+pub fn actions(state: &DeploymentState) -> Vec<Action> {
+    let mut actions: Vec<Action> = state
+        .steps
+        .iter()
+        .filter(|(_, s)| s.status.is_waiting())
+        .filter_map(|(name, s)| {
+            s.not_before.map(|not_before| Action::RunAttempt { step: name.clone(), attempt: s.attempt, not_before })
+        })
+        .collect();
+    if let Phase::Failing { deadline: Some(deadline), .. } = state.phase {
+        if state.running_steps().next().is_some() {
+            actions.push(Action::WakeAt(deadline));
+        }
+    }
+    if state.work_is_over() && !state.secrets_purged {
+        actions.push(Action::PurgeSecrets);
+    }
+    actions
+}
+
+impl Deployment {
+    /// Decides the events a command leads to, or why it is refused.
+    pub fn handle(state: &DeploymentState, command: DeploymentCommand) -> Result<Vec<DeploymentEvent>, DeploymentError> {
+        use DeploymentCommand as C;
+        if let C::Request { .. } = command {
+            return request(state, command);
+        }
+        match state.phase {
+            Phase::NotRequested => return Err(DeploymentError::NotRequested),
+            Phase::Finished(_) if matches!(command, C::Advance { .. }) => return Ok(vec![]),
+            Phase::Finished(_) => return Err(DeploymentError::AlreadyFinished),
+            _ => {}
+        }
+        match command {
+            C::Request { .. } => unreachable!("handled above"),
+            C::Advance { now } => Ok(advance(state, now)),
+            C::StartAttempt { step, attempt, sandbox, now } => start(state, step, attempt, sandbox, now),
+            C::RecordSuccess { step, attempt, outputs, duration_ms } => {
+                require_running(state, &step, attempt)?;
+                Ok(vec![DeploymentEvent::StepSucceeded { step, attempt, outputs, duration_ms }])
+            }
+            C::RecordFailure { step, attempt, error_class, exit_code, message, duration_ms, now } => {
+                require_running(state, &step, attempt)?;
+                let failed = DeploymentEvent::StepAttemptFailed {
+                    step: step.clone(),
+                    attempt,
+                    error_class,
+                    exit_code,
+                    message,
+                    duration_ms,
+                };
+                Ok(std::iter::once(failed).chain(after_failure(state, &step, attempt, error_class, now)).collect())
+            }
+            C::RecordSecretsPurged => {
+                if state.secrets_purged {
+                    Ok(vec![])
+                } else if state.work_is_over() {
+                    Ok(vec![DeploymentEvent::SecretsPurged {}])
+                } else {
+                    Err(DeploymentError::StepsStillRunning)
+                }
+            }
+        }
+    }
+
+    /// Folds one event into the state.
+    pub fn apply(mut state: DeploymentState, event: DeploymentEvent) -> DeploymentState {
+        use DeploymentEvent as E;
+        let set_step = |state: &mut DeploymentState, step: &str, change: &dyn Fn(&mut StepState)| {
+            if let Some(s) = state.steps.get_mut(step) {
+                change(s);
+            }
+        };
+        match event {
+            E::DeploymentRequested { tenant, blueprint, params, .. } => {
+                state.steps = blueprint
+                    .steps
+                    .iter()
+                    .map(|s| {
+                        let fresh = StepState { status: StepStatus::Pending, attempt: 0, not_before: None, outputs: BTreeMap::new() };
+                        (s.name.clone(), fresh)
+                    })
+                    .collect();
+                state.tenant = tenant;
+                state.blueprint = Some(blueprint);
+                state.params = params;
+                state.phase = Phase::Running;
+            }
+            E::CredentialsSealed { seal, .. } => state.seal = Some(seal),
+            E::StepScheduled { step, attempt, not_before } | E::StepRetryScheduled { step, next_attempt: attempt, not_before, .. } => {
+                let retry = state.steps.get(&step).is_some_and(|s| s.attempt > 0);
+                set_step(&mut state, &step, &|s| {
+                    s.status = if retry { StepStatus::Retrying } else { StepStatus::Scheduled };
+                    s.attempt = attempt;
+                    s.not_before = Some(not_before);
+                });
+            }
+            E::StepStarted { step, .. } => set_step(&mut state, &step, &|s| {
+                s.status = StepStatus::Running;
+                s.not_before = None;
+            }),
+            E::StepSucceeded { step, outputs, .. } => set_step(&mut state, &step, &|s| {
+                s.status = StepStatus::Succeeded;
+                s.outputs = outputs.clone();
+            }),
+            E::StepAttemptFailed { .. } => {}
+            E::StepFailed { step, attempts, error_class } => {
+                set_step(&mut state, &step, &|s| {
+                    s.status = StepStatus::Failed;
+                    s.not_before = None;
+                });
+                if state.phase == Phase::Running {
+                    let reason = format!("step `{step}` failed after {attempts} attempt(s) ({error_class})");
+                    state.phase = Phase::Failing { reason, deadline: None };
+                }
+            }
+            E::FailureGracePeriodStarted { deadline, .. } => {
+                if let Phase::Failing { deadline: slot, .. } = &mut state.phase {
+                    *slot = Some(deadline);
+                }
+            }
+            E::StepAbandoned { step, .. } => set_step(&mut state, &step, &|s| {
+                s.status = StepStatus::Abandoned;
+                s.not_before = None;
+            }),
+            E::SecretsPurged {} => state.secrets_purged = true,
+            E::DeploymentSucceeded {} => state.phase = Phase::Finished(Outcome::Succeeded),
+            E::DeploymentFailed { .. } => state.phase = Phase::Finished(Outcome::Failed),
+            E::DeploymentCancelled { .. } => state.phase = Phase::Finished(Outcome::Cancelled),
+        }
+        state
+    }
+
+    /// Folds a whole history into a state.
+    pub fn replay(events: impl IntoIterator<Item = DeploymentEvent>) -> DeploymentState {
+        events.into_iter().fold(DeploymentState::default(), Self::apply)
+    }
+}
+
+fn request(state: &DeploymentState, command: DeploymentCommand) -> Result<Vec<DeploymentEvent>, DeploymentError> {
+    let DeploymentCommand::Request { tenant, requested_by, trigger, source, blueprint, blueprint_hash, params, sealed } = command else {
+        unreachable!("only called with Request")
+    };
+    if state.phase != Phase::NotRequested {
+        return Err(DeploymentError::AlreadyRequested);
+    }
+    let mut events = vec![DeploymentEvent::DeploymentRequested {
+        tenant,
+        requested_by,
+        trigger,
+        source,
+        blueprint,
+        blueprint_hash,
+        params,
+    }];
+    if let Some((seal, secrets)) = sealed {
+        events.push(DeploymentEvent::CredentialsSealed { seal, secrets });
+    }
+    Ok(events)
+}
+
+fn advance(state: &DeploymentState, now: Timestamp) -> Vec<DeploymentEvent> {
+    match &state.phase {
+        Phase::Running => {
+            if state.work_is_over() {
+                return if state.secrets_purged { vec![DeploymentEvent::DeploymentSucceeded {}] } else { vec![] };
+            }
+            let Some(blueprint) = &state.blueprint else { return vec![] };
+            blueprint
+                .steps
+                .iter()
+                .filter(|spec| state.steps.get(&spec.name).is_some_and(|s| s.status == StepStatus::Pending))
+                .filter(|spec| {
+                    spec.needs
+                        .iter()
+                        .all(|need| state.steps.get(need).is_some_and(|s| s.status == StepStatus::Succeeded))
+                })
+                .map(|spec| DeploymentEvent::StepScheduled { step: spec.name.clone(), attempt: 1, not_before: now })
+                .collect()
+        }
+        Phase::Failing { reason, deadline } => {
+            let mut events: Vec<DeploymentEvent> = match deadline {
+                Some(deadline) if now >= *deadline => state
+                    .running_steps()
+                    .map(|(name, s)| DeploymentEvent::StepAbandoned {
+                        step: name.clone(),
+                        attempt: s.attempt,
+                        reason: "still running when the failure grace period ended".into(),
+                    })
+                    .collect(),
+                _ => vec![],
+            };
+            let nothing_runs = !events.is_empty() || state.running_steps().next().is_none();
+            if nothing_runs && state.secrets_purged {
+                events.push(DeploymentEvent::DeploymentFailed { reason: reason.clone() });
+            }
+            events
+        }
+        Phase::NotRequested | Phase::Finished(_) => vec![],
+    }
+}
+
+fn start(state: &DeploymentState, step: String, attempt: u32, sandbox: String, now: Timestamp) -> Result<Vec<DeploymentEvent>, DeploymentError> {
+    let current = state.step(&step)?;
+    let waiting = current.status.is_waiting() && current.attempt == attempt;
+    if !waiting || state.phase != Phase::Running {
+        return Err(DeploymentError::AttemptNotScheduled { step, attempt });
+    }
+    if let Some(not_before) = current.not_before.filter(|t| now < *t) {
+        return Err(DeploymentError::NotYetDue { step, attempt, not_before });
+    }
+    Ok(vec![DeploymentEvent::StepStarted { step, attempt, sandbox }])
+}
+
+fn require_running(state: &DeploymentState, step: &str, attempt: u32) -> Result<(), DeploymentError> {
+    let current = state.step(step)?;
+    if current.status == StepStatus::Running && current.attempt == attempt {
+        Ok(())
+    } else {
+        Err(DeploymentError::AttemptNotRunning { step: step.to_owned(), attempt })
+    }
+}
+
+/// The events after an attempt's failure: a retry, or the step's failure and its consequences.
+fn after_failure(state: &DeploymentState, step: &str, attempt: u32, class: ErrorClass, now: Timestamp) -> Vec<DeploymentEvent> {
+    let spec = state.blueprint.as_ref().and_then(|b| b.step(step));
+    let decision = match (spec, &state.phase) {
+        (Some(spec), Phase::Running) => retry::decide(spec, class, attempt),
+        // A deployment that is already failing starts no new attempts.
+        _ => RetryDecision::GiveUp,
+    };
+    if let RetryDecision::Retry { next_attempt, wait } = decision {
+        let delay_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+        return vec![DeploymentEvent::StepRetryScheduled {
+            step: step.to_owned(),
+            attempt,
+            next_attempt,
+            delay_ms,
+            not_before: now + TimeDelta::milliseconds(i64::try_from(delay_ms).unwrap_or(i64::MAX)),
+        }];
+    }
+    let mut events = vec![DeploymentEvent::StepFailed { step: step.to_owned(), attempts: attempt, error_class: class }];
+    if state.phase != Phase::Running {
+        return events;
+    }
+    // The first failure for good: waiting attempts never start; running ones get the grace period.
+    let others = state.steps.iter().filter(|(name, _)| name.as_str() != step);
+    let mut still_running = false;
+    for (name, s) in others {
+        if s.status.is_waiting() {
+            events.push(DeploymentEvent::StepAbandoned {
+                step: name.clone(),
+                attempt: s.attempt,
+                reason: format!("not started because step `{step}` failed"),
+            });
+        }
+        still_running |= s.status == StepStatus::Running;
+    }
+    if still_running {
+        let grace_ms = state.blueprint.as_ref().map_or(0, |b| b.grace_ms);
+        events.push(DeploymentEvent::FailureGracePeriodStarted {
+            failed_step: step.to_owned(),
+            deadline: now + TimeDelta::milliseconds(i64::try_from(grace_ms).unwrap_or(i64::MAX)),
+        });
+    }
+    events
+}
+
+#[cfg(feature = "esrs")]
+impl esrs::Aggregate for Deployment {
+    const NAME: &'static str = "deployment";
+    type State = DeploymentState;
+    type Command = DeploymentCommand;
+    type Event = DeploymentEvent;
+    type Error = DeploymentError;
+
+    fn handle_command(state: &Self::State, command: Self::Command) -> Result<Vec<Self::Event>, Self::Error> {
+        Deployment::handle(state, command)
+    }
+
+    fn apply_event(state: Self::State, event: Self::Event) -> Self::State {
+        Deployment::apply(state, event)
+    }
+}

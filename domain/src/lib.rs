@@ -1,0 +1,22 @@
+//! Overture's rules, free of I/O: nothing here reads a clock, a file or the network.
+//!
+//! - [`blueprint`]: reading and validating blueprints ([`duration`] and [`template`] help).
+//! - [`graph`]: the workflow DAG: cycles, ancestry, drawings.
+//! - [`retry`]: the retry policy per error class.
+//! - [`deployment`]: the Deployment aggregate (commands, events, state) and the [`deployment::actions`]
+//!   its state calls for.
+//! - [`projection`]: the read models as folds over the log.
+//! - [`secret`]: secret values and masking them.
+//!
+//! With the `esrs` feature, [`deployment::Deployment`] implements `esrs::Aggregate`.
+
+pub mod blueprint;
+pub mod deployment;
+pub mod duration;
+pub mod graph;
+pub mod projection;
+pub mod retry;
+pub mod secret;
+pub mod template;
+
+pub use deployment::{Action, Deployment, DeploymentCommand, DeploymentError, DeploymentState, StepStatus};

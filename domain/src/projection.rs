@@ -1,0 +1,236 @@
+//! Read models as pure folds over the log: each deployment's status and each tenant's summary.
+//!
+//! [`ReadModels::apply`] is idempotent on (stream, revision): an envelope a view has already seen
+//! changes nothing, so a projector may be fed the same events twice after a crash.
+
+use std::collections::BTreeMap;
+
+use indexmap::IndexMap;
+use overture_events::{DeploymentEvent, DeploymentId, Envelope, ErrorClass, Timestamp};
+use serde::{Deserialize, Serialize};
+
+use crate::deployment::StepStatus;
+
+/// A deployment's overall status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeploymentStatus {
+    /// Steps are still being run.
+    Running,
+    /// Every step succeeded.
+    Succeeded,
+    /// A step failed for good.
+    Failed,
+    /// A user cancelled it.
+    Cancelled,
+}
+
+impl DeploymentStatus {
+    /// The name used in output and filters.
+    pub const fn as_str(&self) -> &'static str {
+        match self {
+            DeploymentStatus::Running => "running",
+            DeploymentStatus::Succeeded => "succeeded",
+            DeploymentStatus::Failed => "failed",
+            DeploymentStatus::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// One step within a deployment's status.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StepView {
+    /// Where it stands.
+    pub status: StepStatus,
+    /// How many attempts have started.
+    pub attempts: u32,
+    /// When its first attempt started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Timestamp>,
+    /// When it succeeded, failed for good or was abandoned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Timestamp>,
+    /// The class of its last failed attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_class: Option<ErrorClass>,
+    /// What its successful attempt produced (masked).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub outputs: BTreeMap<String, String>,
+}
+
+/// The status of one deployment: the `status --json` object.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeploymentView {
+    /// The deployment id.
+    pub id: DeploymentId,
+    /// Its tenant.
+    pub tenant: String,
+    /// The blueprint's name.
+    pub blueprint: String,
+    /// Overall status.
+    pub status: DeploymentStatus,
+    /// Every step, in blueprint order.
+    pub steps: IndexMap<String, StepView>,
+    /// When it was requested.
+    pub started_at: Timestamp,
+    /// When it ended.
+    pub finished_at: Option<Timestamp>,
+    /// Why it failed or was cancelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The last revision of its stream folded in.
+    pub revision: u64,
+}
+
+/// One tenant's summary: the `tenants --json` objects.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantView {
+    /// The tenant.
+    pub tenant: String,
+    /// Deployments still running.
+    pub running: u64,
+    /// Deployments that succeeded.
+    pub succeeded: u64,
+    /// Deployments that failed.
+    pub failed: u64,
+    /// Deployments that were cancelled.
+    pub cancelled: u64,
+    /// Every deployment.
+    pub total: u64,
+    /// When the newest deployment was requested.
+    pub last_deployment_at: Option<Timestamp>,
+}
+
+impl TenantView {
+    fn new(tenant: &str) -> Self {
+        Self { tenant: tenant.to_owned(), running: 0, succeeded: 0, failed: 0, cancelled: 0, total: 0, last_deployment_at: None }
+    }
+
+    fn counter(&mut self, status: DeploymentStatus) -> &mut u64 {
+        match status {
+            DeploymentStatus::Running => &mut self.running,
+            DeploymentStatus::Succeeded => &mut self.succeeded,
+            DeploymentStatus::Failed => &mut self.failed,
+            DeploymentStatus::Cancelled => &mut self.cancelled,
+        }
+    }
+}
+
+/// An envelope the projection cannot fold.
+#[derive(Debug, thiserror::Error)]
+pub enum ProjectionError {
+    /// The data does not match the event schema.
+    #[error(transparent)]
+    Schema(#[from] overture_events::deployment::SchemaError),
+    /// The stream is not a deployment stream.
+    #[error(transparent)]
+    Stream(#[from] overture_events::ParseIdError),
+}
+
+/// The views a batch of events touches; the projector loads them, folds, and stores them back.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ReadModels {
+    /// Deployment views by id.
+    pub deployments: BTreeMap<DeploymentId, DeploymentView>,
+    /// Tenant views by tenant.
+    pub tenants: BTreeMap<String, TenantView>,
+}
+
+impl ReadModels {
+    /// Folds one envelope in. Envelopes a view has already seen, and the events before a
+    /// deployment's `DeploymentRequested`, change nothing.
+    pub fn apply(&mut self, envelope: &Envelope) -> Result<(), ProjectionError> {
+        let id = DeploymentId::from_stream(&envelope.stream)?;
+        let event = DeploymentEvent::from_parts(&envelope.event_type, envelope.data.clone())?;
+        let at = envelope.metadata.recorded_at;
+
+        if let DeploymentEvent::DeploymentRequested { tenant, blueprint, .. } = &event {
+            if self.deployments.contains_key(&id) {
+                return Ok(());
+            }
+            let steps = blueprint
+                .steps
+                .iter()
+                .map(|s| {
+                    let view = StepView { status: StepStatus::Pending, attempts: 0, started_at: None, finished_at: None, error_class: None, outputs: BTreeMap::new() };
+                    (s.name.clone(), view)
+                })
+                .collect();
+            self.deployments.insert(id, DeploymentView {
+                id,
+                tenant: tenant.clone(),
+                blueprint: blueprint.name.clone(),
+                status: DeploymentStatus::Running,
+                steps,
+                started_at: at,
+                finished_at: None,
+                reason: None,
+                revision: envelope.revision,
+            });
+            let summary = self.tenants.entry(tenant.clone()).or_insert_with(|| TenantView::new(tenant));
+            summary.total += 1;
+            summary.running += 1;
+            summary.last_deployment_at = Some(summary.last_deployment_at.map_or(at, |last| last.max(at)));
+            return Ok(());
+        }
+
+        let Some(view) = self.deployments.get_mut(&id) else { return Ok(()) };
+        if envelope.revision <= view.revision {
+            return Ok(());
+        }
+        view.revision = envelope.revision;
+        let before = view.status;
+        fold(view, event, at);
+        if view.status != before {
+            let summary = self.tenants.entry(view.tenant.clone()).or_insert_with(|| TenantView::new(&view.tenant));
+            *summary.counter(before) = summary.counter(before).saturating_sub(1);
+            *summary.counter(view.status) += 1;
+        }
+        Ok(())
+    }
+}
+
+fn fold(view: &mut DeploymentView, event: DeploymentEvent, at: Timestamp) {
+    use DeploymentEvent as E;
+    let mut step = |name: &str, change: &mut dyn FnMut(&mut StepView)| {
+        if let Some(s) = view.steps.get_mut(name) {
+            change(s);
+        }
+    };
+    match event {
+        E::StepScheduled { step: name, .. } => step(&name, &mut |s| s.status = StepStatus::Scheduled),
+        E::StepRetryScheduled { step: name, .. } => step(&name, &mut |s| s.status = StepStatus::Retrying),
+        E::StepStarted { step: name, attempt, .. } => step(&name, &mut |s| {
+            s.status = StepStatus::Running;
+            s.attempts = s.attempts.max(attempt);
+            s.started_at.get_or_insert(at);
+        }),
+        E::StepSucceeded { step: name, outputs, .. } => step(&name, &mut |s| {
+            s.status = StepStatus::Succeeded;
+            s.outputs = outputs.clone();
+            s.finished_at = Some(at);
+        }),
+        E::StepAttemptFailed { step: name, error_class, .. } => step(&name, &mut |s| s.error_class = Some(error_class)),
+        E::StepFailed { step: name, .. } => step(&name, &mut |s| {
+            s.status = StepStatus::Failed;
+            s.finished_at = Some(at);
+        }),
+        E::StepAbandoned { step: name, .. } => step(&name, &mut |s| {
+            s.status = StepStatus::Abandoned;
+            s.finished_at = Some(at);
+        }),
+        E::DeploymentSucceeded {} => finish(view, DeploymentStatus::Succeeded, None, at),
+        E::DeploymentFailed { reason } => finish(view, DeploymentStatus::Failed, Some(reason), at),
+        E::DeploymentCancelled { reason } => finish(view, DeploymentStatus::Cancelled, Some(reason), at),
+        E::DeploymentRequested { .. }
+        | E::CredentialsSealed { .. }
+        | E::FailureGracePeriodStarted { .. }
+        | E::SecretsPurged {} => {}
+    }
+}
+
+fn finish(view: &mut DeploymentView, status: DeploymentStatus, reason: Option<String>, at: Timestamp) {
+    view.status = status;
+    view.reason = reason;
+    view.finished_at = Some(at);
+}

@@ -1,0 +1,96 @@
+//! The retry policy: how each error class is retried unless a step overrides it.
+
+use std::time::Duration;
+
+use overture_events::{ErrorClass, RetryRule, StepSpec};
+
+/// The default rule for an error class (the retry table of the design).
+pub const fn default_rule(class: ErrorClass) -> RetryRule {
+    match class {
+        ErrorClass::Terraform => RetryRule { times: 1, wait_ms: 0 },
+        ErrorClass::BackendUnreachable => RetryRule { times: 5, wait_ms: 10_000 },
+        ErrorClass::BootstrapTimeout => RetryRule { times: 0, wait_ms: 0 },
+        ErrorClass::HostUnreachable => RetryRule { times: 1, wait_ms: 0 },
+        ErrorClass::StepFailed => RetryRule { times: 0, wait_ms: 0 },
+    }
+}
+
+/// The rule that applies to a step's failures of one class.
+pub fn rule_for(step: &StepSpec, class: ErrorClass) -> RetryRule {
+    step.retry.get(&class).copied().unwrap_or(default_rule(class))
+}
+
+/// What to do after an attempt failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RetryDecision {
+    /// Make attempt `next_attempt` after `wait`.
+    Retry { next_attempt: u32, wait: Duration },
+    /// The step has failed for good.
+    GiveUp,
+}
+
+/// Decides after attempt `failed_attempt` (1-based) failed with `class`.
+///
+/// A rule of `times: n` allows n retries, so at most n + 1 attempts in all.
+pub fn decide(step: &StepSpec, class: ErrorClass, failed_attempt: u32) -> RetryDecision {
+    let rule = rule_for(step, class);
+    if failed_attempt <= rule.times {
+        RetryDecision::Retry {
+            next_attempt: failed_attempt + 1,
+            wait: Duration::from_millis(rule.wait_ms),
+        }
+    } else {
+        RetryDecision::GiveUp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step() -> StepSpec {
+        StepSpec {
+            name: "s".into(),
+            kind: "noop".into(),
+            with: Default::default(),
+            needs: vec![],
+            timeout_ms: 1_000,
+            retry: Default::default(),
+        }
+    }
+
+    fn attempts_until_give_up(step: &StepSpec, class: ErrorClass) -> (u32, Vec<Duration>) {
+        let mut waits = vec![];
+        let mut attempt = 1;
+        while let RetryDecision::Retry { next_attempt, wait } = decide(step, class, attempt) {
+            assert_eq!(next_attempt, attempt + 1);
+            waits.push(wait);
+            attempt = next_attempt;
+        }
+        (attempt, waits)
+    }
+
+    #[test]
+    fn the_default_table() {
+        let step = step();
+        assert_eq!(attempts_until_give_up(&step, ErrorClass::Terraform), (2, vec![Duration::ZERO]));
+        assert_eq!(
+            attempts_until_give_up(&step, ErrorClass::BackendUnreachable),
+            (6, vec![Duration::from_secs(10); 5])
+        );
+        assert_eq!(attempts_until_give_up(&step, ErrorClass::BootstrapTimeout), (1, vec![]));
+        assert_eq!(attempts_until_give_up(&step, ErrorClass::HostUnreachable), (2, vec![Duration::ZERO]));
+        assert_eq!(attempts_until_give_up(&step, ErrorClass::StepFailed), (1, vec![]));
+    }
+
+    #[test]
+    fn a_step_overrides_one_class_and_keeps_the_others() {
+        let mut step = step();
+        step.retry.insert(ErrorClass::StepFailed, RetryRule { times: 2, wait_ms: 1_000 });
+        assert_eq!(
+            attempts_until_give_up(&step, ErrorClass::StepFailed),
+            (3, vec![Duration::from_secs(1); 2])
+        );
+        assert_eq!(attempts_until_give_up(&step, ErrorClass::HostUnreachable).0, 2);
+    }
+}

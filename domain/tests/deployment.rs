@@ -1,0 +1,335 @@
+//! The Deployment aggregate, given/when/then: given these events, when this command,
+//! then these events (or this error); and the actions a state calls for.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use overture_domain::blueprint::parse;
+use overture_domain::deployment::{actions, Action, Deployment, DeploymentCommand as C, DeploymentError, DeploymentState, StepStatus};
+use overture_events::{BlueprintSnapshot, DeploymentEvent as E, ErrorClass};
+
+fn t(seconds: i64) -> DateTime<Utc> {
+    DateTime::<Utc>::UNIX_EPOCH + TimeDelta::seconds(1_800_000_000 + seconds)
+}
+
+/// build → (unit, lint) → package; lint retries step-failed twice, 5 s apart; grace 60 s.
+fn blueprint() -> BlueprintSnapshot {
+    parse(
+        r#"
+name: shop
+on_failure: { grace: 60s }
+steps:
+  build: { run: noop }
+  unit: { run: noop, needs: [build] }
+  lint: { run: noop, needs: [build], retry: { step-failed: { times: 2, wait: 5s } } }
+  package: { run: noop, needs: [unit, lint] }
+"#,
+    )
+    .expect("valid")
+    .snapshot
+}
+
+fn requested() -> E {
+    E::DeploymentRequested {
+        tenant: "acme".into(),
+        requested_by: "ada".into(),
+        trigger: "cli".into(),
+        source: "shop.yaml".into(),
+        blueprint: blueprint(),
+        blueprint_hash: "h".into(),
+        params: BTreeMap::new(),
+    }
+}
+
+fn scheduled(step: &str, attempt: u32, at: i64) -> E {
+    E::StepScheduled { step: step.into(), attempt, not_before: t(at) }
+}
+fn started(step: &str, attempt: u32) -> E {
+    E::StepStarted { step: step.into(), attempt, sandbox: format!("{step}-{attempt}") }
+}
+fn succeeded(step: &str, attempt: u32) -> E {
+    E::StepSucceeded { step: step.into(), attempt, outputs: BTreeMap::new(), duration_ms: 1 }
+}
+fn attempt_failed(step: &str, attempt: u32, class: ErrorClass) -> E {
+    E::StepAttemptFailed { step: step.into(), attempt, error_class: class, exit_code: Some(1), message: "boom".into(), duration_ms: 1 }
+}
+fn failure(step: &str, attempt: u32, class: ErrorClass, now: i64) -> C {
+    C::RecordFailure { step: step.into(), attempt, error_class: class, exit_code: Some(1), message: "boom".into(), duration_ms: 1, now: t(now) }
+}
+fn start(step: &str, attempt: u32, now: i64) -> C {
+    C::StartAttempt { step: step.into(), attempt, sandbox: format!("{step}-{attempt}"), now: t(now) }
+}
+fn success(step: &str, attempt: u32) -> C {
+    C::RecordSuccess { step: step.into(), attempt, outputs: BTreeMap::new(), duration_ms: 1 }
+}
+
+struct Given(DeploymentState);
+
+fn given(events: impl IntoIterator<Item = E>) -> Given {
+    Given(Deployment::replay(events))
+}
+
+impl Given {
+    fn when(self, command: C) -> Result<Vec<E>, DeploymentError> {
+        Deployment::handle(&self.0, command)
+    }
+    fn state(&self) -> &DeploymentState {
+        &self.0
+    }
+}
+
+/// build and unit succeeded; lint's first attempt is running.
+fn running_lint() -> Vec<E> {
+    vec![
+        requested(),
+        scheduled("build", 1, 0),
+        started("build", 1),
+        succeeded("build", 1),
+        scheduled("unit", 1, 1),
+        scheduled("lint", 1, 1),
+        started("unit", 1),
+        started("lint", 1),
+    ]
+}
+
+#[test]
+fn a_request_is_recorded_with_its_sealed_secrets() {
+    let then = given([]).when(C::Request {
+        tenant: "acme".into(),
+        requested_by: "ada".into(),
+        trigger: "cli".into(),
+        source: "shop.yaml".into(),
+        blueprint: blueprint(),
+        blueprint_hash: "h".into(),
+        params: BTreeMap::new(),
+        sealed: Some(("seal-1".into(), vec!["api_key".into()])),
+    });
+    assert_eq!(then, Ok(vec![requested(), E::CredentialsSealed { seal: "seal-1".into(), secrets: vec!["api_key".into()] }]));
+}
+
+#[test]
+fn a_second_request_is_refused() {
+    let request = C::Request {
+        tenant: "acme".into(),
+        requested_by: "ada".into(),
+        trigger: "cli".into(),
+        source: "s".into(),
+        blueprint: blueprint(),
+        blueprint_hash: "h".into(),
+        params: BTreeMap::new(),
+        sealed: None,
+    };
+    assert_eq!(given([requested()]).when(request), Err(DeploymentError::AlreadyRequested));
+}
+
+#[test]
+fn commands_before_a_request_are_refused() {
+    assert_eq!(given([]).when(C::Advance { now: t(0) }), Err(DeploymentError::NotRequested));
+}
+
+#[test]
+fn advancing_schedules_only_steps_whose_needs_succeeded() {
+    assert_eq!(given([requested()]).when(C::Advance { now: t(0) }), Ok(vec![scheduled("build", 1, 0)]));
+    assert_eq!(
+        given([requested(), scheduled("build", 1, 0), started("build", 1), succeeded("build", 1)]).when(C::Advance { now: t(1) }),
+        Ok(vec![scheduled("unit", 1, 1), scheduled("lint", 1, 1)])
+    );
+    // Nothing new while work is under way: advancing twice records nothing twice.
+    assert_eq!(given(running_lint()).when(C::Advance { now: t(2) }), Ok(vec![]));
+}
+
+#[test]
+fn an_attempt_starts_only_when_scheduled_and_due() {
+    let history = [requested(), scheduled("build", 1, 10)];
+    assert_eq!(given(history.clone()).when(start("build", 1, 10)), Ok(vec![started("build", 1)]));
+    assert_eq!(
+        given(history.clone()).when(start("build", 1, 9)),
+        Err(DeploymentError::NotYetDue { step: "build".into(), attempt: 1, not_before: t(10) })
+    );
+    assert_eq!(
+        given(history.clone()).when(start("build", 2, 10)),
+        Err(DeploymentError::AttemptNotScheduled { step: "build".into(), attempt: 2 })
+    );
+    assert_eq!(given(history).when(start("nope", 1, 10)), Err(DeploymentError::UnknownStep("nope".into())));
+    // A started attempt cannot start again (a redelivered job).
+    assert_eq!(
+        given(running_lint()).when(start("lint", 1, 5)),
+        Err(DeploymentError::AttemptNotScheduled { step: "lint".into(), attempt: 1 })
+    );
+}
+
+#[test]
+fn a_success_is_recorded_once() {
+    assert_eq!(given(running_lint()).when(success("lint", 1)), Ok(vec![succeeded("lint", 1)]));
+    let mut done = running_lint();
+    done.push(succeeded("lint", 1));
+    assert_eq!(given(done).when(success("lint", 1)), Err(DeploymentError::AttemptNotRunning { step: "lint".into(), attempt: 1 }));
+}
+
+#[test]
+fn a_failure_with_retries_left_schedules_the_next_attempt_after_the_wait() {
+    assert_eq!(
+        given(running_lint()).when(failure("lint", 1, ErrorClass::StepFailed, 20)),
+        Ok(vec![
+            attempt_failed("lint", 1, ErrorClass::StepFailed),
+            E::StepRetryScheduled { step: "lint".into(), attempt: 1, next_attempt: 2, delay_ms: 5_000, not_before: t(25) },
+        ])
+    );
+}
+
+#[test]
+fn a_retrying_step_is_retrying_and_its_next_attempt_is_an_action() {
+    let mut history = running_lint();
+    history.push(attempt_failed("lint", 1, ErrorClass::StepFailed));
+    history.push(E::StepRetryScheduled { step: "lint".into(), attempt: 1, next_attempt: 2, delay_ms: 5_000, not_before: t(25) });
+    let given = given(history);
+    assert_eq!(given.state().steps["lint"].status, StepStatus::Retrying);
+    assert_eq!(actions(given.state()), vec![Action::RunAttempt { step: "lint".into(), attempt: 2, not_before: t(25) }]);
+    assert!(matches!(given.when(start("lint", 2, 24)), Err(DeploymentError::NotYetDue { .. })));
+}
+
+#[test]
+fn the_default_policy_fails_a_step_failed_at_once_and_starts_the_grace_period() {
+    // unit has no override: step-failed is not retried. lint is still running.
+    assert_eq!(
+        given(running_lint()).when(failure("unit", 1, ErrorClass::StepFailed, 30)),
+        Ok(vec![
+            attempt_failed("unit", 1, ErrorClass::StepFailed),
+            E::StepFailed { step: "unit".into(), attempts: 1, error_class: ErrorClass::StepFailed },
+            E::FailureGracePeriodStarted { failed_step: "unit".into(), deadline: t(90) },
+        ])
+    );
+}
+
+#[test]
+fn the_retry_table_sets_how_many_attempts_each_class_gets() {
+    // (class, attempts allowed by the default table)
+    for (class, allowed) in [
+        (ErrorClass::Terraform, 2),
+        (ErrorClass::BackendUnreachable, 6),
+        (ErrorClass::BootstrapTimeout, 1),
+        (ErrorClass::HostUnreachable, 2),
+        (ErrorClass::StepFailed, 1),
+    ] {
+        let mut history = vec![requested(), scheduled("build", 1, 0)];
+        let mut attempt = 1;
+        loop {
+            history.push(started("build", attempt));
+            let events = given(history.clone()).when(failure("build", attempt, class, 0)).expect("recorded");
+            let gave_up = events.iter().any(|e| matches!(e, E::StepFailed { .. }));
+            history.extend(events);
+            if gave_up {
+                break;
+            }
+            attempt += 1;
+        }
+        assert_eq!(attempt, allowed, "{class}");
+    }
+}
+
+#[test]
+fn a_failure_for_good_abandons_waiting_attempts_at_once() {
+    let mut history = running_lint();
+    history.push(attempt_failed("lint", 1, ErrorClass::StepFailed));
+    history.push(E::StepRetryScheduled { step: "lint".into(), attempt: 1, next_attempt: 2, delay_ms: 5_000, not_before: t(25) });
+    assert_eq!(
+        given(history).when(failure("unit", 1, ErrorClass::StepFailed, 21)),
+        Ok(vec![
+            attempt_failed("unit", 1, ErrorClass::StepFailed),
+            E::StepFailed { step: "unit".into(), attempts: 1, error_class: ErrorClass::StepFailed },
+            E::StepAbandoned { step: "lint".into(), attempt: 2, reason: "not started because step `unit` failed".into() },
+        ])
+    );
+}
+
+fn failing_with_lint_in_grace() -> Vec<E> {
+    let mut history = running_lint();
+    history.push(attempt_failed("unit", 1, ErrorClass::StepFailed));
+    history.push(E::StepFailed { step: "unit".into(), attempts: 1, error_class: ErrorClass::StepFailed });
+    history.push(E::FailureGracePeriodStarted { failed_step: "unit".into(), deadline: t(90) });
+    history
+}
+
+#[test]
+fn within_the_grace_period_a_running_step_may_still_finish() {
+    let given = given(failing_with_lint_in_grace());
+    assert_eq!(actions(given.state()), vec![Action::WakeAt(t(90))]);
+    assert_eq!(given.when(success("lint", 1)), Ok(vec![succeeded("lint", 1)]));
+}
+
+#[test]
+fn while_failing_no_new_attempt_starts_and_failures_are_not_retried() {
+    let given = given(failing_with_lint_in_grace());
+    assert_eq!(given.when(C::Advance { now: t(40) }), Ok(vec![]), "nothing is scheduled before the deadline");
+    let given = self::given(failing_with_lint_in_grace());
+    assert_eq!(
+        given.when(failure("lint", 1, ErrorClass::StepFailed, 40)),
+        Ok(vec![
+            attempt_failed("lint", 1, ErrorClass::StepFailed),
+            E::StepFailed { step: "lint".into(), attempts: 1, error_class: ErrorClass::StepFailed },
+        ])
+    );
+}
+
+#[test]
+fn at_the_deadline_running_steps_are_abandoned() {
+    assert_eq!(
+        given(failing_with_lint_in_grace()).when(C::Advance { now: t(90) }),
+        Ok(vec![E::StepAbandoned { step: "lint".into(), attempt: 1, reason: "still running when the failure grace period ended".into() }])
+    );
+}
+
+#[test]
+fn an_abandoned_attempt_can_no_longer_record_its_outcome() {
+    let mut history = failing_with_lint_in_grace();
+    history.push(E::StepAbandoned { step: "lint".into(), attempt: 1, reason: "late".into() });
+    assert_eq!(given(history).when(success("lint", 1)), Err(DeploymentError::AttemptNotRunning { step: "lint".into(), attempt: 1 }));
+}
+
+#[test]
+fn a_failed_deployment_purges_its_secrets_before_it_ends() {
+    let mut history = failing_with_lint_in_grace();
+    history.push(succeeded("lint", 1));
+    let before_purge = given(history.clone());
+    assert_eq!(actions(before_purge.state()), vec![Action::PurgeSecrets]);
+    assert_eq!(before_purge.when(C::Advance { now: t(50) }), Ok(vec![]), "it does not end before the purge");
+    assert_eq!(given(history.clone()).when(C::RecordSecretsPurged), Ok(vec![E::SecretsPurged {}]));
+    history.push(E::SecretsPurged {});
+    assert_eq!(
+        given(history).when(C::Advance { now: t(51) }),
+        Ok(vec![E::DeploymentFailed { reason: "step `unit` failed after 1 attempt(s) (step-failed)".into() }])
+    );
+}
+
+#[test]
+fn secrets_are_not_purged_while_steps_may_run() {
+    assert_eq!(given(running_lint()).when(C::RecordSecretsPurged), Err(DeploymentError::StepsStillRunning));
+}
+
+#[test]
+fn a_deployment_whose_steps_all_succeeded_purges_then_succeeds() {
+    let mut history = running_lint();
+    history.extend([succeeded("unit", 1), succeeded("lint", 1), scheduled("package", 1, 3), started("package", 1), succeeded("package", 1)]);
+    let given_done = given(history.clone());
+    assert_eq!(actions(given_done.state()), vec![Action::PurgeSecrets]);
+    assert_eq!(given_done.when(C::Advance { now: t(4) }), Ok(vec![]));
+    history.push(E::SecretsPurged {});
+    assert_eq!(given(history.clone()).when(C::Advance { now: t(5) }), Ok(vec![E::DeploymentSucceeded {}]));
+    history.push(E::DeploymentSucceeded {});
+    let finished = given(history);
+    assert!(finished.state().is_finished());
+    assert!(actions(finished.state()).is_empty(), "a finished deployment calls for nothing");
+}
+
+#[test]
+fn a_finished_deployment_refuses_step_commands_but_advancing_is_harmless() {
+    let history = [requested(), scheduled("build", 1, 0), started("build", 1), E::StepFailed { step: "build".into(), attempts: 1, error_class: ErrorClass::StepFailed }, E::SecretsPurged {}, E::DeploymentFailed { reason: "r".into() }];
+    assert_eq!(given(history.clone()).when(C::Advance { now: t(9) }), Ok(vec![]));
+    assert_eq!(given(history).when(success("build", 1)), Err(DeploymentError::AlreadyFinished));
+}
+
+#[test]
+fn scheduled_attempts_are_actions_until_they_start() {
+    let given = given([requested(), scheduled("build", 1, 7)]);
+    assert_eq!(actions(given.state()), vec![Action::RunAttempt { step: "build".into(), attempt: 1, not_before: t(7) }]);
+}

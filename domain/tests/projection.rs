@@ -1,0 +1,113 @@
+//! The read models as folds: a deployment's status, a tenant's summary, idempotence.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use overture_domain::blueprint::parse;
+use overture_domain::projection::{DeploymentStatus, ReadModels};
+use overture_domain::StepStatus;
+use overture_events::{DeploymentEvent as E, DeploymentId, Envelope, ErrorClass, Metadata};
+use uuid::Uuid;
+
+fn at(seconds: i64) -> DateTime<Utc> {
+    DateTime::<Utc>::UNIX_EPOCH + TimeDelta::seconds(1_800_000_000 + seconds)
+}
+
+fn envelope(id: DeploymentId, tenant: &str, revision: u64, event: E) -> Envelope {
+    Envelope {
+        stream: id.stream(),
+        revision,
+        id: Uuid::new_v4(),
+        event_type: event.event_type().into(),
+        data: event.data(),
+        metadata: Metadata {
+            tenant: tenant.into(),
+            actor: "test".into(),
+            correlation_id: id.uuid(),
+            causation_id: id.uuid(),
+            recorded_at: at(revision as i64),
+        },
+    }
+}
+
+fn history(id: DeploymentId, tenant: &str, ending: E) -> Vec<Envelope> {
+    let blueprint = parse("name: app\nsteps:\n  a: { run: noop }\n  b: { run: noop }\n").expect("valid").snapshot;
+    let events = vec![
+        E::DeploymentRequested { tenant: tenant.into(), requested_by: "u".into(), trigger: "cli".into(), source: "f".into(), blueprint, blueprint_hash: "h".into(), params: BTreeMap::new() },
+        E::StepScheduled { step: "a".into(), attempt: 1, not_before: at(0) },
+        E::StepScheduled { step: "b".into(), attempt: 1, not_before: at(0) },
+        E::StepStarted { step: "a".into(), attempt: 1, sandbox: "s".into() },
+        E::StepStarted { step: "b".into(), attempt: 1, sandbox: "s".into() },
+        E::StepSucceeded { step: "a".into(), attempt: 1, outputs: [("k".to_owned(), "v".to_owned())].into(), duration_ms: 5 },
+        E::StepAttemptFailed { step: "b".into(), attempt: 1, error_class: ErrorClass::StepFailed, exit_code: Some(3), message: "m".into(), duration_ms: 5 },
+        E::StepFailed { step: "b".into(), attempts: 1, error_class: ErrorClass::StepFailed },
+        E::SecretsPurged {},
+        ending,
+    ];
+    events.into_iter().enumerate().map(|(i, e)| envelope(id, tenant, i as u64, e)).collect()
+}
+
+#[test]
+fn a_deployment_view_follows_its_steps_and_ending() {
+    let id = DeploymentId::from_uuid(Uuid::now_v7());
+    let mut models = ReadModels::default();
+    for e in history(id, "acme", E::DeploymentFailed { reason: "step `b` failed".into() }) {
+        models.apply(&e).expect("folds");
+    }
+    let view = &models.deployments[&id];
+    assert_eq!(view.status, DeploymentStatus::Failed);
+    assert_eq!(view.blueprint, "app");
+    assert_eq!(view.steps["a"].status, StepStatus::Succeeded);
+    assert_eq!(view.steps["a"].outputs["k"], "v");
+    assert_eq!(view.steps["b"].status, StepStatus::Failed);
+    assert_eq!(view.steps["b"].attempts, 1);
+    assert_eq!(view.steps["b"].error_class, Some(ErrorClass::StepFailed));
+    assert_eq!(view.started_at, at(0));
+    assert_eq!(view.finished_at, Some(at(9)));
+    assert_eq!(view.reason.as_deref(), Some("step `b` failed"));
+
+    let json = serde_json::to_value(view).expect("serialises");
+    assert_eq!(json["status"], "failed");
+    assert_eq!(json["steps"]["b"]["status"], "failed");
+    assert_eq!(json["steps"]["b"]["attempts"], 1);
+}
+
+#[test]
+fn a_tenant_summary_counts_deployments_by_outcome() {
+    let mut models = ReadModels::default();
+    let ids: Vec<DeploymentId> = (0..3).map(|_| DeploymentId::from_uuid(Uuid::now_v7())).collect();
+    let mut all = history(ids[0], "acme", E::DeploymentSucceeded {});
+    all.extend(history(ids[1], "acme", E::DeploymentFailed { reason: "r".into() }));
+    all.extend(history(ids[2], "acme", E::DeploymentSucceeded {}).into_iter().take(4));
+    all.extend(history(DeploymentId::from_uuid(Uuid::now_v7()), "globex", E::DeploymentSucceeded {}));
+    for e in &all {
+        models.apply(e).expect("folds");
+    }
+    let acme = &models.tenants["acme"];
+    assert_eq!((acme.running, acme.succeeded, acme.failed, acme.total), (1, 1, 1, 3));
+    assert_eq!(acme.last_deployment_at, Some(at(0)));
+    assert_eq!(models.tenants["globex"].total, 1);
+}
+
+#[test]
+fn folding_the_same_events_twice_changes_nothing() {
+    let id = DeploymentId::from_uuid(Uuid::now_v7());
+    let events = history(id, "acme", E::DeploymentSucceeded {});
+    let mut once = ReadModels::default();
+    let mut twice = ReadModels::default();
+    for e in &events {
+        once.apply(e).expect("folds");
+    }
+    for e in events.iter().chain(events.iter()) {
+        twice.apply(e).expect("folds");
+    }
+    assert_eq!(once, twice);
+}
+
+#[test]
+fn an_envelope_that_does_not_match_the_schema_is_an_error() {
+    let id = DeploymentId::from_uuid(Uuid::now_v7());
+    let mut bad = history(id, "acme", E::DeploymentSucceeded {}).remove(0);
+    bad.data = serde_json::json!({ "tenant": 3 });
+    assert!(ReadModels::default().apply(&bad).is_err());
+}
