@@ -1,0 +1,116 @@
+//! What every function handler shares.
+//!
+//! - [`DeploymentLog`]: the port through which handlers load a deployment and append its events.
+//! - [`Clock`]: the port that tells the time, so handlers (and their tests) control it.
+//! - [`execute`]: load, decide with the aggregate, append; on a conflicting writer, load again
+//!   and decide again. It keeps "the command was refused" (`Ok(Err(_))`) apart from "the
+//!   outcome could not be recorded" (`Err(_)`).
+
+use async_trait::async_trait;
+use overture_domain::{Deployment, DeploymentCommand, DeploymentError, DeploymentState};
+use overture_events::{DeploymentEvent, DeploymentId, Timestamp};
+use uuid::Uuid;
+
+/// How often [`execute`] decides again after losing a race to another writer.
+const CONFLICT_RETRIES: usize = 20;
+
+/// Who appends events and why: the metadata every appended event carries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cause {
+    /// The user or function appending.
+    pub actor: String,
+    /// The deployment's correlation id (its id, for every event of its chain).
+    pub correlation_id: Uuid,
+    /// The event or request that caused these events.
+    pub causation_id: Uuid,
+}
+
+impl Cause {
+    /// A cause within a deployment's own chain.
+    pub fn new(actor: impl Into<String>, deployment: DeploymentId, causation_id: Uuid) -> Self {
+        Self { actor: actor.into(), correlation_id: deployment.uuid(), causation_id }
+    }
+}
+
+/// A deployment folded from its stream.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Loaded {
+    /// Its state.
+    pub state: DeploymentState,
+    /// The last revision folded in; `None` when the stream does not exist.
+    pub revision: Option<u64>,
+}
+
+/// Why the log could not load or append.
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    /// Another writer appended first; load again and decide again.
+    #[error("deployment {deployment} was changed by another writer (expected revision {expected:?})")]
+    Conflict { deployment: DeploymentId, expected: Option<u64> },
+    /// The log could not be read or written.
+    #[error("the event log failed: {0}")]
+    Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// Loads deployments and appends their events.
+#[async_trait]
+pub trait DeploymentLog: Send + Sync {
+    /// The deployment's current state.
+    async fn load(&self, deployment: DeploymentId) -> Result<Loaded, LogError>;
+
+    /// Appends all of `events` or none, if the stream's last revision is still `expected`.
+    async fn append(
+        &self,
+        deployment: DeploymentId,
+        tenant: &str,
+        expected: Option<u64>,
+        events: Vec<DeploymentEvent>,
+        cause: &Cause,
+    ) -> Result<(), LogError>;
+}
+
+/// Tells the time.
+pub trait Clock: Send + Sync {
+    /// Now.
+    fn now(&self) -> Timestamp;
+}
+
+/// What a successful [`execute`] recorded.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Executed {
+    /// The state after the new events.
+    pub state: DeploymentState,
+    /// The events appended (possibly none).
+    pub events: Vec<DeploymentEvent>,
+}
+
+/// Loads the deployment, asks `command_for` what to do given its state, and appends the
+/// resulting events; repeats when another writer got there first.
+pub async fn execute(
+    log: &dyn DeploymentLog,
+    deployment: DeploymentId,
+    tenant_for_new: &str,
+    cause: &Cause,
+    command_for: impl Fn(&DeploymentState) -> DeploymentCommand + Send,
+) -> Result<Result<Executed, DeploymentError>, LogError> {
+    let mut attempts = 0;
+    loop {
+        let Loaded { state, revision } = log.load(deployment).await?;
+        let events = match Deployment::handle(&state, command_for(&state)) {
+            Ok(events) => events,
+            Err(refused) => return Ok(Err(refused)),
+        };
+        if events.is_empty() {
+            return Ok(Ok(Executed { state, events }));
+        }
+        let tenant = if state.tenant.is_empty() { tenant_for_new } else { state.tenant.as_str() };
+        match log.append(deployment, tenant, revision, events.clone(), cause).await {
+            Ok(()) => {
+                let state = events.iter().cloned().fold(state, Deployment::apply);
+                return Ok(Ok(Executed { state, events }));
+            }
+            Err(LogError::Conflict { .. }) if attempts < CONFLICT_RETRIES => attempts += 1,
+            Err(error) => return Err(error),
+        }
+    }
+}

@@ -1,0 +1,92 @@
+//! The orchestrator function: after anything happens to a deployment, move it on.
+//!
+//! [`orchestrate`] advances the aggregate (schedule ready steps, abandon at a passed deadline,
+//! finish), then carries out the actions its state calls for: queue each waiting attempt for a
+//! runner, set a durable timer for a grace period's deadline, purge the secrets once no step can
+//! run any more. Every action is idempotent, so handling the same event twice is harmless.
+
+use async_trait::async_trait;
+use overture_domain::deployment::actions;
+use overture_domain::{Action, DeploymentCommand, DeploymentError, DeploymentState};
+use overture_events::{DeploymentId, Timestamp};
+use overture_kit::{execute, Cause, Clock, DeploymentLog, LogError};
+
+/// The name the orchestrator appends events under.
+pub const ACTOR: &str = "orchestrator";
+
+/// Queues work for later: attempts for the runners, and timers.
+#[async_trait]
+pub trait QueueWork: Send + Sync {
+    /// Queue this attempt to run once `not_before` has passed; queuing it twice queues it once.
+    async fn run_attempt(&self, deployment: DeploymentId, step: &str, attempt: u32, not_before: Timestamp) -> Result<(), WorkError>;
+    /// Have the orchestrator called for this deployment at `at`; likewise idempotent.
+    async fn wake_at(&self, deployment: DeploymentId, at: Timestamp) -> Result<(), WorkError>;
+}
+
+/// Deletes a deployment's sealed secrets.
+#[async_trait]
+pub trait PurgeSecrets: Send + Sync {
+    /// Deletes them; purging what is already gone succeeds.
+    async fn purge(&self, deployment: DeploymentId) -> Result<(), WorkError>;
+}
+
+/// A port failed to carry out an action.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct WorkError(pub String);
+
+/// The ports [`orchestrate`] uses.
+pub struct OrchestratorPorts<'a> {
+    /// The deployments.
+    pub log: &'a dyn DeploymentLog,
+    /// The job and timer queue.
+    pub work: &'a dyn QueueWork,
+    /// The sealed secrets.
+    pub secrets: &'a dyn PurgeSecrets,
+    /// The time.
+    pub clock: &'a dyn Clock,
+}
+
+/// Why a deployment could not be moved on.
+#[derive(Debug, thiserror::Error)]
+pub enum OrchestratorError {
+    /// The log failed.
+    #[error(transparent)]
+    Log(#[from] LogError),
+    /// Queuing or purging failed.
+    #[error("deployment {deployment}: {source}")]
+    Work { deployment: DeploymentId, source: WorkError },
+    /// The aggregate refused (for example, the deployment does not exist).
+    #[error("deployment {deployment}: {source}")]
+    Refused { deployment: DeploymentId, source: DeploymentError },
+}
+
+/// Moves one deployment on as far as it can go now; returns its state afterwards.
+pub async fn orchestrate(deployment: DeploymentId, cause: uuid::Uuid, ports: &OrchestratorPorts<'_>) -> Result<DeploymentState, OrchestratorError> {
+    let cause = Cause::new(ACTOR, deployment, cause);
+    let refused = |source| OrchestratorError::Refused { deployment, source };
+    let work = |source| OrchestratorError::Work { deployment, source };
+    loop {
+        let now = ports.clock.now();
+        let state = execute(ports.log, deployment, "", &cause, |_| DeploymentCommand::Advance { now }).await?.map_err(refused)?.state;
+        let mut purged = false;
+        for action in actions(&state) {
+            match action {
+                Action::RunAttempt { step, attempt, not_before } => {
+                    ports.work.run_attempt(deployment, &step, attempt, not_before).await.map_err(work)?;
+                }
+                Action::WakeAt(at) => ports.work.wake_at(deployment, at).await.map_err(work)?,
+                Action::PurgeSecrets => {
+                    ports.secrets.purge(deployment).await.map_err(work)?;
+                    execute(ports.log, deployment, "", &cause, |_| DeploymentCommand::RecordSecretsPurged).await?.map_err(refused)?;
+                    tracing::debug!(%deployment, "secrets purged");
+                    purged = true;
+                }
+            }
+        }
+        // Purging lets the deployment end: advance once more to record it.
+        if !purged {
+            return Ok(state);
+        }
+    }
+}

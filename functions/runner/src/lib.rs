@@ -1,0 +1,334 @@
+//! The runner function: run one attempt of one step, in a fresh sandbox, and record how it went.
+//!
+//! [`run_attempt`] takes a [`RunAttempt`] job. It records `StepStarted`, builds the step's
+//! command and environment (see [`script`]), runs it through [`RunSandboxed`], and records
+//! `StepSucceeded` or `StepAttemptFailed` (the aggregate then applies the retry policy).
+//! While the attempt runs it keeps its job's lease alive and watches the log: once the attempt
+//! is abandoned it kills the sandbox. A job that finds its attempt already running was held by
+//! an engine that died; that attempt is recorded as interrupted and the retry policy decides.
+
+pub mod script;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use overture_domain::secret::{Masker, SecretString, SecretValues};
+use overture_domain::{DeploymentCommand, DeploymentError, DeploymentState, StepStatus};
+use overture_events::{DeploymentId, ErrorClass, StepSpec, Timestamp};
+use overture_kit::{execute, Cause, Clock, DeploymentLog, LogError};
+use serde::{Deserialize, Serialize};
+
+/// The name the runner appends events under.
+pub const ACTOR: &str = "runner";
+/// How often a running attempt renews its lease and looks for its abandonment.
+pub const HEARTBEAT: Duration = Duration::from_secs(1);
+/// How much of an attempt's output is kept.
+pub const OUTPUT_LIMIT: usize = 64 * 1024;
+/// How many of the last output lines a failure's message carries.
+const MESSAGE_LINES: usize = 20;
+
+/// The job: run this attempt of this step.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunAttempt {
+    /// The deployment.
+    pub deployment: DeploymentId,
+    /// The step.
+    pub step: String,
+    /// The 1-based attempt.
+    pub attempt: u32,
+}
+
+/// One command to run in a fresh sandbox.
+pub struct SandboxJob {
+    /// Names the sandbox (and its workspace).
+    pub id: String,
+    /// Run with `/bin/sh -c`.
+    pub command: String,
+    /// Plain environment variables.
+    pub env: Vec<(String, String)>,
+    /// Secret environment variables.
+    pub secret_env: Vec<(String, SecretString)>,
+    /// Whether the sandbox keeps network access.
+    pub network: bool,
+    /// When to kill it.
+    pub timeout: Duration,
+    /// How much output to keep (the tail).
+    pub output_limit: usize,
+}
+
+/// How a sandboxed command ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SandboxExit {
+    /// It exited with this code.
+    Code(i32),
+    /// A signal killed it.
+    Signal(i32),
+    /// It ran past its timeout and was killed.
+    TimedOut,
+    /// It was killed because it was no longer wanted.
+    Cancelled,
+}
+
+/// What a sandboxed command did.
+pub struct SandboxResult {
+    /// How it ended.
+    pub exit: SandboxExit,
+    /// Its stdout and stderr, the tail.
+    pub output: Vec<u8>,
+    /// What it wrote to `$OVERTURE_OUTPUTS`.
+    pub outputs_file: Vec<u8>,
+    /// How long it ran.
+    pub duration: Duration,
+}
+
+/// A future that resolves when the sandbox must be killed.
+pub type Cancel<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+
+/// Runs a command in a fresh sandbox that is destroyed afterwards.
+#[async_trait]
+pub trait RunSandboxed: Send + Sync {
+    /// Runs `job`; kills it when `cancel` resolves.
+    async fn run<'a>(&self, job: SandboxJob, cancel: Cancel<'a>) -> Result<SandboxResult, PortError>;
+}
+
+/// Opens a deployment's sealed secrets.
+#[async_trait]
+pub trait OpenSeal: Send + Sync {
+    /// The secret values sealed for this deployment.
+    async fn open(&self, deployment: DeploymentId, tenant: &str, seal: &str) -> Result<SecretValues, PortError>;
+}
+
+/// Keeps the job's lease while the attempt runs, so no other runner takes it.
+#[async_trait]
+pub trait KeepAlive: Send + Sync {
+    /// Renews the lease; an error means the job is no longer ours.
+    async fn keep_alive(&self) -> Result<(), PortError>;
+}
+
+/// A port failed.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct PortError(pub String);
+
+/// The ports [`run_attempt`] uses.
+pub struct RunnerPorts<'a> {
+    /// The deployments.
+    pub log: &'a dyn DeploymentLog,
+    /// The sandbox.
+    pub sandbox: &'a dyn RunSandboxed,
+    /// The sealed secrets.
+    pub seals: &'a dyn OpenSeal,
+    /// The time.
+    pub clock: &'a dyn Clock,
+}
+
+/// What became of a job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AttemptReport {
+    /// The attempt succeeded.
+    Succeeded,
+    /// The attempt failed with this class.
+    Failed(ErrorClass),
+    /// An earlier holder of this job died while the attempt ran; recorded as failed.
+    Interrupted,
+    /// The attempt was abandoned while it ran and its sandbox killed.
+    Abandoned,
+    /// The job no longer matches the deployment (already run, superseded or abandoned).
+    Obsolete(String),
+    /// The attempt may not start yet; run the job again at this instant.
+    NotYetDue(Timestamp),
+}
+
+/// Why a job could not be handled; the job should be tried again later.
+#[derive(Debug, thiserror::Error)]
+pub enum RunnerError {
+    /// The log failed.
+    #[error(transparent)]
+    Log(#[from] LogError),
+    /// The sandbox or the seal failed.
+    #[error("{0}")]
+    Port(#[from] PortError),
+}
+
+/// Runs one attempt and records its outcome.
+pub async fn run_attempt(job: &RunAttempt, cause: uuid::Uuid, ports: &RunnerPorts<'_>, lease: &dyn KeepAlive) -> Result<AttemptReport, RunnerError> {
+    let RunAttempt { deployment, step, attempt } = job;
+    let (deployment, attempt) = (*deployment, *attempt);
+    let cause = Cause::new(ACTOR, deployment, cause);
+    let loaded = ports.log.load(deployment).await?;
+    let current = loaded.state.steps.get(step);
+
+    if current.is_some_and(|s| s.status == StepStatus::Running && s.attempt == attempt) {
+        let message = "the attempt was interrupted: the engine stopped while it ran".to_owned();
+        let recorded = record_failure(ports, deployment, &cause, step, attempt, ErrorClass::StepFailed, None, message, 0).await?;
+        return Ok(recorded.map_or_else(|refused| AttemptReport::Obsolete(refused.to_string()), |()| AttemptReport::Interrupted));
+    }
+
+    let sandbox_id = format!("{}-{step}-{attempt}-{}", &deployment.uuid().simple().to_string()[..12], short_suffix());
+    let now = ports.clock.now();
+    let start = DeploymentCommand::StartAttempt { step: step.clone(), attempt, sandbox: sandbox_id.clone(), now };
+    let state = match execute(ports.log, deployment, "", &cause, |_| start.clone()).await? {
+        Ok(executed) => executed.state,
+        Err(DeploymentError::NotYetDue { not_before, .. }) => return Ok(AttemptReport::NotYetDue(not_before)),
+        Err(refused) => return Ok(AttemptReport::Obsolete(refused.to_string())),
+    };
+    let Some(spec) = state.blueprint.as_ref().and_then(|b| b.step(step)).cloned() else {
+        return Ok(AttemptReport::Obsolete(format!("the blueprint has no step `{step}`")));
+    };
+
+    let outcome = match spec.kind.as_str() {
+        "noop" => Outcome::Success { outputs: Default::default(), duration: Duration::ZERO },
+        "script" => run_script(&state, &spec, deployment, attempt, sandbox_id, ports, lease).await?,
+        other => Outcome::Failure {
+            class: ErrorClass::StepFailed,
+            exit_code: None,
+            message: format!("this engine cannot run steps of kind `{other}`"),
+            duration: Duration::ZERO,
+        },
+    };
+
+    let recorded = match outcome {
+        Outcome::Abandoned => return Ok(AttemptReport::Abandoned),
+        Outcome::Success { outputs, duration } => {
+            let command = DeploymentCommand::RecordSuccess { step: step.clone(), attempt, outputs, duration_ms: millis(duration) };
+            execute(ports.log, deployment, "", &cause, |_| command.clone()).await?.map(|_| AttemptReport::Succeeded)
+        }
+        Outcome::Failure { class, exit_code, message, duration } => record_failure(ports, deployment, &cause, step, attempt, class, exit_code, message, millis(duration))
+            .await?
+            .map(|()| AttemptReport::Failed(class)),
+    };
+    // Refused here means the attempt was abandoned while it finished.
+    Ok(recorded.unwrap_or(AttemptReport::Abandoned))
+}
+
+enum Outcome {
+    Success { outputs: std::collections::BTreeMap<String, String>, duration: Duration },
+    Failure { class: ErrorClass, exit_code: Option<i32>, message: String, duration: Duration },
+    Abandoned,
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn record_failure(
+    ports: &RunnerPorts<'_>,
+    deployment: DeploymentId,
+    cause: &Cause,
+    step: &str,
+    attempt: u32,
+    error_class: ErrorClass,
+    exit_code: Option<i32>,
+    message: String,
+    duration_ms: u64,
+) -> Result<Result<(), DeploymentError>, LogError> {
+    let now = ports.clock.now();
+    let command = DeploymentCommand::RecordFailure { step: step.to_owned(), attempt, error_class, exit_code, message, duration_ms, now };
+    Ok(execute(ports.log, deployment, "", cause, |_| command.clone()).await?.map(|_| ()))
+}
+
+async fn run_script(
+    state: &DeploymentState,
+    spec: &StepSpec,
+    deployment: DeploymentId,
+    attempt: u32,
+    sandbox_id: String,
+    ports: &RunnerPorts<'_>,
+    lease: &dyn KeepAlive,
+) -> Result<Outcome, RunnerError> {
+    let secrets = match &state.seal {
+        Some(seal) => ports.seals.open(deployment, &state.tenant, seal).await?,
+        None => SecretValues::new(),
+    };
+    let masker = Masker::new(secrets.values());
+    let prepared = match script::prepare(state, spec, &secrets) {
+        Ok(prepared) => prepared,
+        Err(problem) => {
+            return Ok(Outcome::Failure { class: ErrorClass::StepFailed, exit_code: None, message: masker.mask(&problem), duration: Duration::ZERO });
+        }
+    };
+    let mut env = prepared.env;
+    env.extend([
+        ("OVERTURE_DEPLOYMENT".to_owned(), deployment.to_string()),
+        ("OVERTURE_STEP".to_owned(), spec.name.clone()),
+        ("OVERTURE_ATTEMPT".to_owned(), attempt.to_string()),
+    ]);
+    let job = SandboxJob {
+        id: sandbox_id,
+        command: prepared.command,
+        env,
+        secret_env: prepared.secret_env,
+        network: false,
+        timeout: Duration::from_millis(spec.timeout_ms),
+        output_limit: OUTPUT_LIMIT,
+    };
+
+    let watch = watch_for_abandonment(ports.log, lease, deployment, &spec.name, attempt);
+    let result = ports.sandbox.run(job, Box::pin(watch)).await?;
+
+    let output = masker.mask_bytes(&result.output);
+    Ok(match result.exit {
+        SandboxExit::Code(0) => match script::parse_outputs(&masker.mask_bytes(&result.outputs_file)) {
+            Ok(outputs) => Outcome::Success { outputs, duration: result.duration },
+            Err(problem) => Outcome::Failure { class: ErrorClass::StepFailed, exit_code: Some(0), message: problem, duration: result.duration },
+        },
+        SandboxExit::Code(code) => Outcome::Failure {
+            class: ErrorClass::StepFailed,
+            exit_code: Some(code),
+            message: with_tail(format!("exited with code {code}"), &output),
+            duration: result.duration,
+        },
+        SandboxExit::Signal(signal) => Outcome::Failure {
+            class: ErrorClass::StepFailed,
+            exit_code: None,
+            message: with_tail(format!("killed by signal {signal}"), &output),
+            duration: result.duration,
+        },
+        SandboxExit::TimedOut => Outcome::Failure {
+            class: ErrorClass::StepFailed,
+            exit_code: None,
+            message: with_tail(format!("timed out after {}", overture_domain::duration::format_duration(Duration::from_millis(spec.timeout_ms))), &output),
+            duration: result.duration,
+        },
+        SandboxExit::Cancelled => Outcome::Abandoned,
+    })
+}
+
+/// Resolves once the attempt is no longer running (abandoned) or the job's lease was lost.
+async fn watch_for_abandonment(log: &dyn DeploymentLog, lease: &dyn KeepAlive, deployment: DeploymentId, step: &str, attempt: u32) {
+    let mut ticks = tokio::time::interval(HEARTBEAT);
+    ticks.tick().await;
+    loop {
+        ticks.tick().await;
+        if let Err(error) = lease.keep_alive().await {
+            tracing::warn!(%deployment, step, attempt, %error, "lost the job's lease; stopping the attempt");
+            return;
+        }
+        match log.load(deployment).await {
+            Ok(loaded) => {
+                let running = loaded.state.steps.get(step).is_some_and(|s| s.status == StepStatus::Running && s.attempt == attempt);
+                if !running {
+                    return;
+                }
+            }
+            Err(error) => tracing::warn!(%deployment, %error, "could not check whether the attempt is still wanted"),
+        }
+    }
+}
+
+fn with_tail(headline: String, output: &str) -> String {
+    let lines: Vec<&str> = output.lines().collect();
+    let tail = &lines[lines.len().saturating_sub(MESSAGE_LINES)..];
+    if tail.is_empty() {
+        headline
+    } else {
+        format!("{headline}; last output:\n{}", tail.join("\n"))
+    }
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn short_suffix() -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..8].to_owned()
+}

@@ -1,0 +1,128 @@
+//! How a `script` step's command and environment are built, and its outputs read.
+//!
+//! Every `{{ ... }}` reference in the command becomes a quoted shell variable
+//! (`"${OVERTURE_REF_1}"`) whose value travels in the environment. A value can therefore never
+//! change the shape of the command (no injection through a parameter or an output), and a secret
+//! reaches the step only as an environment variable: never in the command text, never in an event.
+
+use std::collections::BTreeMap;
+
+use overture_domain::secret::{SecretString, SecretValues};
+use overture_domain::template::{Reference, Template};
+use overture_domain::DeploymentState;
+use overture_events::StepSpec;
+
+/// A script step ready for the sandbox.
+pub struct Prepared {
+    /// The command, with references replaced by variables.
+    pub command: String,
+    /// The variables holding parameters and outputs.
+    pub env: Vec<(String, String)>,
+    /// The variables holding secrets.
+    pub secret_env: Vec<(String, SecretString)>,
+}
+
+/// Builds the command and environment of a script step from the deployment's state.
+pub fn prepare(state: &DeploymentState, spec: &StepSpec, secrets: &SecretValues) -> Result<Prepared, String> {
+    let text = spec.with.get("command").and_then(|v| v.as_str()).ok_or("the step has no `with.command` text")?;
+    let template = Template::parse(text).map_err(|e| e.to_string())?;
+    let mut env = Vec::new();
+    let mut secret_env = Vec::new();
+    let mut count = 0;
+    let command = template.render(|reference| {
+        count += 1;
+        let name = format!("OVERTURE_REF_{count}");
+        match reference {
+            Reference::Param(param) => {
+                let value = state.params.get(param).ok_or_else(|| format!("parameter `{param}` has no value"))?;
+                env.push((name.clone(), value.clone()));
+            }
+            Reference::Output { step, key } => {
+                let value = state
+                    .steps
+                    .get(step)
+                    .and_then(|s| s.outputs.get(key))
+                    .ok_or_else(|| format!("`{reference}`: step `{step}` produced no output `{key}`"))?;
+                env.push((name.clone(), value.clone()));
+            }
+            Reference::Secret(secret) => {
+                let value = secrets.get(secret).ok_or_else(|| format!("secret `{secret}` was not given"))?;
+                secret_env.push((name.clone(), value.clone()));
+            }
+        }
+        Ok::<_, String>(format!("\"${{{name}}}\""))
+    })?;
+    Ok(Prepared { command, env, secret_env })
+}
+
+/// Reads the `key=value` lines a step wrote to `$OVERTURE_OUTPUTS`.
+pub fn parse_outputs(text: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut outputs = BTreeMap::new();
+    for (number, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let valid_key = |key: &str| {
+            key.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_') && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        };
+        match line.split_once('=') {
+            Some((key, value)) if valid_key(key) => {
+                outputs.insert(key.to_owned(), value.to_owned());
+            }
+            _ => {
+                return Err(format!(
+                    "line {} of $OVERTURE_OUTPUTS is not `key=value` with a key of letters, digits and '_': {line:?}",
+                    number + 1
+                ))
+            }
+        }
+    }
+    Ok(outputs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use overture_domain::blueprint::parse;
+    use overture_domain::Deployment;
+    use overture_events::DeploymentEvent;
+    use secrecy::ExposeSecret;
+
+    #[test]
+    fn references_become_quoted_variables_and_secrets_stay_out_of_the_command() {
+        let blueprint = parse(
+            "name: x\nparams: { who: {} }\nsecrets: [key]\nsteps:\n  a: { run: noop }\n  b: { run: script, needs: [a], with: { command: 'echo {{ params.who }} {{ steps.a.outputs.url }} {{ secrets.key }}' } }\n",
+        )
+        .expect("valid")
+        .snapshot;
+        let state = [
+            DeploymentEvent::DeploymentRequested {
+                tenant: "t".into(),
+                requested_by: "u".into(),
+                trigger: "cli".into(),
+                source: "s".into(),
+                blueprint: blueprint.clone(),
+                blueprint_hash: "h".into(),
+                params: [("who".to_owned(), "a; rm -rf /".to_owned())].into(),
+            },
+            DeploymentEvent::StepSucceeded { step: "a".into(), attempt: 1, outputs: [("url".to_owned(), "http://x".to_owned())].into(), duration_ms: 0 },
+        ]
+        .into_iter()
+        .fold(DeploymentState::default(), Deployment::apply);
+        let secrets: SecretValues = [("key".to_owned(), SecretString::from("s3cr3t"))].into();
+
+        let prepared = prepare(&state, blueprint.step("b").expect("b"), &secrets).expect("prepares");
+        assert_eq!(prepared.command, "echo \"${OVERTURE_REF_1}\" \"${OVERTURE_REF_2}\" \"${OVERTURE_REF_3}\"");
+        assert_eq!(prepared.env, vec![("OVERTURE_REF_1".into(), "a; rm -rf /".into()), ("OVERTURE_REF_2".into(), "http://x".into())]);
+        assert_eq!(prepared.secret_env.len(), 1);
+        assert_eq!(prepared.secret_env[0].1.expose_secret(), "s3cr3t");
+        assert!(!prepared.command.contains("s3cr3t"));
+    }
+
+    #[test]
+    fn outputs_are_key_value_lines() {
+        assert_eq!(parse_outputs("a=1\n\nb=x=y\n"), Ok([("a".to_owned(), "1".to_owned()), ("b".to_owned(), "x=y".to_owned())].into()));
+        assert!(parse_outputs("no equals sign").unwrap_err().contains("line 1"));
+        assert!(parse_outputs("ok=1\n1bad=2").unwrap_err().contains("line 2"));
+    }
+}
