@@ -1,0 +1,310 @@
+//! The embedded engine: every function wired in one process, on one data directory.
+//!
+//! The log feeds the functions in-process: after anything is appended, [`Engine::drive`] reads
+//! the new entries, has the orchestrator move each touched deployment on and the projector fold
+//! them into the read models, then hands due jobs from the durable queue to the runner (at most
+//! `parallelism` at a time). Waits are never sleeps that hold state: a retry's wait is a job's
+//! due time and a grace period's deadline is a timer job, both in the SQLite file, so a
+//! restarted process picks them up.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use overture_domain::DeploymentState;
+use overture_events::{DeploymentId, LogEntry};
+use overture_infra::clock::SystemClock;
+use overture_infra::keystore::LocalKeyStore;
+use overture_infra::sandbox::Bubblewrap;
+use overture_infra::sqlite::{Database, EventLog, Job, JobQueue, Receipt, ReceivedJob, SqliteDeployments, SqliteReadModels};
+use overture_kit::{Clock, DeploymentLog};
+use overture_orchestrator::{orchestrate, OrchestratorPorts};
+use overture_runner::{run_attempt, AttemptReport, KeepAlive, PortError, RunnerPorts};
+use overture_submit::{submit, Submission, SubmitError, SubmitPorts};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use uuid::Uuid;
+
+/// How long a received job stays invisible to other engines without a heartbeat.
+const LEASE: Duration = Duration::from_secs(30);
+/// How often the engine looks at the log even when nothing woke it (other processes append too).
+const POLL: Duration = Duration::from_millis(500);
+/// How many log entries one feed read takes.
+const FEED_BATCH: usize = 2_000;
+
+/// The engine failed (as opposed to a deployment failing).
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// Opening the data directory failed.
+    #[error("cannot use data directory {dir}: {reason}")]
+    DataDir { dir: String, reason: String },
+    /// A function or store failed.
+    #[error("{0}")]
+    Function(String),
+}
+
+fn function_error(error: impl std::fmt::Display) -> EngineError {
+    EngineError::Function(error.to_string())
+}
+
+/// Sees a driven deployment's progress.
+pub trait Watch {
+    /// A new log entry of the driven deployments, in log order.
+    fn entry(&mut self, entry: &LogEntry);
+    /// Called at least every half second with the target deployment's state.
+    fn tick(&mut self, state: &DeploymentState);
+}
+
+/// Watches nothing.
+pub struct Unwatched;
+
+impl Watch for Unwatched {
+    fn entry(&mut self, _: &LogEntry) {}
+    fn tick(&mut self, _: &DeploymentState) {}
+}
+
+/// Every adapter of the embedded mode, opened on one data directory.
+pub struct Engine {
+    /// The data directory.
+    pub data_dir: PathBuf,
+    /// The append-only log.
+    pub log: EventLog,
+    /// Deployments on the log (the functions' port).
+    pub deployments: SqliteDeployments,
+    /// Step jobs and timers.
+    pub queue: JobQueue,
+    /// The read models.
+    pub read_models: SqliteReadModels,
+    keys: LocalKeyStore,
+    sandbox: Bubblewrap,
+    clock: Arc<SystemClock>,
+}
+
+impl Engine {
+    /// Opens (creating if needed) the data directory and its database.
+    pub async fn open(data_dir: &Path) -> Result<Arc<Self>, EngineError> {
+        let dir_error = |reason: String| EngineError::DataDir { dir: data_dir.display().to_string(), reason };
+        std::fs::create_dir_all(data_dir).map_err(|e| dir_error(e.to_string()))?;
+        let db = Database::open(data_dir.join("overture.db")).await.map_err(|e| dir_error(e.to_string()))?;
+        let log = EventLog::new(db.clone());
+        let clock = Arc::new(SystemClock);
+        Ok(Arc::new(Self {
+            data_dir: data_dir.to_path_buf(),
+            deployments: SqliteDeployments::new(log.clone(), clock.clone()),
+            log,
+            queue: JobQueue::new(db.clone()),
+            read_models: SqliteReadModels::new(db),
+            keys: LocalKeyStore::new(data_dir),
+            sandbox: Bubblewrap::new(data_dir.join("sandboxes")),
+            clock,
+        }))
+    }
+
+    /// Validates, seals and records a deployment.
+    pub async fn submit(&self, submission: Submission) -> Result<DeploymentId, SubmitError> {
+        submit(submission, &SubmitPorts { log: &self.deployments, seals: &self.keys }).await
+    }
+
+    /// Folds new log entries into the read models.
+    pub async fn project(&self) -> Result<u64, EngineError> {
+        overture_projector::catch_up(&self.log, &self.read_models, overture_projector::BATCH).await.map_err(function_error)
+    }
+
+    /// A deployment's current state, folded from the log.
+    pub async fn state(&self, deployment: DeploymentId) -> Result<DeploymentState, EngineError> {
+        Ok(self.deployments.load(deployment).await.map_err(function_error)?.state)
+    }
+
+    /// Deployments whose stream holds no ending yet.
+    pub async fn unfinished(&self) -> Result<Vec<DeploymentId>, EngineError> {
+        let mut unfinished = Vec::new();
+        for stream in self.log.stream_names().await.map_err(function_error)? {
+            let Ok(id) = DeploymentId::from_stream(&stream) else { continue };
+            if !self.state(id).await?.is_finished() {
+                unfinished.push(id);
+            }
+        }
+        Ok(unfinished)
+    }
+
+    /// Makes every job leased by a dead engine available again, and deletes sandboxes left behind.
+    /// Only call this while holding the engine lock exclusively.
+    pub async fn recover(&self) -> Result<u64, EngineError> {
+        let released = self.queue.release_in_flight(self.clock.now()).await.map_err(function_error)?;
+        let sandboxes = self.data_dir.join("sandboxes");
+        if sandboxes.exists() {
+            std::fs::remove_dir_all(&sandboxes).map_err(function_error)?;
+        }
+        Ok(released)
+    }
+
+    fn orchestrator_ports(&self) -> OrchestratorPorts<'_> {
+        OrchestratorPorts { log: &self.deployments, work: &self.queue, secrets: &self.keys, clock: self.clock.as_ref() }
+    }
+
+    /// Moves one deployment on.
+    pub async fn orchestrate(&self, deployment: DeploymentId, cause: Uuid) -> Result<DeploymentState, EngineError> {
+        orchestrate(deployment, cause, &self.orchestrator_ports()).await.map_err(function_error)
+    }
+
+    /// Runs deployments until `target` has ended (or, with `None`, until every deployment has).
+    /// `progress` sees every new log entry of the driven deployments, in order.
+    pub async fn drive(
+        self: &Arc<Self>,
+        target: Option<DeploymentId>,
+        parallelism: usize,
+        watch: &mut dyn Watch,
+        from_position: u64,
+    ) -> Result<(), EngineError> {
+        let appended = self.log.appended();
+        let permits = Arc::new(Semaphore::new(parallelism.max(1)));
+        let mut running: JoinSet<()> = JoinSet::new();
+        let mut position = from_position;
+        // Deployments started later by other processes are theirs to drive.
+        let mut waiting_for = match target {
+            Some(id) => vec![id],
+            None => self.unfinished().await?,
+        };
+
+        loop {
+            let notified = appended.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+
+            // Feed: every new entry moves its deployment on and reaches the read models.
+            loop {
+                let entries = self.log.read_all(position, FEED_BATCH).await.map_err(function_error)?;
+                let Some(last) = entries.last() else { break };
+                position = last.position;
+                let mut touched: Vec<(DeploymentId, Uuid)> = Vec::new();
+                for entry in &entries {
+                    let Ok(id) = DeploymentId::from_stream(&entry.envelope.stream) else { continue };
+                    if target.is_some_and(|t| t != id) {
+                        continue;
+                    }
+                    match touched.iter_mut().find(|(seen, _)| *seen == id) {
+                        Some(slot) => slot.1 = entry.envelope.id,
+                        None => touched.push((id, entry.envelope.id)),
+                    }
+                }
+                for entry in &entries {
+                    let id = DeploymentId::from_stream(&entry.envelope.stream).ok();
+                    if target.is_none() || id == target {
+                        watch.entry(entry);
+                    }
+                }
+                for (id, cause) in touched {
+                    self.orchestrate(id, cause).await?;
+                }
+            }
+            self.project().await?;
+
+            let done = match target {
+                Some(id) => {
+                    let state = self.state(id).await?;
+                    watch.tick(&state);
+                    state.is_finished()
+                }
+                None => {
+                    let mut unfinished = Vec::new();
+                    for id in std::mem::take(&mut waiting_for) {
+                        if !self.state(id).await?.is_finished() {
+                            unfinished.push(id);
+                        }
+                    }
+                    waiting_for = unfinished;
+                    waiting_for.is_empty()
+                }
+            };
+            if done {
+                // Attempts abandoned at the end notice within a heartbeat and kill their sandboxes.
+                while running.join_next().await.is_some() {}
+                self.project().await?;
+                return Ok(());
+            }
+
+            // Hand due jobs to workers while there is room.
+            while let Ok(permit) = permits.clone().try_acquire_owned() {
+                let job = self.queue.receive(self.clock.now(), LEASE, target).await.map_err(function_error)?;
+                let Some(job) = job else { break };
+                let engine = Arc::clone(self);
+                running.spawn(async move {
+                    engine.handle_job(job).await;
+                    drop(permit);
+                });
+            }
+
+            let next_wake = self.queue.next_wake(target).await.map_err(function_error)?;
+            let until_wake = next_wake
+                .and_then(|at| (at - self.clock.now()).to_std().ok())
+                .unwrap_or(Duration::ZERO)
+                .min(POLL);
+            tokio::select! {
+                () = &mut notified => {}
+                Some(_) = running.join_next(), if !running.is_empty() => {}
+                () = tokio::time::sleep(if next_wake.is_some() { until_wake } else { POLL }) => {}
+            }
+        }
+    }
+
+    async fn handle_job(self: Arc<Self>, job: ReceivedJob) {
+        let receipt = job.receipt;
+        let key = job.key.clone();
+        let cause = Uuid::now_v7();
+        let finished = match Job::from_body(job.body) {
+            Err(error) => {
+                tracing::error!(key, %error, "dropping a job that cannot be read");
+                true
+            }
+            Ok(Job::Wake { deployment }) => match self.orchestrate(deployment, cause).await {
+                Ok(_) => true,
+                Err(error) => {
+                    tracing::warn!(key, %error, "timer failed; it will be retried after its lease");
+                    false
+                }
+            },
+            Ok(Job::RunAttempt(attempt)) => {
+                let lease = QueueLease { queue: self.queue.clone(), receipt, clock: self.clock.clone() };
+                let ports = RunnerPorts { log: &self.deployments, sandbox: &self.sandbox, seals: &self.keys, clock: self.clock.as_ref() };
+                match run_attempt(&attempt, cause, &ports, &lease).await {
+                    Ok(AttemptReport::NotYetDue(at)) => {
+                        if let Err(error) = self.queue.extend(&receipt, at).await {
+                            tracing::warn!(key, %error, "could not postpone a job that is not due");
+                        }
+                        false
+                    }
+                    Ok(report) => {
+                        tracing::debug!(key, ?report, "attempt handled");
+                        true
+                    }
+                    Err(error) => {
+                        tracing::warn!(key, %error, "attempt could not be handled; it will be retried after its lease");
+                        false
+                    }
+                }
+            }
+        };
+        if finished {
+            if let Err(error) = self.queue.ack(&receipt).await {
+                tracing::warn!(key, %error, "could not acknowledge a finished job");
+            }
+        }
+    }
+}
+
+/// Keeps a received job's lease alive while its attempt runs.
+struct QueueLease {
+    queue: JobQueue,
+    receipt: Receipt,
+    clock: Arc<SystemClock>,
+}
+
+#[async_trait]
+impl KeepAlive for QueueLease {
+    async fn keep_alive(&self) -> Result<(), PortError> {
+        let until = self.clock.now() + chrono::TimeDelta::from_std(LEASE).unwrap_or_default();
+        self.queue.extend(&self.receipt, until).await.map_err(|e| PortError(e.to_string()))
+    }
+}
+

@@ -1,0 +1,385 @@
+//! The `overture` program: deploy blueprints with the embedded engine and read what happened.
+//!
+//! - `main.rs`: the commands and their exit codes (0 success, 1 the deployment failed or a check
+//!   found differences, 2 bad input, 3 the engine itself failed).
+//! - [`engine`]: every function wired in one process on one data directory.
+//! - [`progress`]: live progress while a deployment runs.
+//! - [`render`]: status, lists and the audit trail for people.
+//! - [`lock`]: the data directory's engine lock.
+
+mod engine;
+mod lock;
+mod progress;
+mod render;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+use overture_domain::blueprint;
+use overture_domain::graph::{self, GraphFormat};
+use overture_domain::projection::DeploymentStatus;
+use overture_domain::secret::{SecretString, SecretValues};
+use overture_events::DeploymentId;
+use overture_infra::sqlite::ListFilter;
+use overture_submit::{Submission, SubmitError};
+
+use crate::engine::{Engine, Unwatched};
+use crate::lock::EngineLock;
+use crate::progress::Progress;
+
+/// Deploy applications as event-sourced workflows, and audit every step.
+#[derive(Parser)]
+#[command(name = "overture", version, about)]
+struct Cli {
+    /// Where the log, the queue, the read models and the sealed secrets are kept.
+    #[arg(long, global = true, env = "OVERTURE_DATA_DIR", default_value = ".overture")]
+    data_dir: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Record a deployment of a blueprint and drive it to its end, showing progress.
+    Deploy {
+        /// The blueprint file (YAML).
+        file: PathBuf,
+        /// The tenant deploying.
+        #[arg(long, env = "OVERTURE_TENANT", default_value = "default")]
+        tenant: String,
+        /// A parameter value, as NAME=VALUE (repeatable).
+        #[arg(long = "param", value_name = "NAME=VALUE")]
+        params: Vec<String>,
+        /// A secret, as NAME=ENV_VAR: its value is read from that environment variable.
+        #[arg(long = "secret", value_name = "NAME=ENV_VAR")]
+        secrets: Vec<String>,
+        /// How many steps may run at once.
+        #[arg(long, default_value_t = 8)]
+        parallelism: usize,
+        /// Print the final status as JSON on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a deployment's status.
+    Status {
+        /// The deployment id.
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List deployments, newest first.
+    List {
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Only deployments with this status.
+        #[arg(long, value_enum)]
+        status: Option<StatusFilter>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Summarise deployments per tenant.
+    Tenants {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a deployment's audit trail: every event, in order.
+    Events {
+        /// The deployment id.
+        id: String,
+        /// One JSON envelope per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check a blueprint without running anything.
+    Validate {
+        /// The blueprint file (YAML).
+        file: PathBuf,
+    },
+    /// Draw a blueprint's steps, or a deployment's with their states.
+    Graph {
+        /// A blueprint file or a deployment id.
+        target: String,
+        #[arg(long, value_enum, default_value = "mermaid")]
+        format: Format,
+    },
+    /// Rebuild every read model from the log.
+    Replay {
+        /// Only compare a fresh fold of the log with the stored read models; exit 1 on a difference.
+        #[arg(long)]
+        check: bool,
+    },
+    /// Carry on every unfinished deployment after a crash.
+    Resume {
+        /// How many steps may run at once.
+        #[arg(long, default_value_t = 8)]
+        parallelism: usize,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum StatusFilter {
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    Mermaid,
+    Dot,
+}
+
+/// How a command ended, when not in success.
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    /// The user's input is wrong; nothing was recorded.
+    #[error("{0}")]
+    BadInput(String),
+    /// The deployment failed, or a check found a difference (already reported).
+    #[error("{0}")]
+    Unsuccessful(String),
+    /// The engine itself failed.
+    #[error(transparent)]
+    Engine(#[from] anyhow::Error),
+}
+
+impl From<engine::EngineError> for Failure {
+    fn from(error: engine::EngineError) -> Self {
+        Failure::Engine(error.into())
+    }
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("OVERTURE_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the runtime: {error}");
+            return ExitCode::from(3);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Unsuccessful(message)) => {
+            if !message.is_empty() {
+                eprintln!("{message}");
+            }
+            ExitCode::from(1)
+        }
+        Err(Failure::BadInput(message)) => {
+            eprintln!("error: {message}");
+            ExitCode::from(2)
+        }
+        Err(Failure::Engine(error)) => {
+            eprintln!("error: {error:#}");
+            ExitCode::from(3)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), Failure> {
+    let data_dir = cli.data_dir;
+    match cli.command {
+        Command::Deploy { file, tenant, params, secrets, parallelism, json } => deploy(&data_dir, &file, tenant, &params, &secrets, parallelism, json).await,
+        Command::Status { id, json } => {
+            let engine = Engine::open(&data_dir).await?;
+            engine.project().await?;
+            let view = find_view(&engine, &id).await?;
+            if json {
+                println!("{}", render::status_json(&view));
+            } else {
+                print!("{}", render::status(&view));
+            }
+            Ok(())
+        }
+        Command::List { tenant, status, json } => {
+            let engine = Engine::open(&data_dir).await?;
+            engine.project().await?;
+            let status = status.map(|s| match s {
+                StatusFilter::Running => DeploymentStatus::Running,
+                StatusFilter::Succeeded => DeploymentStatus::Succeeded,
+                StatusFilter::Failed => DeploymentStatus::Failed,
+                StatusFilter::Cancelled => DeploymentStatus::Cancelled,
+            });
+            let filter = ListFilter { tenant, status: status.map(|s| s.as_str().to_owned()) };
+            let views = engine.read_models.list(filter).await.map_err(anyhow::Error::from)?;
+            if json {
+                println!("{}", render::list_json(&views));
+            } else {
+                print!("{}", render::list(&views));
+            }
+            Ok(())
+        }
+        Command::Tenants { json } => {
+            let engine = Engine::open(&data_dir).await?;
+            engine.project().await?;
+            let tenants = engine.read_models.tenants().await.map_err(anyhow::Error::from)?;
+            if json {
+                println!("{}", render::json(&tenants));
+            } else {
+                print!("{}", render::tenants(&tenants));
+            }
+            Ok(())
+        }
+        Command::Events { id, json } => {
+            let engine = Engine::open(&data_dir).await?;
+            let id = parse_id(&id)?;
+            let envelopes = engine.log.read_stream(&id.stream(), 0).await.context("reading the log")?;
+            if envelopes.is_empty() {
+                return Err(no_such_deployment(id));
+            }
+            for envelope in &envelopes {
+                if json {
+                    println!("{}", render::json_line(envelope));
+                } else {
+                    println!("{}", render::event_line(envelope));
+                }
+            }
+            Ok(())
+        }
+        Command::Validate { file } => {
+            let (text, parsed) = read_blueprint(&file)?;
+            drop(text);
+            println!("{}: valid blueprint `{}` with {} step(s)", file.display(), parsed.snapshot.name, parsed.snapshot.steps.len());
+            Ok(())
+        }
+        Command::Graph { target, format } => {
+            let format = match format {
+                Format::Mermaid => GraphFormat::Mermaid,
+                Format::Dot => GraphFormat::Dot,
+            };
+            let path = Path::new(&target);
+            if path.exists() {
+                let (_, parsed) = read_blueprint(path)?;
+                print!("{}", graph::render(&parsed.snapshot.steps, format, |_| None));
+            } else {
+                let engine = Engine::open(&data_dir).await?;
+                let id = parse_id(&target).map_err(|_| Failure::BadInput(format!("`{target}` is neither a blueprint file nor a deployment id")))?;
+                let state = engine.state(id).await?;
+                let Some(blueprint) = state.blueprint.as_ref() else { return Err(no_such_deployment(id)) };
+                print!("{}", graph::render(&blueprint.steps, format, |step| state.steps.get(step).map(|s| s.status.as_str().to_owned())));
+            }
+            Ok(())
+        }
+        Command::Replay { check } => {
+            let engine = Engine::open(&data_dir).await?;
+            if check {
+                let differences = overture_projector::check(&engine.log, &engine.read_models, overture_projector::BATCH).await.map_err(anyhow::Error::from)?;
+                if differences.is_empty() {
+                    println!("read models match the log");
+                    Ok(())
+                } else {
+                    Err(Failure::Unsuccessful(format!("read models differ from the log for: {}", differences.join(", "))))
+                }
+            } else {
+                let folded = overture_projector::rebuild(&engine.log, &engine.read_models, overture_projector::BATCH).await.map_err(anyhow::Error::from)?;
+                println!("rebuilt the read models from {folded} events");
+                Ok(())
+            }
+        }
+        Command::Resume { parallelism } => {
+            let engine = Engine::open(&data_dir).await?;
+            let _lock = EngineLock::take(&data_dir, true).map_err(|e| Failure::BadInput(e.to_string()))?;
+            let released = engine.recover().await?;
+            let unfinished = engine.unfinished().await?;
+            eprintln!("resuming {} unfinished deployment(s); {released} job(s) were held by a stopped engine", unfinished.len());
+            for id in &unfinished {
+                engine.orchestrate(*id, uuid::Uuid::now_v7()).await?;
+            }
+            engine.drive(None, parallelism, &mut Unwatched, engine.log.head_position().await.context("reading the log")?).await?;
+            for id in unfinished {
+                let view = find_view(&engine, &id.to_string()).await?;
+                println!("{id} {}", view.status.as_str());
+            }
+            Ok(())
+        }
+    }
+}
+
+async fn deploy(data_dir: &Path, file: &Path, tenant: String, params: &[String], secrets: &[String], parallelism: usize, json: bool) -> Result<(), Failure> {
+    let (text, _) = read_blueprint(file)?;
+    let params = parse_pairs(params, "--param", "NAME=VALUE")?;
+    let secret_values = read_secrets(secrets)?;
+    let engine = Engine::open(data_dir).await?;
+    let _lock = EngineLock::take(data_dir, false).map_err(|e| Failure::BadInput(e.to_string()))?;
+    let start = engine.log.head_position().await.context("reading the log")?;
+    let submission = Submission {
+        source: file.display().to_string(),
+        text,
+        tenant,
+        requested_by: std::env::var("USER").unwrap_or_else(|_| "cli".into()),
+        trigger: "cli".into(),
+        params,
+        secrets: secret_values,
+    };
+    let id = engine.submit(submission).await.map_err(|error| match error {
+        SubmitError::Invalid(problems) => Failure::BadInput(problems_in(file, &problems)),
+        other => Failure::Engine(other.into()),
+    })?;
+    eprintln!("deployment {id}");
+    engine.drive(Some(id), parallelism, &mut Progress::new(), start).await?;
+    let view = find_view(&engine, &id.to_string()).await?;
+    if json {
+        println!("{}", render::status_json(&view));
+    } else {
+        print!("{}", render::status(&view));
+    }
+    match view.status {
+        DeploymentStatus::Succeeded => Ok(()),
+        _ => Err(Failure::Unsuccessful(String::new())),
+    }
+}
+
+fn read_blueprint(file: &Path) -> Result<(String, blueprint::ParsedBlueprint), Failure> {
+    let text = std::fs::read_to_string(file).map_err(|e| Failure::BadInput(format!("{}: cannot read the blueprint: {e}", file.display())))?;
+    let parsed = blueprint::parse(&text).map_err(|problems| Failure::BadInput(problems_in(file, &problems)))?;
+    Ok((text, parsed))
+}
+
+fn problems_in(file: &Path, problems: &blueprint::BlueprintError) -> String {
+    problems.0.iter().map(|p| format!("{}: {p}", file.display())).collect::<Vec<_>>().join("\n")
+}
+
+fn parse_pairs(pairs: &[String], option: &str, shape: &str) -> Result<BTreeMap<String, String>, Failure> {
+    pairs
+        .iter()
+        .map(|pair| match pair.split_once('=') {
+            Some((name, value)) if !name.is_empty() => Ok((name.to_owned(), value.to_owned())),
+            _ => Err(Failure::BadInput(format!("{option} `{pair}`: expected {shape}"))),
+        })
+        .collect()
+}
+
+fn read_secrets(secrets: &[String]) -> Result<SecretValues, Failure> {
+    let mut values = SecretValues::new();
+    for pair in secrets {
+        let Some((name, variable)) = pair.split_once('=').filter(|(n, v)| !n.is_empty() && !v.is_empty()) else {
+            return Err(Failure::BadInput(format!("--secret `{pair}`: expected NAME=ENV_VAR, naming the environment variable that holds the value")));
+        };
+        let value = std::env::var(variable)
+            .map_err(|_| Failure::BadInput(format!("--secret {name}={variable}: the environment variable {variable} is not set; export it first")))?;
+        values.insert(name.to_owned(), SecretString::from(value));
+    }
+    Ok(values)
+}
+
+fn parse_id(text: &str) -> Result<DeploymentId, Failure> {
+    text.parse().map_err(|e: overture_events::ParseIdError| Failure::BadInput(e.to_string()))
+}
+
+fn no_such_deployment(id: DeploymentId) -> Failure {
+    Failure::BadInput(format!("no deployment {id} in this data directory (see `overture list`)"))
+}
+
+async fn find_view(engine: &Engine, id: &str) -> Result<overture_domain::projection::DeploymentView, Failure> {
+    let id = parse_id(id)?;
+    engine.read_models.deployment(id).await.map_err(anyhow::Error::from)?.ok_or_else(|| no_such_deployment(id))
+}

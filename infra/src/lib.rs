@@ -1,0 +1,13 @@
+//! Adapters behind Overture's ports, one module per technology.
+//!
+//! - [`sqlite`]: the embedded event log (append-only, optimistic concurrency, global order),
+//!   the durable job queue, checkpoints and the read models, all in one SQLite file; and the
+//!   function ports implemented on them.
+//! - [`sandbox`]: runs one step attempt in a fresh bubblewrap sandbox.
+//! - [`keystore`]: secret values sealed at rest in the data directory.
+//! - [`clock`]: the system clock.
+
+pub mod clock;
+pub mod keystore;
+pub mod sandbox;
+pub mod sqlite;

@@ -1,0 +1,257 @@
+//! The bubblewrap command line: which namespaces, which host paths, in which order.
+//!
+//! Only non-secret things go on the command line, which any process can read in
+//! `/proc/<pid>/cmdline`. The environment goes through [`env_args`] instead, which bubblewrap
+//! reads from a file descriptor (`--args`).
+
+use std::ffi::{OsStr, OsString};
+use std::fs;
+use std::os::fd::RawFd;
+use std::path::Path;
+
+use secrecy::zeroize::Zeroizing;
+use secrecy::ExposeSecret;
+
+use super::request::SandboxRequest;
+use super::workspace::{ETC_DIR, OUTPUTS_FILE, WORK_DIR};
+
+/// `PATH` inside the sandbox.
+pub(super) const SANDBOX_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+/// The step's working directory and `HOME` inside the sandbox.
+pub(super) const SANDBOX_WORK: &str = "/work";
+/// Where `$OVERTURE_OUTPUTS` points inside the sandbox.
+pub(super) const SANDBOX_OUTPUTS: &str = "/run/overture/outputs";
+/// The sandbox's host name: says nothing about the host or the tenant.
+const HOSTNAME: &str = "sandbox";
+
+/// Top-level directories that are either symlinks into /usr (merged /usr, as on Debian 12) or,
+/// on older systems, real directories of system files.
+const SYSTEM_DIRS: [&str; 6] = ["bin", "sbin", "lib", "lib32", "lib64", "libx32"];
+
+/// What programs need from `/etc`, each bound read-only if it exists. Never all of /etc: the
+/// sandbox runs as uid 0, and without capabilities file permissions are all that would stand
+/// between it and /etc/shadow, /etc/ssh host keys or /etc/ssl/private.
+const ETC_FILES: [&str; 18] = [
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "nsswitch.conf",
+    "host.conf",
+    "hosts",
+    "resolv.conf",
+    "gai.conf",
+    "services",
+    "protocols",
+    "ssl/certs",
+    "ssl/openssl.cnf",
+    "pki/tls/certs",
+    "alternatives",
+    "localtime",
+    "timezone",
+    "os-release",
+    // The client's settings only; the host keys beside them stay out.
+    "ssh/ssh_config",
+];
+
+/// The host's system directories as the sandbox sees them, worked out once.
+#[derive(Debug, Clone)]
+pub(super) struct SystemLayout {
+    args: Vec<OsString>,
+}
+
+impl SystemLayout {
+    /// Looks at the host's `/` to mirror its merged-/usr symlinks.
+    pub(super) fn detect() -> Self {
+        let mut args = Vec::new();
+        push(&mut args, ["--ro-bind", "/usr", "/usr"]);
+        for name in SYSTEM_DIRS {
+            let host = Path::new("/").join(name);
+            let Ok(metadata) = fs::symlink_metadata(&host) else {
+                continue;
+            };
+            if metadata.file_type().is_symlink() {
+                if let Ok(target) = fs::read_link(&host) {
+                    push(&mut args, [OsStr::new("--symlink"), target.as_os_str(), host.as_os_str()]);
+                }
+            } else if metadata.is_dir() {
+                push(&mut args, [OsStr::new("--ro-bind"), host.as_os_str(), host.as_os_str()]);
+            }
+        }
+        for name in ETC_FILES {
+            let host = Path::new("/etc").join(name);
+            push(&mut args, [OsStr::new("--ro-bind-try"), host.as_os_str(), host.as_os_str()]);
+        }
+        // The client's drop-in settings, which ssh_config includes.
+        push(
+            &mut args,
+            ["--ro-bind-try", "/etc/ssh/ssh_config.d", "/etc/ssh/ssh_config.d"],
+        );
+        Self { args }
+    }
+
+    /// The bubblewrap arguments that mount them.
+    pub(super) fn args(&self) -> &[OsString] {
+        &self.args
+    }
+}
+
+/// Descriptors bubblewrap inherits, by number.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Fds {
+    /// `--args`: the environment, see [`env_args`].
+    pub(super) args: RawFd,
+    /// `--json-status-fd`: bubblewrap writes the init process's pid, then the exit code.
+    pub(super) status: RawFd,
+    /// `--block-fd`: the sandbox waits for a byte here before it starts the command.
+    pub(super) block: RawFd,
+}
+
+/// The whole bubblewrap command line after the program name.
+pub(super) fn command_line(
+    layout: &SystemLayout,
+    workspace: &Path,
+    request: &SandboxRequest,
+    fds: Fds,
+) -> Vec<OsString> {
+    let mut args = Vec::new();
+    // bubblewrap is started with an empty environment already; --clearenv makes sure the step
+    // gets only what --args sets even if that ever changes.
+    push(&mut args, ["--clearenv", "--args", &fds.args.to_string()]);
+    push(&mut args, ["--json-status-fd", &fds.status.to_string()]);
+    push(&mut args, ["--block-fd", &fds.block.to_string()]);
+
+    push(
+        &mut args,
+        ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"],
+    );
+    if !request.network {
+        push(&mut args, ["--unshare-net"]);
+    }
+    // As root, the sandbox would otherwise keep every capability and could remount /usr
+    // read-write; bubblewrap also sets no_new_privs, so no exec can win them back.
+    push(&mut args, ["--cap-drop", "ALL"]);
+    push(&mut args, ["--die-with-parent", "--new-session", "--hostname", HOSTNAME]);
+
+    args.extend(layout.args.iter().cloned());
+    for name in ["passwd", "group"] {
+        let host = workspace.join(ETC_DIR).join(name);
+        let inside = Path::new("/etc").join(name);
+        push(&mut args, [OsStr::new("--ro-bind"), host.as_os_str(), inside.as_os_str()]);
+    }
+    push(&mut args, ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]);
+
+    let work = workspace.join(WORK_DIR);
+    push(&mut args, [OsStr::new("--bind"), work.as_os_str(), OsStr::new(SANDBOX_WORK)]);
+    let outputs = workspace.join(OUTPUTS_FILE);
+    push(&mut args, [OsStr::new("--bind"), outputs.as_os_str(), OsStr::new(SANDBOX_OUTPUTS)]);
+    push(&mut args, ["--chdir", SANDBOX_WORK]);
+    // Last of the mounts: after it, nothing more can be created in the root.
+    push(&mut args, ["--remount-ro", "/"]);
+
+    push(&mut args, ["/bin/sh", "-c", &request.command]);
+    args
+}
+
+/// The step's whole environment as NUL-separated `--setenv NAME VALUE` arguments, for
+/// bubblewrap's `--args` descriptor. Zeroed when dropped, since it holds the secrets.
+pub(super) fn env_args(request: &SandboxRequest) -> Zeroizing<Vec<u8>> {
+    let fixed = [
+        ("PATH", SANDBOX_PATH),
+        ("HOME", SANDBOX_WORK),
+        ("OVERTURE_OUTPUTS", SANDBOX_OUTPUTS),
+    ];
+    let plain = request
+        .env
+        .iter()
+        .map(|(name, value)| (name.as_str(), value.as_str()));
+    let secret = request
+        .secret_env
+        .iter()
+        .map(|(name, value)| (name.as_str(), value.expose_secret()));
+    let all = || fixed.into_iter().chain(plain.clone()).chain(secret.clone());
+
+    const SETENV: &[u8] = b"--setenv\0";
+    // Sized up front: a reallocation would leave an unzeroed copy of the secrets behind.
+    let len = all()
+        .map(|(name, value)| SETENV.len() + name.len() + value.len() + 2)
+        .sum();
+    let mut data = Zeroizing::new(Vec::with_capacity(len));
+    for (name, value) in all() {
+        data.extend_from_slice(SETENV);
+        data.extend_from_slice(name.as_bytes());
+        data.push(0);
+        data.extend_from_slice(value.as_bytes());
+        data.push(0);
+    }
+    data
+}
+
+fn push<S: AsRef<OsStr>, const N: usize>(args: &mut Vec<OsString>, new: [S; N]) {
+    args.extend(new.iter().map(|arg| arg.as_ref().to_owned()));
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use secrecy::SecretString;
+
+    use super::*;
+
+    fn request(network: bool) -> SandboxRequest {
+        SandboxRequest {
+            id: "t".into(),
+            command: "true".into(),
+            env: vec![("A".into(), "1".into())],
+            secret_env: vec![("S".into(), SecretString::from("hush"))],
+            files: vec![],
+            network,
+            timeout: Duration::from_secs(1),
+            output_limit: 10,
+        }
+    }
+
+    fn line(network: bool) -> Vec<String> {
+        let fds = Fds {
+            args: 3,
+            status: 4,
+            block: 5,
+        };
+        command_line(&SystemLayout::detect(), Path::new("/ws/t"), &request(network), fds)
+            .into_iter()
+            .map(|arg| arg.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn network_is_cut_only_when_not_wanted() {
+        assert!(line(false).iter().any(|arg| arg == "--unshare-net"));
+        assert!(!line(true).iter().any(|arg| arg == "--unshare-net"));
+    }
+
+    #[test]
+    fn root_is_remounted_read_only_after_every_mount() {
+        let line = line(false);
+        let remount = line.iter().position(|arg| arg == "--remount-ro");
+        let last_mount = line
+            .iter()
+            .rposition(|arg| arg.starts_with("--") && arg.contains("bind"));
+        assert!(remount > last_mount, "{line:?}");
+    }
+
+    #[test]
+    fn secrets_stay_off_the_command_line() {
+        assert!(!line(false).iter().any(|arg| arg.contains("hush")));
+        let env = env_args(&request(false));
+        assert!(env.windows(4).any(|window| window == b"hush"));
+    }
+
+    #[test]
+    fn env_args_are_setenv_triples() {
+        let env = env_args(&request(false));
+        let parts: Vec<&[u8]> = env.split(|&b| b == 0).collect();
+        // Five variables of three parts each, and the empty slice after the final NUL.
+        assert_eq!(parts.len(), 16);
+        assert_eq!(&parts[12..15], [&b"--setenv"[..], b"S", b"hush"]);
+    }
+}

@@ -1,0 +1,114 @@
+//! [`SandboxError`]: why a sandbox could not run a command, as opposed to the command failing.
+
+use std::io;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// A sandbox could not be set up, run or torn down; the step's own failure is an
+/// [`Exit`](super::Exit) instead.
+///
+/// No variant carries an environment value, so none can leak a secret.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// The bubblewrap program is not there.
+    #[error(
+        "bubblewrap ({}) was not found; install it with `apt-get install bubblewrap`",
+        program.display()
+    )]
+    NotInstalled {
+        /// The program that was looked for.
+        program: PathBuf,
+    },
+    /// bubblewrap is installed but cannot make a sandbox on this machine.
+    #[error(
+        "bubblewrap ({}) cannot create a sandbox here: {reason}; it needs Linux namespaces \
+         (run as root, or with unprivileged user namespaces enabled) and Linux 5.3 or later",
+        program.display()
+    )]
+    Unusable {
+        /// The program that was tried.
+        program: PathBuf,
+        /// What went wrong, usually bubblewrap's own message.
+        reason: String,
+    },
+    /// The sandbox id cannot name a directory safely.
+    #[error("invalid sandbox id {id:?}: {reason}")]
+    InvalidId {
+        /// The id as given.
+        id: String,
+        /// Which rule it breaks.
+        reason: &'static str,
+    },
+    /// An input file's path would land outside the workspace, or is not a plain relative path.
+    #[error("invalid input file path {}: {reason}", path.display())]
+    InvalidFilePath {
+        /// The path as given.
+        path: PathBuf,
+        /// Which rule it breaks.
+        reason: &'static str,
+    },
+    /// An environment variable cannot be handed to the step.
+    #[error("invalid environment variable {name:?}: {reason}")]
+    InvalidEnv {
+        /// The variable's name (never its value).
+        name: String,
+        /// Which rule it breaks.
+        reason: &'static str,
+    },
+    /// The command holds a NUL byte, which no argument vector can carry.
+    #[error("the command contains a NUL byte")]
+    InvalidCommand,
+    /// A workspace with this id exists already: ids must not be reused.
+    #[error("sandbox workspace {} already exists", path.display())]
+    WorkspaceExists {
+        /// The existing directory, which is left as it is.
+        path: PathBuf,
+    },
+    /// The workspace could not be prepared or read back.
+    #[error("could not {action} {}: {source}", path.display())]
+    Workspace {
+        /// What was being done, such as "create" or "write".
+        action: &'static str,
+        /// The path it was done to.
+        path: PathBuf,
+        /// What the system said.
+        #[source]
+        source: io::Error,
+    },
+    /// The step wrote more to `$OVERTURE_OUTPUTS` than the engine will read.
+    #[error("the step wrote more than {limit} bytes to $OVERTURE_OUTPUTS")]
+    OutputsTooLarge {
+        /// The most the engine reads.
+        limit: u64,
+    },
+    /// bubblewrap could not be started.
+    #[error("could not start bubblewrap ({}): {source}", program.display())]
+    Spawn {
+        /// The program that was started.
+        program: PathBuf,
+        /// What the system said.
+        #[source]
+        source: io::Error,
+    },
+    /// bubblewrap started but failed before the command ran (a mount, a namespace, the exec).
+    #[error("bubblewrap failed to set up the sandbox: {message}")]
+    Setup {
+        /// bubblewrap's own message (the step never ran, so it holds no step output).
+        message: String,
+    },
+    /// Talking to the sandbox's processes failed.
+    #[error("sandbox {action} failed: {source}")]
+    Process {
+        /// What was being done, such as "wait for bubblewrap".
+        action: &'static str,
+        /// What the system said.
+        #[source]
+        source: io::Error,
+    },
+    /// Processes of the sandbox were still alive this long after they were killed.
+    #[error("processes of the sandbox were still alive {grace:?} after they were killed")]
+    StillRunning {
+        /// How long they were given.
+        grace: Duration,
+    },
+}

@@ -1,0 +1,381 @@
+//! Runs one step attempt in a fresh bubblewrap sandbox that is destroyed afterwards.
+//!
+//! - This file: [`Bubblewrap`], which prepares a workspace, starts bubblewrap, waits for the
+//!   step, its timeout or its cancellation, and makes sure nothing of the sandbox outlives
+//!   [`Bubblewrap::run`].
+//! - [`request`](SandboxRequest): what is asked and what comes back ([`SandboxOutcome`],
+//!   [`Exit`]), and the checks a request passes first.
+//! - `args`: the bubblewrap command line (namespaces, mounts) and the step's environment.
+//! - `workspace`: the per-attempt directory on the host and the guard that removes it.
+//! - `output`: the tail-capped capture of stdout and stderr.
+//! - `sys`: the Linux calls std and tokio lack (pidfds, memfd, pipes), and all the `unsafe`.
+//! - [`SandboxError`]: what went wrong when the sandbox, not the step, failed.
+//!
+//! # How a run ends
+//!
+//! bubblewrap starts as a monitor process (in its own process group) that clones the sandbox's
+//! init, pid 1 of a new pid namespace, which forks the step. When pid 1 dies the kernel kills
+//! everything else in the namespace and lets pid 1 finish dying only once they are gone. So
+//! [`Bubblewrap::run`] learns pid 1's host pid (`--json-status-fd`), holds a pidfd on it while
+//! the sandbox is still blocked (`--block-fd`), and on every path kills it through that pidfd and
+//! waits for it to exit. A pidfd cannot hit a process that reused the pid.
+
+mod args;
+mod error;
+mod output;
+mod request;
+mod sys;
+mod workspace;
+
+use std::future::Future;
+use std::io::{BufRead, BufReader};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+pub use error::SandboxError;
+pub use request::{Exit, SandboxOutcome, SandboxRequest};
+
+use args::{Fds, SystemLayout};
+use output::TailBuffer;
+use sys::Pidfd;
+use workspace::Workspace;
+
+/// The most the engine reads back from a step's `$OVERTURE_OUTPUTS` file.
+pub const MAX_OUTPUTS_FILE: u64 = 1024 * 1024;
+
+/// How long the sandbox's processes get to vanish once killed, and the output pipes to close,
+/// before `run` reports [`SandboxError::StillRunning`]. Dying takes milliseconds; this only
+/// bounds a kernel or bubblewrap gone wrong.
+const KILL_GRACE: Duration = Duration::from_secs(10);
+
+/// Runs commands in bubblewrap sandboxes, each with a fresh workspace under one root directory.
+#[derive(Debug, Clone)]
+pub struct Bubblewrap {
+    program: PathBuf,
+    workspace_root: PathBuf,
+    layout: SystemLayout,
+}
+
+impl Bubblewrap {
+    /// Uses `bwrap` from `PATH`, and makes workspaces under `workspace_root` (created if missing).
+    pub fn new(workspace_root: PathBuf) -> Self {
+        Self::with_program(find_bwrap(), workspace_root)
+    }
+
+    /// Uses the bubblewrap at `program`, and makes workspaces under `workspace_root`.
+    pub fn with_program(program: PathBuf, workspace_root: PathBuf) -> Self {
+        Self {
+            program,
+            workspace_root,
+            layout: SystemLayout::detect(),
+        }
+    }
+
+    /// Checks that bubblewrap is installed and can make a sandbox on this machine.
+    pub async fn available() -> Result<(), SandboxError> {
+        let program = find_bwrap();
+        let unusable = |reason: String| SandboxError::Unusable {
+            program: program.clone(),
+            reason,
+        };
+        // The pidfd is how `run` makes sure a sandbox is gone (Linux 5.3).
+        Pidfd::open(std::process::id())
+            .map_err(|error| unusable(format!("pidfd_open failed: {error}")))?;
+
+        let mut command = Command::new(&program);
+        command
+            .args(["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net"])
+            .args(["--cap-drop", "ALL", "--die-with-parent", "--new-session"])
+            .args(SystemLayout::detect().args())
+            .args(["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/"])
+            .arg("/bin/true")
+            .env_clear()
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        let output = tokio::time::timeout(KILL_GRACE, command.output())
+            .await
+            .map_err(|_| unusable(format!("a test sandbox did not finish within {KILL_GRACE:?}")))?
+            .map_err(|source| spawn_error(&program, source))?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            Err(unusable(format!("{} ({})", stderr.trim(), output.status)))
+        }
+    }
+
+    /// Runs `request.command` in a new sandbox until it exits, its timeout passes or `cancel`
+    /// resolves, then removes the sandbox and its workspace.
+    ///
+    /// When this returns, or when its future is dropped, no process of the sandbox is left
+    /// (dropping kills them but cannot wait for them).
+    pub async fn run(
+        &self,
+        mut request: SandboxRequest,
+        cancel: impl Future<Output = ()>,
+    ) -> Result<SandboxOutcome, SandboxError> {
+        request.validate()?;
+        let span = tracing::info_span!("sandbox", id = %request.id, network = request.network);
+        async {
+            let files = std::mem::take(&mut request.files);
+            let workspace =
+                Workspace::create(self.workspace_root.clone(), request.id.clone(), files).await?;
+            let outcome = self.run_in(&workspace, &request, cancel).await;
+            workspace.remove().await;
+            match &outcome {
+                Ok(outcome) => {
+                    tracing::debug!(exit = ?outcome.exit, duration = ?outcome.duration, "sandbox finished");
+                }
+                Err(error) => tracing::warn!(%error, "sandbox failed"),
+            }
+            outcome
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn run_in(
+        &self,
+        workspace: &Workspace,
+        request: &SandboxRequest,
+        cancel: impl Future<Output = ()>,
+    ) -> Result<SandboxOutcome, SandboxError> {
+        let env =
+            sys::memfd_with(&args::env_args(request)).map_err(process("pass the environment"))?;
+        let (status_read, status_write) = sys::pipe().map_err(process("make a pipe"))?;
+        let (block_read, block_write) = sys::socket_pair().map_err(process("make a socket"))?;
+        let fds = Fds {
+            args: env.as_raw_fd(),
+            status: status_write.as_raw_fd(),
+            block: block_read.as_raw_fd(),
+        };
+
+        let mut command = Command::new(&self.program);
+        command
+            .args(args::command_line(&self.layout, workspace.dir(), request, fds))
+            // Nothing of the engine's environment reaches bubblewrap, so nothing in it (such as
+            // LD_PRELOAD) can steer bubblewrap while it still runs as root outside the sandbox.
+            .env_clear()
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        let inherited = [fds.args, fds.status, fds.block];
+        // SAFETY: the closure only calls fcntl, which is async-signal-safe, and allocates nothing.
+        unsafe {
+            command.pre_exec(move || sys::clear_cloexec(&inherited));
+        }
+        // --die-with-parent ties bubblewrap to this thread, not this process; `run` is async, so
+        // this is a runtime worker thread, which lives as long as the runtime.
+        let mut child = command
+            .spawn()
+            .map_err(|source| spawn_error(&self.program, source))?;
+        let started = Instant::now();
+        // bubblewrap has its own copies now; ours would keep the pipes from ever closing.
+        drop((env, status_write, block_read));
+
+        let tail = Arc::new(Mutex::new(TailBuffer::new(request.output_limit)));
+        let capture = match (child.stdout.take(), child.stderr.take()) {
+            (Some(stdout), Some(stderr)) => {
+                tokio::spawn(output::capture(stdout, stderr, Arc::clone(&tail)))
+            }
+            _ => {
+                return Err(process("capture output")(std::io::Error::other(
+                    "bubblewrap's stdout or stderr was not piped",
+                )))
+            }
+        };
+
+        // Until the first status line, the sandbox's init is alive and blocked on `block_read`
+        // (or bubblewrap has failed), so the pid cannot have been reused when the pidfd opens.
+        let (init_pid, status_lines) = blocking(move || {
+            let mut lines = BufReader::new(std::fs::File::from(status_read));
+            let mut first = String::new();
+            lines.read_line(&mut first)?;
+            Ok((status_field(&first, "child-pid"), lines))
+        })
+        .await
+        .map_err(process("read bubblewrap's status"))?;
+        let init = match init_pid.and_then(|pid| u32::try_from(pid).ok()) {
+            Some(pid) => Pidfd::open(pid)
+                .map_err(process("open the sandbox's init process"))?
+                .map(KillOnDrop),
+            None => None,
+        };
+        // Let the command start. If the sandbox died during its setup instead, nobody is
+        // listening, and bubblewrap's exit says why.
+        let _ = sys::send_byte(&block_write);
+        drop(block_write);
+
+        let deadline = started.checked_add(request.timeout);
+        let timer = async {
+            match deadline {
+                Some(deadline) => tokio::time::sleep_until(deadline).await,
+                // Beyond the end of time: never.
+                None => std::future::pending().await,
+            }
+        };
+        let ended = tokio::select! {
+            status = child.wait() => Ended::Exited(status.map_err(process("wait for bubblewrap"))?),
+            () = timer => Ended::Killed(Exit::TimedOut),
+            () = cancel => Ended::Killed(Exit::Cancelled),
+        };
+        let duration = started.elapsed();
+
+        if let Ended::Killed(_) = ended {
+            kill_sandbox(&mut child, init.as_ref()).await?;
+        }
+        // Even after a normal exit: bubblewrap leaves as soon as the command does, and anything
+        // the command left running in the background must not outlive `run`.
+        if let Some(init) = init {
+            init.0.kill().map_err(process("kill the sandbox"))?;
+            let waiting = init.0.try_clone().map_err(process("wait for the sandbox"))?;
+            let exited = blocking(move || waiting.wait_exited_blocking(KILL_GRACE))
+                .await
+                .map_err(process("wait for the sandbox"))?;
+            if !exited {
+                return Err(SandboxError::StillRunning { grace: KILL_GRACE });
+            }
+        }
+        // Every writer of the pipes is gone now, so they are at end of file, or about to be.
+        if tokio::time::timeout(KILL_GRACE, capture).await.is_err() {
+            return Err(SandboxError::StillRunning { grace: KILL_GRACE });
+        }
+        let output = output::take(&tail);
+
+        let exit = match ended {
+            Ended::Killed(exit) => exit,
+            Ended::Exited(status) => {
+                let exit_code = blocking(move || read_exit_code(status_lines))
+                    .await
+                    .map_err(process("read bubblewrap's status"))?;
+                exit_of(status, exit_code, &output)?
+            }
+        };
+        let outputs_file = workspace.read_outputs(MAX_OUTPUTS_FILE).await?;
+        Ok(SandboxOutcome {
+            exit,
+            output,
+            outputs_file,
+            duration,
+        })
+    }
+}
+
+/// Why the wait for the step ended.
+enum Ended {
+    /// bubblewrap exited by itself.
+    Exited(ExitStatus),
+    /// The sandbox was killed, for this reason.
+    Killed(Exit),
+}
+
+/// The sandbox's init process, killed if `run` is dropped before it could wait for it.
+struct KillOnDrop(Pidfd);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        // Killing twice is harmless; failing here can only mean it is gone already.
+        let _ = self.0.kill();
+    }
+}
+
+/// Kills bubblewrap's process group and the sandbox's init, and reaps bubblewrap.
+async fn kill_sandbox(child: &mut Child, init: Option<&KillOnDrop>) -> Result<(), SandboxError> {
+    // No id means bubblewrap has been reaped already.
+    if let Some(pgid) = child.id() {
+        sys::kill_process_group(pgid).map_err(process("kill bubblewrap"))?;
+    }
+    // Before init has set up --die-with-parent, killing bubblewrap alone would not stop it.
+    if let Some(init) = init {
+        init.0.kill().map_err(process("kill the sandbox"))?;
+    }
+    child.wait().await.map_err(process("wait for bubblewrap"))?;
+    Ok(())
+}
+
+/// Turns how bubblewrap ended into the step's [`Exit`].
+fn exit_of(
+    status: ExitStatus,
+    exit_code: Option<i64>,
+    output: &[u8],
+) -> Result<Exit, SandboxError> {
+    use std::os::unix::process::ExitStatusExt;
+    if let Some(signal) = status.signal() {
+        // Not by us: something outside killed bubblewrap (and so the sandbox).
+        return Ok(Exit::Signal(signal));
+    }
+    match exit_code.and_then(|code| i32::try_from(code).ok()) {
+        Some(code) => Ok(Exit::from_shell_status(code)),
+        // bubblewrap reports an exit code only once the command was exec'd; without one,
+        // what it printed is its own complaint.
+        None => Err(SandboxError::Setup {
+            message: String::from_utf8_lossy(output).trim().to_owned(),
+        }),
+    }
+}
+
+/// Reads bubblewrap's remaining status lines to the end, for the step's exit code.
+fn read_exit_code(lines: BufReader<std::fs::File>) -> std::io::Result<Option<i64>> {
+    let mut exit_code = None;
+    for line in lines.lines() {
+        exit_code = exit_code.or(status_field(&line?, "exit-code"));
+    }
+    Ok(exit_code)
+}
+
+/// An integer field of one of bubblewrap's JSON status lines.
+fn status_field(line: &str, field: &str) -> Option<i64> {
+    let value: serde_json::Value = serde_json::from_str(line).ok()?;
+    value.get(field)?.as_i64()
+}
+
+/// Runs blocking I/O off the runtime's threads.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> std::io::Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|join| Err(std::io::Error::other(join)))
+}
+
+/// Wraps an I/O error in [`SandboxError::Process`], saying what was being done.
+fn process(action: &'static str) -> impl FnOnce(std::io::Error) -> SandboxError {
+    move |source| SandboxError::Process { action, source }
+}
+
+fn spawn_error(program: &Path, source: std::io::Error) -> SandboxError {
+    if source.kind() == std::io::ErrorKind::NotFound {
+        SandboxError::NotInstalled {
+            program: program.to_owned(),
+        }
+    } else {
+        SandboxError::Spawn {
+            program: program.to_owned(),
+            source,
+        }
+    }
+}
+
+/// `bwrap` from the engine's `PATH`, resolved now because bubblewrap itself runs with an empty
+/// environment; plain `bwrap` if it is not there, which then fails as not installed.
+fn find_bwrap() -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join("bwrap"))
+        .find(|path| {
+            std::fs::metadata(path)
+                .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+        })
+        .unwrap_or_else(|| PathBuf::from("bwrap"))
+}

@@ -1,0 +1,106 @@
+//! Capturing a step's output: both pipes read concurrently into one buffer that keeps only the
+//! tail, so a chatty step can neither block on a full pipe nor fill the engine's memory.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+/// The last `limit` bytes written to it.
+#[derive(Debug)]
+pub(super) struct TailBuffer {
+    bytes: VecDeque<u8>,
+    limit: usize,
+}
+
+impl TailBuffer {
+    /// An empty buffer that keeps at most `limit` bytes.
+    pub(super) fn new(limit: usize) -> Self {
+        Self {
+            bytes: VecDeque::new(),
+            limit,
+        }
+    }
+
+    /// Appends `chunk`, dropping the oldest bytes beyond the limit.
+    pub(super) fn push(&mut self, chunk: &[u8]) {
+        let chunk = &chunk[chunk.len().saturating_sub(self.limit)..];
+        let excess = (self.bytes.len() + chunk.len()).saturating_sub(self.limit);
+        self.bytes.drain(..excess);
+        self.bytes.extend(chunk);
+    }
+
+    /// The bytes kept, oldest first.
+    pub(super) fn into_vec(self) -> Vec<u8> {
+        self.bytes.into()
+    }
+}
+
+/// A buffer shared between the reading task and `run`, which takes what is there even if the
+/// reading had to be abandoned.
+pub(super) type SharedTail = Arc<Mutex<TailBuffer>>;
+
+/// Takes the buffered output out of `shared`.
+pub(super) fn take(shared: &SharedTail) -> Vec<u8> {
+    // A panic while holding this lock cannot leave the buffer half-written in a way that matters.
+    let mut tail = shared.lock().unwrap_or_else(PoisonError::into_inner);
+    std::mem::replace(&mut *tail, TailBuffer::new(0)).into_vec()
+}
+
+/// Reads `stdout` and `stderr` until both are closed, appending each chunk to `tail` as it
+/// arrives, so the two streams interleave in arrival order (at the granularity of a read).
+pub(super) async fn capture(
+    mut stdout: impl AsyncRead + Unpin,
+    mut stderr: impl AsyncRead + Unpin,
+    tail: SharedTail,
+) {
+    let mut out_buf = vec![0u8; 16 * 1024];
+    let mut err_buf = vec![0u8; 16 * 1024];
+    let (mut out_open, mut err_open) = (true, true);
+    while out_open || err_open {
+        // Both reads are cancel safe: the branch that loses the race has consumed nothing.
+        let (from_stdout, read) = tokio::select! {
+            read = stdout.read(&mut out_buf), if out_open => (true, read),
+            read = stderr.read(&mut err_buf), if err_open => (false, read),
+        };
+        let buf = if from_stdout { &out_buf } else { &err_buf };
+        match read {
+            Ok(n) if n > 0 => tail
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(&buf[..n]),
+            // End of file, or a broken pipe that no further read will mend.
+            result => {
+                if let Err(error) = result {
+                    tracing::warn!(%error, "reading sandbox output failed");
+                }
+                if from_stdout {
+                    out_open = false;
+                } else {
+                    err_open = false;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_only_the_tail() {
+        let mut tail = TailBuffer::new(5);
+        tail.push(b"abc");
+        tail.push(b"def");
+        assert_eq!(tail.into_vec(), b"bcdef");
+
+        let mut tail = TailBuffer::new(3);
+        tail.push(b"0123456789");
+        assert_eq!(tail.into_vec(), b"789");
+
+        let mut tail = TailBuffer::new(0);
+        tail.push(b"x");
+        assert!(tail.into_vec().is_empty());
+    }
+}

@@ -1,0 +1,261 @@
+//! What a caller asks of a sandbox ([`SandboxRequest`]) and what it gets back
+//! ([`SandboxOutcome`], [`Exit`]), with the checks a request must pass before anything is
+//! created on disk.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
+
+use secrecy::SecretString;
+
+use super::error::SandboxError;
+
+/// Variables the sandbox sets itself; a request may not set them too.
+pub(crate) const RESERVED_ENV: [&str; 3] = ["PATH", "HOME", "OVERTURE_OUTPUTS"];
+
+/// The longest sandbox id accepted; far below any file system's name limit.
+const MAX_ID_LEN: usize = 128;
+
+/// One step attempt to run in a fresh sandbox.
+pub struct SandboxRequest {
+    /// Names the workspace directory, so it must be a safe file name: ASCII letters, digits,
+    /// `.`, `_` and `-`, not starting with `.`, at most 128 bytes.
+    pub id: String,
+    /// Run with `/bin/sh -c`, in `/work`.
+    pub command: String,
+    /// Plain variables; names are shell identifiers, and may not be `PATH`, `HOME` or
+    /// `OVERTURE_OUTPUTS`.
+    pub env: Vec<(String, String)>,
+    /// Secret variables, under the same rules as `env`; their values are exposed only to the
+    /// step.
+    pub secret_env: Vec<(String, SecretString)>,
+    /// Inputs placed under `/work`, at plain relative paths (no `/` at the start, no `.` or `..`).
+    pub files: Vec<(PathBuf, Vec<u8>)>,
+    /// Keep the host's network; when false the step sees only `lo`.
+    pub network: bool,
+    /// How long the step may run before it is killed.
+    pub timeout: Duration,
+    /// Keep at most this many bytes of output: the last ones.
+    pub output_limit: usize,
+}
+
+// By hand, because input files may hold keys: only their paths and sizes are shown.
+impl fmt::Debug for SandboxRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let files: Vec<_> = self
+            .files
+            .iter()
+            .map(|(path, content)| (path, content.len()))
+            .collect();
+        f.debug_struct("SandboxRequest")
+            .field("id", &self.id)
+            .field("command", &self.command)
+            .field("env", &self.env)
+            .field("secret_env", &self.secret_env)
+            .field("files", &files)
+            .field("network", &self.network)
+            .field("timeout", &self.timeout)
+            .field("output_limit", &self.output_limit)
+            .finish()
+    }
+}
+
+/// How a step attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Exit {
+    /// The command exited with this code.
+    Code(i32),
+    /// The command was killed by this signal.
+    ///
+    /// bubblewrap reports a signal as the shell does, as 128 + the signal, so a command that
+    /// itself exits with 129..=192 is read as killed by a signal too, just as `$?` reads it.
+    Signal(i32),
+    /// The request's timeout passed and the sandbox was killed.
+    TimedOut,
+    /// The caller cancelled the run and the sandbox was killed.
+    Cancelled,
+}
+
+impl Exit {
+    /// Reads a status in the shell's encoding, as bubblewrap reports it.
+    pub(crate) fn from_shell_status(status: i32) -> Self {
+        match status - 128 {
+            signal @ 1..=64 => Exit::Signal(signal),
+            _ => Exit::Code(status),
+        }
+    }
+
+    /// Whether the step ran to the end and exited with code 0.
+    pub fn success(&self) -> bool {
+        *self == Exit::Code(0)
+    }
+}
+
+/// What a finished step attempt left behind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxOutcome {
+    /// How it ended.
+    pub exit: Exit,
+    /// Standard output and standard error, interleaved as they arrived, cut to the last
+    /// `output_limit` bytes.
+    pub output: Vec<u8>,
+    /// What the step wrote to the file named by `$OVERTURE_OUTPUTS`; empty if nothing.
+    pub outputs_file: Vec<u8>,
+    /// From the start of bubblewrap until the step ended or was killed.
+    pub duration: Duration,
+}
+
+impl SandboxRequest {
+    /// Checks everything that can be checked before touching the disk.
+    pub(crate) fn validate(&self) -> Result<(), SandboxError> {
+        validate_id(&self.id)?;
+        if self.command.contains('\0') {
+            return Err(SandboxError::InvalidCommand);
+        }
+        let mut seen = HashSet::new();
+        let plain = self.env.iter().map(|(name, value)| (name, value.as_str()));
+        let secret = self.secret_env.iter().map(|(name, value)| {
+            use secrecy::ExposeSecret;
+            // Only looked at for a NUL byte, which would split the argument list.
+            (name, value.expose_secret())
+        });
+        for (name, value) in plain.chain(secret) {
+            validate_env_name(name)?;
+            if !seen.insert(name.as_str()) {
+                return Err(invalid_env(name, "it is given more than once"));
+            }
+            if value.contains('\0') {
+                return Err(invalid_env(name, "its value contains a NUL byte"));
+            }
+        }
+        for (path, _) in &self.files {
+            validate_file_path(path)?;
+        }
+        Ok(())
+    }
+}
+
+fn validate_id(id: &str) -> Result<(), SandboxError> {
+    let reason = if id.is_empty() {
+        Some("it is empty")
+    } else if id.len() > MAX_ID_LEN {
+        Some("it is longer than 128 bytes")
+    } else if id.starts_with('.') {
+        Some("it starts with '.'")
+    } else if !id
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
+        Some("only ASCII letters, digits, '.', '_' and '-' are allowed")
+    } else {
+        None
+    };
+    match reason {
+        Some(reason) => Err(SandboxError::InvalidId {
+            id: id.to_owned(),
+            reason,
+        }),
+        None => Ok(()),
+    }
+}
+
+fn validate_env_name(name: &str) -> Result<(), SandboxError> {
+    let mut bytes = name.bytes();
+    let well_formed = bytes
+        .next()
+        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    if !well_formed {
+        return Err(invalid_env(
+            name,
+            "names are ASCII letters, digits and '_', not starting with a digit",
+        ));
+    }
+    if RESERVED_ENV.contains(&name) {
+        return Err(invalid_env(name, "the sandbox sets it itself"));
+    }
+    Ok(())
+}
+
+fn invalid_env(name: &str, reason: &'static str) -> SandboxError {
+    SandboxError::InvalidEnv {
+        name: name.to_owned(),
+        reason,
+    }
+}
+
+fn validate_file_path(path: &Path) -> Result<(), SandboxError> {
+    let invalid = |reason| SandboxError::InvalidFilePath {
+        path: path.to_owned(),
+        reason,
+    };
+    if path.as_os_str().is_empty() {
+        return Err(invalid("it is empty"));
+    }
+    for component in path.components() {
+        match component {
+            Component::Normal(_) => {}
+            Component::RootDir | Component::Prefix(_) => {
+                return Err(invalid("it must be relative to the workspace"))
+            }
+            Component::ParentDir => return Err(invalid("it must not contain '..'")),
+            // `Path::components` drops inner `.`s, so this is only a leading `./`.
+            Component::CurDir => return Err(invalid("it must not start with '.'")),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shell_status_is_decoded_as_the_shell_does() {
+        assert_eq!(Exit::from_shell_status(0), Exit::Code(0));
+        assert_eq!(Exit::from_shell_status(4), Exit::Code(4));
+        assert_eq!(Exit::from_shell_status(128), Exit::Code(128));
+        assert_eq!(Exit::from_shell_status(137), Exit::Signal(9));
+        assert_eq!(Exit::from_shell_status(255), Exit::Code(255));
+    }
+
+    #[test]
+    fn ids_must_be_plain_file_names() {
+        for good in ["a", "step-1.attempt_2", "0198c2a4-7b7e-7cc3-9d1c-3f0d6b0e6a51"] {
+            assert!(validate_id(good).is_ok(), "{good}");
+        }
+        let long = "a".repeat(129);
+        for bad in ["", ".", "..", ".hidden", "a/b", "../x", "a b", "é", long.as_str()] {
+            assert!(
+                matches!(validate_id(bad), Err(SandboxError::InvalidId { .. })),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn env_names_are_identifiers_and_not_reserved() {
+        assert!(validate_env_name("TF_VAR_x1").is_ok());
+        for bad in ["", "1A", "A=B", "A-B", "PATH", "HOME", "OVERTURE_OUTPUTS"] {
+            assert!(
+                matches!(validate_env_name(bad), Err(SandboxError::InvalidEnv { .. })),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn file_paths_stay_inside_the_workspace() {
+        assert!(validate_file_path(Path::new("a/b.txt")).is_ok());
+        for bad in ["", "/etc/x", "../x", "a/../../x", "./a"] {
+            assert!(
+                matches!(
+                    validate_file_path(Path::new(bad)),
+                    Err(SandboxError::InvalidFilePath { .. })
+                ),
+                "{bad}"
+            );
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! The per-attempt workspace on the host, `<workspace root>/<id>/`, and the guard that removes
+//! it on every path out of a run.
+//!
+//! ```text
+//! <id>/work/      the step's /work: its inputs, its cwd and HOME (read-write)
+//! <id>/outputs    bound at /run/overture/outputs (read-write)
+//! <id>/etc/       passwd and group for the sandbox (read-only)
+//! ```
+
+use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use super::error::SandboxError;
+
+/// The step's working directory, inside the workspace.
+pub(super) const WORK_DIR: &str = "work";
+/// The file the step's `$OVERTURE_OUTPUTS` points at, inside the workspace.
+pub(super) const OUTPUTS_FILE: &str = "outputs";
+/// The sandbox's own `/etc/passwd` and `/etc/group`, inside the workspace.
+pub(super) const ETC_DIR: &str = "etc";
+
+// Made up rather than bound from the host, so the step learns nothing of the host's accounts,
+// while programs that look up their uid (ssh does) still find a user, with HOME at /work.
+const PASSWD: &str = "root:x:0:0:root:/work:/bin/sh\n\
+                      nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
+const GROUP: &str = "root:x:0:\nnogroup:x:65534:\n";
+
+/// A workspace directory that is removed when this is dropped, unless [`Workspace::remove`]
+/// removed it first.
+#[derive(Debug)]
+pub(super) struct Workspace {
+    dir: PathBuf,
+    removed: bool,
+}
+
+impl Workspace {
+    /// Creates `<root>/<id>/` and its contents, with `files` under `work/`; fails if the
+    /// directory exists. `id` and the file paths must have been validated.
+    pub(super) async fn create(
+        root: PathBuf,
+        id: String,
+        files: Vec<(PathBuf, Vec<u8>)>,
+    ) -> Result<Self, SandboxError> {
+        let dir = root.join(&id);
+        // If the caller stops waiting, the task still finishes and drops the guard it made.
+        tokio::task::spawn_blocking(move || create_blocking(&root, &id, &files))
+            .await
+            .map_err(|source| SandboxError::Workspace {
+                action: "create",
+                path: dir,
+                source: io::Error::other(source),
+            })?
+    }
+
+    /// The workspace directory.
+    pub(super) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Reads back what the step wrote to `$OVERTURE_OUTPUTS`, refusing more than `limit` bytes.
+    pub(super) async fn read_outputs(&self, limit: u64) -> Result<Vec<u8>, SandboxError> {
+        let path = self.dir.join(OUTPUTS_FILE);
+        let reading = path.clone();
+        let read = tokio::task::spawn_blocking(move || -> io::Result<Vec<u8>> {
+            let mut content = Vec::new();
+            File::open(&reading)?
+                .take(limit.saturating_add(1))
+                .read_to_end(&mut content)?;
+            Ok(content)
+        })
+        .await
+        .unwrap_or_else(|join| Err(io::Error::other(join)));
+        let content = read.map_err(|source| SandboxError::Workspace {
+            action: "read",
+            path,
+            source,
+        })?;
+        if u64::try_from(content.len()).map_or(true, |len| len > limit) {
+            return Err(SandboxError::OutputsTooLarge { limit });
+        }
+        Ok(content)
+    }
+
+    /// Removes the directory without blocking the runtime; a failure is logged, since the
+    /// outcome of the step matters more than a leftover directory.
+    pub(super) async fn remove(mut self) {
+        self.removed = true;
+        let dir = self.dir.clone();
+        let removed = tokio::task::spawn_blocking(move || remove_dir(&dir))
+            .await
+            .unwrap_or_else(|join| Err(io::Error::other(join)));
+        if let Err(error) = removed {
+            tracing::error!(dir = %self.dir.display(), %error, "could not remove sandbox workspace");
+        }
+    }
+}
+
+impl Drop for Workspace {
+    fn drop(&mut self) {
+        if !self.removed {
+            // An early return or a dropped `run` future: removing synchronously here is the only
+            // way to be sure the directory goes.
+            if let Err(error) = remove_dir(&self.dir) {
+                tracing::error!(dir = %self.dir.display(), %error, "could not remove sandbox workspace");
+            }
+        }
+    }
+}
+
+fn remove_dir(dir: &Path) -> io::Result<()> {
+    // `remove_dir_all` does not follow symlinks, so links the step left in /work are harmless.
+    match fs::remove_dir_all(dir) {
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
+fn create_blocking(
+    root: &Path,
+    id: &str,
+    files: &[(PathBuf, Vec<u8>)],
+) -> Result<Workspace, SandboxError> {
+    let private_dirs = {
+        let mut builder = DirBuilder::new();
+        builder.mode(0o700);
+        builder
+    };
+    let failed = |action, path: &Path| {
+        let path = path.to_owned();
+        move |source| SandboxError::Workspace {
+            action,
+            path,
+            source,
+        }
+    };
+
+    DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(root)
+        .map_err(failed("create", root))?;
+    let dir = root.join(id);
+    if let Err(source) = private_dirs.create(&dir) {
+        return Err(if source.kind() == io::ErrorKind::AlreadyExists {
+            SandboxError::WorkspaceExists { path: dir }
+        } else {
+            failed("create", &dir)(source)
+        });
+    }
+    // Only now is the directory ours to remove.
+    let workspace = Workspace {
+        dir,
+        removed: false,
+    };
+
+    let work = workspace.dir.join(WORK_DIR);
+    private_dirs
+        .create(&work)
+        .map_err(failed("create", &work))?;
+    let etc = workspace.dir.join(ETC_DIR);
+    private_dirs.create(&etc).map_err(failed("create", &etc))?;
+    for (name, content) in [
+        (OUTPUTS_FILE, ""),
+        ("etc/passwd", PASSWD),
+        ("etc/group", GROUP),
+    ] {
+        let path = workspace.dir.join(name);
+        write_new(&path, content.as_bytes()).map_err(failed("write", &path))?;
+    }
+
+    let mut parents = DirBuilder::new();
+    parents.recursive(true).mode(0o700);
+    for (relative, content) in files {
+        let path = work.join(relative);
+        if let Some(parent) = path.parent() {
+            parents.create(parent).map_err(failed("create", parent))?;
+        }
+        write_new(&path, content).map_err(failed("write", &path))?;
+    }
+    Ok(workspace)
+}
+
+/// Writes a file that must not exist yet, so nothing already there is followed or overwritten.
+fn write_new(path: &Path, content: &[u8]) -> io::Result<()> {
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?
+        .write_all(content)
+}

@@ -1,0 +1,296 @@
+//! The durable job queue: step jobs and timers, with the semantics of SQS.
+//!
+//! A job waits until it is due, is received by one worker at a time for a visibility period
+//! (extended by heartbeats), and comes back if its worker neither acks nor extends in time.
+//! Every call is handed the time instead of reading a clock, so tests drive time directly.
+//!
+//! Instants are stored as unix milliseconds. Instants before which a job must not be received
+//! are rounded up and `now` is rounded down, so rounding can delay a job by under a millisecond
+//! but never hand it out early.
+
+use overture_events::{DeploymentId, Timestamp};
+use rusqlite::{params, OptionalExtension};
+
+use super::{Database, DbError};
+
+/// A job to enqueue.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewJob {
+    /// Unique among queued jobs; enqueueing a key already queued does nothing.
+    pub key: String,
+    /// The deployment the job belongs to.
+    pub deployment: DeploymentId,
+    /// What the worker needs, as JSON.
+    pub body: serde_json::Value,
+    /// The job is not received before this instant.
+    pub due_at: Timestamp,
+}
+
+/// A job handed to a worker, invisible to others until its lease ends.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReceivedJob {
+    /// The job's key.
+    pub key: String,
+    /// The deployment the job belongs to.
+    pub deployment: DeploymentId,
+    /// The job's body.
+    pub body: serde_json::Value,
+    /// How many times the job has been received, this time included.
+    pub receive_count: u32,
+    /// Proof of this receipt, for [`JobQueue::ack`] and [`JobQueue::extend`].
+    pub receipt: Receipt,
+}
+
+/// Identifies one receipt of one job: it goes stale once the job is received again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Receipt {
+    job: i64,
+    receive_count: u32,
+}
+
+/// Why the queue refused or failed a call.
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    /// The job was acked, or received again after this receipt's lease ended.
+    #[error("the receipt is stale: its job was acked or received again")]
+    StaleReceipt,
+    /// A stored job cannot be read back.
+    #[error("job `{key}` cannot be read: {reason}")]
+    Corrupt {
+        /// The job's key.
+        key: String,
+        /// What was wrong with it.
+        reason: String,
+    },
+    /// The database failed.
+    #[error(transparent)]
+    Database(#[from] DbError),
+}
+
+/// The durable job queue, on a [`Database`].
+#[derive(Clone, Debug)]
+pub struct JobQueue {
+    db: Database,
+}
+
+impl JobQueue {
+    /// A queue on this database.
+    pub fn new(db: Database) -> Self {
+        Self { db }
+    }
+
+    /// Queues `job`; `false` if a job with its key is already queued (it is left as it is).
+    pub async fn enqueue(&self, job: NewJob) -> Result<bool, QueueError> {
+        let inserted = self
+            .db
+            .with_connection(move |connection| {
+                connection
+                    .prepare_cached(
+                        "INSERT INTO jobs (key, deployment, body, due_at, visible_at)
+                         VALUES (?1, ?2, ?3, ?4, 0)
+                         ON CONFLICT (key) DO NOTHING",
+                    )?
+                    .execute(params![
+                        job.key,
+                        job.deployment.to_string(),
+                        job.body.to_string(),
+                        not_before_ms(job.due_at),
+                    ])
+            })
+            .await?;
+        Ok(inserted == 1)
+    }
+
+    /// Takes the due, visible job with the earliest due time and hides it for `visibility`.
+    pub async fn receive(
+        &self,
+        now: Timestamp,
+        visibility: std::time::Duration,
+        only: Option<DeploymentId>,
+    ) -> Result<Option<ReceivedJob>, QueueError> {
+        let now_ms = now_ms(now);
+        let visible_at = not_before_ms(now).saturating_add(duration_ms(visibility));
+        let received = self
+            .db
+            .with_connection(move |connection| {
+                // One statement, so picking and hiding the job is atomic across processes.
+                connection
+                    .prepare_cached(
+                        "UPDATE jobs SET visible_at = ?2, receive_count = receive_count + 1
+                         WHERE id = (
+                             SELECT id FROM jobs
+                             WHERE due_at <= ?1 AND visible_at <= ?1
+                               AND (?3 IS NULL OR deployment = ?3)
+                             ORDER BY due_at, id
+                             LIMIT 1
+                         )
+                         RETURNING id, key, deployment, body, receive_count",
+                    )?
+                    .query_row(
+                        params![now_ms, visible_at, only.map(|id| id.to_string())],
+                        |row| {
+                            Ok((
+                                row.get::<_, i64>(0)?,
+                                row.get::<_, String>(1)?,
+                                row.get::<_, String>(2)?,
+                                row.get::<_, String>(3)?,
+                                row.get::<_, u32>(4)?,
+                            ))
+                        },
+                    )
+                    .optional()
+            })
+            .await?;
+        let Some((job, key, deployment, body, receive_count)) = received else {
+            return Ok(None);
+        };
+        let corrupt = |reason: String| QueueError::Corrupt {
+            key: key.clone(),
+            reason,
+        };
+        let deployment = deployment
+            .parse()
+            .map_err(|error| corrupt(format!("bad deployment: {error}")))?;
+        let body = serde_json::from_str(&body)
+            .map_err(|error| corrupt(format!("body is not JSON: {error}")))?;
+        Ok(Some(ReceivedJob {
+            key,
+            deployment,
+            body,
+            receive_count,
+            receipt: Receipt { job, receive_count },
+        }))
+    }
+
+    /// Keeps the job hidden until `until` (a heartbeat from the worker holding `receipt`).
+    pub async fn extend(&self, receipt: &Receipt, until: Timestamp) -> Result<(), QueueError> {
+        let Receipt { job, receive_count } = *receipt;
+        let updated = self
+            .db
+            .with_connection(move |connection| {
+                connection
+                    .prepare_cached(
+                        "UPDATE jobs SET visible_at = ?3 WHERE id = ?1 AND receive_count = ?2",
+                    )?
+                    .execute(params![job, receive_count, not_before_ms(until)])
+            })
+            .await?;
+        fresh_if_one(updated)
+    }
+
+    /// Deletes the job: its work is done.
+    pub async fn ack(&self, receipt: &Receipt) -> Result<(), QueueError> {
+        let Receipt { job, receive_count } = *receipt;
+        let deleted = self
+            .db
+            .with_connection(move |connection| {
+                connection
+                    .prepare_cached("DELETE FROM jobs WHERE id = ?1 AND receive_count = ?2")?
+                    .execute(params![job, receive_count])
+            })
+            .await?;
+        fresh_if_one(deleted)
+    }
+
+    /// Makes every job in flight receivable at `now`; only safe when no other worker is alive.
+    pub async fn release_in_flight(&self, now: Timestamp) -> Result<u64, QueueError> {
+        let now_ms = now_ms(now);
+        let released = self
+            .db
+            .with_connection(move |connection| {
+                connection
+                    .prepare_cached("UPDATE jobs SET visible_at = ?1 WHERE visible_at > ?1")?
+                    .execute([now_ms])
+            })
+            .await?;
+        Ok(u64::try_from(released).unwrap_or(u64::MAX))
+    }
+
+    /// The earliest instant at which some job (of `only`, if given) can be received.
+    pub async fn next_wake(
+        &self,
+        only: Option<DeploymentId>,
+    ) -> Result<Option<Timestamp>, QueueError> {
+        let next = self
+            .db
+            .with_connection(move |connection| {
+                connection
+                    .prepare_cached(
+                        "SELECT key, MAX(due_at, visible_at) AS wake FROM jobs
+                         WHERE ?1 IS NULL OR deployment = ?1
+                         ORDER BY wake LIMIT 1",
+                    )?
+                    .query_row([only.map(|id| id.to_string())], |row| {
+                        Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+                    })
+                    .optional()
+            })
+            .await?;
+        next.map(|(key, wake)| {
+            Timestamp::from_timestamp_millis(wake).ok_or_else(|| QueueError::Corrupt {
+                key,
+                reason: format!("{wake} ms is not a representable instant"),
+            })
+        })
+        .transpose()
+    }
+
+    /// How many jobs (of `only`, if given) are queued, in flight or not.
+    pub async fn pending(&self, only: Option<DeploymentId>) -> Result<u64, QueueError> {
+        let count = self
+            .db
+            .with_connection(move |connection| {
+                connection
+                    .prepare_cached(
+                        "SELECT COUNT(*) FROM jobs WHERE ?1 IS NULL OR deployment = ?1",
+                    )?
+                    .query_row([only.map(|id| id.to_string())], |row| row.get(0))
+            })
+            .await?;
+        Ok(count)
+    }
+}
+
+fn fresh_if_one(rows: usize) -> Result<(), QueueError> {
+    if rows == 1 {
+        Ok(())
+    } else {
+        Err(QueueError::StaleReceipt)
+    }
+}
+
+/// `at` in unix ms, rounded down: the present.
+fn now_ms(at: Timestamp) -> i64 {
+    at.timestamp_millis()
+}
+
+/// `at` in unix ms, rounded up: an instant before which something must not happen.
+fn not_before_ms(at: Timestamp) -> i64 {
+    let floor = at.timestamp_millis();
+    let below_a_millisecond = at.timestamp_subsec_nanos() % 1_000_000;
+    if below_a_millisecond == 0 {
+        floor
+    } else {
+        floor.saturating_add(1)
+    }
+}
+
+/// `duration` in ms, rounded up.
+fn duration_ms(duration: std::time::Duration) -> i64 {
+    i64::try_from(duration.as_nanos().div_ceil(1_000_000)).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounding_never_lets_a_job_out_early() {
+        let at = Timestamp::from_timestamp(1_700_000_000, 1_500_000).expect("in range");
+        assert_eq!(now_ms(at), 1_700_000_000_001);
+        assert_eq!(not_before_ms(at), 1_700_000_000_002);
+        let whole = Timestamp::from_timestamp_millis(1_700_000_000_001).expect("in range");
+        assert_eq!(not_before_ms(whole), now_ms(whole));
+        assert_eq!(duration_ms(std::time::Duration::from_micros(1_001)), 2);
+    }
+}

@@ -1,0 +1,74 @@
+//! The schema of the SQLite file, as numbered migrations.
+//!
+//! `MIGRATIONS[i]` takes a file from `user_version` i to i + 1. Add tables (read models, ...)
+//! by appending a step; never edit a released one, because files already past it will not run
+//! it again.
+
+use rusqlite::{Connection, TransactionBehavior};
+
+/// The migration steps, oldest first.
+const MIGRATIONS: &[&str] = &[
+    // 1: the event log, projection checkpoints and the job queue.
+    "CREATE TABLE events (
+         position INTEGER PRIMARY KEY AUTOINCREMENT,
+         stream   TEXT    NOT NULL,
+         revision INTEGER NOT NULL,
+         id       TEXT    NOT NULL UNIQUE,
+         type     TEXT    NOT NULL,
+         data     TEXT    NOT NULL,
+         metadata TEXT    NOT NULL,
+         UNIQUE (stream, revision)
+     );
+     CREATE TABLE checkpoints (
+         name     TEXT    PRIMARY KEY,
+         position INTEGER NOT NULL
+     );
+     -- AUTOINCREMENT: a job id is never reused, so a stale receipt (id, receive_count) can
+     -- never match a later job.
+     CREATE TABLE jobs (
+         id            INTEGER PRIMARY KEY AUTOINCREMENT,
+         key           TEXT    NOT NULL UNIQUE,
+         deployment    TEXT    NOT NULL,
+         body          TEXT    NOT NULL,
+         due_at        INTEGER NOT NULL, -- unix ms
+         visible_at    INTEGER NOT NULL, -- unix ms; end of the current lease, 0 before any
+         receive_count INTEGER NOT NULL DEFAULT 0
+     );
+     CREATE INDEX jobs_by_due ON jobs (due_at, visible_at);
+     CREATE INDEX jobs_by_deployment ON jobs (deployment, due_at);",
+    // 2: the read models, each view a JSON document.
+    "CREATE TABLE deployment_views (
+         id         TEXT PRIMARY KEY,
+         tenant     TEXT NOT NULL,
+         status     TEXT NOT NULL,
+         started_at TEXT NOT NULL,
+         view       TEXT NOT NULL
+     );
+     CREATE INDEX deployment_views_by_tenant ON deployment_views (tenant, started_at);
+     CREATE TABLE tenant_views (
+         tenant TEXT PRIMARY KEY,
+         view   TEXT NOT NULL
+     );",
+];
+
+/// The schema version this build migrates files to.
+pub const VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// Brings the file up to [`VERSION`] and returns the version it had before.
+///
+/// A file newer than [`VERSION`] is left untouched; the caller refuses it.
+pub(super) fn migrate(connection: &mut Connection) -> rusqlite::Result<i64> {
+    // IMMEDIATE: two processes opening a new file at once must not both create the tables.
+    let tx = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let found: i64 = tx.pragma_query_value(None, "user_version", |row| row.get(0))?;
+    for (version, step) in (1..).zip(MIGRATIONS) {
+        if version > found {
+            tx.execute_batch(step)?;
+        }
+    }
+    if found < VERSION {
+        tx.pragma_update(None, "user_version", VERSION)?;
+    }
+    tx.commit()?;
+    Ok(found)
+}
