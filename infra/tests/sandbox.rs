@@ -67,7 +67,11 @@ fn marked_processes(marker: &str) -> Vec<u32> {
         return found;
     };
     for entry in entries.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|name| name.parse().ok())
+        else {
             continue;
         };
         // A process may exit between listing and reading: then it is not alive to report.
@@ -92,7 +96,9 @@ fn all_command_lines() -> Vec<Vec<u8>> {
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|window| window == needle)
+    haystack
+        .windows(needle.len())
+        .any(|window| window == needle)
 }
 
 /// Polls until `condition` holds, for at most 20 s.
@@ -166,7 +172,11 @@ async fn output_keeps_only_the_tail() {
     let outcome = run(&sandbox, request).await;
     assert_eq!(outcome.exit, Exit::Code(0));
     assert_eq!(outcome.output.len(), 64);
-    assert!(text(&outcome.output).ends_with("100000\nlast\n"), "{}", text(&outcome.output));
+    assert!(
+        text(&outcome.output).ends_with("100000\nlast\n"),
+        "{}",
+        text(&outcome.output)
+    );
 }
 
 #[tokio::test]
@@ -197,13 +207,24 @@ async fn the_step_sees_only_the_variables_it_was_given() {
         .filter_map(|entry| entry.split_once('='))
         .map(|(name, value)| (name.to_owned(), value.to_owned()))
         .collect();
-    let value = |name: &str| vars.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+    let value = |name: &str| {
+        vars.iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    };
     let names: BTreeSet<&str> = vars.iter().map(|(name, _)| name.as_str()).collect();
     let shells_own = ["PWD", "SHLVL", "_"];
     let extra: Vec<_> = names
         .iter()
         .filter(|name| {
-            !["PLAIN_VAR", "SECRET_VAR", "PATH", "HOME", "OVERTURE_OUTPUTS"].contains(name)
+            ![
+                "PLAIN_VAR",
+                "SECRET_VAR",
+                "PATH",
+                "HOME",
+                "OVERTURE_OUTPUTS",
+            ]
+            .contains(name)
                 && !shells_own.contains(name)
         })
         .collect();
@@ -244,7 +265,9 @@ async fn secrets_are_on_no_command_line() {
     let cancel = async {
         let _ = cancel_rx.await;
     };
-    let outcome = run_watched(&sandbox, request, cancel, watch).await.expect("runs");
+    let outcome = run_watched(&sandbox, request, cancel, watch)
+        .await
+        .expect("runs");
     assert_eq!(outcome.exit, Exit::Cancelled);
 }
 
@@ -321,9 +344,16 @@ async fn the_step_cannot_read_another_running_sandbox() {
 #[tokio::test]
 async fn system_directories_are_read_only() {
     let (sandbox, _root) = sandbox();
-    for (n, target) in ["/usr/x", "/usr/bin/x", "/etc/x", "/etc/passwd", "/x", "/run/x"]
-        .iter()
-        .enumerate()
+    for (n, target) in [
+        "/usr/x",
+        "/usr/bin/x",
+        "/etc/x",
+        "/etc/passwd",
+        "/x",
+        "/run/x",
+    ]
+    .iter()
+    .enumerate()
     {
         let command = format!("echo x >> {target}");
         let outcome = run(&sandbox, request(&format!("ro-{n}"), &command)).await;
@@ -332,7 +362,11 @@ async fn system_directories_are_read_only() {
     // Usr and etc are real host directories: make sure nothing was written there either.
     assert!(!Path::new("/usr/x").exists() && !Path::new("/etc/x").exists());
 
-    let writable = run(&sandbox, request("rw", "echo x > /work/x && echo x > /tmp/x")).await;
+    let writable = run(
+        &sandbox,
+        request("rw", "echo x > /work/x && echo x > /tmp/x"),
+    )
+    .await;
     assert_eq!(writable.exit, Exit::Code(0));
 }
 
@@ -458,7 +492,9 @@ async fn the_workspace_is_removed_however_the_run_ends() {
         run(&sandbox, request).await;
         assert!(!workspaces(&root).join(&id).exists(), "{id} is still there");
     }
-    let cancelled = sandbox.run(request("cancelled", "sleep 300"), async {}).await;
+    let cancelled = sandbox
+        .run(request("cancelled", "sleep 300"), async {})
+        .await;
     assert_eq!(cancelled.expect("runs").exit, Exit::Cancelled);
 
     // A sandbox that fails before the step runs.
@@ -494,7 +530,10 @@ async fn unsafe_ids_and_file_paths_are_refused() {
             .run(request(id, "true"), std::future::pending())
             .await
             .expect_err("refused");
-        assert!(matches!(error, SandboxError::InvalidId { .. }), "{id}: {error:?}");
+        assert!(
+            matches!(error, SandboxError::InvalidId { .. }),
+            "{id}: {error:?}"
+        );
     }
     for path in ["../x", "/etc/x", "a/../../x"] {
         let mut request = request("files", "true");
@@ -503,7 +542,10 @@ async fn unsafe_ids_and_file_paths_are_refused() {
             .run(request, std::future::pending())
             .await
             .expect_err("refused");
-        assert!(matches!(error, SandboxError::InvalidFilePath { .. }), "{path}: {error:?}");
+        assert!(
+            matches!(error, SandboxError::InvalidFilePath { .. }),
+            "{path}: {error:?}"
+        );
     }
     for (name, value) in [("PATH", "/x"), ("A=B", "x"), ("OK", "nul\0byte")] {
         let mut request = request("env", "true");
@@ -512,9 +554,15 @@ async fn unsafe_ids_and_file_paths_are_refused() {
             .run(request, std::future::pending())
             .await
             .expect_err("refused");
-        assert!(matches!(error, SandboxError::InvalidEnv { .. }), "{name}: {error:?}");
+        assert!(
+            matches!(error, SandboxError::InvalidEnv { .. }),
+            "{name}: {error:?}"
+        );
     }
-    assert!(!workspaces(&root).exists(), "a refused request touched the disk");
+    assert!(
+        !workspaces(&root).exists(),
+        "a refused request touched the disk"
+    );
     assert!(!Path::new("/etc/x").exists() && !root.path().join("x").exists());
 }
 
@@ -528,8 +576,14 @@ async fn an_existing_workspace_is_refused_and_left_alone() {
         .run(request("taken", "true"), std::future::pending())
         .await
         .expect_err("refused");
-    assert!(matches!(error, SandboxError::WorkspaceExists { .. }), "{error:?}");
-    assert_eq!(std::fs::read(existing.join("keep")).expect("still there"), b"mine");
+    assert!(
+        matches!(error, SandboxError::WorkspaceExists { .. }),
+        "{error:?}"
+    );
+    assert_eq!(
+        std::fs::read(existing.join("keep")).expect("still there"),
+        b"mine"
+    );
 }
 
 #[tokio::test]
@@ -540,7 +594,10 @@ async fn a_missing_bubblewrap_says_how_to_install_it() {
         .run(request("missing", "true"), std::future::pending())
         .await
         .expect_err("no bubblewrap");
-    assert!(matches!(error, SandboxError::NotInstalled { .. }), "{error:?}");
+    assert!(
+        matches!(error, SandboxError::NotInstalled { .. }),
+        "{error:?}"
+    );
     assert!(error.to_string().contains("apt-get install bubblewrap"));
     assert!(!root.path().join("ws/missing").exists());
 }

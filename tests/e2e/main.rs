@@ -1,1 +1,16 @@
-//! End-to-end tests of the overture program.
+//! End-to-end tests of the `overture` program: the real binary, a real SQLite file, real
+//! bubblewrap sandboxes. Each test has its own data directory.
+//!
+//! - [`support`]: running the binary, reading its JSON, checking an event history's causality.
+//! - [`deploy`]: deployments that succeed, fail, and fail with a grace period.
+//! - [`resume`]: killing the engine mid-step and carrying on.
+//! - [`secrets`]: a secret appears nowhere it should not.
+//! - [`input`]: bad input is refused with exit code 2 and nothing recorded.
+//! - [`sandbox`]: what a step can and cannot see.
+
+mod deploy;
+mod input;
+mod resume;
+mod sandbox;
+mod secrets;
+mod support;

@@ -128,10 +128,15 @@ impl Engine {
         Ok(unfinished)
     }
 
-    /// Makes every job leased by a dead engine available again, and deletes sandboxes left behind.
+    /// Makes every job leased by a dead engine available again, and kills and deletes the
+    /// sandboxes it left behind.
     /// Only call this while holding the engine lock exclusively.
     pub async fn recover(&self) -> Result<u64, EngineError> {
         let released = self.queue.release_in_flight(self.clock.now()).await.map_err(function_error)?;
+        let killed = self.sandbox.kill_leftovers().map_err(function_error)?;
+        if killed > 0 {
+            tracing::info!(killed, "killed processes of sandboxes left behind by a stopped engine");
+        }
         let sandboxes = self.data_dir.join("sandboxes");
         if sandboxes.exists() {
             std::fs::remove_dir_all(&sandboxes).map_err(function_error)?;

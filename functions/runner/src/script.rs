@@ -1,9 +1,11 @@
 //! How a `script` step's command and environment are built, and its outputs read.
 //!
-//! Every `{{ ... }}` reference in the command becomes a quoted shell variable
-//! (`"${OVERTURE_REF_1}"`) whose value travels in the environment. A value can therefore never
-//! change the shape of the command (no injection through a parameter or an output), and a secret
-//! reaches the step only as an environment variable: never in the command text, never in an event.
+//! Every `{{ ... }}` reference in the command becomes a shell variable (`${OVERTURE_REF_1}`) whose
+//! value travels in the environment. The shell splits it into words as it would split the same
+//! text written in place, but never runs it: a parameter or an output holding `; rm -rf /` or
+//! `$(...)` cannot change what the command does. A secret reaches the step only as an environment
+//! variable: never in the command text, never in an event. Quote a reference (`"{{ ... }}"`) to
+//! keep a value with spaces as one word.
 
 use std::collections::BTreeMap;
 
@@ -50,7 +52,7 @@ pub fn prepare(state: &DeploymentState, spec: &StepSpec, secrets: &SecretValues)
                 secret_env.push((name.clone(), value.clone()));
             }
         }
-        Ok::<_, String>(format!("\"${{{name}}}\""))
+        Ok::<_, String>(format!("${{{name}}}"))
     })?;
     Ok(Prepared { command, env, secret_env })
 }
@@ -112,7 +114,7 @@ mod tests {
         let secrets: SecretValues = [("key".to_owned(), SecretString::from("s3cr3t"))].into();
 
         let prepared = prepare(&state, blueprint.step("b").expect("b"), &secrets).expect("prepares");
-        assert_eq!(prepared.command, "echo \"${OVERTURE_REF_1}\" \"${OVERTURE_REF_2}\" \"${OVERTURE_REF_3}\"");
+        assert_eq!(prepared.command, "echo ${OVERTURE_REF_1} ${OVERTURE_REF_2} ${OVERTURE_REF_3}");
         assert_eq!(prepared.env, vec![("OVERTURE_REF_1".into(), "a; rm -rf /".into()), ("OVERTURE_REF_2".into(), "http://x".into())]);
         assert_eq!(prepared.secret_env.len(), 1);
         assert_eq!(prepared.secret_env[0].1.expose_secret(), "s3cr3t");

@@ -71,20 +71,41 @@ impl SystemLayout {
             };
             if metadata.file_type().is_symlink() {
                 if let Ok(target) = fs::read_link(&host) {
-                    push(&mut args, [OsStr::new("--symlink"), target.as_os_str(), host.as_os_str()]);
+                    push(
+                        &mut args,
+                        [
+                            OsStr::new("--symlink"),
+                            target.as_os_str(),
+                            host.as_os_str(),
+                        ],
+                    );
                 }
             } else if metadata.is_dir() {
-                push(&mut args, [OsStr::new("--ro-bind"), host.as_os_str(), host.as_os_str()]);
+                push(
+                    &mut args,
+                    [OsStr::new("--ro-bind"), host.as_os_str(), host.as_os_str()],
+                );
             }
         }
         for name in ETC_FILES {
             let host = Path::new("/etc").join(name);
-            push(&mut args, [OsStr::new("--ro-bind-try"), host.as_os_str(), host.as_os_str()]);
+            push(
+                &mut args,
+                [
+                    OsStr::new("--ro-bind-try"),
+                    host.as_os_str(),
+                    host.as_os_str(),
+                ],
+            );
         }
         // The client's drop-in settings, which ssh_config includes.
         push(
             &mut args,
-            ["--ro-bind-try", "/etc/ssh/ssh_config.d", "/etc/ssh/ssh_config.d"],
+            [
+                "--ro-bind-try",
+                "/etc/ssh/ssh_config.d",
+                "/etc/ssh/ssh_config.d",
+            ],
         );
         Self { args }
     }
@@ -122,7 +143,12 @@ pub(super) fn command_line(
 
     push(
         &mut args,
-        ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"],
+        [
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+        ],
     );
     if !request.network {
         push(&mut args, ["--unshare-net"]);
@@ -130,20 +156,47 @@ pub(super) fn command_line(
     // As root, the sandbox would otherwise keep every capability and could remount /usr
     // read-write; bubblewrap also sets no_new_privs, so no exec can win them back.
     push(&mut args, ["--cap-drop", "ALL"]);
-    push(&mut args, ["--die-with-parent", "--new-session", "--hostname", HOSTNAME]);
+    push(
+        &mut args,
+        ["--die-with-parent", "--new-session", "--hostname", HOSTNAME],
+    );
 
     args.extend(layout.args.iter().cloned());
     for name in ["passwd", "group"] {
         let host = workspace.join(ETC_DIR).join(name);
         let inside = Path::new("/etc").join(name);
-        push(&mut args, [OsStr::new("--ro-bind"), host.as_os_str(), inside.as_os_str()]);
+        push(
+            &mut args,
+            [
+                OsStr::new("--ro-bind"),
+                host.as_os_str(),
+                inside.as_os_str(),
+            ],
+        );
     }
-    push(&mut args, ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]);
+    push(
+        &mut args,
+        ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"],
+    );
 
     let work = workspace.join(WORK_DIR);
-    push(&mut args, [OsStr::new("--bind"), work.as_os_str(), OsStr::new(SANDBOX_WORK)]);
+    push(
+        &mut args,
+        [
+            OsStr::new("--bind"),
+            work.as_os_str(),
+            OsStr::new(SANDBOX_WORK),
+        ],
+    );
     let outputs = workspace.join(OUTPUTS_FILE);
-    push(&mut args, [OsStr::new("--bind"), outputs.as_os_str(), OsStr::new(SANDBOX_OUTPUTS)]);
+    push(
+        &mut args,
+        [
+            OsStr::new("--bind"),
+            outputs.as_os_str(),
+            OsStr::new(SANDBOX_OUTPUTS),
+        ],
+    );
     push(&mut args, ["--chdir", SANDBOX_WORK]);
     // Last of the mounts: after it, nothing more can be created in the root.
     push(&mut args, ["--remount-ro", "/"]);
@@ -217,10 +270,15 @@ mod tests {
             status: 4,
             block: 5,
         };
-        command_line(&SystemLayout::detect(), Path::new("/ws/t"), &request(network), fds)
-            .into_iter()
-            .map(|arg| arg.to_string_lossy().into_owned())
-            .collect()
+        command_line(
+            &SystemLayout::detect(),
+            Path::new("/ws/t"),
+            &request(network),
+            fds,
+        )
+        .into_iter()
+        .map(|arg| arg.to_string_lossy().into_owned())
+        .collect()
     }
 
     #[test]

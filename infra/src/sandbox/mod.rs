@@ -9,6 +9,7 @@
 //! - `workspace`: the per-attempt directory on the host and the guard that removes it.
 //! - `output`: the tail-capped capture of stdout and stderr.
 //! - `sys`: the Linux calls std and tokio lack (pidfds, memfd, pipes), and all the `unsafe`.
+//! - `port`: the runner's `RunSandboxed` port, implemented on [`Bubblewrap`].
 //! - [`SandboxError`]: what went wrong when the sandbox, not the step, failed.
 //!
 //! # How a run ends
@@ -23,6 +24,8 @@
 mod args;
 mod error;
 mod output;
+mod leftovers;
+mod port;
 mod request;
 mod sys;
 mod workspace;
@@ -91,7 +94,12 @@ impl Bubblewrap {
 
         let mut command = Command::new(&program);
         command
-            .args(["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net"])
+            .args([
+                "--unshare-pid",
+                "--unshare-ipc",
+                "--unshare-uts",
+                "--unshare-net",
+            ])
             .args(["--cap-drop", "ALL", "--die-with-parent", "--new-session"])
             .args(SystemLayout::detect().args())
             .args(["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/"])
@@ -101,7 +109,11 @@ impl Bubblewrap {
             .kill_on_drop(true);
         let output = tokio::time::timeout(KILL_GRACE, command.output())
             .await
-            .map_err(|_| unusable(format!("a test sandbox did not finish within {KILL_GRACE:?}")))?
+            .map_err(|_| {
+                unusable(format!(
+                    "a test sandbox did not finish within {KILL_GRACE:?}"
+                ))
+            })?
             .map_err(|source| spawn_error(&program, source))?;
         if output.status.success() {
             Ok(())
@@ -114,8 +126,8 @@ impl Bubblewrap {
     /// Runs `request.command` in a new sandbox until it exits, its timeout passes or `cancel`
     /// resolves, then removes the sandbox and its workspace.
     ///
-    /// When this returns, or when its future is dropped, no process of the sandbox is left
-    /// (dropping kills them but cannot wait for them).
+    /// When this returns, no process of the sandbox is left. If the future is dropped instead,
+    /// the processes are killed but not waited for, and the workspace is removed at once.
     pub async fn run(
         &self,
         mut request: SandboxRequest,
@@ -159,7 +171,12 @@ impl Bubblewrap {
 
         let mut command = Command::new(&self.program);
         command
-            .args(args::command_line(&self.layout, workspace.dir(), request, fds))
+            .args(args::command_line(
+                &self.layout,
+                workspace.dir(),
+                request,
+                fds,
+            ))
             // Nothing of the engine's environment reaches bubblewrap, so nothing in it (such as
             // LD_PRELOAD) can steer bubblewrap while it still runs as root outside the sandbox.
             .env_clear()
@@ -194,8 +211,9 @@ impl Bubblewrap {
             }
         };
 
-        // Until the first status line, the sandbox's init is alive and blocked on `block_read`
-        // (or bubblewrap has failed), so the pid cannot have been reused when the pidfd opens.
+        // bubblewrap writes the init's pid before letting it set up; from then until it gets
+        // our byte on `block_read`, the init is alive unless its setup failed, so the pid cannot
+        // have been reused when the pidfd opens.
         let (init_pid, status_lines) = blocking(move || {
             let mut lines = BufReader::new(std::fs::File::from(status_read));
             let mut first = String::new();
@@ -237,7 +255,10 @@ impl Bubblewrap {
         // the command left running in the background must not outlive `run`.
         if let Some(init) = init {
             init.0.kill().map_err(process("kill the sandbox"))?;
-            let waiting = init.0.try_clone().map_err(process("wait for the sandbox"))?;
+            let waiting = init
+                .0
+                .try_clone()
+                .map_err(process("wait for the sandbox"))?;
             let exited = blocking(move || waiting.wait_exited_blocking(KILL_GRACE))
                 .await
                 .map_err(process("wait for the sandbox"))?;
@@ -246,7 +267,12 @@ impl Bubblewrap {
             }
         }
         // Every writer of the pipes is gone now, so they are at end of file, or about to be.
-        if tokio::time::timeout(KILL_GRACE, capture).await.is_err() {
+        let mut capture = capture;
+        if tokio::time::timeout(KILL_GRACE, &mut capture)
+            .await
+            .is_err()
+        {
+            capture.abort();
             return Err(SandboxError::StillRunning { grace: KILL_GRACE });
         }
         let output = output::take(&tail);

@@ -222,11 +222,25 @@ mod tests {
 
     #[test]
     fn ids_must_be_plain_file_names() {
-        for good in ["a", "step-1.attempt_2", "0198c2a4-7b7e-7cc3-9d1c-3f0d6b0e6a51"] {
+        for good in [
+            "a",
+            "step-1.attempt_2",
+            "0198c2a4-7b7e-7cc3-9d1c-3f0d6b0e6a51",
+        ] {
             assert!(validate_id(good).is_ok(), "{good}");
         }
         let long = "a".repeat(129);
-        for bad in ["", ".", "..", ".hidden", "a/b", "../x", "a b", "é", long.as_str()] {
+        for bad in [
+            "",
+            ".",
+            "..",
+            ".hidden",
+            "a/b",
+            "../x",
+            "a b",
+            "é",
+            long.as_str(),
+        ] {
             assert!(
                 matches!(validate_id(bad), Err(SandboxError::InvalidId { .. })),
                 "{bad}"

@@ -146,8 +146,8 @@ impl Pidfd {
             let left = deadline.saturating_duration_since(Instant::now());
             // Rounded up, so that a wait that ends early is followed by one that reaches the
             // deadline instead of spinning on zero-millisecond polls.
-            let millis = libc::c_int::try_from(left.as_micros().div_ceil(1000))
-                .unwrap_or(libc::c_int::MAX);
+            let millis =
+                libc::c_int::try_from(left.as_micros().div_ceil(1000)).unwrap_or(libc::c_int::MAX);
             let mut poll = libc::pollfd {
                 fd: self.0.as_raw_fd(),
                 events: libc::POLLIN,

@@ -1,0 +1,35 @@
+//! Sandboxes left behind by an engine that died.
+//!
+//! `--die-with-parent` kills a sandbox when its engine dies, but not when the engine dies while
+//! bubblewrap is still setting the sandbox up: the sandbox's init then outlives it. Recovery
+//! therefore finds this engine's own sandboxes by their workspace path, which every sandbox
+//! process of ours carries on its command line, and kills them by PID.
+
+use std::path::Path;
+
+use super::Bubblewrap;
+
+impl Bubblewrap {
+    /// Kills every process whose command line names a workspace under this sandbox root;
+    /// returns how many were signalled. Call it only when no live engine uses this root.
+    pub fn kill_leftovers(&self) -> std::io::Result<usize> {
+        kill_processes_naming(&self.workspace_root)
+    }
+}
+
+fn kill_processes_naming(root: &Path) -> std::io::Result<usize> {
+    let mut needle = root.as_os_str().as_encoded_bytes().to_vec();
+    needle.push(b'/');
+    let mut killed = 0;
+    for entry in std::fs::read_dir("/proc")?.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<i32>().ok()) else { continue };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        if pid != std::process::id() as i32 && cmdline.windows(needle.len()).any(|w| w == needle.as_slice()) {
+            // SAFETY: kill(2) with a PID read from /proc; it shares no memory with this process.
+            if unsafe { libc::kill(pid, libc::SIGKILL) } == 0 {
+                killed += 1;
+            }
+        }
+    }
+    Ok(killed)
+}

@@ -1,0 +1,93 @@
+//! Killing the engine in the middle of a step, then `overture resume`.
+
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+
+use crate::support::{assert_causal, marker, gone_within, step_events, text, Overture};
+
+#[test]
+fn resume_after_sigkill_finishes_the_deployment_with_no_event_lost_or_duplicated() {
+    let overture = Overture::new();
+    let slow = marker("interrupted-step");
+    let file = overture.blueprint(
+        "resume.yaml",
+        &format!(
+            r#"
+name: resumable
+steps:
+  first:
+    run: script
+    with: {{ command: 'echo "v=1" >> "$OVERTURE_OUTPUTS"' }}
+  slow:
+    run: script
+    needs: [first]
+    # An interrupted attempt counts as step-failed; this step may be tried once more.
+    retry: {{ step-failed: {{ times: 1 }} }}
+    with: {{ command: 'if [ "$OVERTURE_ATTEMPT" = 1 ]; then sleep 120; fi; echo "v={{{{ steps.first.outputs.v }}}}" >> "$OVERTURE_OUTPUTS" # {slow}' }}
+  last:
+    run: script
+    needs: [slow]
+    with: {{ command: 'echo "v={{{{ steps.slow.outputs.v }}}}" >> "$OVERTURE_OUTPUTS"' }}
+"#
+        ),
+    );
+
+    let mut engine = overture
+        .command(&["deploy", file.to_str().expect("path")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start overture deploy");
+    let stderr = engine.stderr.take().expect("stderr");
+    let mut id = None;
+    for line in BufReader::new(stderr).lines() {
+        let line = line.expect("progress line");
+        if let Some(rest) = line.strip_prefix("deployment ") {
+            id = Some(rest.trim().to_owned());
+        }
+        if line.contains("slow") && line.contains("started (attempt 1)") {
+            break;
+        }
+    }
+    let id = id.expect("the deployment id was printed");
+    let pid = i32::try_from(engine.id()).expect("pid");
+    // SAFETY: signals the child this test started, by its PID.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    engine.wait().expect("reap the killed engine");
+
+    let before = overture.events(&id);
+    assert_eq!(before.last().expect("events")["type"], "StepStarted", "the engine died during `slow`");
+    let resumed = overture.run(&["resume"]);
+    assert!(resumed.status.success(), "resume: {}", text(&resumed.stderr));
+    assert!(text(&resumed.stdout).contains(&format!("{id} succeeded")), "{}", text(&resumed.stdout));
+
+    let after = overture.events(&id);
+    assert_eq!(&after[..before.len()], &before[..], "nothing recorded before the crash changed");
+    assert_causal(&after, &[("slow", vec!["first"]), ("last", vec!["slow"])].into());
+    assert_eq!(
+        step_events(&after, "slow").iter().map(|(t, a)| format!("{t}#{a}")).collect::<Vec<_>>(),
+        ["StepScheduled#1", "StepStarted#1", "StepAttemptFailed#1", "StepRetryScheduled#1", "StepStarted#2", "StepSucceeded#2"],
+    );
+    let interrupted = after.iter().find(|e| e["type"] == "StepAttemptFailed").expect("interrupted attempt");
+    assert!(interrupted["data"]["message"].as_str().expect("message").contains("interrupted"));
+    let first_successes = after.iter().filter(|e| e["type"] == "StepSucceeded" && e["data"]["step"] == "first").count();
+    assert_eq!(first_successes, 1, "no success is recorded twice");
+
+    // The interrupted sandbox died with its engine, or, if the engine died while the sandbox was
+    // still being set up, resume killed it.
+    let left = gone_within(&slow, std::time::Duration::from_secs(5));
+    assert!(left.is_empty(), "the interrupted sandbox is gone: {left:?}");
+
+    let status = overture.json(&["status", &id, "--json"]);
+    assert_eq!(status["status"], "succeeded");
+    assert_eq!(status["steps"]["last"]["outputs"]["v"], "1");
+    assert!(overture.run(&["replay", "--check"]).status.success());
+}
+
+#[test]
+fn resume_with_nothing_to_do_says_so() {
+    let overture = Overture::new();
+    let resumed = overture.run(&["resume"]);
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    assert!(text(&resumed.stderr).contains("resuming 0 unfinished deployment(s)"));
+}

@@ -1,0 +1,174 @@
+//! Running the `overture` binary against a fresh data directory, and checking histories.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// A data directory and a folder for blueprints, removed when dropped.
+pub struct Overture {
+    dir: tempfile::TempDir,
+}
+
+impl Overture {
+    pub fn new() -> Self {
+        Self { dir: tempfile::tempdir().expect("temp dir") }
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// Writes a blueprint file and returns its path.
+    pub fn blueprint(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, text).expect("write blueprint");
+        path
+    }
+
+    /// A command for the binary on this data directory.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_overture"));
+        command.arg("--data-dir").arg(self.data_dir()).args(args);
+        command.env_remove("OVERTURE_DATA_DIR").env_remove("OVERTURE_TENANT");
+        command
+    }
+
+    /// Runs the binary and waits for it.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("run overture")
+    }
+
+    /// Runs the binary and parses its stdout as JSON.
+    pub fn json(&self, args: &[&str]) -> Value {
+        let output = self.run(args);
+        assert!(output.status.success(), "overture {args:?} failed: {}", text(&output.stderr));
+        serde_json::from_slice(&output.stdout).expect("JSON on stdout")
+    }
+
+    /// Deploys a blueprint file with `--json`; returns the exit code and the final status.
+    pub fn deploy(&self, file: &Path, extra: &[&str]) -> (i32, Value, Output) {
+        let mut args = vec!["deploy", file.to_str().expect("utf-8 path"), "--json"];
+        args.extend_from_slice(extra);
+        let output = self.run(&args);
+        let status = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
+        (output.status.code().unwrap_or(-1), status, output)
+    }
+
+    /// Every event of a deployment, as `events --json` prints them.
+    pub fn events(&self, id: &str) -> Vec<Value> {
+        let output = self.run(&["events", id, "--json"]);
+        assert!(output.status.success(), "events failed: {}", text(&output.stderr));
+        text(&output.stdout).lines().map(|line| serde_json::from_str(line).expect("one envelope per line")).collect()
+    }
+}
+
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The types of a history, in order.
+pub fn types(events: &[Value]) -> Vec<String> {
+    events.iter().map(|e| e["type"].as_str().unwrap_or_default().to_owned()).collect()
+}
+
+/// The events of one step, as (type, attempt).
+pub fn step_events(events: &[Value], step: &str) -> Vec<(String, u64)> {
+    events
+        .iter()
+        .filter(|e| e["data"]["step"] == step)
+        .map(|e| (e["type"].as_str().unwrap_or_default().to_owned(), e["data"]["attempt"].as_u64().unwrap_or(0)))
+        .collect()
+}
+
+/// Checks what every history must obey:
+/// revisions are gapless and ids unique; every attempt is scheduled, then started, then has
+/// one outcome; a step starts only after every step it needs has succeeded; the deployment
+/// ends once, last, and only after its secrets were purged.
+pub fn assert_causal(events: &[Value], needs: &BTreeMap<&str, Vec<&str>>) {
+    let mut ids = HashSet::new();
+    for (index, event) in events.iter().enumerate() {
+        assert_eq!(event["revision"].as_u64(), Some(index as u64), "revisions are gapless");
+        assert!(ids.insert(event["id"].as_str().expect("id").to_owned()), "event ids are unique");
+        for field in ["tenant", "actor", "$correlationId", "$causationId", "recorded_at"] {
+            assert!(event["metadata"][field].is_string(), "metadata has {field}");
+        }
+    }
+    let mut scheduled: HashMap<(String, u64), usize> = HashMap::new();
+    let mut started: HashMap<(String, u64), usize> = HashMap::new();
+    let mut outcomes: HashMap<(String, u64), usize> = HashMap::new();
+    let mut succeeded: HashMap<String, usize> = HashMap::new();
+    for (at, event) in events.iter().enumerate() {
+        let data = &event["data"];
+        let step = data["step"].as_str().unwrap_or_default().to_owned();
+        let attempt = data["attempt"].as_u64().unwrap_or(0);
+        match event["type"].as_str().unwrap_or_default() {
+            "StepScheduled" => assert!(scheduled.insert((step, attempt), at).is_none(), "scheduled once"),
+            "StepRetryScheduled" => {
+                let next = data["next_attempt"].as_u64().expect("next attempt");
+                assert!(scheduled.insert((step, next), at).is_none(), "retry scheduled once");
+            }
+            "StepStarted" => {
+                let key = (step.clone(), attempt);
+                let when = scheduled.get(&key).unwrap_or_else(|| panic!("{key:?} started before it was scheduled"));
+                assert!(*when < at);
+                assert!(started.insert(key, at).is_none(), "started once");
+                for need in needs.get(step.as_str()).into_iter().flatten() {
+                    let done = succeeded.get(*need).unwrap_or_else(|| panic!("{step} started before {need} succeeded"));
+                    assert!(*done < at);
+                }
+            }
+            "StepSucceeded" | "StepAttemptFailed" => {
+                let key = (step.clone(), attempt);
+                let when = started.get(&key).unwrap_or_else(|| panic!("{key:?} has an outcome but never started"));
+                assert!(*when < at);
+                assert!(outcomes.insert(key, at).is_none(), "one outcome per attempt");
+                if event["type"] == "StepSucceeded" {
+                    succeeded.insert(step, at);
+                }
+            }
+            _ => {}
+        }
+    }
+    let all = types(events);
+    let endings: Vec<usize> = all.iter().enumerate().filter(|(_, t)| t.starts_with("Deployment") && *t != "DeploymentRequested").map(|(i, _)| i).collect();
+    assert_eq!(endings, vec![events.len() - 1], "the deployment ends once, last: {all:?}");
+    let purged = all.iter().position(|t| t == "SecretsPurged").expect("secrets purged");
+    assert!(purged < events.len() - 1, "secrets are purged before the end");
+}
+
+/// Processes whose command line contains `marker`.
+pub fn processes_with(marker: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        if !entry.file_name().to_string_lossy().chars().all(|c| c.is_ascii_digit()) {
+            continue;
+        }
+        if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            if cmdline.contains(marker) {
+                found.push(format!("{}: {cmdline}", entry.file_name().to_string_lossy()));
+            }
+        }
+    }
+    found
+}
+
+/// Waits (at most `deadline`) for every process with `marker` to be gone; returns those left.
+/// A killed process disappears asynchronously, so a scan right after the kill may still see it.
+pub fn gone_within(marker: &str, deadline: std::time::Duration) -> Vec<String> {
+    let start = std::time::Instant::now();
+    loop {
+        let left = processes_with(marker);
+        if left.is_empty() || start.elapsed() > deadline {
+            return left;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// A marker unique to one test run, to find its processes.
+pub fn marker(name: &str) -> String {
+    format!("{name}-{}", uuid::Uuid::new_v4().simple())
+}
