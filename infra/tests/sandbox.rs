@@ -145,9 +145,7 @@ async fn success_captures_stdout_stderr_and_the_outputs_file() {
     )
     .await;
     assert_eq!(outcome.exit, Exit::Code(0));
-    let output = text(&outcome.output);
-    assert!(output.contains("to-stdout\n"), "{output}");
-    assert!(output.contains("to-stderr\n"), "{output}");
+    assert_eq!(text(&outcome.output), "to-stdout\nto-stderr\n");
     assert_eq!(outcome.outputs_file, b"a=1\n");
     assert!(outcome.duration > Duration::ZERO);
 }
@@ -162,6 +160,16 @@ async fn exit_codes_and_signals_are_reported() {
 
     let killed = run(&sandbox, request("signal", "kill -9 $$")).await;
     assert_eq!(killed.exit, Exit::Signal(9));
+}
+
+#[tokio::test]
+async fn stdout_and_stderr_keep_the_order_they_were_written_in() {
+    let (sandbox, _root) = sandbox();
+    let script = "for i in $(seq 1 200); do echo out$i; echo err$i >&2; done";
+    let outcome = run(&sandbox, request("order", script)).await;
+    assert_eq!(outcome.exit, Exit::Code(0));
+    let expected: String = (1..=200).map(|i| format!("out{i}\nerr{i}\n")).collect();
+    assert_eq!(text(&outcome.output), expected);
 }
 
 #[tokio::test]
@@ -400,7 +408,7 @@ async fn without_network_only_loopback_is_left() {
 async fn a_timeout_kills_every_process_promptly() {
     let (sandbox, root) = sandbox();
     let marker = unique("timeout-test");
-    // Redirected, so that the output pipes closing says nothing about the sleeps being gone.
+    // Redirected, so that the output pipe closing says nothing about the sleeps being gone.
     let mut request = request(
         "timeout",
         &format!("sleep 300 >/dev/null 2>&1 & sleep 300 >/dev/null 2>&1 # {marker}"),
@@ -464,7 +472,7 @@ async fn background_processes_do_not_outlive_a_step_that_exits() {
     let (sandbox, _root) = sandbox();
     let marker = unique("background-test");
     // Waits until the background child has become `sleep`, so it surely exists at exit; and
-    // redirects it, so that the output pipes closing says nothing about it being gone.
+    // redirects it, so that the output pipe closing says nothing about it being gone.
     let mut request = request(
         "background",
         r#"sleep 300 >/dev/null 2>&1 &

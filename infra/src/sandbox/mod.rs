@@ -7,7 +7,7 @@
 //!   [`Exit`]), and the checks a request passes first.
 //! - `args`: the bubblewrap command line (namespaces, mounts) and the step's environment.
 //! - `workspace`: the per-attempt directory on the host and the guard that removes it.
-//! - `output`: the tail-capped capture of stdout and stderr.
+//! - `output`: the tail-capped capture of stdout and stderr, which share one pipe.
 //! - `sys`: the Linux calls std and tokio lack (pidfds, memfd, pipes), and all the `unsafe`.
 //! - `port`: the runner's `RunSandboxed` port, implemented on [`Bubblewrap`].
 //! - [`SandboxError`]: what went wrong when the sandbox, not the step, failed.
@@ -23,8 +23,8 @@
 
 mod args;
 mod error;
-mod output;
 mod leftovers;
+mod output;
 mod port;
 mod request;
 mod sys;
@@ -182,13 +182,18 @@ impl Bubblewrap {
             .env_clear()
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            // Replaced by a duplicate of stdout in `pre_exec`.
+            .stderr(Stdio::null())
             .process_group(0)
             .kill_on_drop(true);
         let inherited = [fds.args, fds.status, fds.block];
-        // SAFETY: the closure only calls fcntl, which is async-signal-safe, and allocates nothing.
+        // SAFETY: the closure only calls fcntl and dup2, which are async-signal-safe, and
+        // allocates nothing.
         unsafe {
-            command.pre_exec(move || sys::clear_cloexec(&inherited));
+            command.pre_exec(move || {
+                sys::clear_cloexec(&inherited)?;
+                sys::stderr_to_stdout()
+            });
         }
         // --die-with-parent ties bubblewrap to this thread, not this process; `run` is async, so
         // this is a runtime worker thread, which lives as long as the runtime.
@@ -200,16 +205,12 @@ impl Bubblewrap {
         drop((env, status_write, block_read));
 
         let tail = Arc::new(Mutex::new(TailBuffer::new(request.output_limit)));
-        let capture = match (child.stdout.take(), child.stderr.take()) {
-            (Some(stdout), Some(stderr)) => {
-                tokio::spawn(output::capture(stdout, stderr, Arc::clone(&tail)))
-            }
-            _ => {
-                return Err(process("capture output")(std::io::Error::other(
-                    "bubblewrap's stdout or stderr was not piped",
-                )))
-            }
+        let Some(stdout) = child.stdout.take() else {
+            return Err(process("capture output")(std::io::Error::other(
+                "bubblewrap's stdout was not piped",
+            )));
         };
+        let capture = tokio::spawn(output::capture(stdout, Arc::clone(&tail)));
 
         // bubblewrap writes the init's pid before letting it set up; from then until it gets
         // our byte on `block_read`, the init is alive unless its setup failed, so the pid cannot
@@ -266,7 +267,7 @@ impl Bubblewrap {
                 return Err(SandboxError::StillRunning { grace: KILL_GRACE });
             }
         }
-        // Every writer of the pipes is gone now, so they are at end of file, or about to be.
+        // Every writer of the pipe is gone now, so it is at end of file, or about to be.
         let mut capture = capture;
         if tokio::time::timeout(KILL_GRACE, &mut capture)
             .await

@@ -1,5 +1,9 @@
-//! Capturing a step's output: both pipes read concurrently into one buffer that keeps only the
-//! tail, so a chatty step can neither block on a full pipe nor fill the engine's memory.
+//! Capturing a step's output into a buffer that keeps only the tail, read as it comes so a chatty
+//! step can neither block on a full pipe nor fill the engine's memory.
+//!
+//! stdout and stderr arrive through one pipe (the sandbox's stderr is a duplicate of its stdout),
+//! so they interleave exactly in the order they were written; two pipes read side by side could
+//! only approximate that, and could put a final error message before the output that preceded it.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -47,38 +51,20 @@ pub(super) fn take(shared: &SharedTail) -> Vec<u8> {
     std::mem::replace(&mut *tail, TailBuffer::new(0)).into_vec()
 }
 
-/// Reads `stdout` and `stderr` until both are closed, appending each chunk to `tail` as it
-/// arrives, so the two streams interleave in arrival order (at the granularity of a read).
-pub(super) async fn capture(
-    mut stdout: impl AsyncRead + Unpin,
-    mut stderr: impl AsyncRead + Unpin,
-    tail: SharedTail,
-) {
-    let mut out_buf = vec![0u8; 16 * 1024];
-    let mut err_buf = vec![0u8; 16 * 1024];
-    let (mut out_open, mut err_open) = (true, true);
-    while out_open || err_open {
-        // Both reads are cancel safe: the branch that loses the race has consumed nothing.
-        let (from_stdout, read) = tokio::select! {
-            read = stdout.read(&mut out_buf), if out_open => (true, read),
-            read = stderr.read(&mut err_buf), if err_open => (false, read),
-        };
-        let buf = if from_stdout { &out_buf } else { &err_buf };
-        match read {
-            Ok(n) if n > 0 => tail
+/// Reads `output` until it is closed, appending each chunk to `tail` as it arrives.
+pub(super) async fn capture(mut output: impl AsyncRead + Unpin, tail: SharedTail) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        match output.read(&mut buf).await {
+            Ok(0) => return,
+            Ok(n) => tail
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .push(&buf[..n]),
-            // End of file, or a broken pipe that no further read will mend.
-            result => {
-                if let Err(error) = result {
-                    tracing::warn!(%error, "reading sandbox output failed");
-                }
-                if from_stdout {
-                    out_open = false;
-                } else {
-                    err_open = false;
-                }
+            // A broken pipe that no further read will mend.
+            Err(error) => {
+                tracing::warn!(%error, "reading sandbox output failed");
+                return;
             }
         }
     }

@@ -1,6 +1,6 @@
 //! The few Linux calls the sandbox needs that neither std nor tokio offers: pipes and a memfd
-//! handed to bubblewrap by number, process-group kill, and pidfds to kill and await the sandbox's
-//! init process. All `unsafe` of the module lives here.
+//! handed to bubblewrap by number, stderr joined to stdout, process-group kill, and pidfds to
+//! kill and await the sandbox's init process. All `unsafe` of the module lives here.
 
 use std::fs::File;
 use std::io::{self, Seek, SeekFrom, Write};
@@ -74,6 +74,17 @@ pub(super) fn clear_cloexec(fds: &[RawFd]) -> io::Result<()> {
         if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } == -1 {
             return Err(io::Error::last_os_error());
         }
+    }
+    Ok(())
+}
+
+/// Makes stderr a duplicate of stdout, so both go down the same pipe in the order written.
+///
+/// Meant for `pre_exec`, after the child's stdio is set up: dup2 is async-signal-safe.
+pub(super) fn stderr_to_stdout() -> io::Result<()> {
+    // SAFETY: dup2 on descriptor numbers has no memory effects.
+    if unsafe { libc::dup2(libc::STDOUT_FILENO, libc::STDERR_FILENO) } == -1 {
+        return Err(io::Error::last_os_error());
     }
     Ok(())
 }
