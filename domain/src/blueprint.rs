@@ -47,7 +47,10 @@ pub struct BlueprintError(pub Vec<BlueprintProblem>);
 
 impl BlueprintError {
     fn one(field: impl Into<String>, problem: impl Into<String>) -> Self {
-        Self(vec![BlueprintProblem { field: field.into(), problem: problem.into() }])
+        Self(vec![BlueprintProblem {
+            field: field.into(),
+            problem: problem.into(),
+        }])
     }
 }
 
@@ -115,34 +118,58 @@ struct RawRetry {
 pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
     let raw: RawBlueprint = serde_yaml_ng::from_str(text).map_err(yaml_problem)?;
     let mut problems = Vec::new();
-    let mut problem = |field: String, text: String| problems.push(BlueprintProblem { field, problem: text });
+    let mut problem = |field: String, text: String| {
+        problems.push(BlueprintProblem {
+            field,
+            problem: text,
+        })
+    };
 
     if !is_slug(&raw.name) {
-        problem("name".into(), format!("`{}` must be lowercase letters, digits and '-', starting with a letter or digit", raw.name));
+        problem(
+            "name".into(),
+            format!(
+                "`{}` must be lowercase letters, digits and '-', starting with a letter or digit",
+                raw.name
+            ),
+        );
     }
 
     let mut params = Vec::new();
     for (name, spec) in &raw.params {
         if !is_identifier(name) {
-            problem(format!("params.{name}"), "a parameter name must be letters, digits and '_', not starting with a digit".into());
+            problem(
+                format!("params.{name}"),
+                "a parameter name must be letters, digits and '_', not starting with a digit"
+                    .into(),
+            );
         }
         let default = match spec.as_ref().and_then(|p| p.default.as_ref()) {
             None => None,
             Some(value) => match scalar_text(value) {
                 Some(text) => Some(text),
                 None => {
-                    problem(format!("params.{name}.default"), "a default must be a single value (text, number or boolean)".into());
+                    problem(
+                        format!("params.{name}.default"),
+                        "a default must be a single value (text, number or boolean)".into(),
+                    );
                     None
                 }
             },
         };
-        params.push(ParamSpec { name: name.clone(), default });
+        params.push(ParamSpec {
+            name: name.clone(),
+            default,
+        });
     }
 
     let mut seen_secrets = BTreeSet::new();
     for (i, name) in raw.secrets.iter().enumerate() {
         if !is_identifier(name) {
-            problem(format!("secrets[{i}]"), format!("`{name}` must be letters, digits and '_', not starting with a digit"));
+            problem(
+                format!("secrets[{i}]"),
+                format!("`{name}` must be letters, digits and '_', not starting with a digit"),
+            );
         }
         if !seen_secrets.insert(name.as_str()) {
             problem(format!("secrets[{i}]"), format!("`{name}` is listed twice"));
@@ -169,26 +196,46 @@ pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
         match KINDS.iter().find(|(kind, _)| *kind == step.run) {
             None => problem(
                 field(".run"),
-                format!("unknown step kind `{}`; the kinds are: {}", step.run, KINDS.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", ")),
+                format!(
+                    "unknown step kind `{}`; the kinds are: {}",
+                    step.run,
+                    KINDS.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", ")
+                ),
             ),
             Some((kind, fields)) => {
                 for (key, required) in fields.iter() {
                     if *required && !step.with.contains_key(*key) {
-                        problem(field(".with"), format!("a `{kind}` step needs `with.{key}`"));
+                        problem(
+                            field(".with"),
+                            format!("a `{kind}` step needs `with.{key}`"),
+                        );
                     }
                 }
                 for key in step.with.keys() {
                     if !fields.iter().any(|(known, _)| known == key) {
                         let known: Vec<&str> = fields.iter().map(|(k, _)| *k).collect();
-                        let hint = if known.is_empty() { "it takes none".to_owned() } else { format!("it takes: {}", known.join(", ")) };
-                        problem(field(&format!(".with.{key}")), format!("unknown setting for a `{kind}` step; {hint}"));
+                        let hint = if known.is_empty() {
+                            "it takes none".to_owned()
+                        } else {
+                            format!("it takes: {}", known.join(", "))
+                        };
+                        problem(
+                            field(&format!(".with.{key}")),
+                            format!("unknown setting for a `{kind}` step; {hint}"),
+                        );
                     }
                 }
             }
         }
         for need in &step.needs {
             if !raw.steps.contains_key(need) {
-                problem(field(".needs"), format!("unknown step `{need}`; the steps are: {}", raw.steps.keys().cloned().collect::<Vec<_>>().join(", ")));
+                problem(
+                    field(".needs"),
+                    format!(
+                        "unknown step `{need}`; the steps are: {}",
+                        raw.steps.keys().cloned().collect::<Vec<_>>().join(", ")
+                    ),
+                );
             }
         }
         let timeout_ms = match &step.timeout {
@@ -205,17 +252,32 @@ pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
         for (class_name, rule) in &step.retry {
             let Ok(class) = class_name.parse::<ErrorClass>() else {
                 let classes: Vec<&str> = ErrorClass::ALL.iter().map(ErrorClass::as_str).collect();
-                problem(field(&format!(".retry.{class_name}")), format!("unknown error class; the classes are: {}", classes.join(", ")));
+                problem(
+                    field(&format!(".retry.{class_name}")),
+                    format!(
+                        "unknown error class; the classes are: {}",
+                        classes.join(", ")
+                    ),
+                );
                 continue;
             };
             let wait_ms = match &rule.wait {
                 None => 0,
                 Some(text) => parse_duration(text).map(duration_ms).unwrap_or_else(|| {
-                    problem(field(&format!(".retry.{class_name}.wait")), bad_duration(text));
+                    problem(
+                        field(&format!(".retry.{class_name}.wait")),
+                        bad_duration(text),
+                    );
                     0
                 }),
             };
-            retry.insert(class, RetryRule { times: rule.times, wait_ms });
+            retry.insert(
+                class,
+                RetryRule {
+                    times: rule.times,
+                    wait_ms,
+                },
+            );
         }
         let with = step
             .with
@@ -233,7 +295,13 @@ pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
     }
 
     if let Some(cycle) = graph::find_cycle(&steps) {
-        problem("steps".into(), format!("the needs form a cycle: {}; remove one of these needs", cycle.join(" → ")));
+        problem(
+            "steps".into(),
+            format!(
+                "the needs form a cycle: {}; remove one of these needs",
+                cycle.join(" → ")
+            ),
+        );
     }
 
     let snapshot = BlueprintSnapshot {
@@ -247,7 +315,10 @@ pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
     problems.extend(reference_problems(&snapshot));
 
     if problems.is_empty() {
-        Ok(ParsedBlueprint { snapshot, hash: hex::encode(Sha256::digest(text.as_bytes())) })
+        Ok(ParsedBlueprint {
+            snapshot,
+            hash: hex::encode(Sha256::digest(text.as_bytes())),
+        })
     } else {
         Err(BlueprintError(problems))
     }
@@ -264,7 +335,10 @@ fn reference_problems(blueprint: &BlueprintSnapshot) -> Vec<BlueprintProblem> {
                 let template = match Template::parse(text) {
                     Ok(template) => template,
                     Err(error) => {
-                        problems.push(BlueprintProblem { field: field.clone(), problem: error.to_string() });
+                        problems.push(BlueprintProblem {
+                            field: field.clone(),
+                            problem: error.to_string(),
+                        });
                         continue;
                     }
                 };
@@ -286,7 +360,10 @@ fn reference_problems(blueprint: &BlueprintSnapshot) -> Vec<BlueprintProblem> {
                         _ => None,
                     };
                     if let Some(problem) = problem {
-                        problems.push(BlueprintProblem { field: field.clone(), problem });
+                        problems.push(BlueprintProblem {
+                            field: field.clone(),
+                            problem,
+                        });
                     }
                 }
             }
@@ -313,7 +390,9 @@ fn yaml_problem(error: serde_yaml_ng::Error) -> BlueprintError {
         _ => ("(top level)".to_owned(), message.clone()),
     };
     let problem = match error.location() {
-        Some(at) if !problem.contains("line ") => format!("{problem} (line {}, column {})", at.line(), at.column()),
+        Some(at) if !problem.contains("line ") => {
+            format!("{problem} (line {}, column {})", at.line(), at.column())
+        }
         _ => problem,
     };
     BlueprintError::one(field, problem)
@@ -341,12 +420,18 @@ fn duration_ms(duration: Duration) -> u64 {
 }
 
 fn is_slug(text: &str) -> bool {
-    text.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
-        && text.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    text.chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && text
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
 }
 
 fn is_identifier(text: &str) -> bool {
-    text.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+    text.chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && text.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
@@ -361,7 +446,14 @@ pub fn resolve_params(
             let declared: Vec<&str> = blueprint.params.iter().map(|p| p.name.as_str()).collect();
             problems.push(BlueprintProblem {
                 field: format!("--param {name}"),
-                problem: format!("the blueprint declares no such parameter; it declares: {}", if declared.is_empty() { "none".into() } else { declared.join(", ") }),
+                problem: format!(
+                    "the blueprint declares no such parameter; it declares: {}",
+                    if declared.is_empty() {
+                        "none".into()
+                    } else {
+                        declared.join(", ")
+                    }
+                ),
             });
         }
     }
@@ -373,9 +465,16 @@ pub fn resolve_params(
             }
             None => problems.push(BlueprintProblem {
                 field: format!("params.{}", param.name),
-                problem: format!("no value given and no default; pass --param {}=VALUE", param.name),
+                problem: format!(
+                    "no value given and no default; pass --param {}=VALUE",
+                    param.name
+                ),
             }),
         }
     }
-    if problems.is_empty() { Ok(values) } else { Err(BlueprintError(problems)) }
+    if problems.is_empty() {
+        Ok(values)
+    } else {
+        Err(BlueprintError(problems))
+    }
 }

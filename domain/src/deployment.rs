@@ -128,18 +128,25 @@ impl DeploymentState {
 
     /// The step's state, or the command's error for an unknown step.
     pub fn step(&self, step: &str) -> Result<&StepState, DeploymentError> {
-        self.steps.get(step).ok_or_else(|| DeploymentError::UnknownStep(step.to_owned()))
+        self.steps
+            .get(step)
+            .ok_or_else(|| DeploymentError::UnknownStep(step.to_owned()))
     }
 
     /// Steps with an attempt running now.
     pub fn running_steps(&self) -> impl Iterator<Item = (&String, &StepState)> {
-        self.steps.iter().filter(|(_, s)| s.status == StepStatus::Running)
+        self.steps
+            .iter()
+            .filter(|(_, s)| s.status == StepStatus::Running)
     }
 
     /// Whether no more step work will happen: everything succeeded, or nothing runs while failing.
     fn work_is_over(&self) -> bool {
         match self.phase {
-            Phase::Running => self.steps.values().all(|s| s.status == StepStatus::Succeeded),
+            Phase::Running => self
+                .steps
+                .values()
+                .all(|s| s.status == StepStatus::Succeeded),
             Phase::Failing { .. } => self.running_steps().next().is_none(),
             Phase::NotRequested | Phase::Finished(_) => false,
         }
@@ -164,9 +171,19 @@ pub enum DeploymentCommand {
     /// Move on: schedule steps whose needs succeeded, abandon at a passed deadline, finish.
     Advance { now: Timestamp },
     /// An attempt is starting in a sandbox.
-    StartAttempt { step: String, attempt: u32, sandbox: String, now: Timestamp },
+    StartAttempt {
+        step: String,
+        attempt: u32,
+        sandbox: String,
+        now: Timestamp,
+    },
     /// An attempt succeeded.
-    RecordSuccess { step: String, attempt: u32, outputs: BTreeMap<String, String>, duration_ms: u64 },
+    RecordSuccess {
+        step: String,
+        attempt: u32,
+        outputs: BTreeMap<String, String>,
+        duration_ms: u64,
+    },
     /// An attempt failed; the retry policy decides what follows.
     RecordFailure {
         step: String,
@@ -201,7 +218,11 @@ pub enum DeploymentError {
     AttemptNotScheduled { step: String, attempt: u32 },
     /// The attempt's wait has not passed.
     #[error("attempt {attempt} of step `{step}` may not start before {not_before}")]
-    NotYetDue { step: String, attempt: u32, not_before: Timestamp },
+    NotYetDue {
+        step: String,
+        attempt: u32,
+        not_before: Timestamp,
+    },
     /// This attempt is not running, so its outcome cannot be recorded.
     #[error("attempt {attempt} of step `{step}` is not running")]
     AttemptNotRunning { step: String, attempt: u32 },
@@ -214,7 +235,11 @@ pub enum DeploymentError {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
     /// Run this attempt once `not_before` has passed.
-    RunAttempt { step: String, attempt: u32, not_before: Timestamp },
+    RunAttempt {
+        step: String,
+        attempt: u32,
+        not_before: Timestamp,
+    },
     /// Advance the deployment again at this instant (a grace period's deadline).
     WakeAt(Timestamp),
     /// Delete the sealed secrets, then record it.
@@ -228,10 +253,18 @@ pub fn actions(state: &DeploymentState) -> Vec<Action> {
         .iter()
         .filter(|(_, s)| s.status.is_waiting())
         .filter_map(|(name, s)| {
-            s.not_before.map(|not_before| Action::RunAttempt { step: name.clone(), attempt: s.attempt, not_before })
+            s.not_before.map(|not_before| Action::RunAttempt {
+                step: name.clone(),
+                attempt: s.attempt,
+                not_before,
+            })
         })
         .collect();
-    if let Phase::Failing { deadline: Some(deadline), .. } = state.phase {
+    if let Phase::Failing {
+        deadline: Some(deadline),
+        ..
+    } = state.phase
+    {
         if state.running_steps().next().is_some() {
             actions.push(Action::WakeAt(deadline));
         }
@@ -244,7 +277,10 @@ pub fn actions(state: &DeploymentState) -> Vec<Action> {
 
 impl Deployment {
     /// Decides the events a command leads to, or why it is refused.
-    pub fn handle(state: &DeploymentState, command: DeploymentCommand) -> Result<Vec<DeploymentEvent>, DeploymentError> {
+    pub fn handle(
+        state: &DeploymentState,
+        command: DeploymentCommand,
+    ) -> Result<Vec<DeploymentEvent>, DeploymentError> {
         use DeploymentCommand as C;
         if let C::Request { .. } = command {
             return request(state, command);
@@ -258,12 +294,35 @@ impl Deployment {
         match command {
             C::Request { .. } => unreachable!("handled above"),
             C::Advance { now } => Ok(advance(state, now)),
-            C::StartAttempt { step, attempt, sandbox, now } => start(state, step, attempt, sandbox, now),
-            C::RecordSuccess { step, attempt, outputs, duration_ms } => {
+            C::StartAttempt {
+                step,
+                attempt,
+                sandbox,
+                now,
+            } => start(state, step, attempt, sandbox, now),
+            C::RecordSuccess {
+                step,
+                attempt,
+                outputs,
+                duration_ms,
+            } => {
                 require_running(state, &step, attempt)?;
-                Ok(vec![DeploymentEvent::StepSucceeded { step, attempt, outputs, duration_ms }])
+                Ok(vec![DeploymentEvent::StepSucceeded {
+                    step,
+                    attempt,
+                    outputs,
+                    duration_ms,
+                }])
             }
-            C::RecordFailure { step, attempt, error_class, exit_code, message, duration_ms, now } => {
+            C::RecordFailure {
+                step,
+                attempt,
+                error_class,
+                exit_code,
+                message,
+                duration_ms,
+                now,
+            } => {
                 require_running(state, &step, attempt)?;
                 let failed = DeploymentEvent::StepAttemptFailed {
                     step: step.clone(),
@@ -273,7 +332,9 @@ impl Deployment {
                     message,
                     duration_ms,
                 };
-                Ok(std::iter::once(failed).chain(after_failure(state, &step, attempt, error_class, now)).collect())
+                Ok(std::iter::once(failed)
+                    .chain(after_failure(state, &step, attempt, error_class, now))
+                    .collect())
             }
             C::RecordSecretsPurged => {
                 if state.secrets_purged {
@@ -290,18 +351,29 @@ impl Deployment {
     /// Folds one event into the state.
     pub fn apply(mut state: DeploymentState, event: DeploymentEvent) -> DeploymentState {
         use DeploymentEvent as E;
-        let set_step = |state: &mut DeploymentState, step: &str, change: &dyn Fn(&mut StepState)| {
-            if let Some(s) = state.steps.get_mut(step) {
-                change(s);
-            }
-        };
+        let set_step =
+            |state: &mut DeploymentState, step: &str, change: &dyn Fn(&mut StepState)| {
+                if let Some(s) = state.steps.get_mut(step) {
+                    change(s);
+                }
+            };
         match event {
-            E::DeploymentRequested { tenant, blueprint, params, .. } => {
+            E::DeploymentRequested {
+                tenant,
+                blueprint,
+                params,
+                ..
+            } => {
                 state.steps = blueprint
                     .steps
                     .iter()
                     .map(|s| {
-                        let fresh = StepState { status: StepStatus::Pending, attempt: 0, not_before: None, outputs: BTreeMap::new() };
+                        let fresh = StepState {
+                            status: StepStatus::Pending,
+                            attempt: 0,
+                            not_before: None,
+                            outputs: BTreeMap::new(),
+                        };
                         (s.name.clone(), fresh)
                     })
                     .collect();
@@ -311,10 +383,24 @@ impl Deployment {
                 state.phase = Phase::Running;
             }
             E::CredentialsSealed { seal, .. } => state.seal = Some(seal),
-            E::StepScheduled { step, attempt, not_before } | E::StepRetryScheduled { step, next_attempt: attempt, not_before, .. } => {
+            E::StepScheduled {
+                step,
+                attempt,
+                not_before,
+            }
+            | E::StepRetryScheduled {
+                step,
+                next_attempt: attempt,
+                not_before,
+                ..
+            } => {
                 let retry = state.steps.get(&step).is_some_and(|s| s.attempt > 0);
                 set_step(&mut state, &step, &|s| {
-                    s.status = if retry { StepStatus::Retrying } else { StepStatus::Scheduled };
+                    s.status = if retry {
+                        StepStatus::Retrying
+                    } else {
+                        StepStatus::Scheduled
+                    };
                     s.attempt = attempt;
                     s.not_before = Some(not_before);
                 });
@@ -328,14 +414,22 @@ impl Deployment {
                 s.outputs = outputs.clone();
             }),
             E::StepAttemptFailed { .. } => {}
-            E::StepFailed { step, attempts, error_class } => {
+            E::StepFailed {
+                step,
+                attempts,
+                error_class,
+            } => {
                 set_step(&mut state, &step, &|s| {
                     s.status = StepStatus::Failed;
                     s.not_before = None;
                 });
                 if state.phase == Phase::Running {
-                    let reason = format!("step `{step}` failed after {attempts} attempt(s) ({error_class})");
-                    state.phase = Phase::Failing { reason, deadline: None };
+                    let reason =
+                        format!("step `{step}` failed after {attempts} attempt(s) ({error_class})");
+                    state.phase = Phase::Failing {
+                        reason,
+                        deadline: None,
+                    };
                 }
             }
             E::FailureGracePeriodStarted { deadline, .. } => {
@@ -357,12 +451,27 @@ impl Deployment {
 
     /// Folds a whole history into a state.
     pub fn replay(events: impl IntoIterator<Item = DeploymentEvent>) -> DeploymentState {
-        events.into_iter().fold(DeploymentState::default(), Self::apply)
+        events
+            .into_iter()
+            .fold(DeploymentState::default(), Self::apply)
     }
 }
 
-fn request(state: &DeploymentState, command: DeploymentCommand) -> Result<Vec<DeploymentEvent>, DeploymentError> {
-    let DeploymentCommand::Request { tenant, requested_by, trigger, source, blueprint, blueprint_hash, params, sealed } = command else {
+fn request(
+    state: &DeploymentState,
+    command: DeploymentCommand,
+) -> Result<Vec<DeploymentEvent>, DeploymentError> {
+    let DeploymentCommand::Request {
+        tenant,
+        requested_by,
+        trigger,
+        source,
+        blueprint,
+        blueprint_hash,
+        params,
+        sealed,
+    } = command
+    else {
         unreachable!("only called with Request")
     };
     if state.phase != Phase::NotRequested {
@@ -387,19 +496,37 @@ fn advance(state: &DeploymentState, now: Timestamp) -> Vec<DeploymentEvent> {
     match &state.phase {
         Phase::Running => {
             if state.work_is_over() {
-                return if state.secrets_purged { vec![DeploymentEvent::DeploymentSucceeded {}] } else { vec![] };
+                return if state.secrets_purged {
+                    vec![DeploymentEvent::DeploymentSucceeded {}]
+                } else {
+                    vec![]
+                };
             }
-            let Some(blueprint) = &state.blueprint else { return vec![] };
+            let Some(blueprint) = &state.blueprint else {
+                return vec![];
+            };
             blueprint
                 .steps
                 .iter()
-                .filter(|spec| state.steps.get(&spec.name).is_some_and(|s| s.status == StepStatus::Pending))
                 .filter(|spec| {
-                    spec.needs
-                        .iter()
-                        .all(|need| state.steps.get(need).is_some_and(|s| s.status == StepStatus::Succeeded))
+                    state
+                        .steps
+                        .get(&spec.name)
+                        .is_some_and(|s| s.status == StepStatus::Pending)
                 })
-                .map(|spec| DeploymentEvent::StepScheduled { step: spec.name.clone(), attempt: 1, not_before: now })
+                .filter(|spec| {
+                    spec.needs.iter().all(|need| {
+                        state
+                            .steps
+                            .get(need)
+                            .is_some_and(|s| s.status == StepStatus::Succeeded)
+                    })
+                })
+                .map(|spec| DeploymentEvent::StepScheduled {
+                    step: spec.name.clone(),
+                    attempt: 1,
+                    not_before: now,
+                })
                 .collect()
         }
         Phase::Failing { reason, deadline } => {
@@ -416,7 +543,9 @@ fn advance(state: &DeploymentState, now: Timestamp) -> Vec<DeploymentEvent> {
             };
             let nothing_runs = !events.is_empty() || state.running_steps().next().is_none();
             if nothing_runs && state.secrets_purged {
-                events.push(DeploymentEvent::DeploymentFailed { reason: reason.clone() });
+                events.push(DeploymentEvent::DeploymentFailed {
+                    reason: reason.clone(),
+                });
             }
             events
         }
@@ -424,29 +553,56 @@ fn advance(state: &DeploymentState, now: Timestamp) -> Vec<DeploymentEvent> {
     }
 }
 
-fn start(state: &DeploymentState, step: String, attempt: u32, sandbox: String, now: Timestamp) -> Result<Vec<DeploymentEvent>, DeploymentError> {
+fn start(
+    state: &DeploymentState,
+    step: String,
+    attempt: u32,
+    sandbox: String,
+    now: Timestamp,
+) -> Result<Vec<DeploymentEvent>, DeploymentError> {
     let current = state.step(&step)?;
     let waiting = current.status.is_waiting() && current.attempt == attempt;
     if !waiting || state.phase != Phase::Running {
         return Err(DeploymentError::AttemptNotScheduled { step, attempt });
     }
     if let Some(not_before) = current.not_before.filter(|t| now < *t) {
-        return Err(DeploymentError::NotYetDue { step, attempt, not_before });
+        return Err(DeploymentError::NotYetDue {
+            step,
+            attempt,
+            not_before,
+        });
     }
-    Ok(vec![DeploymentEvent::StepStarted { step, attempt, sandbox }])
+    Ok(vec![DeploymentEvent::StepStarted {
+        step,
+        attempt,
+        sandbox,
+    }])
 }
 
-fn require_running(state: &DeploymentState, step: &str, attempt: u32) -> Result<(), DeploymentError> {
+fn require_running(
+    state: &DeploymentState,
+    step: &str,
+    attempt: u32,
+) -> Result<(), DeploymentError> {
     let current = state.step(step)?;
     if current.status == StepStatus::Running && current.attempt == attempt {
         Ok(())
     } else {
-        Err(DeploymentError::AttemptNotRunning { step: step.to_owned(), attempt })
+        Err(DeploymentError::AttemptNotRunning {
+            step: step.to_owned(),
+            attempt,
+        })
     }
 }
 
 /// The events after an attempt's failure: a retry, or the step's failure and its consequences.
-fn after_failure(state: &DeploymentState, step: &str, attempt: u32, class: ErrorClass, now: Timestamp) -> Vec<DeploymentEvent> {
+fn after_failure(
+    state: &DeploymentState,
+    step: &str,
+    attempt: u32,
+    class: ErrorClass,
+    now: Timestamp,
+) -> Vec<DeploymentEvent> {
     let spec = state.blueprint.as_ref().and_then(|b| b.step(step));
     let decision = match (spec, &state.phase) {
         (Some(spec), Phase::Running) => retry::decide(spec, class, attempt),
@@ -463,7 +619,11 @@ fn after_failure(state: &DeploymentState, step: &str, attempt: u32, class: Error
             not_before: now + TimeDelta::milliseconds(i64::try_from(delay_ms).unwrap_or(i64::MAX)),
         }];
     }
-    let mut events = vec![DeploymentEvent::StepFailed { step: step.to_owned(), attempts: attempt, error_class: class }];
+    let mut events = vec![DeploymentEvent::StepFailed {
+        step: step.to_owned(),
+        attempts: attempt,
+        error_class: class,
+    }];
     if state.phase != Phase::Running {
         return events;
     }
@@ -498,7 +658,10 @@ impl esrs::Aggregate for Deployment {
     type Event = DeploymentEvent;
     type Error = DeploymentError;
 
-    fn handle_command(state: &Self::State, command: Self::Command) -> Result<Vec<Self::Event>, Self::Error> {
+    fn handle_command(
+        state: &Self::State,
+        command: Self::Command,
+    ) -> Result<Vec<Self::Event>, Self::Error> {
         Deployment::handle(state, command)
     }
 

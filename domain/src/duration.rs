@@ -44,7 +44,16 @@ mod tests {
 
     #[test]
     fn refuses_what_is_not_a_duration() {
-        for bad in ["", "10", "s", "1.5s", "-1s", "10 sec", "5d", "99999999999999999999h"] {
+        for bad in [
+            "",
+            "10",
+            "s",
+            "1.5s",
+            "-1s",
+            "10 sec",
+            "5d",
+            "99999999999999999999h",
+        ] {
             assert_eq!(parse_duration(bad), None, "{bad}");
         }
     }

@@ -12,7 +12,11 @@ pub fn find_cycle(steps: &[StepSpec]) -> Option<Vec<String>> {
         OnPath,
         Done,
     }
-    let index: HashMap<&str, usize> = steps.iter().enumerate().map(|(i, s)| (s.name.as_str(), i)).collect();
+    let index: HashMap<&str, usize> = steps
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.name.as_str(), i))
+        .collect();
     let mut marks = vec![Mark::Unseen; steps.len()];
     let mut path: Vec<usize> = Vec::new();
 
@@ -26,11 +30,16 @@ pub fn find_cycle(steps: &[StepSpec]) -> Option<Vec<String>> {
         marks[node] = Mark::OnPath;
         path.push(node);
         for need in &steps[node].needs {
-            let Some(&next) = index.get(need.as_str()) else { continue };
+            let Some(&next) = index.get(need.as_str()) else {
+                continue;
+            };
             match marks[next] {
                 Mark::OnPath => {
                     let start = path.iter().position(|&n| n == next).unwrap_or(0);
-                    let mut cycle: Vec<String> = path[start..].iter().map(|&n| steps[n].name.clone()).collect();
+                    let mut cycle: Vec<String> = path[start..]
+                        .iter()
+                        .map(|&n| steps[n].name.clone())
+                        .collect();
                     cycle.push(steps[next].name.clone());
                     return Some(cycle);
                 }
@@ -60,7 +69,10 @@ pub fn find_cycle(steps: &[StepSpec]) -> Option<Vec<String>> {
 pub fn ancestors(steps: &[StepSpec], step: &str) -> BTreeSet<String> {
     let by_name: HashMap<&str, &StepSpec> = steps.iter().map(|s| (s.name.as_str(), s)).collect();
     let mut found = BTreeSet::new();
-    let mut stack: Vec<&str> = by_name.get(step).map(|s| s.needs.iter().map(String::as_str).collect()).unwrap_or_default();
+    let mut stack: Vec<&str> = by_name
+        .get(step)
+        .map(|s| s.needs.iter().map(String::as_str).collect())
+        .unwrap_or_default();
     while let Some(name) = stack.pop() {
         if found.insert(name.to_owned()) {
             if let Some(spec) = by_name.get(name) {
@@ -81,7 +93,11 @@ pub enum GraphFormat {
 }
 
 /// Draws the DAG; `label` may add a state to each step's box (for a running deployment).
-pub fn render(steps: &[StepSpec], format: GraphFormat, label: impl Fn(&str) -> Option<String>) -> String {
+pub fn render(
+    steps: &[StepSpec],
+    format: GraphFormat,
+    label: impl Fn(&str) -> Option<String>,
+) -> String {
     let text = |name: &str| match label(name) {
         Some(state) => format!("{name} ({state})"),
         None => name.to_owned(),
@@ -91,18 +107,30 @@ pub fn render(steps: &[StepSpec], format: GraphFormat, label: impl Fn(&str) -> O
         GraphFormat::Mermaid => {
             out.push_str("flowchart LR\n");
             for step in steps {
-                out.push_str(&format!("    {}[\"{}\"]\n", node_id(&step.name), text(&step.name)));
+                out.push_str(&format!(
+                    "    {}[\"{}\"]\n",
+                    node_id(&step.name),
+                    text(&step.name)
+                ));
             }
             for step in steps {
                 for need in &step.needs {
-                    out.push_str(&format!("    {} --> {}\n", node_id(need), node_id(&step.name)));
+                    out.push_str(&format!(
+                        "    {} --> {}\n",
+                        node_id(need),
+                        node_id(&step.name)
+                    ));
                 }
             }
         }
         GraphFormat::Dot => {
             out.push_str("digraph deployment {\n    rankdir=LR;\n");
             for step in steps {
-                out.push_str(&format!("    \"{}\" [label=\"{}\"];\n", step.name, text(&step.name)));
+                out.push_str(&format!(
+                    "    \"{}\" [label=\"{}\"];\n",
+                    step.name,
+                    text(&step.name)
+                ));
             }
             for step in steps {
                 for need in &step.needs {
@@ -137,16 +165,35 @@ mod tests {
 
     #[test]
     fn names_the_steps_on_a_cycle() {
-        let steps = vec![step("a", &["c"]), step("b", &["a"]), step("c", &["b"]), step("d", &[])];
-        assert_eq!(find_cycle(&steps), Some(vec!["a".into(), "c".into(), "b".into(), "a".into()]));
-        assert_eq!(find_cycle(&[step("x", &["x"])]), Some(vec!["x".into(), "x".into()]));
+        let steps = vec![
+            step("a", &["c"]),
+            step("b", &["a"]),
+            step("c", &["b"]),
+            step("d", &[]),
+        ];
+        assert_eq!(
+            find_cycle(&steps),
+            Some(vec!["a".into(), "c".into(), "b".into(), "a".into()])
+        );
+        assert_eq!(
+            find_cycle(&[step("x", &["x"])]),
+            Some(vec!["x".into(), "x".into()])
+        );
     }
 
     #[test]
     fn a_diamond_has_no_cycle_and_known_ancestors() {
-        let steps = vec![step("a", &[]), step("b", &["a"]), step("c", &["a"]), step("d", &["b", "c"])];
+        let steps = vec![
+            step("a", &[]),
+            step("b", &["a"]),
+            step("c", &["a"]),
+            step("d", &["b", "c"]),
+        ];
         assert_eq!(find_cycle(&steps), None);
-        assert_eq!(ancestors(&steps, "d"), ["a", "b", "c"].into_iter().map(String::from).collect());
+        assert_eq!(
+            ancestors(&steps, "d"),
+            ["a", "b", "c"].into_iter().map(String::from).collect()
+        );
         assert!(ancestors(&steps, "a").is_empty());
     }
 
@@ -155,7 +202,9 @@ mod tests {
         let steps = vec![step("fetch-code", &[]), step("build", &["fetch-code"])];
         let mermaid = render(&steps, GraphFormat::Mermaid, |_| None);
         assert!(mermaid.contains("fetch_code --> build"), "{mermaid}");
-        let dot = render(&steps, GraphFormat::Dot, |name| (name == "build").then(|| "running".into()));
+        let dot = render(&steps, GraphFormat::Dot, |name| {
+            (name == "build").then(|| "running".into())
+        });
         assert!(dot.contains("\"fetch-code\" -> \"build\""), "{dot}");
         assert!(dot.contains("label=\"build (running)\""), "{dot}");
     }

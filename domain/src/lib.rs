@@ -19,4 +19,6 @@ pub mod retry;
 pub mod secret;
 pub mod template;
 
-pub use deployment::{Action, Deployment, DeploymentCommand, DeploymentError, DeploymentState, StepStatus};
+pub use deployment::{
+    Action, Deployment, DeploymentCommand, DeploymentError, DeploymentState, StepStatus,
+};

@@ -103,7 +103,15 @@ pub struct TenantView {
 
 impl TenantView {
     fn new(tenant: &str) -> Self {
-        Self { tenant: tenant.to_owned(), running: 0, succeeded: 0, failed: 0, cancelled: 0, total: 0, last_deployment_at: None }
+        Self {
+            tenant: tenant.to_owned(),
+            running: 0,
+            succeeded: 0,
+            failed: 0,
+            cancelled: 0,
+            total: 0,
+            last_deployment_at: None,
+        }
     }
 
     fn counter(&mut self, status: DeploymentStatus) -> &mut u64 {
@@ -144,7 +152,10 @@ impl ReadModels {
         let event = DeploymentEvent::from_parts(&envelope.event_type, envelope.data.clone())?;
         let at = envelope.metadata.recorded_at;
 
-        if let DeploymentEvent::DeploymentRequested { tenant, blueprint, .. } = &event {
+        if let DeploymentEvent::DeploymentRequested {
+            tenant, blueprint, ..
+        } = &event
+        {
             if self.deployments.contains_key(&id) {
                 return Ok(());
             }
@@ -152,29 +163,45 @@ impl ReadModels {
                 .steps
                 .iter()
                 .map(|s| {
-                    let view = StepView { status: StepStatus::Pending, attempts: 0, started_at: None, finished_at: None, error_class: None, outputs: BTreeMap::new() };
+                    let view = StepView {
+                        status: StepStatus::Pending,
+                        attempts: 0,
+                        started_at: None,
+                        finished_at: None,
+                        error_class: None,
+                        outputs: BTreeMap::new(),
+                    };
                     (s.name.clone(), view)
                 })
                 .collect();
-            self.deployments.insert(id, DeploymentView {
+            self.deployments.insert(
                 id,
-                tenant: tenant.clone(),
-                blueprint: blueprint.name.clone(),
-                status: DeploymentStatus::Running,
-                steps,
-                started_at: at,
-                finished_at: None,
-                reason: None,
-                revision: envelope.revision,
-            });
-            let summary = self.tenants.entry(tenant.clone()).or_insert_with(|| TenantView::new(tenant));
+                DeploymentView {
+                    id,
+                    tenant: tenant.clone(),
+                    blueprint: blueprint.name.clone(),
+                    status: DeploymentStatus::Running,
+                    steps,
+                    started_at: at,
+                    finished_at: None,
+                    reason: None,
+                    revision: envelope.revision,
+                },
+            );
+            let summary = self
+                .tenants
+                .entry(tenant.clone())
+                .or_insert_with(|| TenantView::new(tenant));
             summary.total += 1;
             summary.running += 1;
-            summary.last_deployment_at = Some(summary.last_deployment_at.map_or(at, |last| last.max(at)));
+            summary.last_deployment_at =
+                Some(summary.last_deployment_at.map_or(at, |last| last.max(at)));
             return Ok(());
         }
 
-        let Some(view) = self.deployments.get_mut(&id) else { return Ok(()) };
+        let Some(view) = self.deployments.get_mut(&id) else {
+            return Ok(());
+        };
         if envelope.revision <= view.revision {
             return Ok(());
         }
@@ -182,7 +209,10 @@ impl ReadModels {
         let before = view.status;
         fold(view, event, at);
         if view.status != before {
-            let summary = self.tenants.entry(view.tenant.clone()).or_insert_with(|| TenantView::new(&view.tenant));
+            let summary = self
+                .tenants
+                .entry(view.tenant.clone())
+                .or_insert_with(|| TenantView::new(&view.tenant));
             *summary.counter(before) = summary.counter(before).saturating_sub(1);
             *summary.counter(view.status) += 1;
         }
@@ -198,19 +228,35 @@ fn fold(view: &mut DeploymentView, event: DeploymentEvent, at: Timestamp) {
         }
     };
     match event {
-        E::StepScheduled { step: name, .. } => step(&name, &mut |s| s.status = StepStatus::Scheduled),
-        E::StepRetryScheduled { step: name, .. } => step(&name, &mut |s| s.status = StepStatus::Retrying),
-        E::StepStarted { step: name, attempt, .. } => step(&name, &mut |s| {
+        E::StepScheduled { step: name, .. } => {
+            step(&name, &mut |s| s.status = StepStatus::Scheduled)
+        }
+        E::StepRetryScheduled { step: name, .. } => {
+            step(&name, &mut |s| s.status = StepStatus::Retrying)
+        }
+        E::StepStarted {
+            step: name,
+            attempt,
+            ..
+        } => step(&name, &mut |s| {
             s.status = StepStatus::Running;
             s.attempts = s.attempts.max(attempt);
             s.started_at.get_or_insert(at);
         }),
-        E::StepSucceeded { step: name, outputs, .. } => step(&name, &mut |s| {
+        E::StepSucceeded {
+            step: name,
+            outputs,
+            ..
+        } => step(&name, &mut |s| {
             s.status = StepStatus::Succeeded;
             s.outputs = outputs.clone();
             s.finished_at = Some(at);
         }),
-        E::StepAttemptFailed { step: name, error_class, .. } => step(&name, &mut |s| s.error_class = Some(error_class)),
+        E::StepAttemptFailed {
+            step: name,
+            error_class,
+            ..
+        } => step(&name, &mut |s| s.error_class = Some(error_class)),
         E::StepFailed { step: name, .. } => step(&name, &mut |s| {
             s.status = StepStatus::Failed;
             s.finished_at = Some(at);
@@ -221,7 +267,9 @@ fn fold(view: &mut DeploymentView, event: DeploymentEvent, at: Timestamp) {
         }),
         E::DeploymentSucceeded {} => finish(view, DeploymentStatus::Succeeded, None, at),
         E::DeploymentFailed { reason } => finish(view, DeploymentStatus::Failed, Some(reason), at),
-        E::DeploymentCancelled { reason } => finish(view, DeploymentStatus::Cancelled, Some(reason), at),
+        E::DeploymentCancelled { reason } => {
+            finish(view, DeploymentStatus::Cancelled, Some(reason), at)
+        }
         E::DeploymentRequested { .. }
         | E::CredentialsSealed { .. }
         | E::FailureGracePeriodStarted { .. }
@@ -229,7 +277,12 @@ fn fold(view: &mut DeploymentView, event: DeploymentEvent, at: Timestamp) {
     }
 }
 
-fn finish(view: &mut DeploymentView, status: DeploymentStatus, reason: Option<String>, at: Timestamp) {
+fn finish(
+    view: &mut DeploymentView,
+    status: DeploymentStatus,
+    reason: Option<String>,
+    at: Timestamp,
+) {
     view.status = status;
     view.reason = reason;
     view.finished_at = Some(at);

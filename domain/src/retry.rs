@@ -7,17 +7,35 @@ use overture_events::{ErrorClass, RetryRule, StepSpec};
 /// The default rule for an error class (the retry table of the design).
 pub const fn default_rule(class: ErrorClass) -> RetryRule {
     match class {
-        ErrorClass::Terraform => RetryRule { times: 1, wait_ms: 0 },
-        ErrorClass::BackendUnreachable => RetryRule { times: 5, wait_ms: 10_000 },
-        ErrorClass::BootstrapTimeout => RetryRule { times: 0, wait_ms: 0 },
-        ErrorClass::HostUnreachable => RetryRule { times: 1, wait_ms: 0 },
-        ErrorClass::StepFailed => RetryRule { times: 0, wait_ms: 0 },
+        ErrorClass::Terraform => RetryRule {
+            times: 1,
+            wait_ms: 0,
+        },
+        ErrorClass::BackendUnreachable => RetryRule {
+            times: 5,
+            wait_ms: 10_000,
+        },
+        ErrorClass::BootstrapTimeout => RetryRule {
+            times: 0,
+            wait_ms: 0,
+        },
+        ErrorClass::HostUnreachable => RetryRule {
+            times: 1,
+            wait_ms: 0,
+        },
+        ErrorClass::StepFailed => RetryRule {
+            times: 0,
+            wait_ms: 0,
+        },
     }
 }
 
 /// The rule that applies to a step's failures of one class.
 pub fn rule_for(step: &StepSpec, class: ErrorClass) -> RetryRule {
-    step.retry.get(&class).copied().unwrap_or(default_rule(class))
+    step.retry
+        .get(&class)
+        .copied()
+        .unwrap_or(default_rule(class))
 }
 
 /// What to do after an attempt failed.
@@ -73,24 +91,45 @@ mod tests {
     #[test]
     fn the_default_table() {
         let step = step();
-        assert_eq!(attempts_until_give_up(&step, ErrorClass::Terraform), (2, vec![Duration::ZERO]));
+        assert_eq!(
+            attempts_until_give_up(&step, ErrorClass::Terraform),
+            (2, vec![Duration::ZERO])
+        );
         assert_eq!(
             attempts_until_give_up(&step, ErrorClass::BackendUnreachable),
             (6, vec![Duration::from_secs(10); 5])
         );
-        assert_eq!(attempts_until_give_up(&step, ErrorClass::BootstrapTimeout), (1, vec![]));
-        assert_eq!(attempts_until_give_up(&step, ErrorClass::HostUnreachable), (2, vec![Duration::ZERO]));
-        assert_eq!(attempts_until_give_up(&step, ErrorClass::StepFailed), (1, vec![]));
+        assert_eq!(
+            attempts_until_give_up(&step, ErrorClass::BootstrapTimeout),
+            (1, vec![])
+        );
+        assert_eq!(
+            attempts_until_give_up(&step, ErrorClass::HostUnreachable),
+            (2, vec![Duration::ZERO])
+        );
+        assert_eq!(
+            attempts_until_give_up(&step, ErrorClass::StepFailed),
+            (1, vec![])
+        );
     }
 
     #[test]
     fn a_step_overrides_one_class_and_keeps_the_others() {
         let mut step = step();
-        step.retry.insert(ErrorClass::StepFailed, RetryRule { times: 2, wait_ms: 1_000 });
+        step.retry.insert(
+            ErrorClass::StepFailed,
+            RetryRule {
+                times: 2,
+                wait_ms: 1_000,
+            },
+        );
         assert_eq!(
             attempts_until_give_up(&step, ErrorClass::StepFailed),
             (3, vec![Duration::from_secs(1); 2])
         );
-        assert_eq!(attempts_until_give_up(&step, ErrorClass::HostUnreachable).0, 2);
+        assert_eq!(
+            attempts_until_give_up(&step, ErrorClass::HostUnreachable).0,
+            2
+        );
     }
 }

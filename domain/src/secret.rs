@@ -42,9 +42,9 @@ impl Masker {
 
     /// The text with every secret value replaced by `***`.
     pub fn mask(&self, text: &str) -> String {
-        self.values
-            .iter()
-            .fold(text.to_owned(), |text, secret| text.replace(secret.expose_secret(), MASK))
+        self.values.iter().fold(text.to_owned(), |text, secret| {
+            text.replace(secret.expose_secret(), MASK)
+        })
     }
 
     /// Masks raw bytes, decoding them as UTF-8 (invalid sequences become U+FFFD).
@@ -59,7 +59,11 @@ mod tests {
 
     #[test]
     fn masks_every_occurrence_and_the_longest_secret_first() {
-        let secrets = [SecretString::from("abc"), SecretString::from("abcdef"), SecretString::from("")];
+        let secrets = [
+            SecretString::from("abc"),
+            SecretString::from("abcdef"),
+            SecretString::from(""),
+        ];
         let masker = Masker::new(&secrets);
         assert_eq!(masker.mask("x abcdef y abc z"), "x *** y *** z");
         assert_eq!(masker.mask("nothing here"), "nothing here");

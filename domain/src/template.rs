@@ -65,7 +65,9 @@ impl Template {
                 segments.push(Segment::Text(rest[..open].to_owned()));
             }
             let after_open = &rest[open + 2..];
-            let close = after_open.find("}}").ok_or(TemplateError::Unclosed(offset + open))?;
+            let close = after_open
+                .find("}}")
+                .ok_or(TemplateError::Unclosed(offset + open))?;
             let inner = after_open[..close].trim();
             segments.push(Segment::Reference(parse_reference(inner)?));
             let consumed = open + 2 + close + 2;
@@ -87,7 +89,10 @@ impl Template {
     }
 
     /// Fills in every reference with what `fill` gives for it.
-    pub fn render<E>(&self, mut fill: impl FnMut(&Reference) -> Result<String, E>) -> Result<String, E> {
+    pub fn render<E>(
+        &self,
+        mut fill: impl FnMut(&Reference) -> Result<String, E>,
+    ) -> Result<String, E> {
         let mut out = String::new();
         for segment in &self.segments {
             match segment {
@@ -102,7 +107,12 @@ impl Template {
 fn parse_reference(inner: &str) -> Result<Reference, TemplateError> {
     let unknown = || TemplateError::Unknown(inner.to_owned());
     let parts: Vec<&str> = inner.split('.').collect();
-    let valid = |part: &&str| !part.is_empty() && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    let valid = |part: &&str| {
+        !part.is_empty()
+            && part
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    };
     if !parts.iter().all(valid) {
         return Err(unknown());
     }
@@ -123,18 +133,24 @@ mod tests {
 
     #[test]
     fn finds_every_kind_of_reference() {
-        let template = Template::parse("echo {{ params.greeting }} {{secrets.key}} {{ steps.build.outputs.url }}!")
-            .expect("parses");
+        let template = Template::parse(
+            "echo {{ params.greeting }} {{secrets.key}} {{ steps.build.outputs.url }}!",
+        )
+        .expect("parses");
         let references: Vec<_> = template.references().cloned().collect();
         assert_eq!(
             references,
             vec![
                 Reference::Param("greeting".into()),
                 Reference::Secret("key".into()),
-                Reference::Output { step: "build".into(), key: "url".into() },
+                Reference::Output {
+                    step: "build".into(),
+                    key: "url".into()
+                },
             ]
         );
-        let rendered: Result<String, ()> = template.render(|reference| Ok(format!("<{reference}>")));
+        let rendered: Result<String, ()> =
+            template.render(|reference| Ok(format!("<{reference}>")));
         assert_eq!(
             rendered.expect("renders"),
             "echo <{{ params.greeting }}> <{{ secrets.key }}> <{{ steps.build.outputs.url }}>!"
@@ -145,12 +161,18 @@ mod tests {
     fn text_without_references_is_kept() {
         let template = Template::parse("plain text").expect("parses");
         assert_eq!(template.references().count(), 0);
-        assert_eq!(template.render::<()>(|_| unreachable!()), Ok("plain text".to_owned()));
+        assert_eq!(
+            template.render::<()>(|_| unreachable!()),
+            Ok("plain text".to_owned())
+        );
     }
 
     #[test]
     fn refuses_unclosed_and_unknown_references() {
-        assert_eq!(Template::parse("a {{ params.x"), Err(TemplateError::Unclosed(2)));
+        assert_eq!(
+            Template::parse("a {{ params.x"),
+            Err(TemplateError::Unclosed(2))
+        );
         assert_eq!(
             Template::parse("{{ env.HOME }}"),
             Err(TemplateError::Unknown("env.HOME".into()))

@@ -30,14 +30,18 @@ steps:
 fn problems(text: &str) -> Vec<(String, String)> {
     match parse(text) {
         Ok(_) => panic!("expected the blueprint to be refused"),
-        Err(BlueprintError(problems)) => problems.into_iter().map(|p| (p.field, p.problem)).collect(),
+        Err(BlueprintError(problems)) => {
+            problems.into_iter().map(|p| (p.field, p.problem)).collect()
+        }
     }
 }
 
 fn assert_problem(text: &str, field: &str, words: &[&str]) {
     let found = problems(text);
     assert!(
-        found.iter().any(|(f, p)| f == field && words.iter().all(|w| p.contains(w))),
+        found
+            .iter()
+            .any(|(f, p)| f == field && words.iter().all(|w| p.contains(w))),
         "expected a problem at `{field}` mentioning {words:?}, got {found:#?}"
     );
 }
@@ -48,7 +52,14 @@ fn a_valid_blueprint_is_read_whole() {
     let blueprint = parsed.snapshot;
     assert_eq!(blueprint.name, "hello-world");
     assert_eq!(blueprint.grace_ms, 30_000);
-    assert_eq!(blueprint.steps.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["build", "test", "report"]);
+    assert_eq!(
+        blueprint
+            .steps
+            .iter()
+            .map(|s| s.name.as_str())
+            .collect::<Vec<_>>(),
+        ["build", "test", "report"]
+    );
     let build = blueprint.step("build").expect("build");
     assert_eq!(build.timeout_ms, 300_000);
     assert_eq!(build.retry[&ErrorClass::StepFailed].times, 2);
@@ -72,61 +83,130 @@ fn a_cycle_names_the_steps_on_it() {
 
 #[test]
 fn needs_naming_an_unknown_step() {
-    assert_problem("name: x\nsteps:\n  a: { run: noop, needs: [biuld] }\n", "steps.a.needs", &["unknown step `biuld`", "a"]);
+    assert_problem(
+        "name: x\nsteps:\n  a: { run: noop, needs: [biuld] }\n",
+        "steps.a.needs",
+        &["unknown step `biuld`", "a"],
+    );
 }
 
 #[test]
 fn an_unknown_kind() {
-    assert_problem("name: x\nsteps:\n  a: { run: sript }\n", "steps.a.run", &["unknown step kind `sript`", "script", "noop"]);
+    assert_problem(
+        "name: x\nsteps:\n  a: { run: sript }\n",
+        "steps.a.run",
+        &["unknown step kind `sript`", "script", "noop"],
+    );
 }
 
 #[test]
 fn an_unknown_error_class() {
     let text = "name: x\nsteps:\n  a: { run: noop, retry: { flaky: { times: 1 } } }\n";
-    assert_problem(text, "steps.a.retry.flaky", &["unknown error class", "step-failed"]);
+    assert_problem(
+        text,
+        "steps.a.retry.flaky",
+        &["unknown error class", "step-failed"],
+    );
 }
 
 #[test]
 fn bad_durations_name_their_field() {
-    assert_problem("name: x\nsteps:\n  a: { run: noop, timeout: 5 minutes }\n", "steps.a.timeout", &["`5 minutes` is not a duration", "10s"]);
-    assert_problem("name: x\non_failure: { grace: soon }\nsteps:\n  a: { run: noop }\n", "on_failure.grace", &["soon"]);
-    let text = "name: x\nsteps:\n  a: { run: noop, retry: { step-failed: { times: 1, wait: 1d } } }\n";
+    assert_problem(
+        "name: x\nsteps:\n  a: { run: noop, timeout: 5 minutes }\n",
+        "steps.a.timeout",
+        &["`5 minutes` is not a duration", "10s"],
+    );
+    assert_problem(
+        "name: x\non_failure: { grace: soon }\nsteps:\n  a: { run: noop }\n",
+        "on_failure.grace",
+        &["soon"],
+    );
+    let text =
+        "name: x\nsteps:\n  a: { run: noop, retry: { step-failed: { times: 1, wait: 1d } } }\n";
     assert_problem(text, "steps.a.retry.step-failed.wait", &["1d"]);
 }
 
 #[test]
 fn templates_must_refer_to_what_can_exist() {
-    let step = |command: &str| format!("name: x\nparams: {{ p: {{}} }}\nsecrets: [s]\nsteps:\n  a: {{ run: script, with: {{ command: echo a }} }}\n  b: {{ run: script, with: {{ command: \"{command}\" }} }}\n");
-    assert_problem(&step("echo {{ params.q }}"), "steps.b.with.command", &["parameter `q`", "params"]);
-    assert_problem(&step("echo {{ secrets.t }}"), "steps.b.with.command", &["secret `t`", "secrets"]);
-    assert_problem(&step("echo {{ steps.zz.outputs.k }}"), "steps.b.with.command", &["step `zz`", "does not exist"]);
-    assert_problem(&step("echo {{ steps.a.outputs.k }}"), "steps.b.with.command", &["does not need", "add `a` to its needs"]);
-    assert_problem(&step("echo {{ env.HOME }}"), "steps.b.with.command", &["not a reference"]);
+    let step = |command: &str| {
+        format!("name: x\nparams: {{ p: {{}} }}\nsecrets: [s]\nsteps:\n  a: {{ run: script, with: {{ command: echo a }} }}\n  b: {{ run: script, with: {{ command: \"{command}\" }} }}\n")
+    };
+    assert_problem(
+        &step("echo {{ params.q }}"),
+        "steps.b.with.command",
+        &["parameter `q`", "params"],
+    );
+    assert_problem(
+        &step("echo {{ secrets.t }}"),
+        "steps.b.with.command",
+        &["secret `t`", "secrets"],
+    );
+    assert_problem(
+        &step("echo {{ steps.zz.outputs.k }}"),
+        "steps.b.with.command",
+        &["step `zz`", "does not exist"],
+    );
+    assert_problem(
+        &step("echo {{ steps.a.outputs.k }}"),
+        "steps.b.with.command",
+        &["does not need", "add `a` to its needs"],
+    );
+    assert_problem(
+        &step("echo {{ env.HOME }}"),
+        "steps.b.with.command",
+        &["not a reference"],
+    );
     parse(&step("echo {{ params.p }} {{ secrets.s }}")).expect("known references are fine");
 }
 
 #[test]
 fn an_unknown_top_level_field() {
     let found = problems("name: x\nstpes: {}\nsteps:\n  a: { run: noop }\n");
-    assert!(found.iter().any(|(_, p)| p.contains("unknown field `stpes`") && p.contains("steps")), "{found:#?}");
+    assert!(
+        found
+            .iter()
+            .any(|(_, p)| p.contains("unknown field `stpes`") && p.contains("steps")),
+        "{found:#?}"
+    );
 }
 
 #[test]
 fn an_unknown_step_field_names_the_step() {
     let found = problems("name: x\nsteps:\n  a: { run: noop, cmd: x }\n");
-    assert!(found.iter().any(|(f, p)| f.contains("steps.a") && p.contains("unknown field `cmd`")), "{found:#?}");
+    assert!(
+        found
+            .iter()
+            .any(|(f, p)| f.contains("steps.a") && p.contains("unknown field `cmd`")),
+        "{found:#?}"
+    );
 }
 
 #[test]
 fn kind_settings_are_checked() {
-    assert_problem("name: x\nsteps:\n  a: { run: script }\n", "steps.a.with", &["needs `with.command`"]);
-    assert_problem("name: x\nsteps:\n  a: { run: noop, with: { command: x } }\n", "steps.a.with.command", &["takes none"]);
+    assert_problem(
+        "name: x\nsteps:\n  a: { run: script }\n",
+        "steps.a.with",
+        &["needs `with.command`"],
+    );
+    assert_problem(
+        "name: x\nsteps:\n  a: { run: noop, with: { command: x } }\n",
+        "steps.a.with.command",
+        &["takes none"],
+    );
 }
 
 #[test]
 fn names_must_be_slugs() {
-    assert_problem("name: Hello World\nsteps:\n  a: { run: noop }\n", "name", &["lowercase"]);
-    assert_problem("name: x\nsteps:\n  Build_It: { run: noop }\n", "steps.Build_It", &["lowercase"]);
+    assert_problem(
+        "name: Hello World\nsteps:\n  a: { run: noop }\n",
+        "name",
+        &["lowercase"],
+    );
+    assert_problem(
+        "name: x\nsteps:\n  Build_It: { run: noop }\n",
+        "steps.Build_It",
+        &["lowercase"],
+    );
 }
 
 #[test]
@@ -144,9 +224,18 @@ fn parameters_are_resolved_from_given_values_and_defaults() {
     assert_eq!(values["name"], "ada");
 
     let missing = resolve_params(&blueprint, &Default::default()).expect_err("name has no default");
-    assert!(missing.to_string().contains("params.name: no value given"), "{missing}");
-    let unknown = resolve_params(&blueprint, &[("nmae".to_owned(), "x".to_owned()), ("name".to_owned(), "x".to_owned())].into())
-        .expect_err("unknown parameter");
+    assert!(
+        missing.to_string().contains("params.name: no value given"),
+        "{missing}"
+    );
+    let unknown = resolve_params(
+        &blueprint,
+        &[
+            ("nmae".to_owned(), "x".to_owned()),
+            ("name".to_owned(), "x".to_owned()),
+        ]
+        .into(),
+    )
+    .expect_err("unknown parameter");
     assert!(unknown.to_string().contains("--param nmae"), "{unknown}");
 }
-

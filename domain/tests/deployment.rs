@@ -5,7 +5,10 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use overture_domain::blueprint::parse;
-use overture_domain::deployment::{actions, Action, Deployment, DeploymentCommand as C, DeploymentError, DeploymentState, StepStatus};
+use overture_domain::deployment::{
+    actions, Action, Deployment, DeploymentCommand as C, DeploymentError, DeploymentState,
+    StepStatus,
+};
 use overture_events::{BlueprintSnapshot, DeploymentEvent as E, ErrorClass};
 
 fn t(seconds: i64) -> DateTime<Utc> {
@@ -42,25 +45,63 @@ fn requested() -> E {
 }
 
 fn scheduled(step: &str, attempt: u32, at: i64) -> E {
-    E::StepScheduled { step: step.into(), attempt, not_before: t(at) }
+    E::StepScheduled {
+        step: step.into(),
+        attempt,
+        not_before: t(at),
+    }
 }
 fn started(step: &str, attempt: u32) -> E {
-    E::StepStarted { step: step.into(), attempt, sandbox: format!("{step}-{attempt}") }
+    E::StepStarted {
+        step: step.into(),
+        attempt,
+        sandbox: format!("{step}-{attempt}"),
+    }
 }
 fn succeeded(step: &str, attempt: u32) -> E {
-    E::StepSucceeded { step: step.into(), attempt, outputs: BTreeMap::new(), duration_ms: 1 }
+    E::StepSucceeded {
+        step: step.into(),
+        attempt,
+        outputs: BTreeMap::new(),
+        duration_ms: 1,
+    }
 }
 fn attempt_failed(step: &str, attempt: u32, class: ErrorClass) -> E {
-    E::StepAttemptFailed { step: step.into(), attempt, error_class: class, exit_code: Some(1), message: "boom".into(), duration_ms: 1 }
+    E::StepAttemptFailed {
+        step: step.into(),
+        attempt,
+        error_class: class,
+        exit_code: Some(1),
+        message: "boom".into(),
+        duration_ms: 1,
+    }
 }
 fn failure(step: &str, attempt: u32, class: ErrorClass, now: i64) -> C {
-    C::RecordFailure { step: step.into(), attempt, error_class: class, exit_code: Some(1), message: "boom".into(), duration_ms: 1, now: t(now) }
+    C::RecordFailure {
+        step: step.into(),
+        attempt,
+        error_class: class,
+        exit_code: Some(1),
+        message: "boom".into(),
+        duration_ms: 1,
+        now: t(now),
+    }
 }
 fn start(step: &str, attempt: u32, now: i64) -> C {
-    C::StartAttempt { step: step.into(), attempt, sandbox: format!("{step}-{attempt}"), now: t(now) }
+    C::StartAttempt {
+        step: step.into(),
+        attempt,
+        sandbox: format!("{step}-{attempt}"),
+        now: t(now),
+    }
 }
 fn success(step: &str, attempt: u32) -> C {
-    C::RecordSuccess { step: step.into(), attempt, outputs: BTreeMap::new(), duration_ms: 1 }
+    C::RecordSuccess {
+        step: step.into(),
+        attempt,
+        outputs: BTreeMap::new(),
+        duration_ms: 1,
+    }
 }
 
 struct Given(DeploymentState);
@@ -104,7 +145,16 @@ fn a_request_is_recorded_with_its_sealed_secrets() {
         params: BTreeMap::new(),
         sealed: Some(("seal-1".into(), vec!["api_key".into()])),
     });
-    assert_eq!(then, Ok(vec![requested(), E::CredentialsSealed { seal: "seal-1".into(), secrets: vec!["api_key".into()] }]));
+    assert_eq!(
+        then,
+        Ok(vec![
+            requested(),
+            E::CredentialsSealed {
+                seal: "seal-1".into(),
+                secrets: vec!["api_key".into()]
+            }
+        ])
+    );
 }
 
 #[test]
@@ -119,51 +169,94 @@ fn a_second_request_is_refused() {
         params: BTreeMap::new(),
         sealed: None,
     };
-    assert_eq!(given([requested()]).when(request), Err(DeploymentError::AlreadyRequested));
+    assert_eq!(
+        given([requested()]).when(request),
+        Err(DeploymentError::AlreadyRequested)
+    );
 }
 
 #[test]
 fn commands_before_a_request_are_refused() {
-    assert_eq!(given([]).when(C::Advance { now: t(0) }), Err(DeploymentError::NotRequested));
+    assert_eq!(
+        given([]).when(C::Advance { now: t(0) }),
+        Err(DeploymentError::NotRequested)
+    );
 }
 
 #[test]
 fn advancing_schedules_only_steps_whose_needs_succeeded() {
-    assert_eq!(given([requested()]).when(C::Advance { now: t(0) }), Ok(vec![scheduled("build", 1, 0)]));
     assert_eq!(
-        given([requested(), scheduled("build", 1, 0), started("build", 1), succeeded("build", 1)]).when(C::Advance { now: t(1) }),
+        given([requested()]).when(C::Advance { now: t(0) }),
+        Ok(vec![scheduled("build", 1, 0)])
+    );
+    assert_eq!(
+        given([
+            requested(),
+            scheduled("build", 1, 0),
+            started("build", 1),
+            succeeded("build", 1)
+        ])
+        .when(C::Advance { now: t(1) }),
         Ok(vec![scheduled("unit", 1, 1), scheduled("lint", 1, 1)])
     );
     // Nothing new while work is under way: advancing twice records nothing twice.
-    assert_eq!(given(running_lint()).when(C::Advance { now: t(2) }), Ok(vec![]));
+    assert_eq!(
+        given(running_lint()).when(C::Advance { now: t(2) }),
+        Ok(vec![])
+    );
 }
 
 #[test]
 fn an_attempt_starts_only_when_scheduled_and_due() {
     let history = [requested(), scheduled("build", 1, 10)];
-    assert_eq!(given(history.clone()).when(start("build", 1, 10)), Ok(vec![started("build", 1)]));
+    assert_eq!(
+        given(history.clone()).when(start("build", 1, 10)),
+        Ok(vec![started("build", 1)])
+    );
     assert_eq!(
         given(history.clone()).when(start("build", 1, 9)),
-        Err(DeploymentError::NotYetDue { step: "build".into(), attempt: 1, not_before: t(10) })
+        Err(DeploymentError::NotYetDue {
+            step: "build".into(),
+            attempt: 1,
+            not_before: t(10)
+        })
     );
     assert_eq!(
         given(history.clone()).when(start("build", 2, 10)),
-        Err(DeploymentError::AttemptNotScheduled { step: "build".into(), attempt: 2 })
+        Err(DeploymentError::AttemptNotScheduled {
+            step: "build".into(),
+            attempt: 2
+        })
     );
-    assert_eq!(given(history).when(start("nope", 1, 10)), Err(DeploymentError::UnknownStep("nope".into())));
+    assert_eq!(
+        given(history).when(start("nope", 1, 10)),
+        Err(DeploymentError::UnknownStep("nope".into()))
+    );
     // A started attempt cannot start again (a redelivered job).
     assert_eq!(
         given(running_lint()).when(start("lint", 1, 5)),
-        Err(DeploymentError::AttemptNotScheduled { step: "lint".into(), attempt: 1 })
+        Err(DeploymentError::AttemptNotScheduled {
+            step: "lint".into(),
+            attempt: 1
+        })
     );
 }
 
 #[test]
 fn a_success_is_recorded_once() {
-    assert_eq!(given(running_lint()).when(success("lint", 1)), Ok(vec![succeeded("lint", 1)]));
+    assert_eq!(
+        given(running_lint()).when(success("lint", 1)),
+        Ok(vec![succeeded("lint", 1)])
+    );
     let mut done = running_lint();
     done.push(succeeded("lint", 1));
-    assert_eq!(given(done).when(success("lint", 1)), Err(DeploymentError::AttemptNotRunning { step: "lint".into(), attempt: 1 }));
+    assert_eq!(
+        given(done).when(success("lint", 1)),
+        Err(DeploymentError::AttemptNotRunning {
+            step: "lint".into(),
+            attempt: 1
+        })
+    );
 }
 
 #[test]
@@ -172,7 +265,13 @@ fn a_failure_with_retries_left_schedules_the_next_attempt_after_the_wait() {
         given(running_lint()).when(failure("lint", 1, ErrorClass::StepFailed, 20)),
         Ok(vec![
             attempt_failed("lint", 1, ErrorClass::StepFailed),
-            E::StepRetryScheduled { step: "lint".into(), attempt: 1, next_attempt: 2, delay_ms: 5_000, not_before: t(25) },
+            E::StepRetryScheduled {
+                step: "lint".into(),
+                attempt: 1,
+                next_attempt: 2,
+                delay_ms: 5_000,
+                not_before: t(25)
+            },
         ])
     );
 }
@@ -181,11 +280,27 @@ fn a_failure_with_retries_left_schedules_the_next_attempt_after_the_wait() {
 fn a_retrying_step_is_retrying_and_its_next_attempt_is_an_action() {
     let mut history = running_lint();
     history.push(attempt_failed("lint", 1, ErrorClass::StepFailed));
-    history.push(E::StepRetryScheduled { step: "lint".into(), attempt: 1, next_attempt: 2, delay_ms: 5_000, not_before: t(25) });
+    history.push(E::StepRetryScheduled {
+        step: "lint".into(),
+        attempt: 1,
+        next_attempt: 2,
+        delay_ms: 5_000,
+        not_before: t(25),
+    });
     let given = given(history);
     assert_eq!(given.state().steps["lint"].status, StepStatus::Retrying);
-    assert_eq!(actions(given.state()), vec![Action::RunAttempt { step: "lint".into(), attempt: 2, not_before: t(25) }]);
-    assert!(matches!(given.when(start("lint", 2, 24)), Err(DeploymentError::NotYetDue { .. })));
+    assert_eq!(
+        actions(given.state()),
+        vec![Action::RunAttempt {
+            step: "lint".into(),
+            attempt: 2,
+            not_before: t(25)
+        }]
+    );
+    assert!(matches!(
+        given.when(start("lint", 2, 24)),
+        Err(DeploymentError::NotYetDue { .. })
+    ));
 }
 
 #[test]
@@ -195,8 +310,15 @@ fn the_default_policy_fails_a_step_failed_at_once_and_starts_the_grace_period() 
         given(running_lint()).when(failure("unit", 1, ErrorClass::StepFailed, 30)),
         Ok(vec![
             attempt_failed("unit", 1, ErrorClass::StepFailed),
-            E::StepFailed { step: "unit".into(), attempts: 1, error_class: ErrorClass::StepFailed },
-            E::FailureGracePeriodStarted { failed_step: "unit".into(), deadline: t(90) },
+            E::StepFailed {
+                step: "unit".into(),
+                attempts: 1,
+                error_class: ErrorClass::StepFailed
+            },
+            E::FailureGracePeriodStarted {
+                failed_step: "unit".into(),
+                deadline: t(90)
+            },
         ])
     );
 }
@@ -215,7 +337,9 @@ fn the_retry_table_sets_how_many_attempts_each_class_gets() {
         let mut attempt = 1;
         loop {
             history.push(started("build", attempt));
-            let events = given(history.clone()).when(failure("build", attempt, class, 0)).expect("recorded");
+            let events = given(history.clone())
+                .when(failure("build", attempt, class, 0))
+                .expect("recorded");
             let gave_up = events.iter().any(|e| matches!(e, E::StepFailed { .. }));
             history.extend(events);
             if gave_up {
@@ -231,13 +355,27 @@ fn the_retry_table_sets_how_many_attempts_each_class_gets() {
 fn a_failure_for_good_abandons_waiting_attempts_at_once() {
     let mut history = running_lint();
     history.push(attempt_failed("lint", 1, ErrorClass::StepFailed));
-    history.push(E::StepRetryScheduled { step: "lint".into(), attempt: 1, next_attempt: 2, delay_ms: 5_000, not_before: t(25) });
+    history.push(E::StepRetryScheduled {
+        step: "lint".into(),
+        attempt: 1,
+        next_attempt: 2,
+        delay_ms: 5_000,
+        not_before: t(25),
+    });
     assert_eq!(
         given(history).when(failure("unit", 1, ErrorClass::StepFailed, 21)),
         Ok(vec![
             attempt_failed("unit", 1, ErrorClass::StepFailed),
-            E::StepFailed { step: "unit".into(), attempts: 1, error_class: ErrorClass::StepFailed },
-            E::StepAbandoned { step: "lint".into(), attempt: 2, reason: "not started because step `unit` failed".into() },
+            E::StepFailed {
+                step: "unit".into(),
+                attempts: 1,
+                error_class: ErrorClass::StepFailed
+            },
+            E::StepAbandoned {
+                step: "lint".into(),
+                attempt: 2,
+                reason: "not started because step `unit` failed".into()
+            },
         ])
     );
 }
@@ -245,8 +383,15 @@ fn a_failure_for_good_abandons_waiting_attempts_at_once() {
 fn failing_with_lint_in_grace() -> Vec<E> {
     let mut history = running_lint();
     history.push(attempt_failed("unit", 1, ErrorClass::StepFailed));
-    history.push(E::StepFailed { step: "unit".into(), attempts: 1, error_class: ErrorClass::StepFailed });
-    history.push(E::FailureGracePeriodStarted { failed_step: "unit".into(), deadline: t(90) });
+    history.push(E::StepFailed {
+        step: "unit".into(),
+        attempts: 1,
+        error_class: ErrorClass::StepFailed,
+    });
+    history.push(E::FailureGracePeriodStarted {
+        failed_step: "unit".into(),
+        deadline: t(90),
+    });
     history
 }
 
@@ -254,19 +399,30 @@ fn failing_with_lint_in_grace() -> Vec<E> {
 fn within_the_grace_period_a_running_step_may_still_finish() {
     let given = given(failing_with_lint_in_grace());
     assert_eq!(actions(given.state()), vec![Action::WakeAt(t(90))]);
-    assert_eq!(given.when(success("lint", 1)), Ok(vec![succeeded("lint", 1)]));
+    assert_eq!(
+        given.when(success("lint", 1)),
+        Ok(vec![succeeded("lint", 1)])
+    );
 }
 
 #[test]
 fn while_failing_no_new_attempt_starts_and_failures_are_not_retried() {
     let given = given(failing_with_lint_in_grace());
-    assert_eq!(given.when(C::Advance { now: t(40) }), Ok(vec![]), "nothing is scheduled before the deadline");
+    assert_eq!(
+        given.when(C::Advance { now: t(40) }),
+        Ok(vec![]),
+        "nothing is scheduled before the deadline"
+    );
     let given = self::given(failing_with_lint_in_grace());
     assert_eq!(
         given.when(failure("lint", 1, ErrorClass::StepFailed, 40)),
         Ok(vec![
             attempt_failed("lint", 1, ErrorClass::StepFailed),
-            E::StepFailed { step: "lint".into(), attempts: 1, error_class: ErrorClass::StepFailed },
+            E::StepFailed {
+                step: "lint".into(),
+                attempts: 1,
+                error_class: ErrorClass::StepFailed
+            },
         ])
     );
 }
@@ -275,15 +431,29 @@ fn while_failing_no_new_attempt_starts_and_failures_are_not_retried() {
 fn at_the_deadline_running_steps_are_abandoned() {
     assert_eq!(
         given(failing_with_lint_in_grace()).when(C::Advance { now: t(90) }),
-        Ok(vec![E::StepAbandoned { step: "lint".into(), attempt: 1, reason: "still running when the failure grace period ended".into() }])
+        Ok(vec![E::StepAbandoned {
+            step: "lint".into(),
+            attempt: 1,
+            reason: "still running when the failure grace period ended".into()
+        }])
     );
 }
 
 #[test]
 fn an_abandoned_attempt_can_no_longer_record_its_outcome() {
     let mut history = failing_with_lint_in_grace();
-    history.push(E::StepAbandoned { step: "lint".into(), attempt: 1, reason: "late".into() });
-    assert_eq!(given(history).when(success("lint", 1)), Err(DeploymentError::AttemptNotRunning { step: "lint".into(), attempt: 1 }));
+    history.push(E::StepAbandoned {
+        step: "lint".into(),
+        attempt: 1,
+        reason: "late".into(),
+    });
+    assert_eq!(
+        given(history).when(success("lint", 1)),
+        Err(DeploymentError::AttemptNotRunning {
+            step: "lint".into(),
+            attempt: 1
+        })
+    );
 }
 
 #[test]
@@ -292,44 +462,92 @@ fn a_failed_deployment_purges_its_secrets_before_it_ends() {
     history.push(succeeded("lint", 1));
     let before_purge = given(history.clone());
     assert_eq!(actions(before_purge.state()), vec![Action::PurgeSecrets]);
-    assert_eq!(before_purge.when(C::Advance { now: t(50) }), Ok(vec![]), "it does not end before the purge");
-    assert_eq!(given(history.clone()).when(C::RecordSecretsPurged), Ok(vec![E::SecretsPurged {}]));
+    assert_eq!(
+        before_purge.when(C::Advance { now: t(50) }),
+        Ok(vec![]),
+        "it does not end before the purge"
+    );
+    assert_eq!(
+        given(history.clone()).when(C::RecordSecretsPurged),
+        Ok(vec![E::SecretsPurged {}])
+    );
     history.push(E::SecretsPurged {});
     assert_eq!(
         given(history).when(C::Advance { now: t(51) }),
-        Ok(vec![E::DeploymentFailed { reason: "step `unit` failed after 1 attempt(s) (step-failed)".into() }])
+        Ok(vec![E::DeploymentFailed {
+            reason: "step `unit` failed after 1 attempt(s) (step-failed)".into()
+        }])
     );
 }
 
 #[test]
 fn secrets_are_not_purged_while_steps_may_run() {
-    assert_eq!(given(running_lint()).when(C::RecordSecretsPurged), Err(DeploymentError::StepsStillRunning));
+    assert_eq!(
+        given(running_lint()).when(C::RecordSecretsPurged),
+        Err(DeploymentError::StepsStillRunning)
+    );
 }
 
 #[test]
 fn a_deployment_whose_steps_all_succeeded_purges_then_succeeds() {
     let mut history = running_lint();
-    history.extend([succeeded("unit", 1), succeeded("lint", 1), scheduled("package", 1, 3), started("package", 1), succeeded("package", 1)]);
+    history.extend([
+        succeeded("unit", 1),
+        succeeded("lint", 1),
+        scheduled("package", 1, 3),
+        started("package", 1),
+        succeeded("package", 1),
+    ]);
     let given_done = given(history.clone());
     assert_eq!(actions(given_done.state()), vec![Action::PurgeSecrets]);
     assert_eq!(given_done.when(C::Advance { now: t(4) }), Ok(vec![]));
     history.push(E::SecretsPurged {});
-    assert_eq!(given(history.clone()).when(C::Advance { now: t(5) }), Ok(vec![E::DeploymentSucceeded {}]));
+    assert_eq!(
+        given(history.clone()).when(C::Advance { now: t(5) }),
+        Ok(vec![E::DeploymentSucceeded {}])
+    );
     history.push(E::DeploymentSucceeded {});
     let finished = given(history);
     assert!(finished.state().is_finished());
-    assert!(actions(finished.state()).is_empty(), "a finished deployment calls for nothing");
+    assert!(
+        actions(finished.state()).is_empty(),
+        "a finished deployment calls for nothing"
+    );
 }
 
 #[test]
 fn a_finished_deployment_refuses_step_commands_but_advancing_is_harmless() {
-    let history = [requested(), scheduled("build", 1, 0), started("build", 1), E::StepFailed { step: "build".into(), attempts: 1, error_class: ErrorClass::StepFailed }, E::SecretsPurged {}, E::DeploymentFailed { reason: "r".into() }];
-    assert_eq!(given(history.clone()).when(C::Advance { now: t(9) }), Ok(vec![]));
-    assert_eq!(given(history).when(success("build", 1)), Err(DeploymentError::AlreadyFinished));
+    let history = [
+        requested(),
+        scheduled("build", 1, 0),
+        started("build", 1),
+        E::StepFailed {
+            step: "build".into(),
+            attempts: 1,
+            error_class: ErrorClass::StepFailed,
+        },
+        E::SecretsPurged {},
+        E::DeploymentFailed { reason: "r".into() },
+    ];
+    assert_eq!(
+        given(history.clone()).when(C::Advance { now: t(9) }),
+        Ok(vec![])
+    );
+    assert_eq!(
+        given(history).when(success("build", 1)),
+        Err(DeploymentError::AlreadyFinished)
+    );
 }
 
 #[test]
 fn scheduled_attempts_are_actions_until_they_start() {
     let given = given([requested(), scheduled("build", 1, 7)]);
-    assert_eq!(actions(given.state()), vec![Action::RunAttempt { step: "build".into(), attempt: 1, not_before: t(7) }]);
+    assert_eq!(
+        actions(given.state()),
+        vec![Action::RunAttempt {
+            step: "build".into(),
+            attempt: 1,
+            not_before: t(7)
+        }]
+    );
 }

@@ -31,27 +31,79 @@ fn envelope(id: DeploymentId, tenant: &str, revision: u64, event: E) -> Envelope
 }
 
 fn history(id: DeploymentId, tenant: &str, ending: E) -> Vec<Envelope> {
-    let blueprint = parse("name: app\nsteps:\n  a: { run: noop }\n  b: { run: noop }\n").expect("valid").snapshot;
+    let blueprint = parse("name: app\nsteps:\n  a: { run: noop }\n  b: { run: noop }\n")
+        .expect("valid")
+        .snapshot;
     let events = vec![
-        E::DeploymentRequested { tenant: tenant.into(), requested_by: "u".into(), trigger: "cli".into(), source: "f".into(), blueprint, blueprint_hash: "h".into(), params: BTreeMap::new() },
-        E::StepScheduled { step: "a".into(), attempt: 1, not_before: at(0) },
-        E::StepScheduled { step: "b".into(), attempt: 1, not_before: at(0) },
-        E::StepStarted { step: "a".into(), attempt: 1, sandbox: "s".into() },
-        E::StepStarted { step: "b".into(), attempt: 1, sandbox: "s".into() },
-        E::StepSucceeded { step: "a".into(), attempt: 1, outputs: [("k".to_owned(), "v".to_owned())].into(), duration_ms: 5 },
-        E::StepAttemptFailed { step: "b".into(), attempt: 1, error_class: ErrorClass::StepFailed, exit_code: Some(3), message: "m".into(), duration_ms: 5 },
-        E::StepFailed { step: "b".into(), attempts: 1, error_class: ErrorClass::StepFailed },
+        E::DeploymentRequested {
+            tenant: tenant.into(),
+            requested_by: "u".into(),
+            trigger: "cli".into(),
+            source: "f".into(),
+            blueprint,
+            blueprint_hash: "h".into(),
+            params: BTreeMap::new(),
+        },
+        E::StepScheduled {
+            step: "a".into(),
+            attempt: 1,
+            not_before: at(0),
+        },
+        E::StepScheduled {
+            step: "b".into(),
+            attempt: 1,
+            not_before: at(0),
+        },
+        E::StepStarted {
+            step: "a".into(),
+            attempt: 1,
+            sandbox: "s".into(),
+        },
+        E::StepStarted {
+            step: "b".into(),
+            attempt: 1,
+            sandbox: "s".into(),
+        },
+        E::StepSucceeded {
+            step: "a".into(),
+            attempt: 1,
+            outputs: [("k".to_owned(), "v".to_owned())].into(),
+            duration_ms: 5,
+        },
+        E::StepAttemptFailed {
+            step: "b".into(),
+            attempt: 1,
+            error_class: ErrorClass::StepFailed,
+            exit_code: Some(3),
+            message: "m".into(),
+            duration_ms: 5,
+        },
+        E::StepFailed {
+            step: "b".into(),
+            attempts: 1,
+            error_class: ErrorClass::StepFailed,
+        },
         E::SecretsPurged {},
         ending,
     ];
-    events.into_iter().enumerate().map(|(i, e)| envelope(id, tenant, i as u64, e)).collect()
+    events
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| envelope(id, tenant, i as u64, e))
+        .collect()
 }
 
 #[test]
 fn a_deployment_view_follows_its_steps_and_ending() {
     let id = DeploymentId::from_uuid(Uuid::now_v7());
     let mut models = ReadModels::default();
-    for e in history(id, "acme", E::DeploymentFailed { reason: "step `b` failed".into() }) {
+    for e in history(
+        id,
+        "acme",
+        E::DeploymentFailed {
+            reason: "step `b` failed".into(),
+        },
+    ) {
         models.apply(&e).expect("folds");
     }
     let view = &models.deployments[&id];
@@ -75,16 +127,33 @@ fn a_deployment_view_follows_its_steps_and_ending() {
 #[test]
 fn a_tenant_summary_counts_deployments_by_outcome() {
     let mut models = ReadModels::default();
-    let ids: Vec<DeploymentId> = (0..3).map(|_| DeploymentId::from_uuid(Uuid::now_v7())).collect();
+    let ids: Vec<DeploymentId> = (0..3)
+        .map(|_| DeploymentId::from_uuid(Uuid::now_v7()))
+        .collect();
     let mut all = history(ids[0], "acme", E::DeploymentSucceeded {});
-    all.extend(history(ids[1], "acme", E::DeploymentFailed { reason: "r".into() }));
-    all.extend(history(ids[2], "acme", E::DeploymentSucceeded {}).into_iter().take(4));
-    all.extend(history(DeploymentId::from_uuid(Uuid::now_v7()), "globex", E::DeploymentSucceeded {}));
+    all.extend(history(
+        ids[1],
+        "acme",
+        E::DeploymentFailed { reason: "r".into() },
+    ));
+    all.extend(
+        history(ids[2], "acme", E::DeploymentSucceeded {})
+            .into_iter()
+            .take(4),
+    );
+    all.extend(history(
+        DeploymentId::from_uuid(Uuid::now_v7()),
+        "globex",
+        E::DeploymentSucceeded {},
+    ));
     for e in &all {
         models.apply(e).expect("folds");
     }
     let acme = &models.tenants["acme"];
-    assert_eq!((acme.running, acme.succeeded, acme.failed, acme.total), (1, 1, 1, 3));
+    assert_eq!(
+        (acme.running, acme.succeeded, acme.failed, acme.total),
+        (1, 1, 1, 3)
+    );
     assert_eq!(acme.last_deployment_at, Some(at(0)));
     assert_eq!(models.tenants["globex"].total, 1);
 }

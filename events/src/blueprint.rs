@@ -123,6 +123,9 @@ impl FromStr for ErrorClass {
     type Err = ();
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        Self::ALL.into_iter().find(|class| class.as_str() == text).ok_or(())
+        Self::ALL
+            .into_iter()
+            .find(|class| class.as_str() == text)
+            .ok_or(())
     }
 }

@@ -142,9 +142,9 @@ impl DeploymentEvent {
     pub fn data(&self) -> serde_json::Value {
         // Adjacent tagging puts the fields under "data"; serialising our own types cannot fail.
         match serde_json::to_value(self) {
-            Ok(serde_json::Value::Object(mut tagged)) => {
-                tagged.remove("data").unwrap_or(serde_json::Value::Object(Default::default()))
-            }
+            Ok(serde_json::Value::Object(mut tagged)) => tagged
+                .remove("data")
+                .unwrap_or(serde_json::Value::Object(Default::default())),
             _ => serde_json::Value::Object(Default::default()),
         }
     }
@@ -162,7 +162,9 @@ impl DeploymentEvent {
     pub const fn is_terminal(&self) -> bool {
         matches!(
             self,
-            Self::DeploymentSucceeded {} | Self::DeploymentFailed { .. } | Self::DeploymentCancelled { .. }
+            Self::DeploymentSucceeded {}
+                | Self::DeploymentFailed { .. }
+                | Self::DeploymentCancelled { .. }
         )
     }
 }

@@ -53,7 +53,9 @@ impl fmt::Display for DeploymentId {
 
 /// A text that is neither a deployment UUID nor a `deployment-<uuid>` stream name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("`{0}` is not a deployment id: expected a UUID such as 0192e4c5-6f1a-7c3e-9b1d-2f4a5b6c7d8e")]
+#[error(
+    "`{0}` is not a deployment id: expected a UUID such as 0192e4c5-6f1a-7c3e-9b1d-2f4a5b6c7d8e"
+)]
 pub struct ParseIdError(pub String);
 
 impl FromStr for DeploymentId {

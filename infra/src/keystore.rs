@@ -30,7 +30,10 @@ pub struct LocalKeyStore {
 pub enum KeyStoreError {
     /// A file could not be read or written.
     #[error("key store {}: {source}", path.display())]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     /// A sealed file is malformed, or its values do not open with this store's key.
     #[error("sealed secrets {} cannot be opened: {reason}", path.display())]
     Unreadable { path: PathBuf, reason: String },
@@ -60,10 +63,18 @@ impl LocalKeyStore {
 
     fn master_key(&self) -> Result<Key, KeyStoreError> {
         let path = self.root.join("keys").join("master.key");
-        let io = |source| KeyStoreError::Io { path: path.clone(), source };
+        let io = |source| KeyStoreError::Io {
+            path: path.clone(),
+            source,
+        };
         match std::fs::read(&path) {
             Ok(bytes) if bytes.len() == 32 => return Ok(*Key::from_slice(&bytes)),
-            Ok(_) => return Err(KeyStoreError::Unreadable { path, reason: "the master key is not 32 bytes".into() }),
+            Ok(_) => {
+                return Err(KeyStoreError::Unreadable {
+                    path,
+                    reason: "the master key is not 32 bytes".into(),
+                })
+            }
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
             Err(error) => return Err(io(error)),
         }
@@ -72,7 +83,12 @@ impl LocalKeyStore {
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).map_err(io)?;
         let key = ChaCha20Poly1305::generate_key(&mut OsRng);
         // create_new: two processes creating the key at once must not overwrite each other's.
-        match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path) {
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+        {
             Ok(mut file) => {
                 file.write_all(&key).map_err(io)?;
                 file.sync_all().map_err(io)?;
@@ -84,7 +100,12 @@ impl LocalKeyStore {
     }
 
     /// Seals the values for a deployment; returns the seal's reference.
-    pub fn seal_values(&self, deployment: DeploymentId, tenant: &str, secrets: &SecretValues) -> Result<String, KeyStoreError> {
+    pub fn seal_values(
+        &self,
+        deployment: DeploymentId,
+        tenant: &str,
+        secrets: &SecretValues,
+    ) -> Result<String, KeyStoreError> {
         let cipher = ChaCha20Poly1305::new(&self.master_key()?);
         let path = self.seal_path(deployment);
         let mut values = BTreeMap::new();
@@ -92,22 +113,54 @@ impl LocalKeyStore {
             let nonce = ChaCha20Poly1305::generate_nonce(&mut OsRng);
             let aad = associated_data(tenant, deployment, name);
             let ciphertext = cipher
-                .encrypt(&nonce, Payload { msg: value.expose_secret().as_bytes(), aad: aad.as_bytes() })
-                .map_err(|_| KeyStoreError::Unreadable { path: path.clone(), reason: "encryption failed".into() })?;
-            values.insert(name.clone(), SealedValue { nonce: hex::encode(nonce), ciphertext: hex::encode(ciphertext) });
+                .encrypt(
+                    &nonce,
+                    Payload {
+                        msg: value.expose_secret().as_bytes(),
+                        aad: aad.as_bytes(),
+                    },
+                )
+                .map_err(|_| KeyStoreError::Unreadable {
+                    path: path.clone(),
+                    reason: "encryption failed".into(),
+                })?;
+            values.insert(
+                name.clone(),
+                SealedValue {
+                    nonce: hex::encode(nonce),
+                    ciphertext: hex::encode(ciphertext),
+                },
+            );
         }
-        let file = SealedFile { tenant: tenant.to_owned(), values };
-        let json = serde_json::to_vec(&file).map_err(|e| KeyStoreError::Unreadable { path: path.clone(), reason: e.to_string() })?;
+        let file = SealedFile {
+            tenant: tenant.to_owned(),
+            values,
+        };
+        let json = serde_json::to_vec(&file).map_err(|e| KeyStoreError::Unreadable {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
         write_private(&path, &json)?;
         Ok(format!("local:{deployment}"))
     }
 
     /// Opens the values sealed for a deployment of this tenant.
-    pub fn open_values(&self, deployment: DeploymentId, tenant: &str) -> Result<SecretValues, KeyStoreError> {
+    pub fn open_values(
+        &self,
+        deployment: DeploymentId,
+        tenant: &str,
+    ) -> Result<SecretValues, KeyStoreError> {
         let path = self.seal_path(deployment);
-        let unreadable = |reason: String| KeyStoreError::Unreadable { path: path.clone(), reason };
-        let bytes = std::fs::read(&path).map_err(|source| KeyStoreError::Io { path: path.clone(), source })?;
-        let file: SealedFile = serde_json::from_slice(&bytes).map_err(|e| unreadable(e.to_string()))?;
+        let unreadable = |reason: String| KeyStoreError::Unreadable {
+            path: path.clone(),
+            reason,
+        };
+        let bytes = std::fs::read(&path).map_err(|source| KeyStoreError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        let file: SealedFile =
+            serde_json::from_slice(&bytes).map_err(|e| unreadable(e.to_string()))?;
         let cipher = ChaCha20Poly1305::new(&self.master_key()?);
         let mut secrets = SecretValues::new();
         for (name, sealed) in file.values {
@@ -115,12 +168,24 @@ impl LocalKeyStore {
             if nonce.len() != 12 {
                 return Err(unreadable(format!("the nonce of `{name}` is not 12 bytes")));
             }
-            let ciphertext = hex::decode(&sealed.ciphertext).map_err(|e| unreadable(e.to_string()))?;
+            let ciphertext =
+                hex::decode(&sealed.ciphertext).map_err(|e| unreadable(e.to_string()))?;
             let aad = associated_data(tenant, deployment, &name);
             let plain = cipher
-                .decrypt(Nonce::from_slice(&nonce), Payload { msg: &ciphertext, aad: aad.as_bytes() })
-                .map_err(|_| unreadable(format!("`{name}` does not open for tenant `{tenant}` and deployment {deployment}")))?;
-            let text = String::from_utf8(plain).map_err(|_| unreadable(format!("`{name}` is not UTF-8")))?;
+                .decrypt(
+                    Nonce::from_slice(&nonce),
+                    Payload {
+                        msg: &ciphertext,
+                        aad: aad.as_bytes(),
+                    },
+                )
+                .map_err(|_| {
+                    unreadable(format!(
+                        "`{name}` does not open for tenant `{tenant}` and deployment {deployment}"
+                    ))
+                })?;
+            let text = String::from_utf8(plain)
+                .map_err(|_| unreadable(format!("`{name}` is not UTF-8")))?;
             secrets.insert(name, SecretString::from(text));
         }
         Ok(secrets)
@@ -142,13 +207,22 @@ fn associated_data(tenant: &str, deployment: DeploymentId, name: &str) -> String
 }
 
 fn write_private(path: &Path, bytes: &[u8]) -> Result<(), KeyStoreError> {
-    let io = |source| KeyStoreError::Io { path: path.to_path_buf(), source };
+    let io = |source| KeyStoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(io)?;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(io)?;
     }
     let temporary = path.with_extension("tmp");
-    let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&temporary).map_err(io)?;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&temporary)
+        .map_err(io)?;
     file.write_all(bytes).map_err(io)?;
     file.sync_all().map_err(io)?;
     std::fs::rename(&temporary, path).map_err(io)
@@ -156,22 +230,38 @@ fn write_private(path: &Path, bytes: &[u8]) -> Result<(), KeyStoreError> {
 
 #[async_trait]
 impl overture_submit::SealSecrets for LocalKeyStore {
-    async fn seal(&self, deployment: DeploymentId, tenant: &str, secrets: &SecretValues) -> Result<String, overture_submit::SealError> {
-        self.seal_values(deployment, tenant, secrets).map_err(|e| overture_submit::SealError(e.to_string()))
+    async fn seal(
+        &self,
+        deployment: DeploymentId,
+        tenant: &str,
+        secrets: &SecretValues,
+    ) -> Result<String, overture_submit::SealError> {
+        self.seal_values(deployment, tenant, secrets)
+            .map_err(|e| overture_submit::SealError(e.to_string()))
     }
 }
 
 #[async_trait]
 impl overture_runner::OpenSeal for LocalKeyStore {
-    async fn open(&self, deployment: DeploymentId, tenant: &str, _seal: &str) -> Result<SecretValues, overture_runner::PortError> {
-        self.open_values(deployment, tenant).map_err(|e| overture_runner::PortError(e.to_string()))
+    async fn open(
+        &self,
+        deployment: DeploymentId,
+        tenant: &str,
+        _seal: &str,
+    ) -> Result<SecretValues, overture_runner::PortError> {
+        self.open_values(deployment, tenant)
+            .map_err(|e| overture_runner::PortError(e.to_string()))
     }
 }
 
 #[async_trait]
 impl overture_orchestrator::PurgeSecrets for LocalKeyStore {
-    async fn purge(&self, deployment: DeploymentId) -> Result<(), overture_orchestrator::WorkError> {
-        self.purge_values(deployment).map_err(|e| overture_orchestrator::WorkError(e.to_string()))
+    async fn purge(
+        &self,
+        deployment: DeploymentId,
+    ) -> Result<(), overture_orchestrator::WorkError> {
+        self.purge_values(deployment)
+            .map_err(|e| overture_orchestrator::WorkError(e.to_string()))
     }
 }
 
@@ -185,18 +275,29 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = LocalKeyStore::new(dir.path());
         let deployment = DeploymentId::from_uuid(Uuid::now_v7());
-        let secrets: SecretValues = [("api_key".to_owned(), SecretString::from("s3cr3t-value"))].into();
-        store.seal_values(deployment, "acme", &secrets).expect("seals");
+        let secrets: SecretValues =
+            [("api_key".to_owned(), SecretString::from("s3cr3t-value"))].into();
+        store
+            .seal_values(deployment, "acme", &secrets)
+            .expect("seals");
 
         let sealed = std::fs::read(store.seal_path(deployment)).expect("sealed file");
-        assert!(!String::from_utf8_lossy(&sealed).contains("s3cr3t-value"), "the value is encrypted at rest");
+        assert!(
+            !String::from_utf8_lossy(&sealed).contains("s3cr3t-value"),
+            "the value is encrypted at rest"
+        );
 
         let opened = store.open_values(deployment, "acme").expect("opens");
         assert_eq!(opened["api_key"].expose_secret(), "s3cr3t-value");
-        assert!(store.open_values(deployment, "globex").is_err(), "another tenant's binding does not open it");
+        assert!(
+            store.open_values(deployment, "globex").is_err(),
+            "another tenant's binding does not open it"
+        );
 
         store.purge_values(deployment).expect("purges");
         assert!(store.open_values(deployment, "acme").is_err());
-        store.purge_values(deployment).expect("purging twice is harmless");
+        store
+            .purge_values(deployment)
+            .expect("purging twice is harmless");
     }
 }

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::support::{assert_causal, marker, gone_within, step_events, text, types, Overture};
+use crate::support::{assert_causal, gone_within, marker, step_events, text, types, Overture};
 
 const DIAMOND: &str = r#"
 name: diamond
@@ -27,7 +27,12 @@ steps:
 "#;
 
 fn diamond_needs() -> BTreeMap<&'static str, Vec<&'static str>> {
-    [("double", vec!["source"]), ("square", vec!["source"]), ("total", vec!["double", "square"])].into()
+    [
+        ("double", vec!["source"]),
+        ("square", vec!["source"]),
+        ("total", vec!["double", "square"]),
+    ]
+    .into()
 }
 
 #[test]
@@ -40,7 +45,10 @@ fn a_diamond_passes_outputs_along_and_succeeds() {
     assert_eq!(status["status"], "succeeded");
     assert_eq!(status["blueprint"], "diamond");
     assert_eq!(status["tenant"], "default");
-    assert_eq!(status["steps"]["total"]["outputs"]["sum"], "35", "10 + 25 from base 5");
+    assert_eq!(
+        status["steps"]["total"]["outputs"]["sum"], "35",
+        "10 + 25 from base 5"
+    );
     for step in ["source", "double", "square", "total"] {
         assert_eq!(status["steps"][step]["status"], "succeeded");
         assert_eq!(status["steps"][step]["attempts"], 1);
@@ -49,9 +57,16 @@ fn a_diamond_passes_outputs_along_and_succeeds() {
 
     let id = status["id"].as_str().expect("id");
     let stderr = text(&output.stderr);
-    let announced = stderr.find(&format!("deployment {id}")).expect("the id is printed");
-    let first_start = stderr.find("started (attempt 1)").expect("progress shows starts");
-    assert!(announced < first_start, "the id is printed before any step starts:\n{stderr}");
+    let announced = stderr
+        .find(&format!("deployment {id}"))
+        .expect("the id is printed");
+    let first_start = stderr
+        .find("started (attempt 1)")
+        .expect("progress shows starts");
+    assert!(
+        announced < first_start,
+        "the id is printed before any step starts:\n{stderr}"
+    );
 
     let events = overture.events(id);
     assert_causal(&events, &diamond_needs());
@@ -65,7 +80,13 @@ fn a_diamond_passes_outputs_along_and_succeeds() {
     assert!(list[0].get("steps").is_none(), "list leaves steps out");
     let tenants = overture.json(&["tenants", "--json"]);
     assert_eq!(tenants[0]["tenant"], "default");
-    assert_eq!((tenants[0]["succeeded"].as_u64(), tenants[0]["total"].as_u64()), (Some(1), Some(1)));
+    assert_eq!(
+        (
+            tenants[0]["succeeded"].as_u64(),
+            tenants[0]["total"].as_u64()
+        ),
+        (Some(1), Some(1))
+    );
     let check = overture.run(&["replay", "--check"]);
     assert!(check.status.success(), "{}", text(&check.stderr));
 }
@@ -97,34 +118,76 @@ steps:
         ),
     );
     let (code, status, output) = overture.deploy(&file, &[]);
-    assert_eq!(code, 1, "a failed deployment exits 1: {}", text(&output.stderr));
+    assert_eq!(
+        code,
+        1,
+        "a failed deployment exits 1: {}",
+        text(&output.stderr)
+    );
     assert_eq!(status["status"], "failed");
     assert_eq!(status["steps"]["breaks"]["status"], "failed");
-    assert_eq!(status["steps"]["quick"]["status"], "succeeded", "it ended within the grace period");
-    assert_eq!(status["steps"]["slow"]["status"], "abandoned", "it was still running at the deadline");
-    assert_eq!(status["steps"]["after-quick"]["status"], "pending", "nothing new starts once failing");
+    assert_eq!(
+        status["steps"]["quick"]["status"], "succeeded",
+        "it ended within the grace period"
+    );
+    assert_eq!(
+        status["steps"]["slow"]["status"], "abandoned",
+        "it was still running at the deadline"
+    );
+    assert_eq!(
+        status["steps"]["after-quick"]["status"], "pending",
+        "nothing new starts once failing"
+    );
 
     let id = status["id"].as_str().expect("id");
     let events = overture.events(id);
     assert_causal(&events, &[("after-quick", vec!["quick"])].into());
-    let failed = events.iter().find(|e| e["type"] == "StepAttemptFailed").expect("a failed attempt");
+    let failed = events
+        .iter()
+        .find(|e| e["type"] == "StepAttemptFailed")
+        .expect("a failed attempt");
     assert_eq!(failed["data"]["step"], "breaks");
     assert_eq!(failed["data"]["error_class"], "step-failed");
     assert_eq!(failed["data"]["exit_code"], 3);
-    assert!(failed["data"]["message"].as_str().expect("message").contains("cannot connect"), "the message carries the output's tail");
-    assert_eq!(step_events(&events, "breaks").len(), 4, "step-failed is not retried by default: {:?}", step_events(&events, "breaks"));
+    assert!(
+        failed["data"]["message"]
+            .as_str()
+            .expect("message")
+            .contains("cannot connect"),
+        "the message carries the output's tail"
+    );
+    assert_eq!(
+        step_events(&events, "breaks").len(),
+        4,
+        "step-failed is not retried by default: {:?}",
+        step_events(&events, "breaks")
+    );
 
     let all = types(&events);
-    let grace = all.iter().position(|t| t == "FailureGracePeriodStarted").expect("grace period");
-    let quick_done = events.iter().position(|e| e["type"] == "StepSucceeded" && e["data"]["step"] == "quick").expect("quick");
-    let abandoned = events.iter().position(|e| e["type"] == "StepAbandoned" && e["data"]["step"] == "slow").expect("slow abandoned");
+    let grace = all
+        .iter()
+        .position(|t| t == "FailureGracePeriodStarted")
+        .expect("grace period");
+    let quick_done = events
+        .iter()
+        .position(|e| e["type"] == "StepSucceeded" && e["data"]["step"] == "quick")
+        .expect("quick");
+    let abandoned = events
+        .iter()
+        .position(|e| e["type"] == "StepAbandoned" && e["data"]["step"] == "slow")
+        .expect("slow abandoned");
     assert!(grace < quick_done && quick_done < abandoned);
     assert_eq!(*all.last().expect("events"), "DeploymentFailed");
 
     let left = gone_within(&slow, std::time::Duration::from_secs(5));
-    assert!(left.is_empty(), "the abandoned step's processes are gone: {left:?}");
+    assert!(
+        left.is_empty(),
+        "the abandoned step's processes are gone: {left:?}"
+    );
     let sandboxes = overture.data_dir().join("sandboxes");
-    let left: Vec<_> = std::fs::read_dir(&sandboxes).map(|d| d.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
+    let left: Vec<_> = std::fs::read_dir(&sandboxes)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
     assert!(left.is_empty(), "no workspace is left behind: {left:?}");
 }
 
@@ -147,10 +210,16 @@ steps:
     assert_eq!(status["steps"]["flaky"]["attempts"], 3);
     let events = overture.events(status["id"].as_str().expect("id"));
     assert_causal(&events, &BTreeMap::new());
-    let retries: Vec<_> = events.iter().filter(|e| e["type"] == "StepRetryScheduled").collect();
+    let retries: Vec<_> = events
+        .iter()
+        .filter(|e| e["type"] == "StepRetryScheduled")
+        .collect();
     assert_eq!(retries.len(), 2);
     assert!(retries.iter().all(|r| r["data"]["delay_ms"] == 200));
-    assert!(text(&output.stderr).contains("retrying: attempt 2 in 200ms"), "progress shows retries");
+    assert!(
+        text(&output.stderr).contains("retrying: attempt 2 in 200ms"),
+        "progress shows retries"
+    );
 }
 
 #[test]
@@ -169,11 +238,17 @@ fn a_tampered_read_model_is_caught_by_replay_check_and_mended_by_replay() {
 
     let check = overture.run(&["replay", "--check"]);
     assert_eq!(check.status.code(), Some(1), "a difference exits 1");
-    assert!(text(&check.stderr).contains(status["id"].as_str().expect("id")), "it names the deployment");
+    assert!(
+        text(&check.stderr).contains(status["id"].as_str().expect("id")),
+        "it names the deployment"
+    );
 
     assert!(overture.run(&["replay"]).status.success());
     assert!(overture.run(&["replay", "--check"]).status.success());
-    assert_eq!(overture.json(&["status", status["id"].as_str().expect("id"), "--json"])["status"], "succeeded");
+    assert_eq!(
+        overture.json(&["status", status["id"].as_str().expect("id"), "--json"])["status"],
+        "succeeded"
+    );
 }
 
 #[test]
@@ -184,7 +259,12 @@ fn graph_draws_a_blueprint_and_a_deployment_with_its_states() {
     assert!(drawn.status.success());
     assert!(text(&drawn.stdout).contains("source --> double"));
     let (_, status, _) = overture.deploy(&file, &[]);
-    let dot = overture.run(&["graph", status["id"].as_str().expect("id"), "--format", "dot"]);
+    let dot = overture.run(&[
+        "graph",
+        status["id"].as_str().expect("id"),
+        "--format",
+        "dot",
+    ]);
     assert!(text(&dot.stdout).contains("\"double\" -> \"total\""));
     assert!(text(&dot.stdout).contains("total (succeeded)"));
 }

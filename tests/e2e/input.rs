@@ -4,10 +4,18 @@ use crate::support::{text, Overture};
 
 fn assert_refused(overture: &Overture, args: &[&str], words: &[&str]) {
     let output = overture.run(args);
-    assert_eq!(output.status.code(), Some(2), "{args:?} must exit 2: {}", text(&output.stderr));
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "{args:?} must exit 2: {}",
+        text(&output.stderr)
+    );
     let message = text(&output.stderr);
     for word in words {
-        assert!(message.contains(word), "{args:?}: `{word}` missing from:\n{message}");
+        assert!(
+            message.contains(word),
+            "{args:?}: `{word}` missing from:\n{message}"
+        );
     }
 }
 
@@ -19,40 +27,99 @@ fn nothing_recorded(overture: &Overture) {
 #[test]
 fn an_invalid_blueprint_is_refused_naming_the_file_and_field() {
     let overture = Overture::new();
-    let file = overture.blueprint("cycle.yaml", "name: c\nsteps:\n  a: { run: noop, needs: [b] }\n  b: { run: noop, needs: [a] }\n");
+    let file = overture.blueprint(
+        "cycle.yaml",
+        "name: c\nsteps:\n  a: { run: noop, needs: [b] }\n  b: { run: noop, needs: [a] }\n",
+    );
     let path = file.to_str().expect("path");
-    assert_refused(&overture, &["deploy", path], &["cycle.yaml", "steps", "cycle", "a → b → a"]);
+    assert_refused(
+        &overture,
+        &["deploy", path],
+        &["cycle.yaml", "steps", "cycle", "a → b → a"],
+    );
     assert_refused(&overture, &["validate", path], &["cycle.yaml", "cycle"]);
-    let typo = overture.blueprint("typo.yaml", "name: t\nsteps:\n  a: { run: script, with: { command: 'echo {{ params.nope }}' } }\n");
-    assert_refused(&overture, &["deploy", typo.to_str().expect("path")], &["typo.yaml", "steps.a.with.command", "parameter `nope`"]);
+    let typo = overture.blueprint(
+        "typo.yaml",
+        "name: t\nsteps:\n  a: { run: script, with: { command: 'echo {{ params.nope }}' } }\n",
+    );
+    assert_refused(
+        &overture,
+        &["deploy", typo.to_str().expect("path")],
+        &["typo.yaml", "steps.a.with.command", "parameter `nope`"],
+    );
     nothing_recorded(&overture);
 }
 
 #[test]
 fn missing_files_params_and_secrets_are_refused() {
     let overture = Overture::new();
-    assert_refused(&overture, &["deploy", "/nonexistent/blueprint.yaml"], &["/nonexistent/blueprint.yaml", "cannot read"]);
-    let file = overture.blueprint("p.yaml", "name: p\nparams: { who: {} }\nsecrets: [key]\nsteps:\n  a: { run: noop }\n");
+    assert_refused(
+        &overture,
+        &["deploy", "/nonexistent/blueprint.yaml"],
+        &["/nonexistent/blueprint.yaml", "cannot read"],
+    );
+    let file = overture.blueprint(
+        "p.yaml",
+        "name: p\nparams: { who: {} }\nsecrets: [key]\nsteps:\n  a: { run: noop }\n",
+    );
     let path = file.to_str().expect("path");
-    assert_refused(&overture, &["deploy", path, "--param", "who"], &["--param `who`", "NAME=VALUE"]);
-    assert_refused(&overture, &["deploy", path, "--param", "who=x", "--secret", "key=OVERTURE_E2E_UNSET"], &["OVERTURE_E2E_UNSET", "not set"]);
-    assert_refused(&overture, &["deploy", path, "--secret", "key=PATH"], &["params.who", "--param who=VALUE"]);
-    assert_refused(&overture, &["deploy", path, "--param", "who=x"], &["secrets.key", "--secret key=ENV_VAR"]);
+    assert_refused(
+        &overture,
+        &["deploy", path, "--param", "who"],
+        &["--param `who`", "NAME=VALUE"],
+    );
+    assert_refused(
+        &overture,
+        &[
+            "deploy",
+            path,
+            "--param",
+            "who=x",
+            "--secret",
+            "key=OVERTURE_E2E_UNSET",
+        ],
+        &["OVERTURE_E2E_UNSET", "not set"],
+    );
+    assert_refused(
+        &overture,
+        &["deploy", path, "--secret", "key=PATH"],
+        &["params.who", "--param who=VALUE"],
+    );
+    assert_refused(
+        &overture,
+        &["deploy", path, "--param", "who=x"],
+        &["secrets.key", "--secret key=ENV_VAR"],
+    );
     nothing_recorded(&overture);
 }
 
 #[test]
 fn unknown_deployments_are_refused() {
     let overture = Overture::new();
-    assert_refused(&overture, &["status", "not-an-id"], &["not a deployment id"]);
-    assert_refused(&overture, &["status", "0192e4c5-6f1a-7c3e-9b1d-2f4a5b6c7d8e"], &["no deployment"]);
-    assert_refused(&overture, &["events", "0192e4c5-6f1a-7c3e-9b1d-2f4a5b6c7d8e"], &["no deployment"]);
+    assert_refused(
+        &overture,
+        &["status", "not-an-id"],
+        &["not a deployment id"],
+    );
+    assert_refused(
+        &overture,
+        &["status", "0192e4c5-6f1a-7c3e-9b1d-2f4a5b6c7d8e"],
+        &["no deployment"],
+    );
+    assert_refused(
+        &overture,
+        &["events", "0192e4c5-6f1a-7c3e-9b1d-2f4a5b6c7d8e"],
+        &["no deployment"],
+    );
 }
 
 #[test]
 fn validate_accepts_the_examples() {
     let overture = Overture::new();
-    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/hello-world/blueprint.yaml");
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/hello-world/blueprint.yaml"
+    );
     let output = overture.run(&["validate", example]);
     assert!(output.status.success(), "{}", text(&output.stderr));
     assert!(text(&output.stdout).contains("valid blueprint `hello-world`"));

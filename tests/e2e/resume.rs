@@ -3,7 +3,7 @@
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 
-use crate::support::{assert_causal, marker, gone_within, step_events, text, Overture};
+use crate::support::{assert_causal, gone_within, marker, step_events, text, Overture};
 
 #[test]
 fn resume_after_sigkill_finishes_the_deployment_with_no_event_lost_or_duplicated() {
@@ -56,21 +56,59 @@ steps:
     engine.wait().expect("reap the killed engine");
 
     let before = overture.events(&id);
-    assert_eq!(before.last().expect("events")["type"], "StepStarted", "the engine died during `slow`");
+    assert_eq!(
+        before.last().expect("events")["type"],
+        "StepStarted",
+        "the engine died during `slow`"
+    );
     let resumed = overture.run(&["resume"]);
-    assert!(resumed.status.success(), "resume: {}", text(&resumed.stderr));
-    assert!(text(&resumed.stdout).contains(&format!("{id} succeeded")), "{}", text(&resumed.stdout));
+    assert!(
+        resumed.status.success(),
+        "resume: {}",
+        text(&resumed.stderr)
+    );
+    assert!(
+        text(&resumed.stdout).contains(&format!("{id} succeeded")),
+        "{}",
+        text(&resumed.stdout)
+    );
 
     let after = overture.events(&id);
-    assert_eq!(&after[..before.len()], &before[..], "nothing recorded before the crash changed");
-    assert_causal(&after, &[("slow", vec!["first"]), ("last", vec!["slow"])].into());
     assert_eq!(
-        step_events(&after, "slow").iter().map(|(t, a)| format!("{t}#{a}")).collect::<Vec<_>>(),
-        ["StepScheduled#1", "StepStarted#1", "StepAttemptFailed#1", "StepRetryScheduled#1", "StepStarted#2", "StepSucceeded#2"],
+        &after[..before.len()],
+        &before[..],
+        "nothing recorded before the crash changed"
     );
-    let interrupted = after.iter().find(|e| e["type"] == "StepAttemptFailed").expect("interrupted attempt");
-    assert!(interrupted["data"]["message"].as_str().expect("message").contains("interrupted"));
-    let first_successes = after.iter().filter(|e| e["type"] == "StepSucceeded" && e["data"]["step"] == "first").count();
+    assert_causal(
+        &after,
+        &[("slow", vec!["first"]), ("last", vec!["slow"])].into(),
+    );
+    assert_eq!(
+        step_events(&after, "slow")
+            .iter()
+            .map(|(t, a)| format!("{t}#{a}"))
+            .collect::<Vec<_>>(),
+        [
+            "StepScheduled#1",
+            "StepStarted#1",
+            "StepAttemptFailed#1",
+            "StepRetryScheduled#1",
+            "StepStarted#2",
+            "StepSucceeded#2"
+        ],
+    );
+    let interrupted = after
+        .iter()
+        .find(|e| e["type"] == "StepAttemptFailed")
+        .expect("interrupted attempt");
+    assert!(interrupted["data"]["message"]
+        .as_str()
+        .expect("message")
+        .contains("interrupted"));
+    let first_successes = after
+        .iter()
+        .filter(|e| e["type"] == "StepSucceeded" && e["data"]["step"] == "first")
+        .count();
     assert_eq!(first_successes, 1, "no success is recorded twice");
 
     // The interrupted sandbox died with its engine, or, if the engine died while the sandbox was

@@ -35,7 +35,12 @@ steps:
     assert_eq!(code, 0, "{}", text(&output.stderr));
     let outputs = &status["steps"]["peeker"]["outputs"];
     assert_eq!(
-        outputs.as_object().expect("outputs").keys().cloned().collect::<Vec<_>>(),
+        outputs
+            .as_object()
+            .expect("outputs")
+            .keys()
+            .cloned()
+            .collect::<Vec<_>>(),
         ["env", "param"],
         "the step saw something it must not: {outputs}"
     );

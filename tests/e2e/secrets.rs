@@ -8,7 +8,9 @@ const SECRET: &str = "tok-7f3a9c-never-shown";
 
 fn files_containing(dir: &Path, needle: &[u8]) -> Vec<String> {
     let mut found = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else { return found };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
     for entry in entries.flatten() {
         let path = entry.path();
         if path.is_dir() {
@@ -41,28 +43,64 @@ steps:
     with: { command: 'echo "failing with {{ secrets.token }}" >&2; exit 1' }
 "#,
     );
-    let mut command = overture.command(&["deploy", file.to_str().expect("path"), "--secret", "token=E2E_TOKEN", "--json"]);
+    let mut command = overture.command(&[
+        "deploy",
+        file.to_str().expect("path"),
+        "--secret",
+        "token=E2E_TOKEN",
+        "--json",
+    ]);
     let output = command.env("E2E_TOKEN", SECRET).output().expect("deploy");
-    assert_eq!(output.status.code(), Some(1), "the second step fails: {}", text(&output.stderr));
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "the second step fails: {}",
+        text(&output.stderr)
+    );
     let status: serde_json::Value = serde_json::from_slice(&output.stdout).expect("status");
     let id = status["id"].as_str().expect("id");
 
-    assert_eq!(status["steps"]["echoes"]["outputs"]["copy"], "***", "outputs are masked");
+    assert_eq!(
+        status["steps"]["echoes"]["outputs"]["copy"], "***",
+        "outputs are masked"
+    );
     let events = overture.events(id);
-    let failure = events.iter().find(|e| e["type"] == "StepAttemptFailed").expect("failure");
-    assert!(failure["data"]["message"].as_str().expect("message").contains("failing with ***"));
+    let failure = events
+        .iter()
+        .find(|e| e["type"] == "StepAttemptFailed")
+        .expect("failure");
+    assert!(failure["data"]["message"]
+        .as_str()
+        .expect("message")
+        .contains("failing with ***"));
 
     let mut shown = vec![text(&output.stdout), text(&output.stderr)];
-    for args in [vec!["events", id], vec!["events", id, "--json"], vec!["status", id], vec!["list"], vec!["tenants"]] {
+    for args in [
+        vec!["events", id],
+        vec!["events", id, "--json"],
+        vec!["status", id],
+        vec!["list"],
+        vec!["tenants"],
+    ] {
         let out = overture.run(&args);
         shown.push(text(&out.stdout));
         shown.push(text(&out.stderr));
     }
     for (i, printed) in shown.iter().enumerate() {
-        assert!(!printed.contains(SECRET), "output {i} shows the secret:\n{printed}");
+        assert!(
+            !printed.contains(SECRET),
+            "output {i} shows the secret:\n{printed}"
+        );
     }
     assert!(events.iter().any(|e| e["type"] == "SecretsPurged"));
     let leaks = files_containing(&overture.data_dir(), SECRET.as_bytes());
     assert!(leaks.is_empty(), "files holding the secret: {leaks:?}");
-    assert!(!overture.data_dir().join("seals").join(format!("{id}.json")).exists(), "the sealed secrets are purged");
+    assert!(
+        !overture
+            .data_dir()
+            .join("seals")
+            .join(format!("{id}.json"))
+            .exists(),
+        "the sealed secrets are purged"
+    );
 }

@@ -13,7 +13,9 @@ pub struct Overture {
 
 impl Overture {
     pub fn new() -> Self {
-        Self { dir: tempfile::tempdir().expect("temp dir") }
+        Self {
+            dir: tempfile::tempdir().expect("temp dir"),
+        }
     }
 
     pub fn data_dir(&self) -> PathBuf {
@@ -31,7 +33,9 @@ impl Overture {
     pub fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_overture"));
         command.arg("--data-dir").arg(self.data_dir()).args(args);
-        command.env_remove("OVERTURE_DATA_DIR").env_remove("OVERTURE_TENANT");
+        command
+            .env_remove("OVERTURE_DATA_DIR")
+            .env_remove("OVERTURE_TENANT");
         command
     }
 
@@ -43,7 +47,11 @@ impl Overture {
     /// Runs the binary and parses its stdout as JSON.
     pub fn json(&self, args: &[&str]) -> Value {
         let output = self.run(args);
-        assert!(output.status.success(), "overture {args:?} failed: {}", text(&output.stderr));
+        assert!(
+            output.status.success(),
+            "overture {args:?} failed: {}",
+            text(&output.stderr)
+        );
         serde_json::from_slice(&output.stdout).expect("JSON on stdout")
     }
 
@@ -59,8 +67,15 @@ impl Overture {
     /// Every event of a deployment, as `events --json` prints them.
     pub fn events(&self, id: &str) -> Vec<Value> {
         let output = self.run(&["events", id, "--json"]);
-        assert!(output.status.success(), "events failed: {}", text(&output.stderr));
-        text(&output.stdout).lines().map(|line| serde_json::from_str(line).expect("one envelope per line")).collect()
+        assert!(
+            output.status.success(),
+            "events failed: {}",
+            text(&output.stderr)
+        );
+        text(&output.stdout)
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("one envelope per line"))
+            .collect()
     }
 }
 
@@ -70,7 +85,10 @@ pub fn text(bytes: &[u8]) -> String {
 
 /// The types of a history, in order.
 pub fn types(events: &[Value]) -> Vec<String> {
-    events.iter().map(|e| e["type"].as_str().unwrap_or_default().to_owned()).collect()
+    events
+        .iter()
+        .map(|e| e["type"].as_str().unwrap_or_default().to_owned())
+        .collect()
 }
 
 /// The events of one step, as (type, attempt).
@@ -78,7 +96,12 @@ pub fn step_events(events: &[Value], step: &str) -> Vec<(String, u64)> {
     events
         .iter()
         .filter(|e| e["data"]["step"] == step)
-        .map(|e| (e["type"].as_str().unwrap_or_default().to_owned(), e["data"]["attempt"].as_u64().unwrap_or(0)))
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap_or_default().to_owned(),
+                e["data"]["attempt"].as_u64().unwrap_or(0),
+            )
+        })
         .collect()
 }
 
@@ -89,9 +112,22 @@ pub fn step_events(events: &[Value], step: &str) -> Vec<(String, u64)> {
 pub fn assert_causal(events: &[Value], needs: &BTreeMap<&str, Vec<&str>>) {
     let mut ids = HashSet::new();
     for (index, event) in events.iter().enumerate() {
-        assert_eq!(event["revision"].as_u64(), Some(index as u64), "revisions are gapless");
-        assert!(ids.insert(event["id"].as_str().expect("id").to_owned()), "event ids are unique");
-        for field in ["tenant", "actor", "$correlationId", "$causationId", "recorded_at"] {
+        assert_eq!(
+            event["revision"].as_u64(),
+            Some(index as u64),
+            "revisions are gapless"
+        );
+        assert!(
+            ids.insert(event["id"].as_str().expect("id").to_owned()),
+            "event ids are unique"
+        );
+        for field in [
+            "tenant",
+            "actor",
+            "$correlationId",
+            "$causationId",
+            "recorded_at",
+        ] {
             assert!(event["metadata"][field].is_string(), "metadata has {field}");
         }
     }
@@ -104,26 +140,41 @@ pub fn assert_causal(events: &[Value], needs: &BTreeMap<&str, Vec<&str>>) {
         let step = data["step"].as_str().unwrap_or_default().to_owned();
         let attempt = data["attempt"].as_u64().unwrap_or(0);
         match event["type"].as_str().unwrap_or_default() {
-            "StepScheduled" => assert!(scheduled.insert((step, attempt), at).is_none(), "scheduled once"),
+            "StepScheduled" => assert!(
+                scheduled.insert((step, attempt), at).is_none(),
+                "scheduled once"
+            ),
             "StepRetryScheduled" => {
                 let next = data["next_attempt"].as_u64().expect("next attempt");
-                assert!(scheduled.insert((step, next), at).is_none(), "retry scheduled once");
+                assert!(
+                    scheduled.insert((step, next), at).is_none(),
+                    "retry scheduled once"
+                );
             }
             "StepStarted" => {
                 let key = (step.clone(), attempt);
-                let when = scheduled.get(&key).unwrap_or_else(|| panic!("{key:?} started before it was scheduled"));
+                let when = scheduled
+                    .get(&key)
+                    .unwrap_or_else(|| panic!("{key:?} started before it was scheduled"));
                 assert!(*when < at);
                 assert!(started.insert(key, at).is_none(), "started once");
                 for need in needs.get(step.as_str()).into_iter().flatten() {
-                    let done = succeeded.get(*need).unwrap_or_else(|| panic!("{step} started before {need} succeeded"));
+                    let done = succeeded
+                        .get(*need)
+                        .unwrap_or_else(|| panic!("{step} started before {need} succeeded"));
                     assert!(*done < at);
                 }
             }
             "StepSucceeded" | "StepAttemptFailed" => {
                 let key = (step.clone(), attempt);
-                let when = started.get(&key).unwrap_or_else(|| panic!("{key:?} has an outcome but never started"));
+                let when = started
+                    .get(&key)
+                    .unwrap_or_else(|| panic!("{key:?} has an outcome but never started"));
                 assert!(*when < at);
-                assert!(outcomes.insert(key, at).is_none(), "one outcome per attempt");
+                assert!(
+                    outcomes.insert(key, at).is_none(),
+                    "one outcome per attempt"
+                );
                 if event["type"] == "StepSucceeded" {
                     succeeded.insert(step, at);
                 }
@@ -132,23 +183,46 @@ pub fn assert_causal(events: &[Value], needs: &BTreeMap<&str, Vec<&str>>) {
         }
     }
     let all = types(events);
-    let endings: Vec<usize> = all.iter().enumerate().filter(|(_, t)| t.starts_with("Deployment") && *t != "DeploymentRequested").map(|(i, _)| i).collect();
-    assert_eq!(endings, vec![events.len() - 1], "the deployment ends once, last: {all:?}");
-    let purged = all.iter().position(|t| t == "SecretsPurged").expect("secrets purged");
-    assert!(purged < events.len() - 1, "secrets are purged before the end");
+    let endings: Vec<usize> = all
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.starts_with("Deployment") && *t != "DeploymentRequested")
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(
+        endings,
+        vec![events.len() - 1],
+        "the deployment ends once, last: {all:?}"
+    );
+    let purged = all
+        .iter()
+        .position(|t| t == "SecretsPurged")
+        .expect("secrets purged");
+    assert!(
+        purged < events.len() - 1,
+        "secrets are purged before the end"
+    );
 }
 
 /// Processes whose command line contains `marker`.
 pub fn processes_with(marker: &str) -> Vec<String> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        if !entry.file_name().to_string_lossy().chars().all(|c| c.is_ascii_digit()) {
+        if !entry
+            .file_name()
+            .to_string_lossy()
+            .chars()
+            .all(|c| c.is_ascii_digit())
+        {
             continue;
         }
         if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
             let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
             if cmdline.contains(marker) {
-                found.push(format!("{}: {cmdline}", entry.file_name().to_string_lossy()));
+                found.push(format!(
+                    "{}: {cmdline}",
+                    entry.file_name().to_string_lossy()
+                ));
             }
         }
     }

@@ -28,7 +28,11 @@ pub struct Cause {
 impl Cause {
     /// A cause within a deployment's own chain.
     pub fn new(actor: impl Into<String>, deployment: DeploymentId, causation_id: Uuid) -> Self {
-        Self { actor: actor.into(), correlation_id: deployment.uuid(), causation_id }
+        Self {
+            actor: actor.into(),
+            correlation_id: deployment.uuid(),
+            causation_id,
+        }
     }
 }
 
@@ -45,8 +49,13 @@ pub struct Loaded {
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
     /// Another writer appended first; load again and decide again.
-    #[error("deployment {deployment} was changed by another writer (expected revision {expected:?})")]
-    Conflict { deployment: DeploymentId, expected: Option<u64> },
+    #[error(
+        "deployment {deployment} was changed by another writer (expected revision {expected:?})"
+    )]
+    Conflict {
+        deployment: DeploymentId,
+        expected: Option<u64>,
+    },
     /// The log could not be read or written.
     #[error("the event log failed: {0}")]
     Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -103,8 +112,15 @@ pub async fn execute(
         if events.is_empty() {
             return Ok(Ok(Executed { state, events }));
         }
-        let tenant = if state.tenant.is_empty() { tenant_for_new } else { state.tenant.as_str() };
-        match log.append(deployment, tenant, revision, events.clone(), cause).await {
+        let tenant = if state.tenant.is_empty() {
+            tenant_for_new
+        } else {
+            state.tenant.as_str()
+        };
+        match log
+            .append(deployment, tenant, revision, events.clone(), cause)
+            .await
+        {
             Ok(()) => {
                 let state = events.iter().cloned().fold(state, Deployment::apply);
                 return Ok(Ok(Executed { state, events }));

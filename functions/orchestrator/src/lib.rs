@@ -18,7 +18,13 @@ pub const ACTOR: &str = "orchestrator";
 #[async_trait]
 pub trait QueueWork: Send + Sync {
     /// Queue this attempt to run once `not_before` has passed; queuing it twice queues it once.
-    async fn run_attempt(&self, deployment: DeploymentId, step: &str, attempt: u32, not_before: Timestamp) -> Result<(), WorkError>;
+    async fn run_attempt(
+        &self,
+        deployment: DeploymentId,
+        step: &str,
+        attempt: u32,
+        not_before: Timestamp,
+    ) -> Result<(), WorkError>;
     /// Have the orchestrator called for this deployment at `at`; likewise idempotent.
     async fn wake_at(&self, deployment: DeploymentId, at: Timestamp) -> Result<(), WorkError>;
 }
@@ -55,30 +61,57 @@ pub enum OrchestratorError {
     Log(#[from] LogError),
     /// Queuing or purging failed.
     #[error("deployment {deployment}: {source}")]
-    Work { deployment: DeploymentId, source: WorkError },
+    Work {
+        deployment: DeploymentId,
+        source: WorkError,
+    },
     /// The aggregate refused (for example, the deployment does not exist).
     #[error("deployment {deployment}: {source}")]
-    Refused { deployment: DeploymentId, source: DeploymentError },
+    Refused {
+        deployment: DeploymentId,
+        source: DeploymentError,
+    },
 }
 
 /// Moves one deployment on as far as it can go now; returns its state afterwards.
-pub async fn orchestrate(deployment: DeploymentId, cause: uuid::Uuid, ports: &OrchestratorPorts<'_>) -> Result<DeploymentState, OrchestratorError> {
+pub async fn orchestrate(
+    deployment: DeploymentId,
+    cause: uuid::Uuid,
+    ports: &OrchestratorPorts<'_>,
+) -> Result<DeploymentState, OrchestratorError> {
     let cause = Cause::new(ACTOR, deployment, cause);
     let refused = |source| OrchestratorError::Refused { deployment, source };
     let work = |source| OrchestratorError::Work { deployment, source };
     loop {
         let now = ports.clock.now();
-        let state = execute(ports.log, deployment, "", &cause, |_| DeploymentCommand::Advance { now }).await?.map_err(refused)?.state;
+        let state = execute(ports.log, deployment, "", &cause, |_| {
+            DeploymentCommand::Advance { now }
+        })
+        .await?
+        .map_err(refused)?
+        .state;
         let mut purged = false;
         for action in actions(&state) {
             match action {
-                Action::RunAttempt { step, attempt, not_before } => {
-                    ports.work.run_attempt(deployment, &step, attempt, not_before).await.map_err(work)?;
+                Action::RunAttempt {
+                    step,
+                    attempt,
+                    not_before,
+                } => {
+                    ports
+                        .work
+                        .run_attempt(deployment, &step, attempt, not_before)
+                        .await
+                        .map_err(work)?;
                 }
                 Action::WakeAt(at) => ports.work.wake_at(deployment, at).await.map_err(work)?,
                 Action::PurgeSecrets => {
                     ports.secrets.purge(deployment).await.map_err(work)?;
-                    execute(ports.log, deployment, "", &cause, |_| DeploymentCommand::RecordSecretsPurged).await?.map_err(refused)?;
+                    execute(ports.log, deployment, "", &cause, |_| {
+                        DeploymentCommand::RecordSecretsPurged
+                    })
+                    .await?
+                    .map_err(refused)?;
                     tracing::debug!(%deployment, "secrets purged");
                     purged = true;
                 }

@@ -17,7 +17,9 @@ use overture_events::{DeploymentId, LogEntry};
 use overture_infra::clock::SystemClock;
 use overture_infra::keystore::LocalKeyStore;
 use overture_infra::sandbox::Bubblewrap;
-use overture_infra::sqlite::{Database, EventLog, Job, JobQueue, Receipt, ReceivedJob, SqliteDeployments, SqliteReadModels};
+use overture_infra::sqlite::{
+    Database, EventLog, Job, JobQueue, Receipt, ReceivedJob, SqliteDeployments, SqliteReadModels,
+};
 use overture_kit::{Clock, DeploymentLog};
 use overture_orchestrator::{orchestrate, OrchestratorPorts};
 use overture_runner::{run_attempt, AttemptReport, KeepAlive, PortError, RunnerPorts};
@@ -84,9 +86,14 @@ pub struct Engine {
 impl Engine {
     /// Opens (creating if needed) the data directory and its database.
     pub async fn open(data_dir: &Path) -> Result<Arc<Self>, EngineError> {
-        let dir_error = |reason: String| EngineError::DataDir { dir: data_dir.display().to_string(), reason };
+        let dir_error = |reason: String| EngineError::DataDir {
+            dir: data_dir.display().to_string(),
+            reason,
+        };
         std::fs::create_dir_all(data_dir).map_err(|e| dir_error(e.to_string()))?;
-        let db = Database::open(data_dir.join("overture.db")).await.map_err(|e| dir_error(e.to_string()))?;
+        let db = Database::open(data_dir.join("overture.db"))
+            .await
+            .map_err(|e| dir_error(e.to_string()))?;
         let log = EventLog::new(db.clone());
         let clock = Arc::new(SystemClock);
         Ok(Arc::new(Self {
@@ -103,24 +110,40 @@ impl Engine {
 
     /// Validates, seals and records a deployment.
     pub async fn submit(&self, submission: Submission) -> Result<DeploymentId, SubmitError> {
-        submit(submission, &SubmitPorts { log: &self.deployments, seals: &self.keys }).await
+        submit(
+            submission,
+            &SubmitPorts {
+                log: &self.deployments,
+                seals: &self.keys,
+            },
+        )
+        .await
     }
 
     /// Folds new log entries into the read models.
     pub async fn project(&self) -> Result<u64, EngineError> {
-        overture_projector::catch_up(&self.log, &self.read_models, overture_projector::BATCH).await.map_err(function_error)
+        overture_projector::catch_up(&self.log, &self.read_models, overture_projector::BATCH)
+            .await
+            .map_err(function_error)
     }
 
     /// A deployment's current state, folded from the log.
     pub async fn state(&self, deployment: DeploymentId) -> Result<DeploymentState, EngineError> {
-        Ok(self.deployments.load(deployment).await.map_err(function_error)?.state)
+        Ok(self
+            .deployments
+            .load(deployment)
+            .await
+            .map_err(function_error)?
+            .state)
     }
 
     /// Deployments whose stream holds no ending yet.
     pub async fn unfinished(&self) -> Result<Vec<DeploymentId>, EngineError> {
         let mut unfinished = Vec::new();
         for stream in self.log.stream_names().await.map_err(function_error)? {
-            let Ok(id) = DeploymentId::from_stream(&stream) else { continue };
+            let Ok(id) = DeploymentId::from_stream(&stream) else {
+                continue;
+            };
             if !self.state(id).await?.is_finished() {
                 unfinished.push(id);
             }
@@ -132,10 +155,17 @@ impl Engine {
     /// sandboxes it left behind.
     /// Only call this while holding the engine lock exclusively.
     pub async fn recover(&self) -> Result<u64, EngineError> {
-        let released = self.queue.release_in_flight(self.clock.now()).await.map_err(function_error)?;
+        let released = self
+            .queue
+            .release_in_flight(self.clock.now())
+            .await
+            .map_err(function_error)?;
         let killed = self.sandbox.kill_leftovers().map_err(function_error)?;
         if killed > 0 {
-            tracing::info!(killed, "killed processes of sandboxes left behind by a stopped engine");
+            tracing::info!(
+                killed,
+                "killed processes of sandboxes left behind by a stopped engine"
+            );
         }
         let sandboxes = self.data_dir.join("sandboxes");
         if sandboxes.exists() {
@@ -145,12 +175,23 @@ impl Engine {
     }
 
     fn orchestrator_ports(&self) -> OrchestratorPorts<'_> {
-        OrchestratorPorts { log: &self.deployments, work: &self.queue, secrets: &self.keys, clock: self.clock.as_ref() }
+        OrchestratorPorts {
+            log: &self.deployments,
+            work: &self.queue,
+            secrets: &self.keys,
+            clock: self.clock.as_ref(),
+        }
     }
 
     /// Moves one deployment on.
-    pub async fn orchestrate(&self, deployment: DeploymentId, cause: Uuid) -> Result<DeploymentState, EngineError> {
-        orchestrate(deployment, cause, &self.orchestrator_ports()).await.map_err(function_error)
+    pub async fn orchestrate(
+        &self,
+        deployment: DeploymentId,
+        cause: Uuid,
+    ) -> Result<DeploymentState, EngineError> {
+        orchestrate(deployment, cause, &self.orchestrator_ports())
+            .await
+            .map_err(function_error)
     }
 
     /// Runs deployments until `target` has ended (or, with `None`, until every deployment has).
@@ -179,12 +220,18 @@ impl Engine {
 
             // Feed: every new entry moves its deployment on and reaches the read models.
             loop {
-                let entries = self.log.read_all(position, FEED_BATCH).await.map_err(function_error)?;
+                let entries = self
+                    .log
+                    .read_all(position, FEED_BATCH)
+                    .await
+                    .map_err(function_error)?;
                 let Some(last) = entries.last() else { break };
                 position = last.position;
                 let mut touched: Vec<(DeploymentId, Uuid)> = Vec::new();
                 for entry in &entries {
-                    let Ok(id) = DeploymentId::from_stream(&entry.envelope.stream) else { continue };
+                    let Ok(id) = DeploymentId::from_stream(&entry.envelope.stream) else {
+                        continue;
+                    };
                     if target.is_some_and(|t| t != id) {
                         continue;
                     }
@@ -231,7 +278,11 @@ impl Engine {
 
             // Hand due jobs to workers while there is room.
             while let Ok(permit) = permits.clone().try_acquire_owned() {
-                let job = self.queue.receive(self.clock.now(), LEASE, target).await.map_err(function_error)?;
+                let job = self
+                    .queue
+                    .receive(self.clock.now(), LEASE, target)
+                    .await
+                    .map_err(function_error)?;
                 let Some(job) = job else { break };
                 let engine = Arc::clone(self);
                 running.spawn(async move {
@@ -270,8 +321,17 @@ impl Engine {
                 }
             },
             Ok(Job::RunAttempt(attempt)) => {
-                let lease = QueueLease { queue: self.queue.clone(), receipt, clock: self.clock.clone() };
-                let ports = RunnerPorts { log: &self.deployments, sandbox: &self.sandbox, seals: &self.keys, clock: self.clock.as_ref() };
+                let lease = QueueLease {
+                    queue: self.queue.clone(),
+                    receipt,
+                    clock: self.clock.clone(),
+                };
+                let ports = RunnerPorts {
+                    log: &self.deployments,
+                    sandbox: &self.sandbox,
+                    seals: &self.keys,
+                    clock: self.clock.as_ref(),
+                };
                 match run_attempt(&attempt, cause, &ports, &lease).await {
                     Ok(AttemptReport::NotYetDue(at)) => {
                         if let Err(error) = self.queue.extend(&receipt, at).await {
@@ -309,7 +369,9 @@ struct QueueLease {
 impl KeepAlive for QueueLease {
     async fn keep_alive(&self) -> Result<(), PortError> {
         let until = self.clock.now() + chrono::TimeDelta::from_std(LEASE).unwrap_or_default();
-        self.queue.extend(&self.receipt, until).await.map_err(|e| PortError(e.to_string()))
+        self.queue
+            .extend(&self.receipt, until)
+            .await
+            .map_err(|e| PortError(e.to_string()))
     }
 }
-

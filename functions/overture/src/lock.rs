@@ -34,8 +34,15 @@ impl EngineLock {
             .truncate(false)
             .write(true)
             .open(data_dir.join("engine.lock"))
-            .map_err(|source| LockError::Io { dir: dir.clone(), source })?;
-        let mode = if exclusive { libc::LOCK_EX } else { libc::LOCK_SH };
+            .map_err(|source| LockError::Io {
+                dir: dir.clone(),
+                source,
+            })?;
+        let mode = if exclusive {
+            libc::LOCK_EX
+        } else {
+            libc::LOCK_SH
+        };
         // SAFETY: flock on a descriptor this function owns; no memory is shared with the kernel.
         let taken = unsafe { libc::flock(file.as_raw_fd(), mode | libc::LOCK_NB) };
         if taken == 0 {

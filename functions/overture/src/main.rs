@@ -35,7 +35,12 @@ use crate::progress::Progress;
 #[command(name = "overture", version, about)]
 struct Cli {
     /// Where the log, the queue, the read models and the sealed secrets are kept.
-    #[arg(long, global = true, env = "OVERTURE_DATA_DIR", default_value = ".overture")]
+    #[arg(
+        long,
+        global = true,
+        env = "OVERTURE_DATA_DIR",
+        default_value = ".overture"
+    )]
     data_dir: PathBuf,
     #[command(subcommand)]
     command: Command,
@@ -155,7 +160,10 @@ impl From<engine::EngineError> for Failure {
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("OVERTURE_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("OVERTURE_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
@@ -188,7 +196,25 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> Result<(), Failure> {
     let data_dir = cli.data_dir;
     match cli.command {
-        Command::Deploy { file, tenant, params, secrets, parallelism, json } => deploy(&data_dir, &file, tenant, &params, &secrets, parallelism, json).await,
+        Command::Deploy {
+            file,
+            tenant,
+            params,
+            secrets,
+            parallelism,
+            json,
+        } => {
+            deploy(
+                &data_dir,
+                &file,
+                tenant,
+                &params,
+                &secrets,
+                parallelism,
+                json,
+            )
+            .await
+        }
         Command::Status { id, json } => {
             let engine = Engine::open(&data_dir).await?;
             engine.project().await?;
@@ -200,7 +226,11 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             }
             Ok(())
         }
-        Command::List { tenant, status, json } => {
+        Command::List {
+            tenant,
+            status,
+            json,
+        } => {
             let engine = Engine::open(&data_dir).await?;
             engine.project().await?;
             let status = status.map(|s| match s {
@@ -209,8 +239,15 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 StatusFilter::Failed => DeploymentStatus::Failed,
                 StatusFilter::Cancelled => DeploymentStatus::Cancelled,
             });
-            let filter = ListFilter { tenant, status: status.map(|s| s.as_str().to_owned()) };
-            let views = engine.read_models.list(filter).await.map_err(anyhow::Error::from)?;
+            let filter = ListFilter {
+                tenant,
+                status: status.map(|s| s.as_str().to_owned()),
+            };
+            let views = engine
+                .read_models
+                .list(filter)
+                .await
+                .map_err(anyhow::Error::from)?;
             if json {
                 println!("{}", render::list_json(&views));
             } else {
@@ -221,7 +258,11 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Tenants { json } => {
             let engine = Engine::open(&data_dir).await?;
             engine.project().await?;
-            let tenants = engine.read_models.tenants().await.map_err(anyhow::Error::from)?;
+            let tenants = engine
+                .read_models
+                .tenants()
+                .await
+                .map_err(anyhow::Error::from)?;
             if json {
                 println!("{}", render::json(&tenants));
             } else {
@@ -232,7 +273,11 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Events { id, json } => {
             let engine = Engine::open(&data_dir).await?;
             let id = parse_id(&id)?;
-            let envelopes = engine.log.read_stream(&id.stream(), 0).await.context("reading the log")?;
+            let envelopes = engine
+                .log
+                .read_stream(&id.stream(), 0)
+                .await
+                .context("reading the log")?;
             if envelopes.is_empty() {
                 return Err(no_such_deployment(id));
             }
@@ -248,7 +293,12 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Validate { file } => {
             let (text, parsed) = read_blueprint(&file)?;
             drop(text);
-            println!("{}: valid blueprint `{}` with {} step(s)", file.display(), parsed.snapshot.name, parsed.snapshot.steps.len());
+            println!(
+                "{}: valid blueprint `{}` with {} step(s)",
+                file.display(),
+                parsed.snapshot.name,
+                parsed.snapshot.steps.len()
+            );
             Ok(())
         }
         Command::Graph { target, format } => {
@@ -259,42 +309,84 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let path = Path::new(&target);
             if path.exists() {
                 let (_, parsed) = read_blueprint(path)?;
-                print!("{}", graph::render(&parsed.snapshot.steps, format, |_| None));
+                print!(
+                    "{}",
+                    graph::render(&parsed.snapshot.steps, format, |_| None)
+                );
             } else {
                 let engine = Engine::open(&data_dir).await?;
-                let id = parse_id(&target).map_err(|_| Failure::BadInput(format!("`{target}` is neither a blueprint file nor a deployment id")))?;
+                let id = parse_id(&target).map_err(|_| {
+                    Failure::BadInput(format!(
+                        "`{target}` is neither a blueprint file nor a deployment id"
+                    ))
+                })?;
                 let state = engine.state(id).await?;
-                let Some(blueprint) = state.blueprint.as_ref() else { return Err(no_such_deployment(id)) };
-                print!("{}", graph::render(&blueprint.steps, format, |step| state.steps.get(step).map(|s| s.status.as_str().to_owned())));
+                let Some(blueprint) = state.blueprint.as_ref() else {
+                    return Err(no_such_deployment(id));
+                };
+                print!(
+                    "{}",
+                    graph::render(&blueprint.steps, format, |step| state
+                        .steps
+                        .get(step)
+                        .map(|s| s.status.as_str().to_owned()))
+                );
             }
             Ok(())
         }
         Command::Replay { check } => {
             let engine = Engine::open(&data_dir).await?;
             if check {
-                let differences = overture_projector::check(&engine.log, &engine.read_models, overture_projector::BATCH).await.map_err(anyhow::Error::from)?;
+                let differences = overture_projector::check(
+                    &engine.log,
+                    &engine.read_models,
+                    overture_projector::BATCH,
+                )
+                .await
+                .map_err(anyhow::Error::from)?;
                 if differences.is_empty() {
                     println!("read models match the log");
                     Ok(())
                 } else {
-                    Err(Failure::Unsuccessful(format!("read models differ from the log for: {}", differences.join(", "))))
+                    Err(Failure::Unsuccessful(format!(
+                        "read models differ from the log for: {}",
+                        differences.join(", ")
+                    )))
                 }
             } else {
-                let folded = overture_projector::rebuild(&engine.log, &engine.read_models, overture_projector::BATCH).await.map_err(anyhow::Error::from)?;
+                let folded = overture_projector::rebuild(
+                    &engine.log,
+                    &engine.read_models,
+                    overture_projector::BATCH,
+                )
+                .await
+                .map_err(anyhow::Error::from)?;
                 println!("rebuilt the read models from {folded} events");
                 Ok(())
             }
         }
         Command::Resume { parallelism } => {
             let engine = Engine::open(&data_dir).await?;
-            let _lock = EngineLock::take(&data_dir, true).map_err(|e| Failure::BadInput(e.to_string()))?;
+            let _lock =
+                EngineLock::take(&data_dir, true).map_err(|e| Failure::BadInput(e.to_string()))?;
             let released = engine.recover().await?;
             let unfinished = engine.unfinished().await?;
             eprintln!("resuming {} unfinished deployment(s); {released} job(s) were held by a stopped engine", unfinished.len());
             for id in &unfinished {
                 engine.orchestrate(*id, uuid::Uuid::now_v7()).await?;
             }
-            engine.drive(None, parallelism, &mut Unwatched, engine.log.head_position().await.context("reading the log")?).await?;
+            engine
+                .drive(
+                    None,
+                    parallelism,
+                    &mut Unwatched,
+                    engine
+                        .log
+                        .head_position()
+                        .await
+                        .context("reading the log")?,
+                )
+                .await?;
             for id in unfinished {
                 let view = find_view(&engine, &id.to_string()).await?;
                 println!("{id} {}", view.status.as_str());
@@ -304,13 +396,25 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     }
 }
 
-async fn deploy(data_dir: &Path, file: &Path, tenant: String, params: &[String], secrets: &[String], parallelism: usize, json: bool) -> Result<(), Failure> {
+async fn deploy(
+    data_dir: &Path,
+    file: &Path,
+    tenant: String,
+    params: &[String],
+    secrets: &[String],
+    parallelism: usize,
+    json: bool,
+) -> Result<(), Failure> {
     let (text, _) = read_blueprint(file)?;
     let params = parse_pairs(params, "--param", "NAME=VALUE")?;
     let secret_values = read_secrets(secrets)?;
     let engine = Engine::open(data_dir).await?;
     let _lock = EngineLock::take(data_dir, false).map_err(|e| Failure::BadInput(e.to_string()))?;
-    let start = engine.log.head_position().await.context("reading the log")?;
+    let start = engine
+        .log
+        .head_position()
+        .await
+        .context("reading the log")?;
     let submission = Submission {
         source: file.display().to_string(),
         text,
@@ -320,12 +424,17 @@ async fn deploy(data_dir: &Path, file: &Path, tenant: String, params: &[String],
         params,
         secrets: secret_values,
     };
-    let id = engine.submit(submission).await.map_err(|error| match error {
-        SubmitError::Invalid(problems) => Failure::BadInput(problems_in(file, &problems)),
-        other => Failure::Engine(other.into()),
-    })?;
+    let id = engine
+        .submit(submission)
+        .await
+        .map_err(|error| match error {
+            SubmitError::Invalid(problems) => Failure::BadInput(problems_in(file, &problems)),
+            other => Failure::Engine(other.into()),
+        })?;
     eprintln!("deployment {id}");
-    engine.drive(Some(id), parallelism, &mut Progress::new(), start).await?;
+    engine
+        .drive(Some(id), parallelism, &mut Progress::new(), start)
+        .await?;
     let view = find_view(&engine, &id.to_string()).await?;
     if json {
         println!("{}", render::status_json(&view));
@@ -339,21 +448,38 @@ async fn deploy(data_dir: &Path, file: &Path, tenant: String, params: &[String],
 }
 
 fn read_blueprint(file: &Path) -> Result<(String, blueprint::ParsedBlueprint), Failure> {
-    let text = std::fs::read_to_string(file).map_err(|e| Failure::BadInput(format!("{}: cannot read the blueprint: {e}", file.display())))?;
-    let parsed = blueprint::parse(&text).map_err(|problems| Failure::BadInput(problems_in(file, &problems)))?;
+    let text = std::fs::read_to_string(file).map_err(|e| {
+        Failure::BadInput(format!(
+            "{}: cannot read the blueprint: {e}",
+            file.display()
+        ))
+    })?;
+    let parsed = blueprint::parse(&text)
+        .map_err(|problems| Failure::BadInput(problems_in(file, &problems)))?;
     Ok((text, parsed))
 }
 
 fn problems_in(file: &Path, problems: &blueprint::BlueprintError) -> String {
-    problems.0.iter().map(|p| format!("{}: {p}", file.display())).collect::<Vec<_>>().join("\n")
+    problems
+        .0
+        .iter()
+        .map(|p| format!("{}: {p}", file.display()))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
-fn parse_pairs(pairs: &[String], option: &str, shape: &str) -> Result<BTreeMap<String, String>, Failure> {
+fn parse_pairs(
+    pairs: &[String],
+    option: &str,
+    shape: &str,
+) -> Result<BTreeMap<String, String>, Failure> {
     pairs
         .iter()
         .map(|pair| match pair.split_once('=') {
             Some((name, value)) if !name.is_empty() => Ok((name.to_owned(), value.to_owned())),
-            _ => Err(Failure::BadInput(format!("{option} `{pair}`: expected {shape}"))),
+            _ => Err(Failure::BadInput(format!(
+                "{option} `{pair}`: expected {shape}"
+            ))),
         })
         .collect()
 }
@@ -361,7 +487,10 @@ fn parse_pairs(pairs: &[String], option: &str, shape: &str) -> Result<BTreeMap<S
 fn read_secrets(secrets: &[String]) -> Result<SecretValues, Failure> {
     let mut values = SecretValues::new();
     for pair in secrets {
-        let Some((name, variable)) = pair.split_once('=').filter(|(n, v)| !n.is_empty() && !v.is_empty()) else {
+        let Some((name, variable)) = pair
+            .split_once('=')
+            .filter(|(n, v)| !n.is_empty() && !v.is_empty())
+        else {
             return Err(Failure::BadInput(format!("--secret `{pair}`: expected NAME=ENV_VAR, naming the environment variable that holds the value")));
         };
         let value = std::env::var(variable)
@@ -372,14 +501,25 @@ fn read_secrets(secrets: &[String]) -> Result<SecretValues, Failure> {
 }
 
 fn parse_id(text: &str) -> Result<DeploymentId, Failure> {
-    text.parse().map_err(|e: overture_events::ParseIdError| Failure::BadInput(e.to_string()))
+    text.parse()
+        .map_err(|e: overture_events::ParseIdError| Failure::BadInput(e.to_string()))
 }
 
 fn no_such_deployment(id: DeploymentId) -> Failure {
-    Failure::BadInput(format!("no deployment {id} in this data directory (see `overture list`)"))
+    Failure::BadInput(format!(
+        "no deployment {id} in this data directory (see `overture list`)"
+    ))
 }
 
-async fn find_view(engine: &Engine, id: &str) -> Result<overture_domain::projection::DeploymentView, Failure> {
+async fn find_view(
+    engine: &Engine,
+    id: &str,
+) -> Result<overture_domain::projection::DeploymentView, Failure> {
     let id = parse_id(id)?;
-    engine.read_models.deployment(id).await.map_err(anyhow::Error::from)?.ok_or_else(|| no_such_deployment(id))
+    engine
+        .read_models
+        .deployment(id)
+        .await
+        .map_err(anyhow::Error::from)?
+        .ok_or_else(|| no_such_deployment(id))
 }

@@ -30,7 +30,10 @@ impl Default for Progress {
 impl Progress {
     /// Starts the clock.
     pub fn new() -> Self {
-        Self { started: Instant::now(), last_line: Instant::now() }
+        Self {
+            started: Instant::now(),
+            last_line: Instant::now(),
+        }
     }
 
     fn line(&mut self, text: String) {
@@ -38,39 +41,92 @@ impl Progress {
         let _ = writeln!(std::io::stderr(), "[{elapsed:7.1}s] {text}");
         self.last_line = Instant::now();
     }
-
 }
 
 impl Watch for Progress {
     fn entry(&mut self, entry: &LogEntry) {
-        let Ok(event) = DeploymentEvent::from_parts(&entry.envelope.event_type, entry.envelope.data.clone()) else { return };
+        let Ok(event) =
+            DeploymentEvent::from_parts(&entry.envelope.event_type, entry.envelope.data.clone())
+        else {
+            return;
+        };
         let text = match event {
-            DeploymentEvent::DeploymentRequested { blueprint, tenant, .. } => {
-                format!("deployment of `{}` for tenant `{tenant}`: {} steps", blueprint.name, blueprint.steps.len())
+            DeploymentEvent::DeploymentRequested {
+                blueprint, tenant, ..
+            } => {
+                format!(
+                    "deployment of `{}` for tenant `{tenant}`: {} steps",
+                    blueprint.name,
+                    blueprint.steps.len()
+                )
             }
-            DeploymentEvent::CredentialsSealed { secrets, .. } => format!("sealed {} secret(s): {}", secrets.len(), secrets.join(", ")),
+            DeploymentEvent::CredentialsSealed { secrets, .. } => {
+                format!("sealed {} secret(s): {}", secrets.len(), secrets.join(", "))
+            }
             DeploymentEvent::StepScheduled { step, .. } => format!("{step:<20} scheduled"),
-            DeploymentEvent::StepStarted { step, attempt, .. } => format!("{step:<20} started (attempt {attempt})"),
-            DeploymentEvent::StepSucceeded { step, duration_ms, outputs, .. } => {
-                let outputs = if outputs.is_empty() { String::new() } else { format!("; outputs: {}", outputs.keys().cloned().collect::<Vec<_>>().join(", ")) };
+            DeploymentEvent::StepStarted { step, attempt, .. } => {
+                format!("{step:<20} started (attempt {attempt})")
+            }
+            DeploymentEvent::StepSucceeded {
+                step,
+                duration_ms,
+                outputs,
+                ..
+            } => {
+                let outputs = if outputs.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "; outputs: {}",
+                        outputs.keys().cloned().collect::<Vec<_>>().join(", ")
+                    )
+                };
                 format!("{step:<20} succeeded in {}{outputs}", human(duration_ms))
             }
-            DeploymentEvent::StepAttemptFailed { step, attempt, error_class, message, .. } => {
+            DeploymentEvent::StepAttemptFailed {
+                step,
+                attempt,
+                error_class,
+                message,
+                ..
+            } => {
                 let first = message.lines().next().unwrap_or_default();
                 format!("{step:<20} attempt {attempt} failed ({error_class}): {first}")
             }
-            DeploymentEvent::StepRetryScheduled { step, next_attempt, delay_ms, .. } => {
-                format!("{step:<20} retrying: attempt {next_attempt} in {}", human(delay_ms))
+            DeploymentEvent::StepRetryScheduled {
+                step,
+                next_attempt,
+                delay_ms,
+                ..
+            } => {
+                format!(
+                    "{step:<20} retrying: attempt {next_attempt} in {}",
+                    human(delay_ms)
+                )
             }
-            DeploymentEvent::StepFailed { step, attempts, error_class } => format!("{step:<20} FAILED after {attempts} attempt(s) ({error_class})"),
-            DeploymentEvent::FailureGracePeriodStarted { failed_step, deadline } => {
-                format!("`{failed_step}` failed: steps still running may finish until {}", deadline.format("%H:%M:%S"))
+            DeploymentEvent::StepFailed {
+                step,
+                attempts,
+                error_class,
+            } => format!("{step:<20} FAILED after {attempts} attempt(s) ({error_class})"),
+            DeploymentEvent::FailureGracePeriodStarted {
+                failed_step,
+                deadline,
+            } => {
+                format!(
+                    "`{failed_step}` failed: steps still running may finish until {}",
+                    deadline.format("%H:%M:%S")
+                )
             }
-            DeploymentEvent::StepAbandoned { step, reason, .. } => format!("{step:<20} abandoned: {reason}"),
+            DeploymentEvent::StepAbandoned { step, reason, .. } => {
+                format!("{step:<20} abandoned: {reason}")
+            }
             DeploymentEvent::SecretsPurged {} => "secrets purged".to_owned(),
             DeploymentEvent::DeploymentSucceeded {} => "deployment succeeded".to_owned(),
             DeploymentEvent::DeploymentFailed { reason } => format!("deployment FAILED: {reason}"),
-            DeploymentEvent::DeploymentCancelled { reason } => format!("deployment cancelled: {reason}"),
+            DeploymentEvent::DeploymentCancelled { reason } => {
+                format!("deployment cancelled: {reason}")
+            }
         };
         self.line(text);
     }
@@ -79,12 +135,28 @@ impl Watch for Progress {
         if self.last_line.elapsed() < QUIET {
             return;
         }
-        let running: Vec<&String> = state.steps.iter().filter(|(_, s)| s.status == StepStatus::Running).map(|(n, _)| n).collect();
-        let waiting = state.steps.values().filter(|s| s.status.is_waiting()).count();
+        let running: Vec<&String> = state
+            .steps
+            .iter()
+            .filter(|(_, s)| s.status == StepStatus::Running)
+            .map(|(n, _)| n)
+            .collect();
+        let waiting = state
+            .steps
+            .values()
+            .filter(|s| s.status.is_waiting())
+            .count();
         let text = if running.is_empty() {
             format!("waiting: {waiting} attempt(s) due later")
         } else {
-            format!("still running: {}", running.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "))
+            format!(
+                "still running: {}",
+                running
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
         };
         self.line(text);
     }

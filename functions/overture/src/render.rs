@@ -45,32 +45,56 @@ pub fn list_json(views: &[DeploymentView]) -> String {
 /// A deployment's status for people.
 pub fn status(view: &DeploymentView) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "deployment {}  ({} for tenant {})", view.id, view.blueprint, view.tenant);
-    let took = view.finished_at.map(|end| (end - view.started_at).num_milliseconds().max(0) as u64);
+    let _ = writeln!(
+        out,
+        "deployment {}  ({} for tenant {})",
+        view.id, view.blueprint, view.tenant
+    );
+    let took = view
+        .finished_at
+        .map(|end| (end - view.started_at).num_milliseconds().max(0) as u64);
     let _ = writeln!(
         out,
         "status     {}{}",
         view.status.as_str(),
-        took.map(|ms| format!(" in {}", human(ms))).unwrap_or_default()
+        took.map(|ms| format!(" in {}", human(ms)))
+            .unwrap_or_default()
     );
     if let Some(reason) = &view.reason {
         let _ = writeln!(out, "reason     {reason}");
     }
-    let _ = writeln!(out, "\n  {:<20} {:<10} {:>8}  {:<10}  outputs", "STEP", "STATUS", "ATTEMPTS", "TOOK");
+    let _ = writeln!(
+        out,
+        "\n  {:<20} {:<10} {:>8}  {:<10}  outputs",
+        "STEP", "STATUS", "ATTEMPTS", "TOOK"
+    );
     for (name, step) in &view.steps {
         let took = match (step.started_at, step.finished_at) {
             (Some(start), Some(end)) => human((end - start).num_milliseconds().max(0) as u64),
             _ => String::new(),
         };
-        let outputs = step.outputs.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ");
-        let _ = writeln!(out, "  {name:<20} {:<10} {:>8}  {took:<10}  {outputs}", step.status.as_str(), step.attempts);
+        let outputs = step
+            .outputs
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let _ = writeln!(
+            out,
+            "  {name:<20} {:<10} {:>8}  {took:<10}  {outputs}",
+            step.status.as_str(),
+            step.attempts
+        );
     }
     out
 }
 
 /// `list` for people.
 pub fn list(views: &[DeploymentView]) -> String {
-    let mut out = format!("{:<36}  {:<12} {:<20} {:<10} {}\n", "ID", "TENANT", "BLUEPRINT", "STATUS", "STARTED");
+    let mut out = format!(
+        "{:<36}  {:<12} {:<20} {:<10} {}\n",
+        "ID", "TENANT", "BLUEPRINT", "STATUS", "STARTED"
+    );
     for view in views {
         let _ = writeln!(
             out,
@@ -87,10 +111,20 @@ pub fn list(views: &[DeploymentView]) -> String {
 
 /// `tenants` for people.
 pub fn tenants(views: &[TenantView]) -> String {
-    let mut out = format!("{:<16} {:>8} {:>10} {:>7} {:>6}  {}\n", "TENANT", "RUNNING", "SUCCEEDED", "FAILED", "TOTAL", "LAST DEPLOYMENT");
+    let mut out = format!(
+        "{:<16} {:>8} {:>10} {:>7} {:>6}  {}\n",
+        "TENANT", "RUNNING", "SUCCEEDED", "FAILED", "TOTAL", "LAST DEPLOYMENT"
+    );
     for view in views {
-        let last = view.last_deployment_at.map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string()).unwrap_or_default();
-        let _ = writeln!(out, "{:<16} {:>8} {:>10} {:>7} {:>6}  {last}", view.tenant, view.running, view.succeeded, view.failed, view.total);
+        let last = view
+            .last_deployment_at
+            .map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "{:<16} {:>8} {:>10} {:>7} {:>6}  {last}",
+            view.tenant, view.running, view.succeeded, view.failed, view.total
+        );
     }
     out
 }
@@ -114,22 +148,70 @@ pub fn event_line(envelope: &Envelope) -> String {
 fn describe(event: &DeploymentEvent) -> String {
     use DeploymentEvent as E;
     match event {
-        E::DeploymentRequested { blueprint, tenant, requested_by, params, .. } => {
-            let params = params.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ");
+        E::DeploymentRequested {
+            blueprint,
+            tenant,
+            requested_by,
+            params,
+            ..
+        } => {
+            let params = params
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" ");
             format!("{} by {requested_by} for {tenant} {params}", blueprint.name)
         }
         E::CredentialsSealed { secrets, .. } => format!("secrets: {}", secrets.join(", ")),
         E::StepScheduled { step, attempt, .. } => format!("{step} #{attempt}"),
-        E::StepStarted { step, attempt, sandbox } => format!("{step} #{attempt} in {sandbox}"),
-        E::StepSucceeded { step, attempt, duration_ms, .. } => format!("{step} #{attempt} in {}", human(*duration_ms)),
-        E::StepAttemptFailed { step, attempt, error_class, exit_code, message, .. } => {
+        E::StepStarted {
+            step,
+            attempt,
+            sandbox,
+        } => format!("{step} #{attempt} in {sandbox}"),
+        E::StepSucceeded {
+            step,
+            attempt,
+            duration_ms,
+            ..
+        } => format!("{step} #{attempt} in {}", human(*duration_ms)),
+        E::StepAttemptFailed {
+            step,
+            attempt,
+            error_class,
+            exit_code,
+            message,
+            ..
+        } => {
             let code = exit_code.map(|c| format!(" exit {c}")).unwrap_or_default();
-            format!("{step} #{attempt} {error_class}{code}: {}", message.lines().next().unwrap_or_default())
+            format!(
+                "{step} #{attempt} {error_class}{code}: {}",
+                message.lines().next().unwrap_or_default()
+            )
         }
-        E::StepRetryScheduled { step, next_attempt, delay_ms, .. } => format!("{step} #{next_attempt} after {}", human(*delay_ms)),
-        E::StepFailed { step, attempts, error_class } => format!("{step} after {attempts} attempt(s), {error_class}"),
-        E::FailureGracePeriodStarted { failed_step, deadline } => format!("after {failed_step}, until {}", deadline.format("%H:%M:%S%.3f")),
-        E::StepAbandoned { step, attempt, reason } => format!("{step} #{attempt}: {reason}"),
+        E::StepRetryScheduled {
+            step,
+            next_attempt,
+            delay_ms,
+            ..
+        } => format!("{step} #{next_attempt} after {}", human(*delay_ms)),
+        E::StepFailed {
+            step,
+            attempts,
+            error_class,
+        } => format!("{step} after {attempts} attempt(s), {error_class}"),
+        E::FailureGracePeriodStarted {
+            failed_step,
+            deadline,
+        } => format!(
+            "after {failed_step}, until {}",
+            deadline.format("%H:%M:%S%.3f")
+        ),
+        E::StepAbandoned {
+            step,
+            attempt,
+            reason,
+        } => format!("{step} #{attempt}: {reason}"),
         E::SecretsPurged {} | E::DeploymentSucceeded {} => String::new(),
         E::DeploymentFailed { reason } | E::DeploymentCancelled { reason } => reason.clone(),
     }

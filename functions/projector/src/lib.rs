@@ -24,7 +24,11 @@ pub trait ReadModelStore: Send + Sync {
     /// The position of the last entry folded in.
     async fn checkpoint(&self) -> Result<u64, StoreError>;
     /// The stored views of these deployments and tenants (those that exist).
-    async fn load(&self, deployments: &BTreeSet<DeploymentId>, tenants: &BTreeSet<String>) -> Result<ReadModels, StoreError>;
+    async fn load(
+        &self,
+        deployments: &BTreeSet<DeploymentId>,
+        tenants: &BTreeSet<String>,
+    ) -> Result<ReadModels, StoreError>;
     /// Stores these views and the new checkpoint, all or nothing.
     async fn save(&self, models: &ReadModels, checkpoint: u64) -> Result<(), StoreError>;
     /// Every stored view.
@@ -46,21 +50,36 @@ pub enum ProjectorError {
     Store(#[from] StoreError),
     /// An entry could not be folded.
     #[error("log position {position}: {source}")]
-    Projection { position: u64, source: ProjectionError },
+    Projection {
+        position: u64,
+        source: ProjectionError,
+    },
 }
 
 /// How many entries one batch folds.
 pub const BATCH: usize = 5_000;
 
 /// Folds every entry after the checkpoint into the read models; returns how many were folded.
-pub async fn catch_up(log: &dyn ReadLog, store: &dyn ReadModelStore, batch: usize) -> Result<u64, ProjectorError> {
+pub async fn catch_up(
+    log: &dyn ReadLog,
+    store: &dyn ReadModelStore,
+    batch: usize,
+) -> Result<u64, ProjectorError> {
     let mut checkpoint = store.checkpoint().await?;
     let mut folded = 0;
     loop {
         let entries = log.read_all(checkpoint, batch).await?;
-        let Some(last) = entries.last().map(|e| e.position) else { return Ok(folded) };
-        let deployments: BTreeSet<DeploymentId> = entries.iter().filter_map(|e| DeploymentId::from_stream(&e.envelope.stream).ok()).collect();
-        let tenants: BTreeSet<String> = entries.iter().map(|e| e.envelope.metadata.tenant.clone()).collect();
+        let Some(last) = entries.last().map(|e| e.position) else {
+            return Ok(folded);
+        };
+        let deployments: BTreeSet<DeploymentId> = entries
+            .iter()
+            .filter_map(|e| DeploymentId::from_stream(&e.envelope.stream).ok())
+            .collect();
+        let tenants: BTreeSet<String> = entries
+            .iter()
+            .map(|e| e.envelope.metadata.tenant.clone())
+            .collect();
         let mut models = store.load(&deployments, &tenants).await?;
         fold(&mut models, &entries)?;
         store.save(&models, last).await?;
@@ -70,25 +89,39 @@ pub async fn catch_up(log: &dyn ReadLog, store: &dyn ReadModelStore, batch: usiz
 }
 
 /// Deletes the read models and folds the whole log again.
-pub async fn rebuild(log: &dyn ReadLog, store: &dyn ReadModelStore, batch: usize) -> Result<u64, ProjectorError> {
+pub async fn rebuild(
+    log: &dyn ReadLog,
+    store: &dyn ReadModelStore,
+    batch: usize,
+) -> Result<u64, ProjectorError> {
     store.clear().await?;
     catch_up(log, store, batch).await
 }
 
 /// Folds the whole log in memory and compares with the stored read models.
 /// Returns the ids and tenants whose stored views differ.
-pub async fn check(log: &dyn ReadLog, store: &dyn ReadModelStore, batch: usize) -> Result<Vec<String>, ProjectorError> {
+pub async fn check(
+    log: &dyn ReadLog,
+    store: &dyn ReadModelStore,
+    batch: usize,
+) -> Result<Vec<String>, ProjectorError> {
     let mut fresh = ReadModels::default();
     let mut after = 0;
     loop {
         let entries = log.read_all(after, batch).await?;
-        let Some(last) = entries.last().map(|e| e.position) else { break };
+        let Some(last) = entries.last().map(|e| e.position) else {
+            break;
+        };
         fold(&mut fresh, &entries)?;
         after = last;
     }
     let stored = store.load_all().await?;
     let mut differences = Vec::new();
-    let ids: BTreeSet<&DeploymentId> = fresh.deployments.keys().chain(stored.deployments.keys()).collect();
+    let ids: BTreeSet<&DeploymentId> = fresh
+        .deployments
+        .keys()
+        .chain(stored.deployments.keys())
+        .collect();
     for id in ids {
         if fresh.deployments.get(id) != stored.deployments.get(id) {
             differences.push(format!("deployment {id}"));
@@ -105,7 +138,12 @@ pub async fn check(log: &dyn ReadLog, store: &dyn ReadModelStore, batch: usize) 
 
 fn fold(models: &mut ReadModels, entries: &[LogEntry]) -> Result<(), ProjectorError> {
     for entry in entries {
-        models.apply(&entry.envelope).map_err(|source| ProjectorError::Projection { position: entry.position, source })?;
+        models
+            .apply(&entry.envelope)
+            .map_err(|source| ProjectorError::Projection {
+                position: entry.position,
+                source,
+            })?;
     }
     Ok(())
 }

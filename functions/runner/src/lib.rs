@@ -90,14 +90,23 @@ pub type Cancel<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 #[async_trait]
 pub trait RunSandboxed: Send + Sync {
     /// Runs `job`; kills it when `cancel` resolves.
-    async fn run<'a>(&self, job: SandboxJob, cancel: Cancel<'a>) -> Result<SandboxResult, PortError>;
+    async fn run<'a>(
+        &self,
+        job: SandboxJob,
+        cancel: Cancel<'a>,
+    ) -> Result<SandboxResult, PortError>;
 }
 
 /// Opens a deployment's sealed secrets.
 #[async_trait]
 pub trait OpenSeal: Send + Sync {
     /// The secret values sealed for this deployment.
-    async fn open(&self, deployment: DeploymentId, tenant: &str, seal: &str) -> Result<SecretValues, PortError>;
+    async fn open(
+        &self,
+        deployment: DeploymentId,
+        tenant: &str,
+        seal: &str,
+    ) -> Result<SecretValues, PortError>;
 }
 
 /// Keeps the job's lease while the attempt runs, so no other runner takes it.
@@ -153,8 +162,17 @@ pub enum RunnerError {
 }
 
 /// Runs one attempt and records its outcome.
-pub async fn run_attempt(job: &RunAttempt, cause: uuid::Uuid, ports: &RunnerPorts<'_>, lease: &dyn KeepAlive) -> Result<AttemptReport, RunnerError> {
-    let RunAttempt { deployment, step, attempt } = job;
+pub async fn run_attempt(
+    job: &RunAttempt,
+    cause: uuid::Uuid,
+    ports: &RunnerPorts<'_>,
+    lease: &dyn KeepAlive,
+) -> Result<AttemptReport, RunnerError> {
+    let RunAttempt {
+        deployment,
+        step,
+        attempt,
+    } = job;
     let (deployment, attempt) = (*deployment, *attempt);
     let cause = Cause::new(ACTOR, deployment, cause);
     let loaded = ports.log.load(deployment).await?;
@@ -162,25 +180,57 @@ pub async fn run_attempt(job: &RunAttempt, cause: uuid::Uuid, ports: &RunnerPort
 
     if current.is_some_and(|s| s.status == StepStatus::Running && s.attempt == attempt) {
         let message = "the attempt was interrupted: the engine stopped while it ran".to_owned();
-        let recorded = record_failure(ports, deployment, &cause, step, attempt, ErrorClass::StepFailed, None, message, 0).await?;
-        return Ok(recorded.map_or_else(|refused| AttemptReport::Obsolete(refused.to_string()), |()| AttemptReport::Interrupted));
+        let recorded = record_failure(
+            ports,
+            deployment,
+            &cause,
+            step,
+            attempt,
+            ErrorClass::StepFailed,
+            None,
+            message,
+            0,
+        )
+        .await?;
+        return Ok(recorded.map_or_else(
+            |refused| AttemptReport::Obsolete(refused.to_string()),
+            |()| AttemptReport::Interrupted,
+        ));
     }
 
-    let sandbox_id = format!("{}-{step}-{attempt}-{}", &deployment.uuid().simple().to_string()[..12], short_suffix());
+    let sandbox_id = format!(
+        "{}-{step}-{attempt}-{}",
+        &deployment.uuid().simple().to_string()[..12],
+        short_suffix()
+    );
     let now = ports.clock.now();
-    let start = DeploymentCommand::StartAttempt { step: step.clone(), attempt, sandbox: sandbox_id.clone(), now };
+    let start = DeploymentCommand::StartAttempt {
+        step: step.clone(),
+        attempt,
+        sandbox: sandbox_id.clone(),
+        now,
+    };
     let state = match execute(ports.log, deployment, "", &cause, |_| start.clone()).await? {
         Ok(executed) => executed.state,
-        Err(DeploymentError::NotYetDue { not_before, .. }) => return Ok(AttemptReport::NotYetDue(not_before)),
+        Err(DeploymentError::NotYetDue { not_before, .. }) => {
+            return Ok(AttemptReport::NotYetDue(not_before))
+        }
         Err(refused) => return Ok(AttemptReport::Obsolete(refused.to_string())),
     };
     let Some(spec) = state.blueprint.as_ref().and_then(|b| b.step(step)).cloned() else {
-        return Ok(AttemptReport::Obsolete(format!("the blueprint has no step `{step}`")));
+        return Ok(AttemptReport::Obsolete(format!(
+            "the blueprint has no step `{step}`"
+        )));
     };
 
     let outcome = match spec.kind.as_str() {
-        "noop" => Outcome::Success { outputs: Default::default(), duration: Duration::ZERO },
-        "script" => run_script(&state, &spec, deployment, attempt, sandbox_id, ports, lease).await?,
+        "noop" => Outcome::Success {
+            outputs: Default::default(),
+            duration: Duration::ZERO,
+        },
+        "script" => {
+            run_script(&state, &spec, deployment, attempt, sandbox_id, ports, lease).await?
+        }
         other => Outcome::Failure {
             class: ErrorClass::StepFailed,
             exit_code: None,
@@ -192,20 +242,50 @@ pub async fn run_attempt(job: &RunAttempt, cause: uuid::Uuid, ports: &RunnerPort
     let recorded = match outcome {
         Outcome::Abandoned => return Ok(AttemptReport::Abandoned),
         Outcome::Success { outputs, duration } => {
-            let command = DeploymentCommand::RecordSuccess { step: step.clone(), attempt, outputs, duration_ms: millis(duration) };
-            execute(ports.log, deployment, "", &cause, |_| command.clone()).await?.map(|_| AttemptReport::Succeeded)
+            let command = DeploymentCommand::RecordSuccess {
+                step: step.clone(),
+                attempt,
+                outputs,
+                duration_ms: millis(duration),
+            };
+            execute(ports.log, deployment, "", &cause, |_| command.clone())
+                .await?
+                .map(|_| AttemptReport::Succeeded)
         }
-        Outcome::Failure { class, exit_code, message, duration } => record_failure(ports, deployment, &cause, step, attempt, class, exit_code, message, millis(duration))
-            .await?
-            .map(|()| AttemptReport::Failed(class)),
+        Outcome::Failure {
+            class,
+            exit_code,
+            message,
+            duration,
+        } => record_failure(
+            ports,
+            deployment,
+            &cause,
+            step,
+            attempt,
+            class,
+            exit_code,
+            message,
+            millis(duration),
+        )
+        .await?
+        .map(|()| AttemptReport::Failed(class)),
     };
     // Refused here means the attempt was abandoned while it finished.
     Ok(recorded.unwrap_or(AttemptReport::Abandoned))
 }
 
 enum Outcome {
-    Success { outputs: std::collections::BTreeMap<String, String>, duration: Duration },
-    Failure { class: ErrorClass, exit_code: Option<i32>, message: String, duration: Duration },
+    Success {
+        outputs: std::collections::BTreeMap<String, String>,
+        duration: Duration,
+    },
+    Failure {
+        class: ErrorClass,
+        exit_code: Option<i32>,
+        message: String,
+        duration: Duration,
+    },
     Abandoned,
 }
 
@@ -222,8 +302,20 @@ async fn record_failure(
     duration_ms: u64,
 ) -> Result<Result<(), DeploymentError>, LogError> {
     let now = ports.clock.now();
-    let command = DeploymentCommand::RecordFailure { step: step.to_owned(), attempt, error_class, exit_code, message, duration_ms, now };
-    Ok(execute(ports.log, deployment, "", cause, |_| command.clone()).await?.map(|_| ()))
+    let command = DeploymentCommand::RecordFailure {
+        step: step.to_owned(),
+        attempt,
+        error_class,
+        exit_code,
+        message,
+        duration_ms,
+        now,
+    };
+    Ok(
+        execute(ports.log, deployment, "", cause, |_| command.clone())
+            .await?
+            .map(|_| ()),
+    )
 }
 
 async fn run_script(
@@ -243,7 +335,12 @@ async fn run_script(
     let prepared = match script::prepare(state, spec, &secrets) {
         Ok(prepared) => prepared,
         Err(problem) => {
-            return Ok(Outcome::Failure { class: ErrorClass::StepFailed, exit_code: None, message: masker.mask(&problem), duration: Duration::ZERO });
+            return Ok(Outcome::Failure {
+                class: ErrorClass::StepFailed,
+                exit_code: None,
+                message: masker.mask(&problem),
+                duration: Duration::ZERO,
+            });
         }
     };
     let mut env = prepared.env;
@@ -267,10 +364,20 @@ async fn run_script(
 
     let output = masker.mask_bytes(&result.output);
     Ok(match result.exit {
-        SandboxExit::Code(0) => match script::parse_outputs(&masker.mask_bytes(&result.outputs_file)) {
-            Ok(outputs) => Outcome::Success { outputs, duration: result.duration },
-            Err(problem) => Outcome::Failure { class: ErrorClass::StepFailed, exit_code: Some(0), message: problem, duration: result.duration },
-        },
+        SandboxExit::Code(0) => {
+            match script::parse_outputs(&masker.mask_bytes(&result.outputs_file)) {
+                Ok(outputs) => Outcome::Success {
+                    outputs,
+                    duration: result.duration,
+                },
+                Err(problem) => Outcome::Failure {
+                    class: ErrorClass::StepFailed,
+                    exit_code: Some(0),
+                    message: problem,
+                    duration: result.duration,
+                },
+            }
+        }
         SandboxExit::Code(code) => Outcome::Failure {
             class: ErrorClass::StepFailed,
             exit_code: Some(code),
@@ -286,7 +393,15 @@ async fn run_script(
         SandboxExit::TimedOut => Outcome::Failure {
             class: ErrorClass::StepFailed,
             exit_code: None,
-            message: with_tail(format!("timed out after {}", overture_domain::duration::format_duration(Duration::from_millis(spec.timeout_ms))), &output),
+            message: with_tail(
+                format!(
+                    "timed out after {}",
+                    overture_domain::duration::format_duration(Duration::from_millis(
+                        spec.timeout_ms
+                    ))
+                ),
+                &output,
+            ),
             duration: result.duration,
         },
         SandboxExit::Cancelled => Outcome::Abandoned,
@@ -294,7 +409,13 @@ async fn run_script(
 }
 
 /// Resolves once the attempt is no longer running (abandoned) or the job's lease was lost.
-async fn watch_for_abandonment(log: &dyn DeploymentLog, lease: &dyn KeepAlive, deployment: DeploymentId, step: &str, attempt: u32) {
+async fn watch_for_abandonment(
+    log: &dyn DeploymentLog,
+    lease: &dyn KeepAlive,
+    deployment: DeploymentId,
+    step: &str,
+    attempt: u32,
+) {
     let mut ticks = tokio::time::interval(HEARTBEAT);
     ticks.tick().await;
     loop {
@@ -305,12 +426,18 @@ async fn watch_for_abandonment(log: &dyn DeploymentLog, lease: &dyn KeepAlive, d
         }
         match log.load(deployment).await {
             Ok(loaded) => {
-                let running = loaded.state.steps.get(step).is_some_and(|s| s.status == StepStatus::Running && s.attempt == attempt);
+                let running = loaded
+                    .state
+                    .steps
+                    .get(step)
+                    .is_some_and(|s| s.status == StepStatus::Running && s.attempt == attempt);
                 if !running {
                     return;
                 }
             }
-            Err(error) => tracing::warn!(%deployment, %error, "could not check whether the attempt is still wanted"),
+            Err(error) => {
+                tracing::warn!(%deployment, %error, "could not check whether the attempt is still wanted")
+            }
         }
     }
 }

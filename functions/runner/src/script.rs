@@ -25,8 +25,16 @@ pub struct Prepared {
 }
 
 /// Builds the command and environment of a script step from the deployment's state.
-pub fn prepare(state: &DeploymentState, spec: &StepSpec, secrets: &SecretValues) -> Result<Prepared, String> {
-    let text = spec.with.get("command").and_then(|v| v.as_str()).ok_or("the step has no `with.command` text")?;
+pub fn prepare(
+    state: &DeploymentState,
+    spec: &StepSpec,
+    secrets: &SecretValues,
+) -> Result<Prepared, String> {
+    let text = spec
+        .with
+        .get("command")
+        .and_then(|v| v.as_str())
+        .ok_or("the step has no `with.command` text")?;
     let template = Template::parse(text).map_err(|e| e.to_string())?;
     let mut env = Vec::new();
     let mut secret_env = Vec::new();
@@ -36,7 +44,10 @@ pub fn prepare(state: &DeploymentState, spec: &StepSpec, secrets: &SecretValues)
         let name = format!("OVERTURE_REF_{count}");
         match reference {
             Reference::Param(param) => {
-                let value = state.params.get(param).ok_or_else(|| format!("parameter `{param}` has no value"))?;
+                let value = state
+                    .params
+                    .get(param)
+                    .ok_or_else(|| format!("parameter `{param}` has no value"))?;
                 env.push((name.clone(), value.clone()));
             }
             Reference::Output { step, key } => {
@@ -44,17 +55,25 @@ pub fn prepare(state: &DeploymentState, spec: &StepSpec, secrets: &SecretValues)
                     .steps
                     .get(step)
                     .and_then(|s| s.outputs.get(key))
-                    .ok_or_else(|| format!("`{reference}`: step `{step}` produced no output `{key}`"))?;
+                    .ok_or_else(|| {
+                        format!("`{reference}`: step `{step}` produced no output `{key}`")
+                    })?;
                 env.push((name.clone(), value.clone()));
             }
             Reference::Secret(secret) => {
-                let value = secrets.get(secret).ok_or_else(|| format!("secret `{secret}` was not given"))?;
+                let value = secrets
+                    .get(secret)
+                    .ok_or_else(|| format!("secret `{secret}` was not given"))?;
                 secret_env.push((name.clone(), value.clone()));
             }
         }
         Ok::<_, String>(format!("${{{name}}}"))
     })?;
-    Ok(Prepared { command, env, secret_env })
+    Ok(Prepared {
+        command,
+        env,
+        secret_env,
+    })
 }
 
 /// Reads the `key=value` lines a step wrote to `$OVERTURE_OUTPUTS`.
@@ -65,7 +84,10 @@ pub fn parse_outputs(text: &str) -> Result<BTreeMap<String, String>, String> {
             continue;
         }
         let valid_key = |key: &str| {
-            key.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_') && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            key.chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
         };
         match line.split_once('=') {
             Some((key, value)) if valid_key(key) => {
@@ -107,15 +129,30 @@ mod tests {
                 blueprint_hash: "h".into(),
                 params: [("who".to_owned(), "a; rm -rf /".to_owned())].into(),
             },
-            DeploymentEvent::StepSucceeded { step: "a".into(), attempt: 1, outputs: [("url".to_owned(), "http://x".to_owned())].into(), duration_ms: 0 },
+            DeploymentEvent::StepSucceeded {
+                step: "a".into(),
+                attempt: 1,
+                outputs: [("url".to_owned(), "http://x".to_owned())].into(),
+                duration_ms: 0,
+            },
         ]
         .into_iter()
         .fold(DeploymentState::default(), Deployment::apply);
         let secrets: SecretValues = [("key".to_owned(), SecretString::from("s3cr3t"))].into();
 
-        let prepared = prepare(&state, blueprint.step("b").expect("b"), &secrets).expect("prepares");
-        assert_eq!(prepared.command, "echo ${OVERTURE_REF_1} ${OVERTURE_REF_2} ${OVERTURE_REF_3}");
-        assert_eq!(prepared.env, vec![("OVERTURE_REF_1".into(), "a; rm -rf /".into()), ("OVERTURE_REF_2".into(), "http://x".into())]);
+        let prepared =
+            prepare(&state, blueprint.step("b").expect("b"), &secrets).expect("prepares");
+        assert_eq!(
+            prepared.command,
+            "echo ${OVERTURE_REF_1} ${OVERTURE_REF_2} ${OVERTURE_REF_3}"
+        );
+        assert_eq!(
+            prepared.env,
+            vec![
+                ("OVERTURE_REF_1".into(), "a; rm -rf /".into()),
+                ("OVERTURE_REF_2".into(), "http://x".into())
+            ]
+        );
         assert_eq!(prepared.secret_env.len(), 1);
         assert_eq!(prepared.secret_env[0].1.expose_secret(), "s3cr3t");
         assert!(!prepared.command.contains("s3cr3t"));
@@ -123,8 +160,19 @@ mod tests {
 
     #[test]
     fn outputs_are_key_value_lines() {
-        assert_eq!(parse_outputs("a=1\n\nb=x=y\n"), Ok([("a".to_owned(), "1".to_owned()), ("b".to_owned(), "x=y".to_owned())].into()));
-        assert!(parse_outputs("no equals sign").unwrap_err().contains("line 1"));
-        assert!(parse_outputs("ok=1\n1bad=2").unwrap_err().contains("line 2"));
+        assert_eq!(
+            parse_outputs("a=1\n\nb=x=y\n"),
+            Ok([
+                ("a".to_owned(), "1".to_owned()),
+                ("b".to_owned(), "x=y".to_owned())
+            ]
+            .into())
+        );
+        assert!(parse_outputs("no equals sign")
+            .unwrap_err()
+            .contains("line 1"));
+        assert!(parse_outputs("ok=1\n1bad=2")
+            .unwrap_err()
+            .contains("line 2"));
     }
 }

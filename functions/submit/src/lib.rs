@@ -37,7 +37,12 @@ pub struct Submission {
 #[async_trait]
 pub trait SealSecrets: Send + Sync {
     /// Seals the values for this deployment and returns a reference to them.
-    async fn seal(&self, deployment: DeploymentId, tenant: &str, secrets: &SecretValues) -> Result<String, SealError>;
+    async fn seal(
+        &self,
+        deployment: DeploymentId,
+        tenant: &str,
+        secrets: &SecretValues,
+    ) -> Result<String, SealError>;
 }
 
 /// Sealing failed.
@@ -71,7 +76,10 @@ pub enum SubmitError {
 }
 
 /// Validates, seals and records a deployment; returns its id.
-pub async fn submit(submission: Submission, ports: &SubmitPorts<'_>) -> Result<DeploymentId, SubmitError> {
+pub async fn submit(
+    submission: Submission,
+    ports: &SubmitPorts<'_>,
+) -> Result<DeploymentId, SubmitError> {
     let parsed = blueprint::parse(&submission.text)?;
     let params = blueprint::resolve_params(&parsed.snapshot, &submission.params)?;
     check_secrets(&parsed.snapshot.secrets, &submission.secrets)?;
@@ -80,10 +88,17 @@ pub async fn submit(submission: Submission, ports: &SubmitPorts<'_>) -> Result<D
     let sealed = if parsed.snapshot.secrets.is_empty() {
         None
     } else {
-        let seal = ports.seals.seal(deployment, &submission.tenant, &submission.secrets).await?;
+        let seal = ports
+            .seals
+            .seal(deployment, &submission.tenant, &submission.secrets)
+            .await?;
         Some((seal, parsed.snapshot.secrets.clone()))
     };
-    let cause = Cause::new(submission.requested_by.clone(), deployment, deployment.uuid());
+    let cause = Cause::new(
+        submission.requested_by.clone(),
+        deployment,
+        deployment.uuid(),
+    );
     let command = DeploymentCommand::Request {
         tenant: submission.tenant.clone(),
         requested_by: submission.requested_by,
@@ -94,7 +109,10 @@ pub async fn submit(submission: Submission, ports: &SubmitPorts<'_>) -> Result<D
         params,
         sealed,
     };
-    execute(ports.log, deployment, &submission.tenant, &cause, |_| command.clone()).await??;
+    execute(ports.log, deployment, &submission.tenant, &cause, |_| {
+        command.clone()
+    })
+    .await??;
     Ok(deployment)
 }
 
@@ -112,5 +130,9 @@ fn check_secrets(declared: &[String], given: &SecretValues) -> Result<(), Bluepr
             problem: "the blueprint declares no such secret; list it under `secrets`".into(),
         });
     }
-    if problems.is_empty() { Ok(()) } else { Err(BlueprintError(problems)) }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(BlueprintError(problems))
+    }
 }

@@ -22,9 +22,21 @@ fn kill_processes_naming(root: &Path) -> std::io::Result<usize> {
     needle.push(b'/');
     let mut killed = 0;
     for entry in std::fs::read_dir("/proc")?.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<i32>().ok()) else { continue };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
-        if pid != std::process::id() as i32 && cmdline.windows(needle.len()).any(|w| w == needle.as_slice()) {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|name| name.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        if pid != std::process::id() as i32
+            && cmdline
+                .windows(needle.len())
+                .any(|w| w == needle.as_slice())
+        {
             // SAFETY: kill(2) with a PID read from /proc; it shares no memory with this process.
             if unsafe { libc::kill(pid, libc::SIGKILL) } == 0 {
                 killed += 1;

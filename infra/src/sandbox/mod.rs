@@ -10,6 +10,8 @@
 //! - `output`: the tail-capped capture of stdout and stderr, which share one pipe.
 //! - `sys`: the Linux calls std and tokio lack (pidfds, memfd, pipes), and all the `unsafe`.
 //! - `port`: the runner's `RunSandboxed` port, implemented on [`Bubblewrap`].
+//! - `leftovers`: [`Bubblewrap::kill_leftovers`], for sandboxes a dead engine left behind; it
+//!   finds them by the workspace path on bubblewrap's command line.
 //! - [`SandboxError`]: what went wrong when the sandbox, not the step, failed.
 //!
 //! # How a run ends

@@ -7,7 +7,11 @@ use super::{Bubblewrap, Exit, SandboxRequest};
 
 #[async_trait]
 impl RunSandboxed for Bubblewrap {
-    async fn run<'a>(&self, job: SandboxJob, cancel: Cancel<'a>) -> Result<SandboxResult, PortError> {
+    async fn run<'a>(
+        &self,
+        job: SandboxJob,
+        cancel: Cancel<'a>,
+    ) -> Result<SandboxResult, PortError> {
         let request = SandboxRequest {
             id: job.id,
             command: job.command,
@@ -18,13 +22,20 @@ impl RunSandboxed for Bubblewrap {
             timeout: job.timeout,
             output_limit: job.output_limit,
         };
-        let outcome = Bubblewrap::run(self, request, cancel).await.map_err(|e| PortError(e.to_string()))?;
+        let outcome = Bubblewrap::run(self, request, cancel)
+            .await
+            .map_err(|e| PortError(e.to_string()))?;
         let exit = match outcome.exit {
             Exit::Code(code) => SandboxExit::Code(code),
             Exit::Signal(signal) => SandboxExit::Signal(signal),
             Exit::TimedOut => SandboxExit::TimedOut,
             Exit::Cancelled => SandboxExit::Cancelled,
         };
-        Ok(SandboxResult { exit, output: outcome.output, outputs_file: outcome.outputs_file, duration: outcome.duration })
+        Ok(SandboxResult {
+            exit,
+            output: outcome.output,
+            outputs_file: outcome.outputs_file,
+            duration: outcome.duration,
+        })
     }
 }

@@ -29,7 +29,11 @@ pub struct SqliteDeployments {
 impl SqliteDeployments {
     /// Deployments in `log`; `clock` stamps `recorded_at` on appended events.
     pub fn new(log: EventLog, clock: Arc<dyn Clock>) -> Self {
-        Self { log, clock, folded: Arc::default() }
+        Self {
+            log,
+            clock,
+            folded: Arc::default(),
+        }
     }
 
     /// The log underneath.
@@ -38,7 +42,12 @@ impl SqliteDeployments {
     }
 
     fn cached(&self, deployment: DeploymentId) -> Loaded {
-        self.folded.lock().map(|cache| cache.get(&deployment).cloned()).ok().flatten().unwrap_or_default()
+        self.folded
+            .lock()
+            .map(|cache| cache.get(&deployment).cloned())
+            .ok()
+            .flatten()
+            .unwrap_or_default()
     }
 }
 
@@ -51,18 +60,25 @@ impl DeploymentLog for SqliteDeployments {
     async fn load(&self, deployment: DeploymentId) -> Result<Loaded, PortLogError> {
         let mut loaded = self.cached(deployment);
         let from = loaded.revision.map_or(0, |r| r + 1);
-        let envelopes = self.log.read_stream(&deployment.stream(), from).await.map_err(unavailable)?;
+        let envelopes = self
+            .log
+            .read_stream(&deployment.stream(), from)
+            .await
+            .map_err(unavailable)?;
         if envelopes.is_empty() {
             return Ok(loaded);
         }
         for envelope in envelopes {
-            let event = DeploymentEvent::from_parts(&envelope.event_type, envelope.data).map_err(unavailable)?;
+            let event = DeploymentEvent::from_parts(&envelope.event_type, envelope.data)
+                .map_err(unavailable)?;
             loaded.state = Deployment::apply(loaded.state, event);
             loaded.revision = Some(envelope.revision);
         }
         if let Ok(mut cache) = self.folded.lock() {
             // Keep the newest fold if another task got further meanwhile.
-            let newer = cache.get(&deployment).is_some_and(|c| c.revision >= loaded.revision);
+            let newer = cache
+                .get(&deployment)
+                .is_some_and(|c| c.revision >= loaded.revision);
             if !newer {
                 cache.insert(deployment, loaded.clone());
             }
@@ -87,12 +103,25 @@ impl DeploymentLog for SqliteDeployments {
         };
         let new_events = events
             .iter()
-            .map(|event| NewEvent { id: Uuid::now_v7(), event_type: event.event_type().to_owned(), data: event.data(), metadata: metadata.clone() })
+            .map(|event| NewEvent {
+                id: Uuid::now_v7(),
+                event_type: event.event_type().to_owned(),
+                data: event.data(),
+                metadata: metadata.clone(),
+            })
             .collect();
-        let expected_revision = expected.map_or(ExpectedRevision::NoStream, ExpectedRevision::Exact);
-        match self.log.append(&deployment.stream(), expected_revision, new_events).await {
+        let expected_revision =
+            expected.map_or(ExpectedRevision::NoStream, ExpectedRevision::Exact);
+        match self
+            .log
+            .append(&deployment.stream(), expected_revision, new_events)
+            .await
+        {
             Ok(_) => Ok(()),
-            Err(LogError::WrongExpectedRevision { .. }) => Err(PortLogError::Conflict { deployment, expected }),
+            Err(LogError::WrongExpectedRevision { .. }) => Err(PortLogError::Conflict {
+                deployment,
+                expected,
+            }),
             Err(error) => Err(unavailable(error)),
         }
     }
@@ -101,6 +130,8 @@ impl DeploymentLog for SqliteDeployments {
 #[async_trait]
 impl ReadLog for EventLog {
     async fn read_all(&self, after: u64, limit: usize) -> Result<Vec<LogEntry>, StoreError> {
-        EventLog::read_all(self, after, limit).await.map_err(|e| StoreError(e.to_string()))
+        EventLog::read_all(self, after, limit)
+            .await
+            .map_err(|e| StoreError(e.to_string()))
     }
 }

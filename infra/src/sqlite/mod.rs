@@ -7,6 +7,7 @@
 //! - [`log`]: the append-only event log and the projection checkpoints.
 //! - [`queue`]: the durable job queue for step jobs and timers.
 //! - [`deployments`]: the functions' deployment-log port on the log, with a fold cache.
+//! - [`esrs_store`]: the log as an `esrs::store::EventStore` of the Deployment aggregate.
 //! - [`read_models`]: the read models' tables.
 //! - [`work`]: the orchestrator's work port on the queue, and the [`Job`]s it queues.
 //!
@@ -15,6 +16,7 @@
 //! `busy_timeout` makes the others wait for it instead of failing.
 
 pub mod deployments;
+pub mod esrs_store;
 pub mod log;
 pub mod queue;
 pub mod read_models;
@@ -28,8 +30,9 @@ use std::time::Duration;
 use rusqlite::Connection;
 use tokio::sync::Notify;
 
-pub use log::{EventLog, ExpectedRevision, LogError, NewEvent};
 pub use deployments::SqliteDeployments;
+pub use esrs_store::{EsrsDeploymentStore, EsrsStoreError};
+pub use log::{EventLog, ExpectedRevision, LogError, NewEvent};
 pub use queue::{JobQueue, NewJob, QueueError, Receipt, ReceivedJob};
 pub use read_models::{ListFilter, SqliteReadModels};
 pub use work::Job;

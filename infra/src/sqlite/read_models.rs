@@ -34,7 +34,9 @@ fn store_error(error: impl std::fmt::Display) -> StoreError {
 }
 
 fn decode<T: serde::de::DeserializeOwned>(json: &str) -> rusqlite::Result<T> {
-    serde_json::from_str(json).map_err(|e| rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e)))
+    serde_json::from_str(json).map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e))
+    })
 }
 
 fn encode<T: serde::Serialize>(value: &T) -> rusqlite::Result<String> {
@@ -70,7 +72,9 @@ impl SqliteReadModels {
                      WHERE (?1 IS NULL OR tenant = ?1) AND (?2 IS NULL OR status = ?2)
                      ORDER BY started_at DESC, id DESC",
                 )?;
-                let rows = statement.query_map(params![filter.tenant, filter.status], |row| row.get::<_, String>(0))?;
+                let rows = statement.query_map(params![filter.tenant, filter.status], |row| {
+                    row.get::<_, String>(0)
+                })?;
                 rows.map(|json| decode(&json?)).collect()
             })
             .await
@@ -81,7 +85,8 @@ impl SqliteReadModels {
     pub async fn tenants(&self) -> Result<Vec<TenantView>, StoreError> {
         self.db
             .with_connection(|c| {
-                let mut statement = c.prepare_cached("SELECT view FROM tenant_views ORDER BY tenant")?;
+                let mut statement =
+                    c.prepare_cached("SELECT view FROM tenant_views ORDER BY tenant")?;
                 let rows = statement.query_map([], |row| row.get::<_, String>(0))?;
                 rows.map(|json| decode(&json?)).collect()
             })
@@ -105,22 +110,32 @@ impl ReadModelStore for SqliteReadModels {
             .map_err(store_error)
     }
 
-    async fn load(&self, deployments: &BTreeSet<DeploymentId>, tenants: &BTreeSet<String>) -> Result<ReadModels, StoreError> {
+    async fn load(
+        &self,
+        deployments: &BTreeSet<DeploymentId>,
+        tenants: &BTreeSet<String>,
+    ) -> Result<ReadModels, StoreError> {
         let ids: Vec<DeploymentId> = deployments.iter().copied().collect();
         let tenants: Vec<String> = tenants.iter().cloned().collect();
         self.db
             .with_connection(move |c| {
                 let mut models = ReadModels::default();
-                let mut by_id = c.prepare_cached("SELECT view FROM deployment_views WHERE id = ?1")?;
+                let mut by_id =
+                    c.prepare_cached("SELECT view FROM deployment_views WHERE id = ?1")?;
                 for id in ids {
-                    let json: Option<String> = by_id.query_row([id.to_string()], |row| row.get(0)).optional()?;
+                    let json: Option<String> = by_id
+                        .query_row([id.to_string()], |row| row.get(0))
+                        .optional()?;
                     if let Some(json) = json {
                         models.deployments.insert(id, decode(&json)?);
                     }
                 }
-                let mut by_tenant = c.prepare_cached("SELECT view FROM tenant_views WHERE tenant = ?1")?;
+                let mut by_tenant =
+                    c.prepare_cached("SELECT view FROM tenant_views WHERE tenant = ?1")?;
                 for tenant in tenants {
-                    let json: Option<String> = by_tenant.query_row([&tenant], |row| row.get(0)).optional()?;
+                    let json: Option<String> = by_tenant
+                        .query_row([&tenant], |row| row.get(0))
+                        .optional()?;
                     if let Some(json) = json {
                         models.tenants.insert(tenant, decode(&json)?);
                     }

@@ -30,19 +30,56 @@ impl Job {
 
 #[async_trait]
 impl QueueWork for JobQueue {
-    async fn run_attempt(&self, deployment: DeploymentId, step: &str, attempt: u32, not_before: Timestamp) -> Result<(), WorkError> {
-        let job = Job::RunAttempt(RunAttempt { deployment, step: step.to_owned(), attempt });
-        queue(self, format!("run/{deployment}/{step}/{attempt}"), deployment, &job, not_before).await
+    async fn run_attempt(
+        &self,
+        deployment: DeploymentId,
+        step: &str,
+        attempt: u32,
+        not_before: Timestamp,
+    ) -> Result<(), WorkError> {
+        let job = Job::RunAttempt(RunAttempt {
+            deployment,
+            step: step.to_owned(),
+            attempt,
+        });
+        queue(
+            self,
+            format!("run/{deployment}/{step}/{attempt}"),
+            deployment,
+            &job,
+            not_before,
+        )
+        .await
     }
 
     async fn wake_at(&self, deployment: DeploymentId, at: Timestamp) -> Result<(), WorkError> {
         let job = Job::Wake { deployment };
-        queue(self, format!("wake/{deployment}/{}", at.timestamp_millis()), deployment, &job, at).await
+        queue(
+            self,
+            format!("wake/{deployment}/{}", at.timestamp_millis()),
+            deployment,
+            &job,
+            at,
+        )
+        .await
     }
 }
 
-async fn queue(jobs: &JobQueue, key: String, deployment: DeploymentId, job: &Job, due_at: Timestamp) -> Result<(), WorkError> {
+async fn queue(
+    jobs: &JobQueue,
+    key: String,
+    deployment: DeploymentId,
+    job: &Job,
+    due_at: Timestamp,
+) -> Result<(), WorkError> {
     let body = serde_json::to_value(job).map_err(|e| WorkError(e.to_string()))?;
-    jobs.enqueue(NewJob { key, deployment, body, due_at }).await.map_err(|e| WorkError(e.to_string()))?;
+    jobs.enqueue(NewJob {
+        key,
+        deployment,
+        body,
+        due_at,
+    })
+    .await
+    .map_err(|e| WorkError(e.to_string()))?;
     Ok(())
 }
