@@ -17,16 +17,26 @@ pub const ACTOR: &str = "orchestrator";
 /// Queues work for later: attempts for the runners, and timers.
 #[async_trait]
 pub trait QueueWork: Send + Sync {
-    /// Queue this attempt to run once `not_before` has passed; queuing it twice queues it once.
-    async fn run_attempt(
+    /// Queue these attempts to run once their `not_before` has passed; an attempt queued
+    /// already is left as it is, so queuing the same attempts again is cheap and harmless.
+    async fn run_attempts(
         &self,
         deployment: DeploymentId,
-        step: &str,
-        attempt: u32,
-        not_before: Timestamp,
+        attempts: &[WaitingAttempt],
     ) -> Result<(), WorkError>;
     /// Have the orchestrator called for this deployment at `at`; likewise idempotent.
     async fn wake_at(&self, deployment: DeploymentId, at: Timestamp) -> Result<(), WorkError>;
+}
+
+/// An attempt waiting to start.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WaitingAttempt {
+    /// The step.
+    pub step: String,
+    /// The 1-based attempt.
+    pub attempt: u32,
+    /// When it may start.
+    pub not_before: Timestamp,
 }
 
 /// Deletes a deployment's sealed secrets.
@@ -91,6 +101,7 @@ pub async fn orchestrate(
         .map_err(refused)?
         .state;
         let mut purged = false;
+        let mut waiting = Vec::new();
         for action in actions(&state) {
             match action {
                 Action::RunAttempt {
@@ -98,11 +109,11 @@ pub async fn orchestrate(
                     attempt,
                     not_before,
                 } => {
-                    ports
-                        .work
-                        .run_attempt(deployment, &step, attempt, not_before)
-                        .await
-                        .map_err(work)?;
+                    waiting.push(WaitingAttempt {
+                        step,
+                        attempt,
+                        not_before,
+                    });
                 }
                 Action::WakeAt(at) => ports.work.wake_at(deployment, at).await.map_err(work)?,
                 Action::PurgeSecrets => {
@@ -116,6 +127,13 @@ pub async fn orchestrate(
                     purged = true;
                 }
             }
+        }
+        if !waiting.is_empty() {
+            ports
+                .work
+                .run_attempts(deployment, &waiting)
+                .await
+                .map_err(work)?;
         }
         // Purging lets the deployment end: advance once more to record it.
         if !purged {

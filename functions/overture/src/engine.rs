@@ -291,15 +291,20 @@ impl Engine {
                 });
             }
 
-            let next_wake = self.queue.next_wake(target).await.map_err(function_error)?;
-            let until_wake = next_wake
-                .and_then(|at| (at - self.clock.now()).to_std().ok())
-                .unwrap_or(Duration::ZERO)
+            // With every worker busy, a due job waits for one to finish rather than spinning.
+            let next_wake = if permits.available_permits() == 0 {
+                None
+            } else {
+                self.queue.next_wake(target).await.map_err(function_error)?
+            };
+            let sleep = next_wake
+                .map(|at| (at - self.clock.now()).to_std().unwrap_or(Duration::ZERO))
+                .unwrap_or(POLL)
                 .min(POLL);
             tokio::select! {
                 () = &mut notified => {}
                 Some(_) = running.join_next(), if !running.is_empty() => {}
-                () = tokio::time::sleep(if next_wake.is_some() { until_wake } else { POLL }) => {}
+                () = tokio::time::sleep(sleep) => {}
             }
         }
     }

@@ -9,7 +9,7 @@
 //! but never hand it out early.
 
 use overture_events::{DeploymentId, Timestamp};
-use rusqlite::{params, OptionalExtension};
+use rusqlite::{params, OptionalExtension, TransactionBehavior};
 
 use super::{Database, DbError};
 
@@ -79,26 +79,44 @@ impl JobQueue {
         Self { db }
     }
 
-    /// Queues `job`; `false` if a job with its key is already queued (it is left as it is).
+    /// Queues a job unless one with its key is queued already; returns whether it was queued.
     pub async fn enqueue(&self, job: NewJob) -> Result<bool, QueueError> {
+        Ok(self.enqueue_all(vec![job]).await? == 1)
+    }
+
+    /// Queues each job whose key is not queued yet, in one transaction; returns how many were.
+    ///
+    /// Keys are looked up before inserting: with `AUTOINCREMENT`, even an insert that does
+    /// nothing rewrites `sqlite_sequence`, and that would make every re-queued job a commit with
+    /// a disk sync. A batch whose jobs are all queued already writes nothing.
+    pub async fn enqueue_all(&self, jobs: Vec<NewJob>) -> Result<usize, QueueError> {
         let inserted = self
             .db
             .with_connection(move |connection| {
-                connection
-                    .prepare_cached(
-                        "INSERT INTO jobs (key, deployment, body, due_at, visible_at)
-                         VALUES (?1, ?2, ?3, ?4, 0)
-                         ON CONFLICT (key) DO NOTHING",
-                    )?
-                    .execute(params![
-                        job.key,
-                        job.deployment.to_string(),
-                        job.body.to_string(),
-                        not_before_ms(job.due_at),
-                    ])
+                let tx = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let mut inserted = 0;
+                {
+                    let mut queued = tx.prepare_cached("SELECT EXISTS (SELECT 1 FROM jobs WHERE key = ?1)")?;
+                    let mut insert = tx.prepare_cached(
+                        "INSERT INTO jobs (key, deployment, body, due_at, visible_at) VALUES (?1, ?2, ?3, ?4, 0)",
+                    )?;
+                    for job in jobs {
+                        if queued.query_row([&job.key], |row| row.get::<_, bool>(0))? {
+                            continue;
+                        }
+                        inserted += insert.execute(params![
+                            job.key,
+                            job.deployment.to_string(),
+                            job.body.to_string(),
+                            not_before_ms(job.due_at),
+                        ])?;
+                    }
+                }
+                tx.commit()?;
+                Ok(inserted)
             })
             .await?;
-        Ok(inserted == 1)
+        Ok(inserted)
     }
 
     /// Takes the due, visible job with the earliest due time and hides it for `visibility`.

@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 use overture_events::{DeploymentId, Timestamp};
-use overture_orchestrator::{QueueWork, WorkError};
+use overture_orchestrator::{QueueWork, WaitingAttempt, WorkError};
 use overture_runner::RunAttempt;
 use serde::{Deserialize, Serialize};
 
@@ -30,56 +30,59 @@ impl Job {
 
 #[async_trait]
 impl QueueWork for JobQueue {
-    async fn run_attempt(
+    async fn run_attempts(
         &self,
         deployment: DeploymentId,
-        step: &str,
-        attempt: u32,
-        not_before: Timestamp,
+        attempts: &[WaitingAttempt],
     ) -> Result<(), WorkError> {
-        let job = Job::RunAttempt(RunAttempt {
-            deployment,
-            step: step.to_owned(),
-            attempt,
-        });
-        queue(
-            self,
-            format!("run/{deployment}/{step}/{attempt}"),
-            deployment,
-            &job,
-            not_before,
-        )
-        .await
+        let jobs = attempts
+            .iter()
+            .map(|waiting| {
+                let job = Job::RunAttempt(RunAttempt {
+                    deployment,
+                    step: waiting.step.clone(),
+                    attempt: waiting.attempt,
+                });
+                new_job(
+                    format!("run/{deployment}/{}/{}", waiting.step, waiting.attempt),
+                    deployment,
+                    &job,
+                    waiting.not_before,
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        self.enqueue_all(jobs)
+            .await
+            .map_err(|e| WorkError(e.to_string()))?;
+        Ok(())
     }
 
     async fn wake_at(&self, deployment: DeploymentId, at: Timestamp) -> Result<(), WorkError> {
         let job = Job::Wake { deployment };
-        queue(
-            self,
+        let job = new_job(
             format!("wake/{deployment}/{}", at.timestamp_millis()),
             deployment,
             &job,
             at,
-        )
-        .await
+        )?;
+        self.enqueue(job)
+            .await
+            .map_err(|e| WorkError(e.to_string()))?;
+        Ok(())
     }
 }
 
-async fn queue(
-    jobs: &JobQueue,
+fn new_job(
     key: String,
     deployment: DeploymentId,
     job: &Job,
     due_at: Timestamp,
-) -> Result<(), WorkError> {
+) -> Result<NewJob, WorkError> {
     let body = serde_json::to_value(job).map_err(|e| WorkError(e.to_string()))?;
-    jobs.enqueue(NewJob {
+    Ok(NewJob {
         key,
         deployment,
         body,
         due_at,
     })
-    .await
-    .map_err(|e| WorkError(e.to_string()))?;
-    Ok(())
 }

@@ -1,0 +1,98 @@
+//! `overture-bench`: how fast Overture's embedded engine is, on this machine's disk.
+//!
+//! Run it with `make bench`, that is
+//! `cargo build --release -p overture -p overture-bench && target/release/overture-bench`.
+//! It needs the `overture` binary beside its own, and `bwrap` for the script steps. Everything
+//! happens in temporary directories that are removed afterwards; a run takes about a minute on
+//! two cores. It prints a table, then the same figures as one JSON object on the last line.
+//!
+//! What it measures, always with the engine's durability settings (WAL, `synchronous=FULL`):
+//! 1. [`log_rate::log_appends`]: appends per second through `EventLog::append` with an exact
+//!    expected revision, one and ten `StepSucceeded` events per append;
+//! 2. [`log_rate::raw_inserts`]: beside them, plain rusqlite transactions of rows of the same
+//!    size, the limit the log can approach;
+//! 3. [`replay::replay`]: events per second rebuilding every read model
+//!    (`overture_projector::rebuild`) from a log of a million events, checked afterwards;
+//! 4. [`deploy::deploy`]: wall time per step of the real `overture deploy` process on wide DAGs
+//!    of `noop` steps (the engine's own overhead) and of `script` steps running `true` in
+//!    bubblewrap.
+//!
+//! [`fixtures`] builds the events and blueprints; [`report`] prints the figures.
+
+mod deploy;
+mod fixtures;
+mod log_rate;
+mod replay;
+mod report;
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+
+use crate::fixtures::StepKind;
+use crate::report::Figures;
+
+/// Appends of one event each.
+const SINGLE_APPENDS: usize = 2_000;
+/// Appends of ten events each.
+const BATCH_APPENDS: usize = 500;
+/// Deployments of 100 events each in the replayed log.
+const REPLAY_DEPLOYMENTS: usize = 10_000;
+/// Steps of the noop deployment: a root, 998 parallel steps, a final step.
+const NOOP_STEPS: usize = 1_000;
+/// Steps of the script deployment, shaped likewise.
+const SCRIPT_STEPS: usize = 200;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> anyhow::Result<()> {
+    // Before anything slow: a missing binary should fail at once.
+    let overture = deploy::overture_binary()?;
+    let nproc = std::thread::available_parallelism()
+        .map(usize::from)
+        .unwrap_or(1);
+
+    eprintln!("log appends: {SINGLE_APPENDS} of 1 event, {BATCH_APPENDS} of 10 events");
+    let log_1 = log_rate::log_appends(1, SINGLE_APPENDS).await?;
+    let log_10 = log_rate::log_appends(10, BATCH_APPENDS).await?;
+    eprintln!("raw SQLite inserts, likewise");
+    let raw_1 = tokio::task::spawn_blocking(|| log_rate::raw_inserts(1, SINGLE_APPENDS))
+        .await
+        .context("the raw insert task failed")??;
+    let raw_10 = tokio::task::spawn_blocking(|| log_rate::raw_inserts(10, BATCH_APPENDS))
+        .await
+        .context("the raw insert task failed")??;
+
+    eprintln!("replay: writing {REPLAY_DEPLOYMENTS} deployments of {} events, then rebuilding the read models", 3 * fixtures::REPLAY_STEPS + 4);
+    let replay = replay::replay(REPLAY_DEPLOYMENTS).await?;
+
+    eprintln!("overture deploy: {NOOP_STEPS} noop steps");
+    let noop = deploy::deploy(&overture, NOOP_STEPS, StepKind::Noop).await?;
+    eprintln!("overture deploy: {SCRIPT_STEPS} script steps");
+    let script = deploy::deploy(&overture, SCRIPT_STEPS, StepKind::ScriptTrue).await?;
+
+    let figures = Figures {
+        nproc,
+        log_1,
+        log_10,
+        raw_1,
+        raw_10,
+        replay,
+        noop,
+        script,
+    };
+    println!();
+    print!("{}", report::table(&figures));
+    println!();
+    println!("{}", report::json(&figures));
+    Ok(())
+}

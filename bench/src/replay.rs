@@ -1,0 +1,102 @@
+//! Rebuilding every read model from a log of a million events.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use overture_domain::projection::DeploymentStatus;
+use overture_events::DeploymentId;
+use overture_infra::sqlite::{Database, EventLog, ExpectedRevision, ListFilter, SqliteReadModels};
+use uuid::Uuid;
+
+use crate::fixtures::{replay_blueprint, Recorder, TENANTS};
+
+/// A replay and the log it read.
+#[derive(Clone, Copy, Debug)]
+pub struct Replay {
+    /// Events folded.
+    pub events: u64,
+    /// Deployments in the log (and views rebuilt).
+    pub deployments: usize,
+    /// How long appending the log took (whole streams per append; building events excluded).
+    pub written_in: Duration,
+    /// How long [`overture_projector::rebuild`] took.
+    pub rebuilt_in: Duration,
+}
+
+impl Replay {
+    /// Events written per second while building the log.
+    pub fn written_per_sec(&self) -> f64 {
+        self.events as f64 / self.written_in.as_secs_f64()
+    }
+
+    /// Events folded per second while rebuilding.
+    pub fn replayed_per_sec(&self) -> f64 {
+        self.events as f64 / self.rebuilt_in.as_secs_f64()
+    }
+}
+
+/// Writes `deployments` whole successful deployments, one stream per append, then times
+/// rebuilding the read models from them and checks every deployment came out succeeded.
+pub async fn replay(deployments: usize) -> anyhow::Result<Replay> {
+    let dir = tempfile::tempdir().context("creating a temporary directory")?;
+    let db = Database::open(dir.path().join("overture.db")).await?;
+    let log = EventLog::new(db.clone());
+    let read_models = SqliteReadModels::new(db);
+    let parsed = replay_blueprint()?;
+
+    let mut written = 0;
+    let mut written_in = Duration::ZERO;
+    for (i, tenant) in (0..deployments).zip(TENANTS.iter().cycle()) {
+        let deployment = DeploymentId::from_uuid(Uuid::now_v7());
+        let events = Recorder::new(deployment, tenant).whole_deployment(&parsed)?;
+        let start = Instant::now();
+        written += log
+            .append(&deployment.stream(), ExpectedRevision::NoStream, events)
+            .await?
+            .len() as u64;
+        written_in += start.elapsed();
+        if (i + 1) % (deployments / 4).max(1) == 0 {
+            eprintln!("  log: {} of {deployments} deployments written", i + 1);
+        }
+    }
+
+    let start = Instant::now();
+    let events = overture_projector::rebuild(&log, &read_models, overture_projector::BATCH).await?;
+    let rebuilt_in = start.elapsed();
+
+    anyhow::ensure!(
+        events == written,
+        "the rebuild folded {events} events, but the log holds {written}"
+    );
+    let views = read_models.list(ListFilter::default()).await?;
+    anyhow::ensure!(
+        views.len() == deployments,
+        "the rebuild made {} deployment views from {deployments} deployments",
+        views.len()
+    );
+    let unfinished = views
+        .iter()
+        .filter(|view| view.status != DeploymentStatus::Succeeded)
+        .count();
+    anyhow::ensure!(
+        unfinished == 0,
+        "{unfinished} rebuilt deployment views are not `succeeded`"
+    );
+    let counted: u64 = read_models
+        .tenants()
+        .await?
+        .iter()
+        .map(|tenant| tenant.succeeded)
+        .sum();
+    anyhow::ensure!(
+        counted == deployments as u64,
+        "the tenant views count {counted} successes, not {deployments}"
+    );
+
+    Ok(Replay {
+        events,
+        deployments,
+        written_in,
+        rebuilt_in,
+    })
+}

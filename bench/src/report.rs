@@ -1,0 +1,182 @@
+//! The figures of one run, as a table for people and as one JSON object for machines.
+
+use std::fmt::Write as _;
+
+use crate::deploy::Deployed;
+use crate::log_rate::CommitRate;
+use crate::replay::Replay;
+
+/// Everything one run measured.
+#[derive(Clone, Copy, Debug)]
+pub struct Figures {
+    /// CPUs this process may use.
+    pub nproc: usize,
+    /// Log appends of one event each.
+    pub log_1: CommitRate,
+    /// Log appends of ten events each.
+    pub log_10: CommitRate,
+    /// Raw SQLite transactions of one insert each.
+    pub raw_1: CommitRate,
+    /// Raw SQLite transactions of ten inserts each.
+    pub raw_10: CommitRate,
+    /// Rebuilding the read models.
+    pub replay: Replay,
+    /// The deployment of noop steps.
+    pub noop: Deployed,
+    /// The deployment of script steps.
+    pub script: Deployed,
+}
+
+fn per_sec(value: f64) -> u64 {
+    value.round() as u64
+}
+
+fn two_decimals(value: f64) -> f64 {
+    (value * 100.0).round() / 100.0
+}
+
+/// `part` as a percentage of `whole`.
+fn share(part: f64, whole: f64) -> String {
+    format!("{:.0}%", 100.0 * part / whole)
+}
+
+/// The figures as an aligned table: figure, value, unit, and the limit to compare with.
+pub fn table(f: &Figures) -> String {
+    let rows: Vec<[String; 4]> = vec![
+        [
+            format!("log appends, {} event each", f.log_1.per_commit),
+            per_sec(f.log_1.commits_per_sec()).to_string(),
+            "appends/s".into(),
+            limit(
+                f.raw_1.commits_per_sec(),
+                "commits/s",
+                f.log_1.commits_per_sec(),
+            ),
+        ],
+        [
+            format!("log appends, {} events each", f.log_10.per_commit),
+            per_sec(f.log_10.commits_per_sec()).to_string(),
+            "appends/s".into(),
+            limit(
+                f.raw_10.commits_per_sec(),
+                "commits/s",
+                f.log_10.commits_per_sec(),
+            ),
+        ],
+        [
+            format!("log events, {} per append", f.log_10.per_commit),
+            per_sec(f.log_10.events_per_sec()).to_string(),
+            "events/s".into(),
+            limit(
+                f.raw_10.events_per_sec(),
+                "rows/s",
+                f.log_10.events_per_sec(),
+            ),
+        ],
+        [
+            format!(
+                "bulk log write, {} events per append",
+                f.replay.events / f.replay.deployments.max(1) as u64
+            ),
+            per_sec(f.replay.written_per_sec()).to_string(),
+            "events/s".into(),
+            String::new(),
+        ],
+        [
+            format!(
+                "replay: rebuild read models of {} deployments",
+                f.replay.deployments
+            ),
+            per_sec(f.replay.replayed_per_sec()).to_string(),
+            "events/s".into(),
+            format!(
+                "{} events in {:.1} s",
+                f.replay.events,
+                f.replay.rebuilt_in.as_secs_f64()
+            ),
+        ],
+        [
+            format!("overture deploy, {} noop steps (wide DAG)", f.noop.steps),
+            format!("{:.2}", f.noop.ms_per_step()),
+            "ms/step".into(),
+            format!("{:.1} s in all", f.noop.elapsed.as_secs_f64()),
+        ],
+        [
+            format!(
+                "overture deploy, {} script `true` steps (wide DAG)",
+                f.script.steps
+            ),
+            format!("{:.2}", f.script.ms_per_step()),
+            "ms/step".into(),
+            format!("{:.1} s in all", f.script.elapsed.as_secs_f64()),
+        ],
+        [
+            "CPUs (nproc)".into(),
+            f.nproc.to_string(),
+            String::new(),
+            String::new(),
+        ],
+    ];
+    let header = ["figure", "value", "unit", "limit / note"].map(String::from);
+    let widths: Vec<usize> = (0..4)
+        .map(|c| {
+            rows.iter()
+                .chain([&header])
+                .map(|row| row[c].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut text = String::new();
+    for row in [&header].into_iter().chain(&rows) {
+        let _ = writeln!(
+            text,
+            "{:<w0$}  {:>w1$}  {:<w2$}  {}",
+            row[0],
+            row[1],
+            row[2],
+            row[3],
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2]
+        );
+    }
+    text
+}
+
+/// The raw SQLite figure beside an engine figure, and how much of it the engine reaches.
+fn limit(raw: f64, unit: &str, engine: f64) -> String {
+    format!(
+        "raw SQLite: {} {unit} (log reaches {})",
+        per_sec(raw),
+        share(engine, raw)
+    )
+}
+
+/// The figures as one JSON object with stable keys.
+///
+/// `log_appends_per_sec_N` and `raw_sqlite_inserts_per_sec_N` both count commits (an append, a
+/// transaction) of N events or rows each, so they compare one to one; `log_events_per_sec_10`
+/// and `raw_sqlite_rows_per_sec_10` count the events and rows themselves.
+pub fn json(f: &Figures) -> serde_json::Value {
+    serde_json::json!({
+        "nproc": f.nproc,
+        "log_appends_per_sec_1": per_sec(f.log_1.commits_per_sec()),
+        "log_appends_per_sec_10": per_sec(f.log_10.commits_per_sec()),
+        "log_events_per_sec_10": per_sec(f.log_10.events_per_sec()),
+        "raw_sqlite_inserts_per_sec_1": per_sec(f.raw_1.commits_per_sec()),
+        "raw_sqlite_inserts_per_sec_10": per_sec(f.raw_10.commits_per_sec()),
+        "raw_sqlite_rows_per_sec_10": per_sec(f.raw_10.events_per_sec()),
+        "bulk_write_events_per_sec": per_sec(f.replay.written_per_sec()),
+        "replay_events": f.replay.events,
+        "replay_deployments": f.replay.deployments,
+        "replay_seconds": two_decimals(f.replay.rebuilt_in.as_secs_f64()),
+        "replay_events_per_sec": per_sec(f.replay.replayed_per_sec()),
+        "noop_steps": f.noop.steps,
+        "noop_seconds": two_decimals(f.noop.elapsed.as_secs_f64()),
+        "noop_ms_per_step": two_decimals(f.noop.ms_per_step()),
+        "script_steps": f.script.steps,
+        "script_seconds": two_decimals(f.script.elapsed.as_secs_f64()),
+        "script_ms_per_step": two_decimals(f.script.ms_per_step()),
+    })
+}
