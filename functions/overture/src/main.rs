@@ -291,8 +291,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             Ok(())
         }
         Command::Validate { file } => {
-            let (text, parsed) = read_blueprint(&file)?;
-            drop(text);
+            let (_, parsed) = read_blueprint(&file)?;
             println!(
                 "{}: valid blueprint `{}` with {} step(s)",
                 file.display(),
