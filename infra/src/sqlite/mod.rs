@@ -152,7 +152,7 @@ fn open_blocking(path: &Path) -> Result<Connection, DbError> {
         source,
     };
     let mut connection = Connection::open(path).map_err(sqlite)?;
-    configure(&connection).map_err(sqlite)?;
+    configure_patiently(&connection).map_err(sqlite)?;
     let found = schema::migrate(&mut connection).map_err(sqlite)?;
     if found > schema::VERSION {
         return Err(DbError::SchemaTooNew {
@@ -162,6 +162,26 @@ fn open_blocking(path: &Path) -> Result<Connection, DbError> {
         });
     }
     Ok(connection)
+}
+
+/// [`configure`], tried again while another connection holds the lock it needs.
+///
+/// Switching a new file to WAL needs an exclusive lock, and when another connection is doing the
+/// same SQLite answers `SQLITE_BUSY` at once instead of calling the busy handler; so several
+/// processes opening a new file together must wait for each other here.
+fn configure_patiently(connection: &Connection) -> rusqlite::Result<()> {
+    let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+    loop {
+        match configure(connection) {
+            Err(rusqlite::Error::SqliteFailure(error, _))
+                if error.code == rusqlite::ErrorCode::DatabaseBusy
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            outcome => return outcome,
+        }
+    }
 }
 
 fn configure(connection: &Connection) -> rusqlite::Result<()> {
