@@ -282,17 +282,38 @@ impl Deployment {
         command: DeploymentCommand,
     ) -> Result<Vec<DeploymentEvent>, DeploymentError> {
         use DeploymentCommand as C;
-        if let C::Request { .. } = command {
-            return request(state, command);
-        }
-        match state.phase {
-            Phase::NotRequested => return Err(DeploymentError::NotRequested),
-            Phase::Finished(_) if matches!(command, C::Advance { .. }) => return Ok(vec![]),
-            Phase::Finished(_) => return Err(DeploymentError::AlreadyFinished),
+        match (&state.phase, &command) {
+            (Phase::NotRequested, C::Request { .. }) => {}
+            (_, C::Request { .. }) => return Err(DeploymentError::AlreadyRequested),
+            (Phase::NotRequested, _) => return Err(DeploymentError::NotRequested),
+            (Phase::Finished(_), C::Advance { .. }) => return Ok(vec![]),
+            (Phase::Finished(_), _) => return Err(DeploymentError::AlreadyFinished),
             _ => {}
         }
         match command {
-            C::Request { .. } => unreachable!("handled above"),
+            C::Request {
+                tenant,
+                requested_by,
+                trigger,
+                source,
+                blueprint,
+                blueprint_hash,
+                params,
+                sealed,
+            } => {
+                let requested = DeploymentEvent::DeploymentRequested {
+                    tenant,
+                    requested_by,
+                    trigger,
+                    source,
+                    blueprint,
+                    blueprint_hash,
+                    params,
+                };
+                let sealed = sealed
+                    .map(|(seal, secrets)| DeploymentEvent::CredentialsSealed { seal, secrets });
+                Ok(std::iter::once(requested).chain(sealed).collect())
+            }
             C::Advance { now } => Ok(advance(state, now)),
             C::StartAttempt {
                 step,
@@ -455,41 +476,6 @@ impl Deployment {
             .into_iter()
             .fold(DeploymentState::default(), Self::apply)
     }
-}
-
-fn request(
-    state: &DeploymentState,
-    command: DeploymentCommand,
-) -> Result<Vec<DeploymentEvent>, DeploymentError> {
-    let DeploymentCommand::Request {
-        tenant,
-        requested_by,
-        trigger,
-        source,
-        blueprint,
-        blueprint_hash,
-        params,
-        sealed,
-    } = command
-    else {
-        unreachable!("only called with Request")
-    };
-    if state.phase != Phase::NotRequested {
-        return Err(DeploymentError::AlreadyRequested);
-    }
-    let mut events = vec![DeploymentEvent::DeploymentRequested {
-        tenant,
-        requested_by,
-        trigger,
-        source,
-        blueprint,
-        blueprint_hash,
-        params,
-    }];
-    if let Some((seal, secrets)) = sealed {
-        events.push(DeploymentEvent::CredentialsSealed { seal, secrets });
-    }
-    Ok(events)
 }
 
 fn advance(state: &DeploymentState, now: Timestamp) -> Vec<DeploymentEvent> {
