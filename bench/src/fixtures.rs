@@ -162,6 +162,7 @@ impl Recorder {
             let sealed = DeploymentEvent::CredentialsSealed {
                 seal: format!("local:{}", self.deployment),
                 secrets: parsed.snapshot.secrets.clone(),
+                ssh_public_key: None,
             };
             events.push(self.record(REQUESTED_BY, &sealed));
         }

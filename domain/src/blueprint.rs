@@ -15,6 +15,7 @@ use sha2::{Digest, Sha256};
 
 use crate::duration::parse_duration;
 use crate::graph;
+use crate::kinds;
 use crate::template::{Reference, Template};
 
 /// How long running steps may go on after another failed for good, unless the blueprint says.
@@ -22,8 +23,9 @@ pub const DEFAULT_GRACE: Duration = Duration::from_secs(120);
 /// How long one attempt may run, unless the step says.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// The step kinds this engine can run, with the `with` fields each takes (and which are required).
-const KINDS: &[(&str, &[(&str, bool)])] = &[("script", &[("command", true)]), ("noop", &[])];
+/// The most a blueprint's steps may take from its folder, in all: the files are recorded in the
+/// deployment's history.
+pub const MAX_FILES_BYTES: usize = 1024 * 1024;
 
 /// One thing wrong with a blueprint.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -75,6 +77,8 @@ struct RawBlueprint {
     secrets: Vec<String>,
     #[serde(default)]
     on_failure: Option<RawOnFailure>,
+    #[serde(default)]
+    hosts: IndexMap<String, Vec<String>>,
     steps: IndexMap<String, RawStep>,
 }
 
@@ -184,6 +188,23 @@ pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
         }),
     };
 
+    let mut hosts = BTreeMap::new();
+    for (group, addresses) in &raw.hosts {
+        if !is_slug(group) {
+            problem(
+                format!("hosts.{group}"),
+                "a host group's name must be lowercase letters, digits and '-', starting with a letter or digit".into(),
+            );
+        }
+        if addresses.is_empty() {
+            problem(
+                format!("hosts.{group}"),
+                "a host group needs at least one address:port".into(),
+            );
+        }
+        hosts.insert(group.clone(), addresses.clone());
+    }
+
     if raw.steps.is_empty() {
         problem("steps".into(), "a blueprint needs at least one step".into());
     }
@@ -193,39 +214,24 @@ pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
         if !is_slug(name) {
             problem(field(""), "a step name must be lowercase letters, digits and '-', starting with a letter or digit".into());
         }
-        match KINDS.iter().find(|(kind, _)| *kind == step.run) {
-            None => problem(
+        let with: BTreeMap<String, serde_json::Value> = step
+            .with
+            .iter()
+            .map(|(key, value)| (key.clone(), yaml_to_json(value)))
+            .collect();
+        if kinds::is_known(&step.run) {
+            for (rest, text) in kinds::check_with(&step.run, &with, &hosts) {
+                problem(field(&format!(".with{rest}")), text);
+            }
+        } else {
+            problem(
                 field(".run"),
                 format!(
                     "unknown step kind `{}`; the kinds are: {}",
                     step.run,
-                    KINDS.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", ")
+                    kinds::names().join(", ")
                 ),
-            ),
-            Some((kind, fields)) => {
-                for (key, required) in fields.iter() {
-                    if *required && !step.with.contains_key(*key) {
-                        problem(
-                            field(".with"),
-                            format!("a `{kind}` step needs `with.{key}`"),
-                        );
-                    }
-                }
-                for key in step.with.keys() {
-                    if !fields.iter().any(|(known, _)| known == key) {
-                        let known: Vec<&str> = fields.iter().map(|(k, _)| *k).collect();
-                        let hint = if known.is_empty() {
-                            "it takes none".to_owned()
-                        } else {
-                            format!("it takes: {}", known.join(", "))
-                        };
-                        problem(
-                            field(&format!(".with.{key}")),
-                            format!("unknown setting for a `{kind}` step; {hint}"),
-                        );
-                    }
-                }
-            }
+            );
         }
         for need in &step.needs {
             if !raw.steps.contains_key(need) {
@@ -279,11 +285,6 @@ pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
                 },
             );
         }
-        let with = step
-            .with
-            .iter()
-            .map(|(key, value)| (key.clone(), yaml_to_json(value)))
-            .collect();
         steps.push(StepSpec {
             name: name.clone(),
             kind: step.run.clone(),
@@ -311,6 +312,8 @@ pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
         secrets: raw.secrets,
         grace_ms,
         steps,
+        hosts,
+        files: BTreeMap::new(),
     };
     problems.extend(reference_problems(&snapshot));
 
@@ -331,7 +334,15 @@ fn reference_problems(blueprint: &BlueprintSnapshot) -> Vec<BlueprintProblem> {
         let upstream = graph::ancestors(&blueprint.steps, &step.name);
         for (key, value) in &step.with {
             let field = format!("steps.{}.with.{key}", step.name);
-            for text in strings_in(value) {
+            // A step naming a host group uses the group's addresses, and their templates.
+            let group = match (key.as_str(), value) {
+                ("hosts", serde_json::Value::String(group)) => blueprint.hosts.get(group),
+                _ => None,
+            };
+            let texts = strings_in(value)
+                .into_iter()
+                .chain(group.into_iter().flatten().map(String::as_str));
+            for text in texts {
                 let template = match Template::parse(text) {
                     Ok(template) => template,
                     Err(error) => {
@@ -370,6 +381,78 @@ fn reference_problems(blueprint: &BlueprintSnapshot) -> Vec<BlueprintProblem> {
         }
     }
     problems
+}
+
+/// The folders (relative to the blueprint's) whose files the steps take, with the field naming
+/// each.
+pub fn bundle_dirs(blueprint: &BlueprintSnapshot) -> Vec<(String, String)> {
+    blueprint
+        .steps
+        .iter()
+        .filter_map(|step| {
+            let dir = kinds::bundle_dir(&step.kind, &step.with)?;
+            let key = if step.kind == "ansible" { "playbook" } else { "dir" };
+            Some((format!("steps.{}.with.{key}", step.name), dir))
+        })
+        .collect()
+}
+
+/// Records the files the steps take from the blueprint's folder in the blueprint, and in its
+/// hash. Fails when a step's files are missing or they are too large to record.
+pub fn attach_files(
+    parsed: &mut ParsedBlueprint,
+    files: BTreeMap<String, String>,
+) -> Result<(), BlueprintError> {
+    let mut problems = Vec::new();
+    for step in &parsed.snapshot.steps {
+        let missing = match step.kind.as_str() {
+            "terraform" => {
+                let dir = kinds::bundle_dir(&step.kind, &step.with).unwrap_or_default();
+                let prefix = format!("{dir}/");
+                (!files.keys().any(|path| {
+                    path.strip_prefix(&prefix)
+                        .is_some_and(|name| !name.contains('/') && (name.ends_with(".tf") || name.ends_with(".tf.json")))
+                }))
+                .then(|| ("dir", format!("`{dir}` holds no Terraform configuration (*.tf files)")))
+            }
+            "ansible" => {
+                let playbook = step.with.get("playbook").and_then(|v| v.as_str()).unwrap_or_default();
+                (!files.contains_key(playbook))
+                    .then(|| ("playbook", format!("`{playbook}` is not a file in the blueprint's folder")))
+            }
+            _ => None,
+        };
+        if let Some((key, problem)) = missing {
+            problems.push(BlueprintProblem {
+                field: format!("steps.{}.with.{key}", step.name),
+                problem,
+            });
+        }
+    }
+    let size: usize = files.iter().map(|(path, text)| path.len() + text.len()).sum();
+    if size > MAX_FILES_BYTES {
+        problems.push(BlueprintProblem {
+            field: "steps".into(),
+            problem: format!(
+                "the steps' files come to {size} bytes, more than the {MAX_FILES_BYTES} a deployment records; keep large artefacts out of the Terraform and playbook folders"
+            ),
+        });
+    }
+    if !problems.is_empty() {
+        return Err(BlueprintError(problems));
+    }
+    let mut hash = Sha256::new();
+    hash.update(parsed.hash.as_bytes());
+    for (path, text) in &files {
+        for part in [path.as_bytes(), b"\0", text.as_bytes(), b"\0"] {
+            hash.update(part);
+        }
+    }
+    if !files.is_empty() {
+        parsed.hash = hex::encode(hash.finalize());
+    }
+    parsed.snapshot.files = files;
+    Ok(())
 }
 
 /// Every string inside a JSON value.

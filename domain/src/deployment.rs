@@ -118,6 +118,40 @@ pub struct DeploymentState {
     pub seal: Option<String>,
     /// Whether the sealed secrets have been deleted.
     pub secrets_purged: bool,
+    /// The public half of the deployment's SSH key, if it has one.
+    pub ssh_public_key: Option<String>,
+    /// The tearing down of the deployment's resources, once a user asked for it.
+    pub destroy: Option<Destroy>,
+}
+
+/// Where tearing a deployment down stands.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Destroy {
+    /// Steps whose resources are still to be destroyed, in the order they will be.
+    pub remaining: Vec<String>,
+    /// Whether the last try stopped at a failure (asking again carries on).
+    pub failed: bool,
+}
+
+impl Destroy {
+    /// Whether every resource is gone.
+    pub fn is_done(&self) -> bool {
+        self.remaining.is_empty() && !self.failed
+    }
+}
+
+/// The step kind whose resources outlive the deployment and are destroyed on request.
+pub const DESTROYABLE_KIND: &str = "terraform";
+
+/// What was sealed for a new deployment: references only.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SealedCredentials {
+    /// Where the sealed values are kept.
+    pub seal: String,
+    /// The names of the user's sealed secrets.
+    pub secrets: Vec<String>,
+    /// The public half of the deployment's SSH key, whose private half is sealed too.
+    pub ssh_public_key: Option<String>,
 }
 
 impl DeploymentState {
@@ -165,8 +199,8 @@ pub enum DeploymentCommand {
         blueprint: BlueprintSnapshot,
         blueprint_hash: String,
         params: BTreeMap<String, String>,
-        /// The seal holding the secrets' values, and their names, when there are secrets.
-        sealed: Option<(String, Vec<String>)>,
+        /// What was sealed, when there is anything to seal.
+        sealed: Option<SealedCredentials>,
     },
     /// Move on: schedule steps whose needs succeeded, abandon at a passed deadline, finish.
     Advance { now: Timestamp },
@@ -196,6 +230,17 @@ pub enum DeploymentCommand {
     },
     /// The sealed secrets were deleted.
     RecordSecretsPurged,
+    /// A user asks for the deployment's resources to be destroyed (or to carry on doing so).
+    RequestDestroy,
+    /// A step's resources were destroyed.
+    RecordStepDestroyed { step: String, duration_ms: u64 },
+    /// Destroying a step's resources failed.
+    RecordDestroyFailure {
+        step: String,
+        exit_code: Option<i32>,
+        message: String,
+        duration_ms: u64,
+    },
 }
 
 /// Why a command was refused.
@@ -229,6 +274,15 @@ pub enum DeploymentError {
     /// Secrets may be purged only once no step can run any more.
     #[error("the secrets cannot be purged while steps may still run")]
     StepsStillRunning,
+    /// A deployment is destroyed only once it has ended.
+    #[error("the deployment is still running; destroy it once it has ended")]
+    StillRunning,
+    /// Everything the deployment made is gone already.
+    #[error("the deployment has already been destroyed")]
+    AlreadyDestroyed,
+    /// The step is not the next one to destroy.
+    #[error("step `{0}` is not the next one to destroy")]
+    NotNextToDestroy(String),
 }
 
 /// What the handlers must carry out for a deployment, derived from its state alone.
@@ -287,6 +341,13 @@ impl Deployment {
             (_, C::Request { .. }) => return Err(DeploymentError::AlreadyRequested),
             (Phase::NotRequested, _) => return Err(DeploymentError::NotRequested),
             (Phase::Finished(_), C::Advance { .. }) => return Ok(vec![]),
+            (
+                Phase::Finished(_),
+                C::RequestDestroy | C::RecordStepDestroyed { .. } | C::RecordDestroyFailure { .. },
+            ) => {}
+            (_, C::RequestDestroy | C::RecordStepDestroyed { .. } | C::RecordDestroyFailure { .. }) => {
+                return Err(DeploymentError::StillRunning)
+            }
             (Phase::Finished(_), _) => return Err(DeploymentError::AlreadyFinished),
             _ => {}
         }
@@ -310,8 +371,11 @@ impl Deployment {
                     blueprint_hash,
                     params,
                 };
-                let sealed = sealed
-                    .map(|(seal, secrets)| DeploymentEvent::CredentialsSealed { seal, secrets });
+                let sealed = sealed.map(|sealed| DeploymentEvent::CredentialsSealed {
+                    seal: sealed.seal,
+                    secrets: sealed.secrets,
+                    ssh_public_key: sealed.ssh_public_key,
+                });
                 Ok(std::iter::once(requested).chain(sealed).collect())
             }
             C::Advance { now } => Ok(advance(state, now)),
@@ -366,6 +430,29 @@ impl Deployment {
                     Err(DeploymentError::StepsStillRunning)
                 }
             }
+            C::RequestDestroy => request_destroy(state),
+            C::RecordStepDestroyed { step, duration_ms } => {
+                let remaining = next_to_destroy(state, &step)?;
+                let mut events = vec![DeploymentEvent::StepDestroyed { step, duration_ms }];
+                if remaining.len() == 1 {
+                    events.push(DeploymentEvent::DeploymentDestroyed {});
+                }
+                Ok(events)
+            }
+            C::RecordDestroyFailure {
+                step,
+                exit_code,
+                message,
+                duration_ms,
+            } => {
+                next_to_destroy(state, &step)?;
+                Ok(vec![DeploymentEvent::StepDestroyFailed {
+                    step,
+                    exit_code,
+                    message,
+                    duration_ms,
+                }])
+            }
         }
     }
 
@@ -403,7 +490,14 @@ impl Deployment {
                 state.params = params;
                 state.phase = Phase::Running;
             }
-            E::CredentialsSealed { seal, .. } => state.seal = Some(seal),
+            E::CredentialsSealed {
+                seal,
+                ssh_public_key,
+                ..
+            } => {
+                state.seal = Some(seal);
+                state.ssh_public_key = ssh_public_key;
+            }
             E::StepScheduled {
                 step,
                 attempt,
@@ -466,6 +560,25 @@ impl Deployment {
             E::DeploymentSucceeded {} => state.phase = Phase::Finished(Outcome::Succeeded),
             E::DeploymentFailed { .. } => state.phase = Phase::Finished(Outcome::Failed),
             E::DeploymentCancelled { .. } => state.phase = Phase::Finished(Outcome::Cancelled),
+            E::DestroyRequested { steps } => {
+                state.destroy = Some(Destroy {
+                    remaining: steps,
+                    failed: false,
+                })
+            }
+            E::StepDestroyed { step, .. } => {
+                if let Some(destroy) = &mut state.destroy {
+                    destroy.remaining.retain(|s| *s != step);
+                }
+            }
+            E::StepDestroyFailed { .. } => {
+                if let Some(destroy) = &mut state.destroy {
+                    destroy.failed = true;
+                }
+            }
+            E::DeploymentDestroyed {} => {
+                state.destroy = Some(Destroy::default());
+            }
         }
         state
     }
@@ -536,6 +649,58 @@ fn advance(state: &DeploymentState, now: Timestamp) -> Vec<DeploymentEvent> {
             events
         }
         Phase::NotRequested | Phase::Finished(_) => vec![],
+    }
+}
+
+/// Starts tearing a finished deployment down, or carries on after a failure.
+fn request_destroy(state: &DeploymentState) -> Result<Vec<DeploymentEvent>, DeploymentError> {
+    match &state.destroy {
+        Some(destroy) if destroy.is_done() => Err(DeploymentError::AlreadyDestroyed),
+        // Under way and not stopped: carrying on needs no new event.
+        Some(destroy) if !destroy.failed => Ok(vec![]),
+        Some(destroy) => Ok(vec![DeploymentEvent::DestroyRequested {
+            steps: destroy.remaining.clone(),
+        }]),
+        None => {
+            let steps = destroyable_steps(state);
+            let nothing_to_destroy = steps.is_empty();
+            let mut events = vec![DeploymentEvent::DestroyRequested { steps }];
+            if nothing_to_destroy {
+                events.push(DeploymentEvent::DeploymentDestroyed {});
+            }
+            Ok(events)
+        }
+    }
+}
+
+/// The steps whose resources may exist: destroyable steps that started at least once, the
+/// steps that depend on others first.
+fn destroyable_steps(state: &DeploymentState) -> Vec<String> {
+    let Some(blueprint) = &state.blueprint else {
+        return vec![];
+    };
+    let mut order = crate::graph::topological_order(&blueprint.steps);
+    order.reverse();
+    order.retain(|name| {
+        blueprint
+            .step(name)
+            .is_some_and(|spec| spec.kind == DESTROYABLE_KIND)
+            && state.steps.get(name).is_some_and(|s| s.attempt > 0)
+    });
+    order
+}
+
+/// The steps still to destroy, if `step` is the one to destroy now.
+fn next_to_destroy<'a>(
+    state: &'a DeploymentState,
+    step: &str,
+) -> Result<&'a [String], DeploymentError> {
+    match &state.destroy {
+        Some(destroy) if destroy.is_done() => Err(DeploymentError::AlreadyDestroyed),
+        Some(destroy) if !destroy.failed && destroy.remaining.first().is_some_and(|s| s == step) => {
+            Ok(&destroy.remaining)
+        }
+        _ => Err(DeploymentError::NotNextToDestroy(step.to_owned())),
     }
 }
 

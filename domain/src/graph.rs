@@ -83,6 +83,26 @@ pub fn ancestors(steps: &[StepSpec], step: &str) -> BTreeSet<String> {
     found
 }
 
+/// The steps in an order where every step comes after the steps it needs; among steps free to
+/// go next, blueprint order decides. Steps on a cycle (which validation refuses) are left out.
+pub fn topological_order(steps: &[StepSpec]) -> Vec<String> {
+    let mut placed: BTreeSet<&str> = BTreeSet::new();
+    let mut order = Vec::with_capacity(steps.len());
+    loop {
+        let next = steps.iter().find(|s| {
+            !placed.contains(s.name.as_str())
+                && s.needs.iter().all(|need| placed.contains(need.as_str()))
+        });
+        match next {
+            Some(step) => {
+                placed.insert(&step.name);
+                order.push(step.name.clone());
+            }
+            None => return order,
+        }
+    }
+}
+
 /// A drawing format for `overture graph`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GraphFormat {

@@ -14,6 +14,7 @@ pub mod blueprint;
 pub mod deployment;
 pub mod duration;
 pub mod graph;
+pub mod kinds;
 pub mod projection;
 pub mod retry;
 pub mod secret;

@@ -78,8 +78,35 @@ pub struct DeploymentView {
     /// Why it failed or was cancelled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Where tearing it down stands, once a user asked for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destroy: Option<DestroyView>,
     /// The last revision of its stream folded in.
     pub revision: u64,
+}
+
+/// Where tearing a deployment down stands: the `destroy` object of `status --json`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DestroyView {
+    /// `destroying`, `destroyed` or `failed` (asking again carries on).
+    pub status: DestroyStatus,
+    /// When this status was reached.
+    pub at: Timestamp,
+    /// Why the last try failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Where tearing a deployment down stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DestroyStatus {
+    /// Resources are being destroyed.
+    Destroying,
+    /// Every resource is gone.
+    Destroyed,
+    /// Destroying a step's resources failed.
+    Failed,
 }
 
 /// One tenant's summary: the `tenants --json` objects.
@@ -185,6 +212,7 @@ impl ReadModels {
                     started_at: at,
                     finished_at: None,
                     reason: None,
+                    destroy: None,
                     revision: envelope.revision,
                 },
             );
@@ -270,11 +298,32 @@ fn fold(view: &mut DeploymentView, event: DeploymentEvent, at: Timestamp) {
         E::DeploymentCancelled { reason } => {
             finish(view, DeploymentStatus::Cancelled, Some(reason), at)
         }
+        E::DestroyRequested { .. } => set_destroy(view, DestroyStatus::Destroying, None, at),
+        E::StepDestroyFailed {
+            step: name,
+            exit_code,
+            ..
+        } => {
+            let how = exit_code.map_or_else(String::new, |code| format!(" (exit code {code})"));
+            let reason = format!("destroying step `{name}` failed{how}");
+            set_destroy(view, DestroyStatus::Failed, Some(reason), at)
+        }
+        E::DeploymentDestroyed {} => set_destroy(view, DestroyStatus::Destroyed, None, at),
         E::DeploymentRequested { .. }
+        | E::StepDestroyed { .. }
         | E::CredentialsSealed { .. }
         | E::FailureGracePeriodStarted { .. }
         | E::SecretsPurged {} => {}
     }
+}
+
+fn set_destroy(
+    view: &mut DeploymentView,
+    status: DestroyStatus,
+    reason: Option<String>,
+    at: Timestamp,
+) {
+    view.destroy = Some(DestroyView { status, at, reason });
 }
 
 fn finish(

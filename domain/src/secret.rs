@@ -12,6 +12,10 @@ pub use secrecy::SecretString;
 /// The secrets of one deployment, by name.
 pub type SecretValues = BTreeMap<String, SecretString>;
 
+/// The name the deployment's SSH private key is sealed under, beside the user's secrets. User
+/// secret names are identifiers, so no secret of theirs can take it.
+pub const SSH_KEY_SECRET: &str = "overture.ssh-key";
+
 /// What replaces a secret value in output.
 pub const MASK: &str = "***";
 

@@ -7,7 +7,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use overture_domain::blueprint::parse;
 use overture_domain::deployment::{
     actions, Action, Deployment, DeploymentCommand as C, DeploymentError, DeploymentState,
-    StepStatus,
+    SealedCredentials, StepStatus,
 };
 use overture_events::{BlueprintSnapshot, DeploymentEvent as E, ErrorClass};
 
@@ -143,7 +143,11 @@ fn a_request_is_recorded_with_its_sealed_secrets() {
         blueprint: blueprint(),
         blueprint_hash: "h".into(),
         params: BTreeMap::new(),
-        sealed: Some(("seal-1".into(), vec!["api_key".into()])),
+        sealed: Some(SealedCredentials {
+            seal: "seal-1".into(),
+            secrets: vec!["api_key".into()],
+            ssh_public_key: Some("ssh-ed25519 AAAA overture".into()),
+        }),
     });
     assert_eq!(
         then,
@@ -151,7 +155,8 @@ fn a_request_is_recorded_with_its_sealed_secrets() {
             requested(),
             E::CredentialsSealed {
                 seal: "seal-1".into(),
-                secrets: vec!["api_key".into()]
+                secrets: vec!["api_key".into()],
+                ssh_public_key: Some("ssh-ed25519 AAAA overture".into()),
             }
         ])
     );
@@ -549,5 +554,165 @@ fn scheduled_attempts_are_actions_until_they_start() {
             attempt: 1,
             not_before: t(7)
         }]
+    );
+}
+
+/// network → (app, dns) → check, where network and dns are Terraform steps; dns never started.
+fn infra_requested() -> E {
+    let blueprint = parse(
+        r#"
+name: infra
+steps:
+  network: { run: terraform, with: { dir: network } }
+  app: { run: noop, needs: [network] }
+  dns: { run: terraform, with: { dir: dns }, needs: [app] }
+  data: { run: terraform, with: { dir: data }, needs: [network] }
+"#,
+    )
+    .expect("valid")
+    .snapshot;
+    E::DeploymentRequested {
+        tenant: "acme".into(),
+        requested_by: "ada".into(),
+        trigger: "cli".into(),
+        source: "infra.yaml".into(),
+        blueprint,
+        blueprint_hash: "h".into(),
+        params: BTreeMap::new(),
+    }
+}
+
+/// network and data were applied, app failed, so dns never started.
+fn infra_failed() -> Vec<E> {
+    vec![
+        infra_requested(),
+        scheduled("network", 1, 0),
+        started("network", 1),
+        succeeded("network", 1),
+        scheduled("app", 1, 1),
+        scheduled("data", 1, 1),
+        started("app", 1),
+        started("data", 1),
+        succeeded("data", 1),
+        E::StepFailed {
+            step: "app".into(),
+            attempts: 1,
+            error_class: ErrorClass::StepFailed,
+        },
+        E::SecretsPurged {},
+        E::DeploymentFailed { reason: "r".into() },
+    ]
+}
+
+#[test]
+fn a_running_deployment_cannot_be_destroyed() {
+    assert_eq!(
+        given(running_lint()).when(C::RequestDestroy),
+        Err(DeploymentError::StillRunning)
+    );
+}
+
+#[test]
+fn destroying_tears_down_the_terraform_steps_that_ran_dependents_first() {
+    assert_eq!(
+        given(infra_failed()).when(C::RequestDestroy),
+        Ok(vec![E::DestroyRequested {
+            steps: vec!["data".into(), "network".into()]
+        }])
+    );
+}
+
+#[test]
+fn the_last_step_destroyed_destroys_the_deployment() {
+    let mut history = infra_failed();
+    history.push(E::DestroyRequested {
+        steps: vec!["data".into(), "network".into()],
+    });
+    assert_eq!(
+        given(history.clone()).when(C::RecordStepDestroyed {
+            step: "network".into(),
+            duration_ms: 1
+        }),
+        Err(DeploymentError::NotNextToDestroy("network".into())),
+        "dependents go first"
+    );
+    history.push(E::StepDestroyed {
+        step: "data".into(),
+        duration_ms: 1,
+    });
+    assert_eq!(
+        given(history.clone()).when(C::RecordStepDestroyed {
+            step: "network".into(),
+            duration_ms: 2
+        }),
+        Ok(vec![
+            E::StepDestroyed {
+                step: "network".into(),
+                duration_ms: 2
+            },
+            E::DeploymentDestroyed {}
+        ])
+    );
+    history.push(E::DeploymentDestroyed {});
+    assert_eq!(
+        given(history).when(C::RequestDestroy),
+        Err(DeploymentError::AlreadyDestroyed)
+    );
+}
+
+#[test]
+fn after_a_failed_destroy_asking_again_carries_on_where_it_stopped() {
+    let mut history = infra_failed();
+    history.extend([
+        E::DestroyRequested {
+            steps: vec!["data".into(), "network".into()],
+        },
+        E::StepDestroyed {
+            step: "data".into(),
+            duration_ms: 1,
+        },
+        E::StepDestroyFailed {
+            step: "network".into(),
+            exit_code: Some(1),
+            message: "boom".into(),
+            duration_ms: 1,
+        },
+    ]);
+    assert_eq!(
+        given(history.clone()).when(C::RecordStepDestroyed {
+            step: "network".into(),
+            duration_ms: 1
+        }),
+        Err(DeploymentError::NotNextToDestroy("network".into())),
+        "a stopped destroy records nothing until asked again"
+    );
+    assert_eq!(
+        given(history).when(C::RequestDestroy),
+        Ok(vec![E::DestroyRequested {
+            steps: vec!["network".into()]
+        }])
+    );
+}
+
+#[test]
+fn a_deployment_with_nothing_to_destroy_is_destroyed_at_once() {
+    let history = [
+        requested(),
+        scheduled("build", 1, 0),
+        started("build", 1),
+        E::StepFailed {
+            step: "build".into(),
+            attempts: 1,
+            error_class: ErrorClass::StepFailed,
+        },
+        E::SecretsPurged {},
+        E::DeploymentFailed { reason: "r".into() },
+    ];
+    assert_eq!(
+        given(history).when(C::RequestDestroy),
+        Ok(vec![
+            E::DestroyRequested { steps: vec![] },
+            E::DeploymentDestroyed {}
+        ])
     );
 }

@@ -27,6 +27,13 @@ pub struct BlueprintSnapshot {
     pub grace_ms: u64,
     /// The steps, in the order the blueprint lists them.
     pub steps: Vec<StepSpec>,
+    /// Host groups: each a list of `address[:port]`, which may hold `{{ ... }}` templates.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub hosts: BTreeMap<String, Vec<String>>,
+    /// The files steps take from the blueprint's folder (Terraform configurations, playbooks),
+    /// by path relative to that folder, as they were when the deployment was requested.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub files: BTreeMap<String, String>,
 }
 
 impl BlueprintSnapshot {

@@ -37,6 +37,10 @@ pub enum DeploymentEvent {
         seal: String,
         /// The names of the sealed secrets.
         secrets: Vec<String>,
+        /// The public half of the deployment's own SSH key, in OpenSSH format, when it has one
+        /// (its private half is sealed with the secrets).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ssh_public_key: Option<String>,
     },
     /// An attempt of a step may start once `not_before` has passed.
     StepScheduled {
@@ -104,6 +108,20 @@ pub enum DeploymentEvent {
     DeploymentFailed { reason: String },
     /// A user cancelled the deployment.
     DeploymentCancelled { reason: String },
+    /// A user asked to tear the deployment down: these steps' resources are destroyed, in order.
+    DestroyRequested { steps: Vec<String> },
+    /// A step's resources were destroyed.
+    StepDestroyed { step: String, duration_ms: u64 },
+    /// Destroying a step's resources failed; asking again carries on from this step.
+    StepDestroyFailed {
+        step: String,
+        exit_code: Option<i32>,
+        /// What went wrong and the last lines of output, masked.
+        message: String,
+        duration_ms: u64,
+    },
+    /// Every resource the deployment made has been destroyed.
+    DeploymentDestroyed {},
 }
 
 /// An event whose type string or data does not match the schema.
@@ -135,6 +153,10 @@ impl DeploymentEvent {
             Self::DeploymentSucceeded {} => "DeploymentSucceeded",
             Self::DeploymentFailed { .. } => "DeploymentFailed",
             Self::DeploymentCancelled { .. } => "DeploymentCancelled",
+            Self::DestroyRequested { .. } => "DestroyRequested",
+            Self::StepDestroyed { .. } => "StepDestroyed",
+            Self::StepDestroyFailed { .. } => "StepDestroyFailed",
+            Self::DeploymentDestroyed {} => "DeploymentDestroyed",
         }
     }
 

@@ -5,6 +5,11 @@
 //! secret's name as associated data, so a sealed value cannot be moved to another deployment or
 //! renamed. One file per deployment (`seals/<deployment>.json`) holds nonces and ciphertexts;
 //! purging deletes it.
+//!
+//! What a step keeps between attempts (a Terraform state, which may hold secrets of its own) is
+//! sealed the same way, bound to the tenant, the deployment and the step, in
+//! `states/<deployment>/<step>.sealed` (nonce, then ciphertext). It outlives the purge at the end
+//! of the deployment: a later `overture destroy` needs it.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -202,6 +207,87 @@ impl LocalKeyStore {
     }
 }
 
+impl LocalKeyStore {
+    fn step_state_path(&self, deployment: DeploymentId, step: &str) -> PathBuf {
+        self.root
+            .join("states")
+            .join(deployment.to_string())
+            .join(format!("{step}.sealed"))
+    }
+
+    /// Seals what a step keeps, replacing what it kept before.
+    pub fn seal_step_state(
+        &self,
+        deployment: DeploymentId,
+        tenant: &str,
+        step: &str,
+        state: &[u8],
+    ) -> Result<(), KeyStoreError> {
+        let path = self.step_state_path(deployment, step);
+        let cipher = ChaCha20Poly1305::new(&self.master_key()?);
+        let nonce = ChaCha20Poly1305::generate_nonce(&mut OsRng);
+        let aad = step_state_associated_data(tenant, deployment, step);
+        let ciphertext = cipher
+            .encrypt(
+                &nonce,
+                Payload {
+                    msg: state,
+                    aad: aad.as_bytes(),
+                },
+            )
+            .map_err(|_| KeyStoreError::Unreadable {
+                path: path.clone(),
+                reason: "encryption failed".into(),
+            })?;
+        let mut sealed = nonce.to_vec();
+        sealed.extend(ciphertext);
+        write_private(&path, &sealed)
+    }
+
+    /// Opens what a step of a deployment of this tenant kept, if it kept anything.
+    pub fn open_step_state(
+        &self,
+        deployment: DeploymentId,
+        tenant: &str,
+        step: &str,
+    ) -> Result<Option<Vec<u8>>, KeyStoreError> {
+        let path = self.step_state_path(deployment, step);
+        let sealed = match std::fs::read(&path) {
+            Ok(sealed) => sealed,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(KeyStoreError::Io { path, source }),
+        };
+        let unreadable = |reason: String| KeyStoreError::Unreadable {
+            path: path.clone(),
+            reason,
+        };
+        if sealed.len() < 12 {
+            return Err(unreadable("the file is shorter than a nonce".into()));
+        }
+        let (nonce, ciphertext) = sealed.split_at(12);
+        let aad = step_state_associated_data(tenant, deployment, step);
+        let cipher = ChaCha20Poly1305::new(&self.master_key()?);
+        cipher
+            .decrypt(
+                Nonce::from_slice(nonce),
+                Payload {
+                    msg: ciphertext,
+                    aad: aad.as_bytes(),
+                },
+            )
+            .map(Some)
+            .map_err(|_| {
+                unreadable(format!(
+                    "it does not open for tenant `{tenant}`, deployment {deployment} and step `{step}`"
+                ))
+            })
+    }
+}
+
+fn step_state_associated_data(tenant: &str, deployment: DeploymentId, step: &str) -> String {
+    format!("overture-step-state-v1\0{tenant}\0{deployment}\0{step}")
+}
+
 fn associated_data(tenant: &str, deployment: DeploymentId, name: &str) -> String {
     format!("overture-seal-v1\0{tenant}\0{deployment}\0{name}")
 }
@@ -255,6 +341,30 @@ impl overture_runner::OpenSeal for LocalKeyStore {
 }
 
 #[async_trait]
+impl overture_runner::KeepStepState for LocalKeyStore {
+    async fn load(
+        &self,
+        deployment: DeploymentId,
+        tenant: &str,
+        step: &str,
+    ) -> Result<Option<Vec<u8>>, overture_runner::PortError> {
+        self.open_step_state(deployment, tenant, step)
+            .map_err(|e| overture_runner::PortError(e.to_string()))
+    }
+
+    async fn save(
+        &self,
+        deployment: DeploymentId,
+        tenant: &str,
+        step: &str,
+        state: &[u8],
+    ) -> Result<(), overture_runner::PortError> {
+        self.seal_step_state(deployment, tenant, step, state)
+            .map_err(|e| overture_runner::PortError(e.to_string()))
+    }
+}
+
+#[async_trait]
 impl overture_orchestrator::PurgeSecrets for LocalKeyStore {
     async fn purge(
         &self,
@@ -299,5 +409,33 @@ mod tests {
         store
             .purge_values(deployment)
             .expect("purging twice is harmless");
+    }
+
+    #[test]
+    fn a_step_state_is_sealed_to_its_step_and_survives_the_purge() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = LocalKeyStore::new(dir.path());
+        let deployment = DeploymentId::from_uuid(Uuid::now_v7());
+        assert_eq!(store.open_step_state(deployment, "acme", "infra").expect("reads"), None);
+
+        store
+            .seal_step_state(deployment, "acme", "infra", b"{\"password\": \"tf-s3cr3t\"}")
+            .expect("seals");
+        let sealed = std::fs::read(store.step_state_path(deployment, "infra")).expect("file");
+        assert!(!String::from_utf8_lossy(&sealed).contains("tf-s3cr3t"));
+
+        store.purge_values(deployment).expect("purges the secrets");
+        let opened = store.open_step_state(deployment, "acme", "infra").expect("opens");
+        assert_eq!(opened.as_deref(), Some(&b"{\"password\": \"tf-s3cr3t\"}"[..]));
+        assert!(store.open_step_state(deployment, "globex", "infra").is_err());
+        std::fs::copy(
+            store.step_state_path(deployment, "infra"),
+            store.step_state_path(deployment, "other"),
+        )
+        .expect("copies");
+        assert!(
+            store.open_step_state(deployment, "acme", "other").is_err(),
+            "a state moved to another step does not open"
+        );
     }
 }

@@ -4,10 +4,13 @@
 //!   the durable job queue, checkpoints and the read models, all in one SQLite file; and the
 //!   function ports implemented on them.
 //! - [`sandbox`]: runs one step attempt in a fresh bubblewrap sandbox.
-//! - [`keystore`]: secret values sealed at rest in the data directory.
+//! - [`keystore`]: secret values (and what steps keep between attempts) sealed at rest in the
+//!   data directory.
+//! - [`logs`]: every attempt's output, as files in the data directory.
 //! - [`clock`]: the system clock.
 
 pub mod clock;
 pub mod keystore;
+pub mod logs;
 pub mod sandbox;
 pub mod sqlite;

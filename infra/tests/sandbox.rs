@@ -37,6 +37,8 @@ fn request(id: &str, command: &str) -> SandboxRequest {
         network: false,
         timeout: Duration::from_secs(60),
         output_limit: 1024 * 1024,
+        collect: vec![],
+        log: None,
     }
 }
 
@@ -185,6 +187,54 @@ async fn output_keeps_only_the_tail() {
         "{}",
         text(&outcome.output)
     );
+}
+
+#[tokio::test]
+async fn files_the_step_leaves_are_collected_however_it_ends_but_never_through_a_link() {
+    let (sandbox, _root) = sandbox();
+    let mut ask = request(
+        &unique("collect"),
+        "mkdir -p state && echo kept > state/file && ln -s /etc/passwd link && \
+         mkdir real && ln -s /etc linked-dir && exit 3",
+    );
+    ask.collect = ["state/file", "link", "linked-dir/passwd", "missing", "real"]
+        .map(PathBuf::from)
+        .to_vec();
+    let outcome = run(&sandbox, ask).await;
+    assert_eq!(outcome.exit, Exit::Code(3));
+    assert_eq!(
+        outcome.collected,
+        vec![(PathBuf::from("state/file"), b"kept\n".to_vec())],
+        "only the regular file reached through real directories comes back"
+    );
+}
+
+/// A log that shares what it was given with the test.
+#[derive(Clone, Default)]
+struct SharedLog(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for SharedLog {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("lock").extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn the_whole_output_goes_to_the_log_while_only_the_tail_is_kept() {
+    let (sandbox, _root) = sandbox();
+    let log = SharedLog::default();
+    let mut ask = request(&unique("log"), "seq 1 2000; echo done >&2");
+    ask.output_limit = 16;
+    ask.log = Some(Box::new(log.clone()));
+    let outcome = run(&sandbox, ask).await;
+    let logged = text(&log.0.lock().expect("lock"));
+    assert!(logged.starts_with("1\n2\n3\n"), "{logged:.20}");
+    assert!(logged.ends_with("1999\n2000\ndone\n"));
+    assert_eq!(text(&outcome.output), "\n1999\n2000\ndone\n"[..].chars().rev().take(16).collect::<Vec<_>>().into_iter().rev().collect::<String>());
 }
 
 #[tokio::test]

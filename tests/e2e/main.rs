@@ -7,10 +7,12 @@
 //! - [`secrets`]: a secret appears nowhere it should not.
 //! - [`input`]: bad input is refused with exit code 2 and nothing recorded.
 //! - [`sandbox`]: what a step can and cannot see.
+//! - [`servers`]: real servers on loopback for steps to talk to (sshd).
 
 mod deploy;
 mod input;
 mod resume;
 mod sandbox;
 mod secrets;
+mod servers;
 mod support;

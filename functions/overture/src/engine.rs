@@ -16,6 +16,7 @@ use overture_domain::DeploymentState;
 use overture_events::{DeploymentId, LogEntry};
 use overture_infra::clock::SystemClock;
 use overture_infra::keystore::LocalKeyStore;
+use overture_infra::logs::LogFiles;
 use overture_infra::sandbox::Bubblewrap;
 use overture_infra::sqlite::{
     Database, EventLog, Job, JobQueue, Receipt, ReceivedJob, SqliteDeployments, SqliteReadModels,
@@ -79,6 +80,7 @@ pub struct Engine {
     /// The read models.
     pub read_models: SqliteReadModels,
     keys: LocalKeyStore,
+    logs: LogFiles,
     sandbox: Bubblewrap,
     clock: Arc<SystemClock>,
 }
@@ -103,6 +105,7 @@ impl Engine {
             queue: JobQueue::new(db.clone()),
             read_models: SqliteReadModels::new(db),
             keys: LocalKeyStore::new(data_dir),
+            logs: LogFiles::new(data_dir.join("logs")),
             sandbox: Bubblewrap::new(data_dir.join("sandboxes")),
             clock,
         }))
@@ -335,6 +338,8 @@ impl Engine {
                     log: &self.deployments,
                     sandbox: &self.sandbox,
                     seals: &self.keys,
+                    kept: &self.keys,
+                    logs: &self.logs,
                     clock: self.clock.as_ref(),
                 };
                 match run_attempt(&attempt, cause, &ports, &lease).await {

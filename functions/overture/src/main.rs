@@ -7,6 +7,7 @@
 //! - [`render`]: status, lists and the audit trail for people.
 //! - [`lock`]: the data directory's engine lock.
 
+mod bundle;
 mod engine;
 mod lock;
 mod progress;
@@ -404,7 +405,8 @@ async fn deploy(
     parallelism: usize,
     json: bool,
 ) -> Result<(), Failure> {
-    let (text, _) = read_blueprint(file)?;
+    let (text, parsed) = read_blueprint(file)?;
+    let files = parsed.snapshot.files.clone();
     let params = parse_pairs(params, "--param", "NAME=VALUE")?;
     let secret_values = read_secrets(secrets)?;
     let engine = Engine::open(data_dir).await?;
@@ -422,6 +424,7 @@ async fn deploy(
         trigger: "cli".into(),
         params,
         secrets: secret_values,
+        files,
     };
     let id = engine
         .submit(submission)
@@ -453,8 +456,10 @@ fn read_blueprint(file: &Path) -> Result<(String, blueprint::ParsedBlueprint), F
             file.display()
         ))
     })?;
-    let parsed = blueprint::parse(&text)
-        .map_err(|problems| Failure::BadInput(problems_in(file, &problems)))?;
+    let bad = |problems| Failure::BadInput(problems_in(file, &problems));
+    let mut parsed = blueprint::parse(&text).map_err(bad)?;
+    let files = bundle::read_files(file, &parsed.snapshot).map_err(bad)?;
+    blueprint::attach_files(&mut parsed, files).map_err(bad)?;
     Ok((text, parsed))
 }
 

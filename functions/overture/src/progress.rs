@@ -127,6 +127,20 @@ impl Watch for Progress {
             DeploymentEvent::DeploymentCancelled { reason } => {
                 format!("deployment cancelled: {reason}")
             }
+            DeploymentEvent::DestroyRequested { steps } if steps.is_empty() => {
+                "destroying: no step made anything to destroy".to_owned()
+            }
+            DeploymentEvent::DestroyRequested { steps } => {
+                format!("destroying the resources of: {}", steps.join(", "))
+            }
+            DeploymentEvent::StepDestroyed { step, duration_ms } => {
+                format!("{step:<20} destroyed in {}", human(duration_ms))
+            }
+            DeploymentEvent::StepDestroyFailed { step, message, .. } => {
+                let first = message.lines().next().unwrap_or_default();
+                format!("{step:<20} destroy FAILED: {first}")
+            }
+            DeploymentEvent::DeploymentDestroyed {} => "deployment destroyed".to_owned(),
         };
         self.line(text);
     }

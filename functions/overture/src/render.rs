@@ -162,7 +162,17 @@ fn describe(event: &DeploymentEvent) -> String {
                 .join(" ");
             format!("{} by {requested_by} for {tenant} {params}", blueprint.name)
         }
-        E::CredentialsSealed { secrets, .. } => format!("secrets: {}", secrets.join(", ")),
+        E::CredentialsSealed {
+            secrets,
+            ssh_public_key,
+            ..
+        } => {
+            let key = ssh_public_key
+                .as_ref()
+                .map(|key| format!("; ssh key: {key}"))
+                .unwrap_or_default();
+            format!("secrets: {}{key}", secrets.join(", "))
+        }
         E::StepScheduled { step, attempt, .. } => format!("{step} #{attempt}"),
         E::StepStarted {
             step,
@@ -214,5 +224,20 @@ fn describe(event: &DeploymentEvent) -> String {
         } => format!("{step} #{attempt}: {reason}"),
         E::SecretsPurged {} | E::DeploymentSucceeded {} => String::new(),
         E::DeploymentFailed { reason } | E::DeploymentCancelled { reason } => reason.clone(),
+        E::DestroyRequested { steps } => steps.join(", "),
+        E::StepDestroyed { step, duration_ms } => format!("{step} in {}", human(*duration_ms)),
+        E::StepDestroyFailed {
+            step,
+            exit_code,
+            message,
+            ..
+        } => {
+            let code = exit_code.map(|c| format!(" exit {c}")).unwrap_or_default();
+            format!(
+                "{step}{code}: {}",
+                message.lines().next().unwrap_or_default()
+            )
+        }
+        E::DeploymentDestroyed {} => String::new(),
     }
 }

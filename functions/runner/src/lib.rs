@@ -1,13 +1,22 @@
 //! The runner function: run one attempt of one step, in a fresh sandbox, and record how it went.
 //!
-//! [`run_attempt`] takes a [`RunAttempt`] job. It records `StepStarted`, builds the step's
-//! command and environment (see [`script`]), runs it through [`RunSandboxed`], and records
-//! `StepSucceeded` or `StepAttemptFailed` (the aggregate then applies the retry policy).
+//! [`run_attempt`] takes a [`RunAttempt`] job. It records `StepStarted`, has the step's kind
+//! prepare the sandbox command (see [`step`] and one module per kind), runs it through
+//! [`RunSandboxed`] with its output copied, masked, to the attempt's log ([`logs`]), has the kind
+//! judge the exit, and records `StepSucceeded` or `StepAttemptFailed` (the aggregate then applies
+//! the retry policy).
 //! While the attempt runs it keeps its job's lease alive and watches the log: once the attempt
 //! is abandoned it kills the sandbox. A job that finds its attempt already running was held by
 //! an engine that died; that attempt is recorded as interrupted and the retry policy decides.
 
+pub mod ansible;
+pub mod destroy;
+pub mod http;
+pub mod logs;
 pub mod script;
+pub mod step;
+pub mod terraform;
+pub mod wait_ssh;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -19,6 +28,7 @@ use overture_domain::{DeploymentCommand, DeploymentError, DeploymentState, StepS
 use overture_events::{DeploymentId, ErrorClass, StepSpec, Timestamp};
 use overture_kit::{execute, Cause, Clock, DeploymentLog, LogError};
 use serde::{Deserialize, Serialize};
+use step::{StepInput, Verdict};
 
 /// The name the runner appends events under.
 pub const ACTOR: &str = "runner";
@@ -50,12 +60,18 @@ pub struct SandboxJob {
     pub env: Vec<(String, String)>,
     /// Secret environment variables.
     pub secret_env: Vec<(String, SecretString)>,
+    /// Files placed under `/work`.
+    pub files: Vec<(std::path::PathBuf, Vec<u8>)>,
+    /// Files under `/work` to read back once the command has ended.
+    pub collect: Vec<std::path::PathBuf>,
     /// Whether the sandbox keeps network access.
     pub network: bool,
     /// When to kill it.
     pub timeout: Duration,
     /// How much output to keep (the tail).
     pub output_limit: usize,
+    /// Where the output is copied as it arrives.
+    pub log: Option<Box<dyn std::io::Write + Send + Sync>>,
 }
 
 /// How a sandboxed command ended.
@@ -81,6 +97,8 @@ pub struct SandboxResult {
     pub outputs_file: Vec<u8>,
     /// How long it ran.
     pub duration: Duration,
+    /// The files of [`SandboxJob::collect`] it left.
+    pub collected: Vec<(std::path::PathBuf, Vec<u8>)>,
 }
 
 /// A future that resolves when the sandbox must be killed.
@@ -109,6 +127,27 @@ pub trait OpenSeal: Send + Sync {
     ) -> Result<SecretValues, PortError>;
 }
 
+/// Keeps what a step's attempts hand on to the next attempt and to `destroy` (a Terraform
+/// state), sealed to the deployment, outside every sandbox.
+#[async_trait]
+pub trait KeepStepState: Send + Sync {
+    /// What the step's last attempt kept, if anything.
+    async fn load(
+        &self,
+        deployment: DeploymentId,
+        tenant: &str,
+        step: &str,
+    ) -> Result<Option<Vec<u8>>, PortError>;
+    /// Keeps `state` for the step, replacing what was kept.
+    async fn save(
+        &self,
+        deployment: DeploymentId,
+        tenant: &str,
+        step: &str,
+        state: &[u8],
+    ) -> Result<(), PortError>;
+}
+
 /// Keeps the job's lease while the attempt runs, so no other runner takes it.
 #[async_trait]
 pub trait KeepAlive: Send + Sync {
@@ -129,6 +168,10 @@ pub struct RunnerPorts<'a> {
     pub sandbox: &'a dyn RunSandboxed,
     /// The sealed secrets.
     pub seals: &'a dyn OpenSeal,
+    /// What steps keep between attempts.
+    pub kept: &'a dyn KeepStepState,
+    /// Every attempt's output.
+    pub logs: &'a dyn logs::AttemptLogs,
     /// The time.
     pub clock: &'a dyn Clock,
 }
@@ -228,15 +271,7 @@ pub async fn run_attempt(
             outputs: Default::default(),
             duration: Duration::ZERO,
         },
-        "script" => {
-            run_script(&state, &spec, deployment, attempt, sandbox_id, ports, lease).await?
-        }
-        other => Outcome::Failure {
-            class: ErrorClass::StepFailed,
-            exit_code: None,
-            message: format!("this engine cannot run steps of kind `{other}`"),
-            duration: Duration::ZERO,
-        },
+        _ => run_in_sandbox(&state, &spec, deployment, attempt, sandbox_id, ports, lease).await?,
     };
 
     let recorded = match outcome {
@@ -318,7 +353,8 @@ async fn record_failure(
     )
 }
 
-async fn run_script(
+/// Runs an attempt of a sandboxed kind: prepare, run with a masked log, conclude.
+async fn run_in_sandbox(
     state: &DeploymentState,
     spec: &StepSpec,
     deployment: DeploymentId,
@@ -332,7 +368,21 @@ async fn run_script(
         None => SecretValues::new(),
     };
     let masker = Masker::new(secrets.values());
-    let prepared = match script::prepare(state, spec, &secrets) {
+    let keeps_state = spec.kind == terraform::KIND;
+    let kept = if keeps_state {
+        ports.kept.load(deployment, &state.tenant, &spec.name).await?
+    } else {
+        None
+    };
+    let input = StepInput {
+        state,
+        spec,
+        secrets: &secrets,
+        deployment,
+        attempt,
+        kept,
+    };
+    let prepared = match prepare(&input) {
         Ok(prepared) => prepared,
         Err(problem) => {
             return Ok(Outcome::Failure {
@@ -343,6 +393,7 @@ async fn run_script(
             });
         }
     };
+    let log = ports.logs.create(deployment, &spec.name, attempt)?;
     let mut env = prepared.env;
     env.extend([
         ("OVERTURE_DEPLOYMENT".to_owned(), deployment.to_string()),
@@ -354,58 +405,81 @@ async fn run_script(
         command: prepared.command,
         env,
         secret_env: prepared.secret_env,
-        network: false,
+        files: prepared.files,
+        collect: prepared.collect,
+        network: prepared.network,
         timeout: Duration::from_millis(spec.timeout_ms),
         output_limit: OUTPUT_LIMIT,
+        log: Some(Box::new(logs::MaskingWriter::new(log, masker.clone()))),
     };
 
     let watch = watch_for_abandonment(ports.log, lease, deployment, &spec.name, attempt);
     let result = ports.sandbox.run(job, Box::pin(watch)).await?;
+    if keeps_state {
+        if let Some(kept) = step::collected(&result.collected, terraform::STATE_FILE) {
+            ports
+                .kept
+                .save(deployment, &state.tenant, &spec.name, kept)
+                .await?;
+        }
+    }
 
     let output = masker.mask_bytes(&result.output);
+    let failure = |class, exit_code, headline: String| Outcome::Failure {
+        class,
+        exit_code,
+        message: with_tail(masker.mask(&headline), &output),
+        duration: result.duration,
+    };
     Ok(match result.exit {
-        SandboxExit::Code(0) => {
-            match script::parse_outputs(&masker.mask_bytes(&result.outputs_file)) {
-                Ok(outputs) => Outcome::Success {
-                    outputs,
-                    duration: result.duration,
-                },
-                Err(problem) => Outcome::Failure {
-                    class: ErrorClass::StepFailed,
-                    exit_code: Some(0),
-                    message: problem,
-                    duration: result.duration,
-                },
-            }
-        }
-        SandboxExit::Code(code) => Outcome::Failure {
-            class: ErrorClass::StepFailed,
-            exit_code: Some(code),
-            message: with_tail(format!("exited with code {code}"), &output),
-            duration: result.duration,
+        SandboxExit::Code(code) => match conclude(&input, code, &result) {
+            Verdict::Success(outputs) => Outcome::Success {
+                outputs: outputs
+                    .into_iter()
+                    .map(|(key, value)| (key, masker.mask(&value)))
+                    .collect(),
+                duration: result.duration,
+            },
+            Verdict::Failure { class, headline } => failure(class, Some(code), headline),
         },
-        SandboxExit::Signal(signal) => Outcome::Failure {
-            class: ErrorClass::StepFailed,
-            exit_code: None,
-            message: with_tail(format!("killed by signal {signal}"), &output),
-            duration: result.duration,
-        },
-        SandboxExit::TimedOut => Outcome::Failure {
-            class: ErrorClass::StepFailed,
-            exit_code: None,
-            message: with_tail(
-                format!(
-                    "timed out after {}",
-                    overture_domain::duration::format_duration(Duration::from_millis(
-                        spec.timeout_ms
-                    ))
-                ),
-                &output,
+        SandboxExit::Signal(signal) => failure(
+            ErrorClass::StepFailed,
+            None,
+            format!("killed by signal {signal}"),
+        ),
+        SandboxExit::TimedOut => failure(
+            ErrorClass::StepFailed,
+            None,
+            format!(
+                "timed out after {}",
+                overture_domain::duration::format_duration(Duration::from_millis(spec.timeout_ms))
             ),
-            duration: result.duration,
-        },
+        ),
         SandboxExit::Cancelled => Outcome::Abandoned,
     })
+}
+
+/// The sandbox command of a step, by its kind.
+fn prepare(input: &StepInput) -> Result<step::Prepared, String> {
+    match input.spec.kind.as_str() {
+        "script" => script::prepare(input),
+        terraform::KIND => terraform::prepare(input),
+        ansible::KIND => ansible::prepare(input),
+        http::KIND => http::prepare(input),
+        wait_ssh::KIND => wait_ssh::prepare(input),
+        other => Err(format!("this engine cannot run steps of kind `{other}`")),
+    }
+}
+
+/// What the step's kind makes of its command's exit code.
+fn conclude(input: &StepInput, code: i32, result: &SandboxResult) -> Verdict {
+    match input.spec.kind.as_str() {
+        terraform::KIND => terraform::conclude(input, code, result),
+        ansible::KIND => ansible::conclude(input, code, result),
+        http::KIND => http::conclude(input, code, result),
+        wait_ssh::KIND => wait_ssh::conclude(input, code, result),
+        _ => script::conclude(code, result),
+    }
 }
 
 /// Resolves once the attempt is no longer running (abandoned) or the job's lease was lost.

@@ -9,31 +9,15 @@
 
 use std::collections::BTreeMap;
 
-use overture_domain::secret::{SecretString, SecretValues};
-use overture_domain::template::{Reference, Template};
-use overture_domain::DeploymentState;
-use overture_events::StepSpec;
+use overture_domain::template::Template;
 
-/// A script step ready for the sandbox.
-pub struct Prepared {
-    /// The command, with references replaced by variables.
-    pub command: String,
-    /// The variables holding parameters and outputs.
-    pub env: Vec<(String, String)>,
-    /// The variables holding secrets.
-    pub secret_env: Vec<(String, SecretString)>,
-}
+use crate::step::{Prepared, Resolved, StepInput, Verdict};
+use crate::SandboxResult;
 
 /// Builds the command and environment of a script step from the deployment's state.
-pub fn prepare(
-    state: &DeploymentState,
-    spec: &StepSpec,
-    secrets: &SecretValues,
-) -> Result<Prepared, String> {
-    let text = spec
-        .with
-        .get("command")
-        .and_then(|v| v.as_str())
+pub fn prepare(input: &StepInput) -> Result<Prepared, String> {
+    let text = input
+        .text_setting("command")
         .ok_or("the step has no `with.command` text")?;
     let template = Template::parse(text).map_err(|e| e.to_string())?;
     let mut env = Vec::new();
@@ -42,30 +26,9 @@ pub fn prepare(
     let command = template.render(|reference| {
         count += 1;
         let name = format!("OVERTURE_REF_{count}");
-        match reference {
-            Reference::Param(param) => {
-                let value = state
-                    .params
-                    .get(param)
-                    .ok_or_else(|| format!("parameter `{param}` has no value"))?;
-                env.push((name.clone(), value.clone()));
-            }
-            Reference::Output { step, key } => {
-                let value = state
-                    .steps
-                    .get(step)
-                    .and_then(|s| s.outputs.get(key))
-                    .ok_or_else(|| {
-                        format!("`{reference}`: step `{step}` produced no output `{key}`")
-                    })?;
-                env.push((name.clone(), value.clone()));
-            }
-            Reference::Secret(secret) => {
-                let value = secrets
-                    .get(secret)
-                    .ok_or_else(|| format!("secret `{secret}` was not given"))?;
-                secret_env.push((name.clone(), value.clone()));
-            }
+        match input.lookup(reference)? {
+            Resolved::Plain(value) => env.push((name.clone(), value.to_owned())),
+            Resolved::Secret(value) => secret_env.push((name.clone(), value.clone())),
         }
         Ok::<_, String>(format!("${{{name}}}"))
     })?;
@@ -73,7 +36,19 @@ pub fn prepare(
         command,
         env,
         secret_env,
+        ..Prepared::default()
     })
+}
+
+/// A script succeeds when it exits 0, with the outputs it wrote to `$OVERTURE_OUTPUTS`.
+pub fn conclude(code: i32, result: &SandboxResult) -> Verdict {
+    if code != 0 {
+        return Verdict::failed(format!("exited with code {code}"));
+    }
+    match parse_outputs(&String::from_utf8_lossy(&result.outputs_file)) {
+        Ok(outputs) => Verdict::Success(outputs),
+        Err(problem) => Verdict::failed(problem),
+    }
 }
 
 /// Reads the `key=value` lines a step wrote to `$OVERTURE_OUTPUTS`.
@@ -108,7 +83,8 @@ pub fn parse_outputs(text: &str) -> Result<BTreeMap<String, String>, String> {
 mod tests {
     use super::*;
     use overture_domain::blueprint::parse;
-    use overture_domain::Deployment;
+    use overture_domain::secret::{SecretString, SecretValues};
+    use overture_domain::{Deployment, DeploymentState};
     use overture_events::DeploymentEvent;
     use secrecy::ExposeSecret;
 
@@ -140,8 +116,15 @@ mod tests {
         .fold(DeploymentState::default(), Deployment::apply);
         let secrets: SecretValues = [("key".to_owned(), SecretString::from("s3cr3t"))].into();
 
-        let prepared =
-            prepare(&state, blueprint.step("b").expect("b"), &secrets).expect("prepares");
+        let input = StepInput {
+            state: &state,
+            spec: blueprint.step("b").expect("b"),
+            secrets: &secrets,
+            deployment: overture_events::DeploymentId::from_uuid(uuid::Uuid::nil()),
+            attempt: 1,
+            kept: None,
+        };
+        let prepared = prepare(&input).expect("prepares");
         assert_eq!(
             prepared.command,
             "echo ${OVERTURE_REF_1} ${OVERTURE_REF_2} ${OVERTURE_REF_3}"

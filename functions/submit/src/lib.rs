@@ -1,14 +1,17 @@
 //! The submit function: turns a user's request into a recorded deployment.
 //!
-//! [`submit`] validates the blueprint and the parameters, checks every declared secret was given
-//! (and nothing else), seals the secret values through [`SealSecrets`], and appends
-//! `DeploymentRequested` (and `CredentialsSealed`). Nothing is recorded for a request it refuses.
+//! [`submit`] validates the blueprint, the files its steps take and the parameters, checks every
+//! declared secret was given (and nothing else), makes the deployment's own SSH key when a step
+//! logs in to servers, seals the secret values and the private key through [`SealSecrets`], and
+//! appends `DeploymentRequested` (and `CredentialsSealed`, which names what was sealed and carries
+//! the public key). Nothing is recorded for a request it refuses.
 
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use overture_domain::blueprint::{self, BlueprintError, BlueprintProblem};
-use overture_domain::secret::SecretValues;
+use overture_domain::deployment::SealedCredentials;
+use overture_domain::secret::{SecretString, SecretValues, SSH_KEY_SECRET};
 use overture_domain::{DeploymentCommand, DeploymentError};
 use overture_events::DeploymentId;
 use overture_kit::{execute, Cause, DeploymentLog, LogError};
@@ -31,7 +34,13 @@ pub struct Submission {
     pub params: BTreeMap<String, String>,
     /// Secret values given, by name.
     pub secrets: SecretValues,
+    /// The files the steps take from the blueprint's folder, by path relative to it (see
+    /// [`blueprint::bundle_dirs`]).
+    pub files: BTreeMap<String, String>,
 }
+
+/// The step kinds that log in to servers with the deployment's SSH key.
+const KINDS_USING_THE_KEY: [&str; 1] = ["ansible"];
 
 /// Keeps a deployment's secret values sealed until it ends.
 #[async_trait]
@@ -73,6 +82,9 @@ pub enum SubmitError {
     /// The aggregate refused the request (an id collision).
     #[error("the deployment could not be requested: {0}")]
     Refused(#[from] DeploymentError),
+    /// The deployment's SSH key could not be made.
+    #[error("could not make the deployment's SSH key: {0}")]
+    Key(String),
 }
 
 /// Validates, seals and records a deployment; returns its id.
@@ -80,19 +92,37 @@ pub async fn submit(
     submission: Submission,
     ports: &SubmitPorts<'_>,
 ) -> Result<DeploymentId, SubmitError> {
-    let parsed = blueprint::parse(&submission.text)?;
+    let mut parsed = blueprint::parse(&submission.text)?;
+    blueprint::attach_files(&mut parsed, submission.files)?;
     let params = blueprint::resolve_params(&parsed.snapshot, &submission.params)?;
     check_secrets(&parsed.snapshot.secrets, &submission.secrets)?;
 
     let deployment = DeploymentId::from_uuid(Uuid::now_v7());
-    let sealed = if parsed.snapshot.secrets.is_empty() {
+    let uses_key = parsed
+        .snapshot
+        .steps
+        .iter()
+        .any(|step| KINDS_USING_THE_KEY.contains(&step.kind.as_str()));
+    let mut to_seal = submission.secrets;
+    let ssh_public_key = if uses_key {
+        let (private, public) = deployment_key(deployment)?;
+        to_seal.insert(SSH_KEY_SECRET.to_owned(), private);
+        Some(public)
+    } else {
+        None
+    };
+    let sealed = if to_seal.is_empty() {
         None
     } else {
         let seal = ports
             .seals
-            .seal(deployment, &submission.tenant, &submission.secrets)
+            .seal(deployment, &submission.tenant, &to_seal)
             .await?;
-        Some((seal, parsed.snapshot.secrets.clone()))
+        Some(SealedCredentials {
+            seal,
+            secrets: parsed.snapshot.secrets.clone(),
+            ssh_public_key,
+        })
     };
     let cause = Cause::new(
         submission.requested_by.clone(),
@@ -114,6 +144,21 @@ pub async fn submit(
     })
     .await??;
     Ok(deployment)
+}
+
+/// A new Ed25519 key for one deployment: the private half in OpenSSH format, and the public half.
+fn deployment_key(deployment: DeploymentId) -> Result<(SecretString, String), SubmitError> {
+    let mut key = ssh_key::PrivateKey::random(&mut rand_core::OsRng, ssh_key::Algorithm::Ed25519)
+        .map_err(|e| SubmitError::Key(e.to_string()))?;
+    key.set_comment(format!("overture-{deployment}"));
+    let private = key
+        .to_openssh(ssh_key::LineEnding::LF)
+        .map_err(|e| SubmitError::Key(e.to_string()))?;
+    let public = key
+        .public_key()
+        .to_openssh()
+        .map_err(|e| SubmitError::Key(e.to_string()))?;
+    Ok((SecretString::from(private.as_str().to_owned()), public))
 }
 
 fn check_secrets(declared: &[String], given: &SecretValues) -> Result<(), BlueprintError> {

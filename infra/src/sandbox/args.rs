@@ -261,6 +261,8 @@ mod tests {
             network,
             timeout: Duration::from_secs(1),
             output_limit: 10,
+            collect: vec![],
+            log: None,
         }
     }
 

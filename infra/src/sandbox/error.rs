@@ -75,6 +75,14 @@ pub enum SandboxError {
         #[source]
         source: io::Error,
     },
+    /// A file to read back from the workspace is larger than the engine will read.
+    #[error("the step left {} larger than {limit} bytes", path.display())]
+    CollectedTooLarge {
+        /// The file, relative to `/work`.
+        path: PathBuf,
+        /// The most the engine reads.
+        limit: u64,
+    },
     /// The step wrote more to `$OVERTURE_OUTPUTS` than the engine will read.
     #[error("the step wrote more than {limit} bytes to $OVERTURE_OUTPUTS")]
     OutputsTooLarge {

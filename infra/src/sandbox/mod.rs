@@ -45,7 +45,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 pub use error::SandboxError;
-pub use request::{Exit, SandboxOutcome, SandboxRequest};
+pub use request::{Exit, OutputLog, SandboxOutcome, SandboxRequest};
 
 use args::{Fds, SystemLayout};
 use output::TailBuffer;
@@ -54,6 +54,8 @@ use workspace::Workspace;
 
 /// The most the engine reads back from a step's `$OVERTURE_OUTPUTS` file.
 pub const MAX_OUTPUTS_FILE: u64 = 1024 * 1024;
+/// The most the engine reads back of each file a request collects (a Terraform state, say).
+pub const MAX_COLLECTED_FILE: u64 = 64 * 1024 * 1024;
 
 /// How long the sandbox's processes get to vanish once killed, and the output pipes to close,
 /// before `run` reports [`SandboxError::StillRunning`]. Dying takes milliseconds; this only
@@ -139,9 +141,10 @@ impl Bubblewrap {
         let span = tracing::info_span!("sandbox", id = %request.id, network = request.network);
         async {
             let files = std::mem::take(&mut request.files);
+            let log = request.log.take();
             let workspace =
                 Workspace::create(self.workspace_root.clone(), request.id.clone(), files).await?;
-            let outcome = self.run_in(&workspace, &request, cancel).await;
+            let outcome = self.run_in(&workspace, &request, log, cancel).await;
             workspace.remove().await;
             match &outcome {
                 Ok(outcome) => {
@@ -159,6 +162,7 @@ impl Bubblewrap {
         &self,
         workspace: &Workspace,
         request: &SandboxRequest,
+        log: Option<OutputLog>,
         cancel: impl Future<Output = ()>,
     ) -> Result<SandboxOutcome, SandboxError> {
         let env =
@@ -212,7 +216,7 @@ impl Bubblewrap {
                 "bubblewrap's stdout was not piped",
             )));
         };
-        let capture = tokio::spawn(output::capture(stdout, Arc::clone(&tail)));
+        let capture = tokio::spawn(output::capture(stdout, Arc::clone(&tail), log));
 
         // bubblewrap writes the init's pid before letting it set up; from then until it gets
         // our byte on `block_read`, the init is alive unless its setup failed, so the pid cannot
@@ -290,11 +294,15 @@ impl Bubblewrap {
             }
         };
         let outputs_file = workspace.read_outputs(MAX_OUTPUTS_FILE).await?;
+        let collected = workspace
+            .collect(&request.collect, MAX_COLLECTED_FILE)
+            .await?;
         Ok(SandboxOutcome {
             exit,
             output,
             outputs_file,
             duration,
+            collected,
         })
     }
 }

@@ -10,6 +10,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
+use super::request::OutputLog;
+
 /// The last `limit` bytes written to it.
 #[derive(Debug)]
 pub(super) struct TailBuffer {
@@ -51,16 +53,36 @@ pub(super) fn take(shared: &SharedTail) -> Vec<u8> {
     std::mem::replace(&mut *tail, TailBuffer::new(0)).into_vec()
 }
 
-/// Reads `output` until it is closed, appending each chunk to `tail` as it arrives.
-pub(super) async fn capture(mut output: impl AsyncRead + Unpin, tail: SharedTail) {
+/// Reads `output` until it is closed, appending each chunk to `tail` and writing it to `log` as
+/// it arrives.
+///
+/// The log is written synchronously: it is a local file taking chunks of at most 16 KiB, and a
+/// write that fails only stops the copy, never the step.
+pub(super) async fn capture(
+    mut output: impl AsyncRead + Unpin,
+    tail: SharedTail,
+    mut log: Option<OutputLog>,
+) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         match output.read(&mut buf).await {
-            Ok(0) => return,
-            Ok(n) => tail
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(&buf[..n]),
+            Ok(0) => {
+                if let Some(Err(error)) = log.as_mut().map(|log| log.flush()) {
+                    tracing::warn!(%error, "could not finish the step's log");
+                }
+                return;
+            }
+            Ok(n) => {
+                if let Some(writer) = log.as_mut() {
+                    if let Err(error) = writer.write_all(&buf[..n]) {
+                        tracing::warn!(%error, "could not write the step's log; it stops here");
+                        log = None;
+                    }
+                }
+                tail.lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(&buf[..n]);
+            }
             // A broken pipe that no further read will mend.
             Err(error) => {
                 tracing::warn!(%error, "reading sandbox output failed");

@@ -17,10 +17,12 @@ impl RunSandboxed for Bubblewrap {
             command: job.command,
             env: job.env,
             secret_env: job.secret_env,
-            files: Vec::new(),
+            files: job.files,
             network: job.network,
             timeout: job.timeout,
             output_limit: job.output_limit,
+            collect: job.collect,
+            log: job.log,
         };
         let outcome = Bubblewrap::run(self, request, cancel)
             .await
@@ -36,6 +38,7 @@ impl RunSandboxed for Bubblewrap {
             output: outcome.output,
             outputs_file: outcome.outputs_file,
             duration: outcome.duration,
+            collected: outcome.collected,
         })
     }
 }

@@ -38,7 +38,15 @@ pub struct SandboxRequest {
     pub timeout: Duration,
     /// Keep at most this many bytes of output: the last ones.
     pub output_limit: usize,
+    /// Files under `/work` (plain relative paths) to read back once the command has ended,
+    /// however it ended; a file the step did not leave is simply not in the outcome.
+    pub collect: Vec<PathBuf>,
+    /// Where the output is copied as it arrives, besides the tail kept in memory.
+    pub log: Option<OutputLog>,
 }
+
+/// A writer that receives a step's output as it arrives.
+pub type OutputLog = Box<dyn std::io::Write + Send + Sync>;
 
 // By hand, because input files may hold keys: only their paths and sizes are shown.
 impl fmt::Debug for SandboxRequest {
@@ -57,6 +65,8 @@ impl fmt::Debug for SandboxRequest {
             .field("network", &self.network)
             .field("timeout", &self.timeout)
             .field("output_limit", &self.output_limit)
+            .field("collect", &self.collect)
+            .field("log", &self.log.is_some())
             .finish()
     }
 }
@@ -104,6 +114,8 @@ pub struct SandboxOutcome {
     pub outputs_file: Vec<u8>,
     /// From the start of bubblewrap until the step ended or was killed.
     pub duration: Duration,
+    /// The files asked for in [`SandboxRequest::collect`] that the step left, as regular files.
+    pub collected: Vec<(PathBuf, Vec<u8>)>,
 }
 
 impl SandboxRequest {
@@ -129,7 +141,7 @@ impl SandboxRequest {
                 return Err(invalid_env(name, "its value contains a NUL byte"));
             }
         }
-        for (path, _) in &self.files {
+        for path in self.files.iter().map(|(path, _)| path).chain(&self.collect) {
             validate_file_path(path)?;
         }
         Ok(())

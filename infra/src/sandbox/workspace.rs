@@ -83,6 +83,50 @@ impl Workspace {
         Ok(content)
     }
 
+    /// Reads back the files a step left at these paths under `/work`, each up to `limit` bytes.
+    ///
+    /// Called only once every process of the sandbox is gone, so nothing can swap a file for a
+    /// link between the check and the read: a path whose file or any directory on the way is a
+    /// symlink, or that is not a regular file, is left out rather than followed out of the
+    /// workspace.
+    pub(super) async fn collect(
+        &self,
+        paths: &[PathBuf],
+        limit: u64,
+    ) -> Result<Vec<(PathBuf, Vec<u8>)>, SandboxError> {
+        let work = self.dir.join(WORK_DIR);
+        let paths = paths.to_vec();
+        tokio::task::spawn_blocking(move || {
+            let mut collected = Vec::new();
+            for relative in paths {
+                let path = work.join(&relative);
+                match read_inside(&work, &relative, limit) {
+                    Ok(Some(content)) => collected.push((relative, content)),
+                    Ok(None) => {}
+                    Err(source) if source.kind() == io::ErrorKind::FileTooLarge => {
+                        return Err(SandboxError::CollectedTooLarge { path: relative, limit })
+                    }
+                    Err(source) => {
+                        return Err(SandboxError::Workspace {
+                            action: "read",
+                            path,
+                            source,
+                        })
+                    }
+                }
+            }
+            Ok(collected)
+        })
+        .await
+        .unwrap_or_else(|join| {
+            Err(SandboxError::Workspace {
+                action: "read",
+                path: self.dir.clone(),
+                source: io::Error::other(join),
+            })
+        })
+    }
+
     /// Removes the directory without blocking the runtime; a failure is logged, since the
     /// outcome of the step matters more than a leftover directory.
     pub(super) async fn remove(mut self) {
@@ -180,6 +224,35 @@ fn create_blocking(
         write_new(&path, content).map_err(failed("write", &path))?;
     }
     Ok(workspace)
+}
+
+/// The content of `work/relative` if it is a regular file reached through real directories only.
+fn read_inside(work: &Path, relative: &Path, limit: u64) -> io::Result<Option<Vec<u8>>> {
+    let mut path = work.to_owned();
+    let mut components = relative.components().peekable();
+    while let Some(component) = components.next() {
+        path.push(component);
+        let metadata = match fs::symlink_metadata(&path) {
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+            other => other?,
+        };
+        let wanted = if components.peek().is_some() {
+            metadata.is_dir()
+        } else {
+            metadata.is_file()
+        };
+        if !wanted {
+            return Ok(None);
+        }
+    }
+    let mut content = Vec::new();
+    File::open(&path)?
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut content)?;
+    if u64::try_from(content.len()).map_or(true, |len| len > limit) {
+        return Err(io::ErrorKind::FileTooLarge.into());
+    }
+    Ok(Some(content))
 }
 
 /// Writes a file that must not exist yet, so nothing already there is followed or overwritten.

@@ -1,0 +1,314 @@
+//! The step kinds: the `with` settings each takes, the checks on them, and the files from the
+//! blueprint's folder each needs.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::duration::parse_duration;
+use crate::template::Template;
+
+/// One `with` setting of a kind.
+struct Setting {
+    name: &'static str,
+    required: bool,
+}
+
+const fn required(name: &'static str) -> Setting {
+    Setting {
+        name,
+        required: true,
+    }
+}
+
+const fn optional(name: &'static str) -> Setting {
+    Setting {
+        name,
+        required: false,
+    }
+}
+
+/// The step kinds this engine can run, with the `with` settings each takes.
+const KINDS: &[(&str, &[Setting])] = &[
+    ("script", &[required("command")]),
+    ("noop", &[]),
+    ("terraform", &[required("dir"), optional("vars")]),
+    (
+        "ansible",
+        &[
+            required("playbook"),
+            required("hosts"),
+            optional("user"),
+            optional("vars"),
+        ],
+    ),
+    (
+        "http",
+        &[
+            required("url"),
+            optional("method"),
+            optional("headers"),
+            optional("body"),
+            optional("expect_status"),
+            optional("outputs"),
+        ],
+    ),
+    ("wait-ssh", &[required("hosts"), optional("timeout")]),
+];
+
+/// The HTTP methods an `http` step may use.
+pub const HTTP_METHODS: [&str; 6] = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"];
+
+/// How long a `wait-ssh` step waits, unless it says.
+pub const DEFAULT_SSH_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// The names of every kind, for messages.
+pub fn names() -> Vec<&'static str> {
+    KINDS.iter().map(|(name, _)| *name).collect()
+}
+
+/// Whether this engine knows the kind.
+pub fn is_known(kind: &str) -> bool {
+    KINDS.iter().any(|(name, _)| *name == kind)
+}
+
+/// Every problem with a step's `with` settings, as (field below `with`, problem).
+pub fn check_with(
+    kind: &str,
+    with: &BTreeMap<String, Value>,
+    hosts: &BTreeMap<String, Vec<String>>,
+) -> Vec<(String, String)> {
+    let Some((_, settings)) = KINDS.iter().find(|(name, _)| *name == kind) else {
+        return vec![];
+    };
+    let mut problems = Vec::new();
+    for setting in settings.iter().filter(|s| s.required) {
+        if !with.contains_key(setting.name) {
+            problems.push((
+                String::new(),
+                format!("a `{kind}` step needs `with.{}`", setting.name),
+            ));
+        }
+    }
+    for key in with.keys() {
+        if !settings.iter().any(|s| s.name == key) {
+            let known: Vec<&str> = settings.iter().map(|s| s.name).collect();
+            let hint = if known.is_empty() {
+                "it takes none".to_owned()
+            } else {
+                format!("it takes: {}", known.join(", "))
+            };
+            problems.push((
+                format!(".{key}"),
+                format!("unknown setting for a `{kind}` step; {hint}"),
+            ));
+        }
+    }
+    let mut problem = |key: &str, text: String| problems.push((format!(".{key}"), text));
+    for (key, value) in with {
+        let found = match (kind, key.as_str()) {
+            ("script", "command") => text(value).err(),
+            ("terraform", "dir") => relative_path(value).err(),
+            ("ansible", "playbook") => relative_path(value).err().or_else(|| {
+                let path = value.as_str().unwrap_or_default();
+                (!(path.ends_with(".yml") || path.ends_with(".yaml")))
+                    .then(|| format!("`{path}` must be a playbook file ending in .yml or .yaml"))
+            }),
+            ("terraform" | "ansible", "vars") => value
+                .as_object()
+                .is_none()
+                .then(|| "must be a map of variable names to values".to_owned()),
+            ("ansible", "user") => text(value).err(),
+            ("ansible" | "wait-ssh", "hosts") => host_list(value, hosts).err(),
+            ("wait-ssh", "timeout") => match value.as_str().map(parse_duration) {
+                Some(Some(wait)) if !wait.is_zero() => None,
+                _ => Some(format!(
+                    "`{}` is not a duration; write it like 30s or 2m",
+                    plain(value)
+                )),
+            },
+            ("http", "url" | "body") => text(value).err(),
+            ("http", "method") => match value.as_str() {
+                Some(method) if HTTP_METHODS.contains(&method) => None,
+                _ => Some(format!(
+                    "`{}` is not a method; use one of {}",
+                    plain(value),
+                    HTTP_METHODS.join(", ")
+                )),
+            },
+            ("http", "headers") => match value.as_object() {
+                Some(map) if map.values().all(Value::is_string) => None,
+                _ => Some("must be a map of header names to text".to_owned()),
+            },
+            ("http", "expect_status") => expected_statuses(value).err(),
+            ("http", "outputs") => match value.as_object() {
+                Some(map) if map.values().all(|v| v.as_str().is_some_and(is_pointer)) => None,
+                _ => Some(
+                    "must map output names to JSON pointers into the answer, like `/server/id`"
+                        .to_owned(),
+                ),
+            },
+            _ => None,
+        };
+        if let Some(text) = found {
+            problem(key, text);
+        }
+    }
+    problems
+}
+
+/// The statuses an `http` step accepts: `expect_status` as a number or a list, or any 2xx.
+pub fn expected_statuses(value: &Value) -> Result<Vec<u16>, String> {
+    let status = |v: &Value| {
+        v.as_u64()
+            .filter(|code| (100..=599).contains(code))
+            .and_then(|code| u16::try_from(code).ok())
+    };
+    let found = match value {
+        Value::Array(items) => items.iter().map(status).collect::<Option<Vec<_>>>(),
+        single => status(single).map(|code| vec![code]),
+    };
+    match found {
+        Some(codes) if !codes.is_empty() => Ok(codes),
+        _ => Err(format!(
+            "`{}` is not an HTTP status; give one like 200, or a list like [200, 201]",
+            plain(value)
+        )),
+    }
+}
+
+/// The addresses a `hosts` setting names: a host group of the blueprint, or a list.
+pub fn host_list<'a>(
+    value: &'a Value,
+    groups: &'a BTreeMap<String, Vec<String>>,
+) -> Result<Vec<&'a str>, String> {
+    match value {
+        Value::String(group) => groups
+            .get(group)
+            .map(|addresses| addresses.iter().map(String::as_str).collect())
+            .ok_or_else(|| {
+                let known: Vec<&str> = groups.keys().map(String::as_str).collect();
+                format!(
+                    "`{group}` is not a host group of the blueprint; {}",
+                    if known.is_empty() {
+                        "declare it under `hosts`, or give a list of address:port".to_owned()
+                    } else {
+                        format!("the groups are: {}", known.join(", "))
+                    }
+                )
+            }),
+        Value::Array(items) if !items.is_empty() => items
+            .iter()
+            .map(|item| {
+                item.as_str()
+                    .ok_or_else(|| "each host must be text: address or address:port".to_owned())
+            })
+            .collect(),
+        _ => Err("give a host group's name or a list of address:port".to_owned()),
+    }
+}
+
+/// The folder (relative to the blueprint's) whose files a step takes into its sandbox.
+pub fn bundle_dir(kind: &str, with: &BTreeMap<String, Value>) -> Option<String> {
+    let path = match kind {
+        "terraform" => with.get("dir")?.as_str()?,
+        "ansible" => {
+            let playbook = with.get("playbook")?.as_str()?;
+            return Some(
+                playbook
+                    .rsplit_once('/')
+                    .map_or(String::new(), |(dir, _)| dir.to_owned()),
+            );
+        }
+        _ => return None,
+    };
+    Some(path.trim_end_matches('/').to_owned())
+}
+
+/// Whether `text` is a JSON pointer (RFC 6901) that picks something inside a document.
+fn is_pointer(text: &str) -> bool {
+    text.starts_with('/')
+}
+
+fn text(value: &Value) -> Result<&str, String> {
+    value.as_str().ok_or_else(|| "must be text".to_owned())
+}
+
+/// A plain path inside the blueprint's folder, without templates.
+fn relative_path(value: &Value) -> Result<&str, String> {
+    let path = text(value)?;
+    let templated = Template::parse(path).map_or(true, |t| t.references().next().is_some());
+    if path.is_empty()
+        || path.starts_with('/')
+        || path.split('/').any(|part| part == ".." || part == ".")
+        || templated
+    {
+        return Err(format!(
+            "`{path}` must be a plain path inside the blueprint's folder, like `infra` or `site.yml`"
+        ));
+    }
+    Ok(path)
+}
+
+fn plain(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn with(value: Value) -> BTreeMap<String, Value> {
+        serde_json::from_value(value).expect("a map")
+    }
+
+    #[test]
+    fn every_kind_checks_its_settings() {
+        let groups = BTreeMap::from([("web".to_owned(), vec!["10.0.0.1:22".to_owned()])]);
+        let cases = [
+            ("terraform", json!({"dir": "../infra"}), ".dir"),
+            ("terraform", json!({"dir": "infra", "vars": [1]}), ".vars"),
+            ("ansible", json!({"playbook": "site.txt", "hosts": "web"}), ".playbook"),
+            ("ansible", json!({"playbook": "site.yml", "hosts": "db"}), ".hosts"),
+            ("http", json!({"url": "http://x", "method": "FETCH"}), ".method"),
+            ("http", json!({"url": "http://x", "expect_status": 42}), ".expect_status"),
+            ("http", json!({"url": "http://x", "outputs": {"id": "id"}}), ".outputs"),
+            ("wait-ssh", json!({"hosts": ["a:22"], "timeout": "soon"}), ".timeout"),
+            ("wait-ssh", json!({}), ""),
+        ];
+        for (kind, settings, field) in cases {
+            let problems = check_with(kind, &with(settings.clone()), &groups);
+            assert!(
+                problems.iter().any(|(f, _)| f == field),
+                "{kind} {settings}: {problems:?}"
+            );
+        }
+        let good = [
+            ("terraform", json!({"dir": "infra", "vars": {"a": 1}})),
+            ("ansible", json!({"playbook": "play/site.yml", "hosts": "web", "user": "root"})),
+            ("ansible", json!({"playbook": "site.yaml", "hosts": ["127.0.0.1:2222"]})),
+            ("http", json!({"url": "http://x", "method": "POST", "expect_status": [200, 201],
+                            "headers": {"a": "b"}, "outputs": {"id": "/id"}})),
+            ("wait-ssh", json!({"hosts": "web", "timeout": "2m"})),
+        ];
+        for (kind, settings) in good {
+            assert_eq!(check_with(kind, &with(settings.clone()), &groups), vec![], "{kind} {settings}");
+        }
+    }
+
+    #[test]
+    fn steps_take_the_folder_of_their_files() {
+        assert_eq!(bundle_dir("terraform", &with(json!({"dir": "infra/"}))), Some("infra".into()));
+        assert_eq!(
+            bundle_dir("ansible", &with(json!({"playbook": "play/site.yml"}))),
+            Some("play".into())
+        );
+        assert_eq!(bundle_dir("ansible", &with(json!({"playbook": "site.yml"}))), Some(String::new()));
+        assert_eq!(bundle_dir("script", &with(json!({"command": "true"}))), None);
+    }
+}

@@ -1,0 +1,202 @@
+//! What every step kind shares: the attempt it is given ([`StepInput`]), the sandbox command it
+//! prepares ([`Prepared`]), the verdict it reaches on the command's exit ([`Verdict`]), and
+//! reference resolution.
+//!
+//! A kind is two pure functions: `prepare(&StepInput) -> Result<Prepared, String>` and
+//! `conclude(&StepInput, exit code, &SandboxResult) -> Verdict`. The runner does the rest: the
+//! sandbox, the per-attempt log, masking, timeouts, abandonment and recording.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use overture_domain::secret::{SecretString, SecretValues, SSH_KEY_SECRET};
+use overture_domain::template::{Reference, Template};
+use overture_domain::DeploymentState;
+use overture_events::{DeploymentId, ErrorClass, StepSpec};
+use secrecy::ExposeSecret;
+use serde_json::Value;
+
+/// One attempt of one step, with everything a kind may read to prepare it.
+pub struct StepInput<'a> {
+    /// The deployment as the log has it.
+    pub state: &'a DeploymentState,
+    /// The step.
+    pub spec: &'a StepSpec,
+    /// The deployment's opened secrets (the SSH key among them, if it has one).
+    pub secrets: &'a SecretValues,
+    /// The deployment.
+    pub deployment: DeploymentId,
+    /// The 1-based attempt.
+    pub attempt: u32,
+    /// What the step's earlier attempts kept between sandboxes (a Terraform state), if any.
+    pub kept: Option<Vec<u8>>,
+}
+
+impl StepInput<'_> {
+    /// A `with` setting.
+    pub fn setting(&self, key: &str) -> Option<&Value> {
+        self.spec.with.get(key)
+    }
+
+    /// A `with` setting that is text.
+    pub fn text_setting(&self, key: &str) -> Option<&str> {
+        self.setting(key).and_then(Value::as_str)
+    }
+
+    /// The files the blueprint recorded under `dir` (relative to its folder), with paths
+    /// relative to `dir`.
+    pub fn files_under(&self, dir: &str) -> Vec<(String, &str)> {
+        let Some(blueprint) = &self.state.blueprint else {
+            return vec![];
+        };
+        blueprint
+            .files
+            .iter()
+            .filter_map(|(path, text)| {
+                let relative = if dir.is_empty() {
+                    Some(path.as_str())
+                } else {
+                    path.strip_prefix(dir).and_then(|rest| rest.strip_prefix('/'))
+                };
+                relative.map(|relative| (relative.to_owned(), text.as_str()))
+            })
+            .collect()
+    }
+
+    /// What a reference stands for: a plain value or a secret.
+    pub fn lookup(&self, reference: &Reference) -> Result<Resolved<'_>, String> {
+        match reference {
+            Reference::Param(param) => self
+                .state
+                .params
+                .get(param)
+                .map(|value| Resolved::Plain(value.as_str()))
+                .ok_or_else(|| format!("parameter `{param}` has no value")),
+            Reference::Output { step, key } => self
+                .state
+                .steps
+                .get(step)
+                .and_then(|s| s.outputs.get(key))
+                .map(|value| Resolved::Plain(value.as_str()))
+                .ok_or_else(|| format!("`{reference}`: step `{step}` produced no output `{key}`")),
+            Reference::Secret(secret) => self
+                .secrets
+                .get(secret)
+                .map(Resolved::Secret)
+                .ok_or_else(|| format!("secret `{secret}` was not given")),
+        }
+    }
+
+    /// The text with every reference replaced by its value, secrets included: only for what the
+    /// step alone sees (its files and environment), never for anything recorded.
+    pub fn render(&self, text: &str) -> Result<String, String> {
+        let template = Template::parse(text).map_err(|e| e.to_string())?;
+        template.render(|reference| {
+            self.lookup(reference).map(|resolved| match resolved {
+                Resolved::Plain(value) => value.to_owned(),
+                Resolved::Secret(value) => value.expose_secret().to_owned(),
+            })
+        })
+    }
+
+    /// [`render`](Self::render) on every text inside a JSON value.
+    pub fn render_value(&self, value: &Value) -> Result<Value, String> {
+        Ok(match value {
+            Value::String(text) => Value::String(self.render(text)?),
+            Value::Array(items) => Value::Array(
+                items
+                    .iter()
+                    .map(|item| self.render_value(item))
+                    .collect::<Result<_, _>>()?,
+            ),
+            Value::Object(map) => Value::Object(
+                map.iter()
+                    .map(|(key, item)| Ok((key.clone(), self.render_value(item)?)))
+                    .collect::<Result<_, String>>()?,
+            ),
+            other => other.clone(),
+        })
+    }
+
+    /// The addresses of the step's `hosts` setting (a host group or a list), rendered.
+    pub fn hosts(&self) -> Result<Vec<String>, String> {
+        let value = self.setting("hosts").ok_or("the step has no `with.hosts`")?;
+        let groups = self
+            .state
+            .blueprint
+            .as_ref()
+            .map(|b| &b.hosts)
+            .ok_or("the deployment has no blueprint")?;
+        overture_domain::kinds::host_list(value, groups)?
+            .into_iter()
+            .map(|address| self.render(address))
+            .collect()
+    }
+
+    /// The deployment's SSH private key, if it has one.
+    pub fn ssh_key(&self) -> Option<&SecretString> {
+        self.secrets.get(SSH_KEY_SECRET)
+    }
+}
+
+/// A reference's value.
+pub enum Resolved<'a> {
+    /// A parameter or an output.
+    Plain(&'a str),
+    /// A secret.
+    Secret(&'a SecretString),
+}
+
+/// A step attempt ready for its sandbox.
+#[derive(Default)]
+pub struct Prepared {
+    /// Run with `/bin/sh -c` in `/work`.
+    pub command: String,
+    /// Plain environment variables.
+    pub env: Vec<(String, String)>,
+    /// Environment variables holding secrets.
+    pub secret_env: Vec<(String, SecretString)>,
+    /// Files placed under `/work` (mode 0600; they may hold secrets).
+    pub files: Vec<(PathBuf, Vec<u8>)>,
+    /// Whether the step keeps network access.
+    pub network: bool,
+    /// Files under `/work` to read back once the command has ended.
+    pub collect: Vec<PathBuf>,
+}
+
+/// What a kind makes of its command's exit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The attempt succeeded with these outputs (masked by the runner before recording).
+    Success(BTreeMap<String, String>),
+    /// The attempt failed: its class and a headline (the runner adds the last lines of output).
+    Failure {
+        /// How the retry policy sees it.
+        class: ErrorClass,
+        /// What went wrong, for the user.
+        headline: String,
+    },
+}
+
+impl Verdict {
+    /// A failure of class `step-failed`.
+    pub fn failed(headline: impl Into<String>) -> Self {
+        Verdict::Failure {
+            class: ErrorClass::StepFailed,
+            headline: headline.into(),
+        }
+    }
+}
+
+/// A collected file's content, if the step left it.
+pub fn collected<'a>(collected: &'a [(PathBuf, Vec<u8>)], path: &str) -> Option<&'a [u8]> {
+    collected
+        .iter()
+        .find(|(p, _)| p.as_os_str() == path)
+        .map(|(_, content)| content.as_slice())
+}
+
+/// Quotes a value for `/bin/sh`, so it is one word whatever it holds.
+pub fn shell_quote(value: &str) -> String {
+    format!("'{}'", value.replace('\'', r"'\''"))
+}

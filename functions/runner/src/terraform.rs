@@ -1,0 +1,20 @@
+//! The `terraform` step kind.
+
+use crate::step::{Prepared, StepInput, Verdict};
+use crate::SandboxResult;
+
+/// The kind's name in blueprints.
+pub const KIND: &str = "terraform";
+
+/// Builds the sandbox command of an attempt.
+pub fn prepare(_input: &StepInput) -> Result<Prepared, String> {
+    Err("the `terraform` kind is not built yet".into())
+}
+
+/// Judges the command's exit.
+pub fn conclude(_input: &StepInput, code: i32, _result: &SandboxResult) -> Verdict {
+    Verdict::failed(format!("exited with code {code}"))
+}
+
+/// Where the configuration's state is, under `/work`, kept between attempts and for `destroy`.
+pub const STATE_FILE: &str = "config/terraform.tfstate";
