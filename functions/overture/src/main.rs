@@ -6,12 +6,17 @@
 //! - [`progress`]: live progress while a deployment runs.
 //! - [`render`]: status, lists and the audit trail for people.
 //! - [`lock`]: the data directory's engine lock.
+//! - [`logs`]: `overture logs`, an attempt's output.
+//! - [`teardown`]: `overture destroy`.
+//! - [`bundle`]: reading the files a blueprint's steps take from its folder.
 
 mod bundle;
 mod engine;
 mod lock;
+mod logs;
 mod progress;
 mod render;
+mod teardown;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -116,6 +121,31 @@ enum Command {
         /// Only compare a fresh fold of the log with the stored read models; exit 1 on a difference.
         #[arg(long)]
         check: bool,
+    },
+    /// Show the output of a step's attempt (the last one unless --attempt says).
+    Logs {
+        /// The deployment id.
+        id: String,
+        /// The step.
+        step: String,
+        /// Which attempt (1-based).
+        #[arg(long)]
+        attempt: Option<u32>,
+        /// Keep printing what the attempt writes until it ends.
+        #[arg(long, short)]
+        follow: bool,
+    },
+    /// Tear a finished deployment down: destroy what its Terraform steps made, with their state.
+    Destroy {
+        /// The deployment id.
+        id: String,
+        /// A secret its Terraform variables use, as NAME=ENV_VAR (repeatable): the deployment's
+        /// sealed secrets were purged when it ended.
+        #[arg(long = "secret", value_name = "NAME=ENV_VAR")]
+        secrets: Vec<String>,
+        /// Print the final status as JSON on stdout.
+        #[arg(long)]
+        json: bool,
     },
     /// Carry on every unfinished deployment after a crash.
     Resume {
@@ -290,6 +320,15 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 }
             }
             Ok(())
+        }
+        Command::Logs {
+            id,
+            step,
+            attempt,
+            follow,
+        } => logs::show(&data_dir, &id, &step, attempt, follow).await,
+        Command::Destroy { id, secrets, json } => {
+            teardown::destroy(&data_dir, &id, &secrets, json).await
         }
         Command::Validate { file } => {
             let (_, parsed) = read_blueprint(&file)?;
