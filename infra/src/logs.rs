@@ -1,5 +1,5 @@
-//! Every attempt's output as files: `logs/<deployment>/<step>/<attempt>.log` in the data
-//! directory, written masked by the runner and read by `overture logs`.
+//! Every attempt's output as files: `logs/<deployment>/<step>/<attempt>.log` (and `destroy.log`)
+//! in the data directory, written masked by the runner and read by `overture logs`.
 
 use std::fs::{DirBuilder, OpenOptions};
 use std::io::Write;
@@ -7,7 +7,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use overture_events::DeploymentId;
-use overture_runner::logs::AttemptLogs;
+use overture_runner::logs::{AttemptLogs, LogName};
 use overture_runner::PortError;
 
 /// Attempt logs under one directory.
@@ -22,9 +22,9 @@ impl LogFiles {
         Self { root: root.into() }
     }
 
-    /// The file holding an attempt's output.
-    pub fn path(&self, deployment: DeploymentId, step: &str, attempt: u32) -> PathBuf {
-        self.step_dir(deployment, step).join(format!("{attempt}.log"))
+    /// The file holding the output of this run of a step.
+    pub fn path(&self, deployment: DeploymentId, step: &str, name: LogName) -> PathBuf {
+        self.step_dir(deployment, step).join(format!("{name}.log"))
     }
 
     /// The attempts of a step that have a log, in order.
@@ -58,9 +58,9 @@ impl AttemptLogs for LogFiles {
         &self,
         deployment: DeploymentId,
         step: &str,
-        attempt: u32,
+        name: LogName,
     ) -> Result<Box<dyn Write + Send + Sync>, PortError> {
-        let path = self.path(deployment, step, attempt);
+        let path = self.path(deployment, step, name);
         let failed = |action: &str, error: std::io::Error| {
             PortError(format!("could not {action} {}: {error}", path.display()))
         };

@@ -393,7 +393,9 @@ async fn run_in_sandbox(
             });
         }
     };
-    let log = ports.logs.create(deployment, &spec.name, attempt)?;
+    let log = ports
+        .logs
+        .create(deployment, &spec.name, logs::LogName::Attempt(attempt))?;
     let mut env = prepared.env;
     env.extend([
         ("OVERTURE_DEPLOYMENT".to_owned(), deployment.to_string()),

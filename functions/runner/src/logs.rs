@@ -8,14 +8,32 @@ use overture_events::DeploymentId;
 
 use crate::PortError;
 
+/// Which run of a step a log holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogName {
+    /// An attempt (1-based).
+    Attempt(u32),
+    /// The destruction of the step's resources.
+    Destroy,
+}
+
+impl std::fmt::Display for LogName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LogName::Attempt(attempt) => write!(f, "{attempt}"),
+            LogName::Destroy => f.write_str("destroy"),
+        }
+    }
+}
+
 /// Keeps the output of each attempt.
 pub trait AttemptLogs: Send + Sync {
-    /// A new, empty log for this attempt; what is written to it is already masked.
+    /// A new, empty log for this run of the step; what is written to it is already masked.
     fn create(
         &self,
         deployment: DeploymentId,
         step: &str,
-        attempt: u32,
+        name: LogName,
     ) -> Result<Box<dyn Write + Send + Sync>, PortError>;
 }
 
