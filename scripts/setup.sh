@@ -8,11 +8,32 @@ command -v bwrap >/dev/null || need+=(bubblewrap)
 command -v sqlite3 >/dev/null || need+=(sqlite3)
 command -v cc >/dev/null || need+=(gcc libc6-dev)
 command -v make >/dev/null || need+=(make)
+# The step kinds' tools: ansible (agentless, over ssh), curl (http), and an sshd for the tests.
+command -v ansible-playbook >/dev/null || need+=(ansible-core)
+command -v ssh >/dev/null || need+=(openssh-client)
+[[ -x /usr/sbin/sshd ]] || need+=(openssh-server)
+command -v ssh-keygen >/dev/null || need+=(openssh-client)
+command -v curl >/dev/null || need+=(curl)
 if ((${#need[@]})); then
     echo "setup: installing ${need[*]}"
     export DEBIAN_FRONTEND=noninteractive
+    # openssh-server's package would start a system sshd listening on every interface; the tests
+    # start their own on loopback, so no service may start while installing.
+    policy=/usr/sbin/policy-rc.d
+    own_policy=false
+    if [[ ! -e $policy ]]; then
+        printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy" && own_policy=true
+    fi
     apt-get update -qq
     apt-get install -y -qq "${need[@]}" >/dev/null
+    if $own_policy; then rm -f "$policy"; fi
+fi
+
+# Terraform is not in Debian's archive; this machine kind ships it in /usr/local/bin, which
+# sandboxes see through their read-only /usr.
+if ! command -v terraform >/dev/null; then
+    echo "setup: terraform is missing; put the terraform binary (1.5 or newer) in /usr/local/bin" >&2
+    exit 1
 fi
 
 if ! command -v cargo >/dev/null; then

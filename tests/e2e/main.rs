@@ -3,6 +3,7 @@
 //!
 //! - [`support`]: running the binary, reading its JSON, checking an event history's causality.
 //! - [`deploy`]: deployments that succeed, fail, and fail with a grace period.
+//! - [`logs`]: every attempt's output, masked, shown and followed by `overture logs`.
 //! - [`resume`]: killing the engine mid-step and carrying on.
 //! - [`secrets`]: a secret appears nowhere it should not.
 //! - [`input`]: bad input is refused with exit code 2 and nothing recorded.
@@ -11,6 +12,7 @@
 
 mod deploy;
 mod input;
+mod logs;
 mod resume;
 mod sandbox;
 mod secrets;

@@ -80,7 +80,8 @@ pub struct Engine {
     /// The read models.
     pub read_models: SqliteReadModels,
     keys: LocalKeyStore,
-    logs: LogFiles,
+    /// Every attempt's output.
+    pub logs: LogFiles,
     sandbox: Bubblewrap,
     clock: Arc<SystemClock>,
 }

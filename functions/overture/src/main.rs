@@ -129,8 +129,11 @@ enum Command {
         /// The step.
         step: String,
         /// Which attempt (1-based).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "destroy")]
         attempt: Option<u32>,
+        /// The output of `overture destroy` for this step instead.
+        #[arg(long)]
+        destroy: bool,
         /// Keep printing what the attempt writes until it ends.
         #[arg(long, short)]
         follow: bool,
@@ -325,8 +328,16 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             id,
             step,
             attempt,
+            destroy,
             follow,
-        } => logs::show(&data_dir, &id, &step, attempt, follow).await,
+        } => {
+            let which = match (destroy, attempt) {
+                (true, _) => logs::Which::Destroy,
+                (false, Some(attempt)) => logs::Which::Attempt(attempt),
+                (false, None) => logs::Which::Latest,
+            };
+            logs::show(&data_dir, &id, &step, which, follow).await
+        }
         Command::Destroy { id, secrets, json } => {
             teardown::destroy(&data_dir, &id, &secrets, json).await
         }

@@ -1,0 +1,136 @@
+//! `overture logs`: every attempt's output is kept, masked, and can be followed while it runs.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use crate::support::{text, Overture};
+
+const SECRET: &str = "log-s3cr3t-81c2";
+
+/// Fails its first attempt and succeeds on the second, printing a secret each time.
+const FLAKY: &str = r#"
+name: flaky-logs
+secrets: [token]
+steps:
+  flaky:
+    run: script
+    retry: { step-failed: { times: 1 } }
+    with:
+      command: |
+        echo "attempt $OVERTURE_ATTEMPT with {{ secrets.token }}"
+        for i in 1 2 3; do echo "line $i of attempt $OVERTURE_ATTEMPT"; done
+        test "$OVERTURE_ATTEMPT" = 2 || { echo "giving up on attempt $OVERTURE_ATTEMPT" >&2; exit 7; }
+"#;
+
+#[test]
+fn each_attempt_keeps_its_own_masked_output() {
+    let overture = Overture::new();
+    let file = overture.blueprint("flaky.yaml", FLAKY);
+    let output = overture
+        .command(&[
+            "deploy",
+            file.to_str().expect("path"),
+            "--secret",
+            "token=LOG_TOKEN",
+            "--json",
+        ])
+        .env("LOG_TOKEN", SECRET)
+        .output()
+        .expect("deploy");
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let status: serde_json::Value = serde_json::from_slice(&output.stdout).expect("status");
+    let id = status["id"].as_str().expect("id");
+
+    let latest = overture.run(&["logs", id, "flaky"]);
+    assert!(latest.status.success(), "{}", text(&latest.stderr));
+    assert_eq!(
+        text(&latest.stdout),
+        "attempt 2 with ***\nline 1 of attempt 2\nline 2 of attempt 2\nline 3 of attempt 2\n",
+        "the last attempt by default, its secret masked"
+    );
+
+    let first = text(&overture.run(&["logs", id, "flaky", "--attempt", "1"]).stdout);
+    assert!(first.starts_with("attempt 1 with ***\n"), "{first}");
+    assert!(first.ends_with("giving up on attempt 1\n"), "{first}");
+
+    let failure = overture
+        .events(id)
+        .into_iter()
+        .find(|e| e["type"] == "StepAttemptFailed")
+        .expect("the first attempt failed");
+    assert_eq!(failure["data"]["exit_code"], 7);
+    let message = failure["data"]["message"].as_str().expect("message");
+    assert!(
+        message.contains("line 3 of attempt 1") && message.contains("giving up on attempt 1"),
+        "the failure carries the last lines: {message}"
+    );
+    assert!(message.contains("***") && !message.contains(SECRET), "{message}");
+}
+
+#[test]
+fn asking_for_a_step_or_attempt_that_has_no_log_says_what_there_is() {
+    let overture = Overture::new();
+    let file = overture.blueprint(
+        "one.yaml",
+        "name: one\nsteps:\n  only: { run: script, with: { command: 'echo hi' } }\n",
+    );
+    let (code, status, _) = overture.deploy(&file, &[]);
+    assert_eq!(code, 0);
+    let id = status["id"].as_str().expect("id");
+
+    let unknown = overture.run(&["logs", id, "other"]);
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(
+        text(&unknown.stderr).contains("its steps are: only"),
+        "{}",
+        text(&unknown.stderr)
+    );
+    let missing = overture.run(&["logs", id, "only", "--attempt", "3"]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(text(&missing.stderr).contains("no output for attempt 3"));
+}
+
+#[test]
+fn follow_prints_an_attempt_while_it_runs_and_stops_when_it_ends() {
+    let overture = Overture::new();
+    let file = overture.blueprint(
+        "slow.yaml",
+        "name: slow\nsteps:\n  slow: { run: script, with: { command: 'echo first; sleep 2; echo second' } }\n",
+    );
+    let mut deploy = overture
+        .command(&["deploy", file.to_str().expect("path"), "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("deploy");
+
+    // The deployment's id is in the data directory as soon as its first line is logged.
+    let logs = overture.data_dir().join("logs");
+    let start = Instant::now();
+    let id = loop {
+        let found = std::fs::read_dir(&logs)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|entry| entry.file_name().to_string_lossy().into_owned())
+            .find(|id| {
+                std::fs::read_to_string(logs.join(id).join("slow").join("1.log"))
+                    .is_ok_and(|log| log.contains("first"))
+            });
+        if let Some(id) = found {
+            break id;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "the step never started");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+
+    let followed = overture.run(&["logs", &id, "slow", "--follow"]);
+    assert!(followed.status.success(), "{}", text(&followed.stderr));
+    assert_eq!(text(&followed.stdout), "first\nsecond\n");
+    let status = overture.json(&["status", &id, "--json"]);
+    assert_eq!(
+        status["steps"]["slow"]["status"], "succeeded",
+        "follow returns only once the attempt has ended"
+    );
+    assert!(deploy.wait().expect("deploy ends").success());
+}
