@@ -15,7 +15,9 @@
 //!    (`overture_projector::rebuild`) from a log of a million events, checked afterwards;
 //! 4. [`deploy::deploy`]: wall time per step of the real `overture deploy` process on wide DAGs
 //!    of `noop` steps (the engine's own overhead) and of `script` steps running `true` in
-//!    bubblewrap.
+//!    bubblewrap;
+//! 5. [`sandbox::start_up`]: what the sandbox itself costs a step: `true` started one at a time
+//!    in a fresh sandbox, beside the same `/bin/sh -c true` started without one.
 //!
 //! [`fixtures`] builds the events and blueprints; [`report`] prints the figures.
 
@@ -24,6 +26,7 @@ mod fixtures;
 mod log_rate;
 mod replay;
 mod report;
+mod sandbox;
 
 use std::process::ExitCode;
 
@@ -42,6 +45,8 @@ const REPLAY_DEPLOYMENTS: usize = 10_000;
 const NOOP_STEPS: usize = 1_000;
 /// Steps of the script deployment, shaped likewise.
 const SCRIPT_STEPS: usize = 200;
+/// Commands started each way to measure the sandbox's start-up cost.
+const SANDBOX_STARTS: usize = 200;
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -80,6 +85,9 @@ async fn run() -> anyhow::Result<()> {
     eprintln!("overture deploy: {SCRIPT_STEPS} script steps");
     let script = deploy::deploy(&overture, SCRIPT_STEPS, StepKind::ScriptTrue).await?;
 
+    eprintln!("sandbox start-up: {SANDBOX_STARTS} `true` in a sandbox and {SANDBOX_STARTS} without");
+    let start_up = sandbox::start_up(SANDBOX_STARTS).await?;
+
     let figures = Figures {
         nproc,
         log_1,
@@ -89,6 +97,7 @@ async fn run() -> anyhow::Result<()> {
         replay,
         noop,
         script,
+        start_up,
     };
     println!();
     print!("{}", report::table(&figures));

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use crate::deploy::Deployed;
 use crate::log_rate::CommitRate;
 use crate::replay::Replay;
+use crate::sandbox::StartUp;
 
 /// Everything one run measured.
 #[derive(Clone, Copy, Debug)]
@@ -25,6 +26,8 @@ pub struct Figures {
     pub noop: Deployed,
     /// The deployment of script steps.
     pub script: Deployed,
+    /// A command started in a sandbox and without one.
+    pub start_up: StartUp,
 }
 
 fn per_sec(value: f64) -> u64 {
@@ -111,6 +114,16 @@ pub fn table(f: &Figures) -> String {
             format!("{:.1} s in all", f.script.elapsed.as_secs_f64()),
         ],
         [
+            format!("sandbox start-up, `true` x {}, one at a time", f.start_up.runs),
+            format!("{:.2}", f.start_up.sandboxed_ms()),
+            "ms/step".into(),
+            format!(
+                "without a sandbox: {:.2} ms; the sandbox adds {:.2} ms",
+                f.start_up.plain_ms(),
+                f.start_up.sandboxed_ms() - f.start_up.plain_ms()
+            ),
+        ],
+        [
             "CPUs (nproc)".into(),
             f.nproc.to_string(),
             String::new(),
@@ -178,5 +191,8 @@ pub fn json(f: &Figures) -> serde_json::Value {
         "script_steps": f.script.steps,
         "script_seconds": two_decimals(f.script.elapsed.as_secs_f64()),
         "script_ms_per_step": two_decimals(f.script.ms_per_step()),
+        "sandbox_starts": f.start_up.runs,
+        "sandbox_start_ms": two_decimals(f.start_up.sandboxed_ms()),
+        "plain_start_ms": two_decimals(f.start_up.plain_ms()),
     })
 }
