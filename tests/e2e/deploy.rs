@@ -101,6 +101,7 @@ fn a_failing_step_fails_the_deployment_while_its_grace_period_lets_a_sibling_fin
             r#"
 name: grace
 on_failure: {{ grace: 3s }}
+secrets: [token]
 steps:
   breaks:
     run: script
@@ -117,10 +118,21 @@ steps:
 "#
         ),
     );
-    let (code, status, output) = overture.deploy(&file, &[]);
+    let output = overture
+        .command(&[
+            "deploy",
+            file.to_str().expect("path"),
+            "--json",
+            "--secret",
+            "token=GRACE_TOKEN",
+        ])
+        .env("GRACE_TOKEN", "grace-token-value")
+        .output()
+        .expect("deploy");
+    let status: serde_json::Value = serde_json::from_slice(&output.stdout).expect("status");
     assert_eq!(
-        code,
-        1,
+        output.status.code(),
+        Some(1),
         "a failed deployment exits 1: {}",
         text(&output.stderr)
     );
@@ -176,8 +188,16 @@ steps:
         .iter()
         .position(|e| e["type"] == "StepAbandoned" && e["data"]["step"] == "slow")
         .expect("slow abandoned");
-    assert!(grace < quick_done && quick_done < abandoned);
+    let purged = all
+        .iter()
+        .position(|t| t == "SecretsPurged")
+        .expect("the cleanup ran");
+    assert!(grace < quick_done && quick_done < abandoned && abandoned < purged);
     assert_eq!(*all.last().expect("events"), "DeploymentFailed");
+    let seals: Vec<_> = std::fs::read_dir(overture.data_dir().join("seals"))
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(seals.is_empty(), "the sealed secrets are gone: {seals:?}");
 
     let left = gone_within(&slow, std::time::Duration::from_secs(5));
     assert!(

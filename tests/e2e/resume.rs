@@ -123,6 +123,80 @@ steps:
 }
 
 #[test]
+fn a_retry_wait_in_progress_when_the_engine_dies_is_honoured_by_resume() {
+    let overture = Overture::new();
+    let file = overture.blueprint(
+        "wait.yaml",
+        r#"
+name: waits
+steps:
+  flaky:
+    run: script
+    retry: { step-failed: { times: 1, wait: 3s } }
+    with: { command: 'test "$OVERTURE_ATTEMPT" = 2' }
+"#,
+    );
+    let mut engine = overture
+        .command(&["deploy", file.to_str().expect("path")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start overture deploy");
+    let stderr = engine.stderr.take().expect("stderr");
+    let mut id = None;
+    for line in BufReader::new(stderr).lines() {
+        let line = line.expect("progress line");
+        if let Some(rest) = line.strip_prefix("deployment ") {
+            id = Some(rest.trim().to_owned());
+        }
+        if line.contains("retrying: attempt 2") {
+            break;
+        }
+    }
+    let id = id.expect("the deployment id was printed");
+    let pid = i32::try_from(engine.id()).expect("pid");
+    // SAFETY: signals the child this test started, by its PID.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    engine.wait().expect("reap the killed engine");
+    assert_eq!(
+        overture.events(&id).last().expect("events")["type"],
+        "StepRetryScheduled",
+        "the engine died during the wait"
+    );
+
+    let resumed = overture.run(&["resume"]);
+    assert!(resumed.status.success(), "resume: {}", text(&resumed.stderr));
+
+    let events = overture.events(&id);
+    let retry = events
+        .iter()
+        .find(|e| e["type"] == "StepRetryScheduled")
+        .expect("the retry");
+    let second = events
+        .iter()
+        .find(|e| e["type"] == "StepStarted" && e["data"]["attempt"] == 2)
+        .expect("the second attempt");
+    let not_before = timestamp(&retry["data"]["not_before"]);
+    let started = timestamp(&second["metadata"]["recorded_at"]);
+    assert!(
+        started >= not_before,
+        "attempt 2 started at {started}, before its wait ended at {not_before}"
+    );
+    assert_eq!(
+        overture.json(&["status", &id, "--json"])["status"],
+        "succeeded"
+    );
+}
+
+fn timestamp(value: &serde_json::Value) -> chrono::DateTime<chrono::Utc> {
+    value
+        .as_str()
+        .expect("a timestamp")
+        .parse()
+        .expect("RFC 3339")
+}
+
+#[test]
 fn resume_with_nothing_to_do_says_so() {
     let overture = Overture::new();
     let resumed = overture.run(&["resume"]);
