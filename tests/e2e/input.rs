@@ -114,13 +114,75 @@ fn unknown_deployments_are_refused() {
 }
 
 #[test]
+fn steps_whose_files_or_hosts_are_missing_are_refused() {
+    let overture = Overture::new();
+    let file = overture.blueprint(
+        "tools.yaml",
+        r#"
+name: tools
+hosts:
+  web: ["127.0.0.1:22"]
+steps:
+  infra: { run: terraform, with: { dir: no-such-folder } }
+  outside: { run: terraform, with: { dir: ../elsewhere } }
+  configure: { run: ansible, with: { playbook: site.yml, hosts: db } }
+"#,
+    );
+    let path = file.to_str().expect("path");
+    assert_refused(
+        &overture,
+        &["deploy", path],
+        &[
+            "tools.yaml",
+            "steps.outside.with.dir: `../elsewhere` must be a plain path inside the blueprint's folder",
+            "steps.configure.with.hosts: `db` is not a host group of the blueprint; the groups are: web",
+        ],
+    );
+    let fixed = overture.blueprint(
+        "tools.yaml",
+        r#"
+name: tools
+steps:
+  infra: { run: terraform, with: { dir: no-such-folder } }
+  configure: { run: ansible, with: { playbook: site.yml, hosts: ["127.0.0.1:22"] } }
+"#,
+    );
+    assert_refused(
+        &overture,
+        &["validate", fixed.to_str().expect("path")],
+        &["steps.infra.with.dir", "no-such-folder` is not a folder"],
+    );
+    std::fs::create_dir(fixed.parent().expect("folder").join("no-such-folder")).expect("mkdir");
+    assert_refused(
+        &overture,
+        &["deploy", fixed.to_str().expect("path")],
+        &[
+            "steps.infra.with.dir: `no-such-folder` holds no Terraform configuration",
+            "steps.configure.with.playbook: `site.yml` is not a file in the blueprint's folder",
+        ],
+    );
+    nothing_recorded(&overture);
+}
+
+#[test]
 fn validate_accepts_the_examples() {
     let overture = Overture::new();
-    let example = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../examples/hello-world/blueprint.yaml"
-    );
-    let output = overture.run(&["validate", example]);
-    assert!(output.status.success(), "{}", text(&output.stderr));
-    assert!(text(&output.stdout).contains("valid blueprint `hello-world`"));
+    let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(examples).expect("examples").flatten() {
+        let blueprint = entry.path().join("blueprint.yaml");
+        if !blueprint.is_file() {
+            continue;
+        }
+        let output = overture.run(&["validate", blueprint.to_str().expect("path")]);
+        assert!(
+            output.status.success(),
+            "{}: {}",
+            blueprint.display(),
+            text(&output.stderr)
+        );
+        assert!(text(&output.stdout).contains("valid blueprint"));
+        checked += 1;
+    }
+    assert!(checked >= 1, "no example found in {examples}");
 }
