@@ -391,7 +391,11 @@ pub fn bundle_dirs(blueprint: &BlueprintSnapshot) -> Vec<(String, String)> {
         .iter()
         .filter_map(|step| {
             let dir = kinds::bundle_dir(&step.kind, &step.with)?;
-            let key = if step.kind == "ansible" { "playbook" } else { "dir" };
+            let key = if step.kind == "ansible" {
+                "playbook"
+            } else {
+                "dir"
+            };
             Some((format!("steps.{}.with.{key}", step.name), dir))
         })
         .collect()
@@ -410,15 +414,29 @@ pub fn attach_files(
                 let dir = kinds::bundle_dir(&step.kind, &step.with).unwrap_or_default();
                 let prefix = format!("{dir}/");
                 (!files.keys().any(|path| {
-                    path.strip_prefix(&prefix)
-                        .is_some_and(|name| !name.contains('/') && (name.ends_with(".tf") || name.ends_with(".tf.json")))
+                    path.strip_prefix(&prefix).is_some_and(|name| {
+                        !name.contains('/') && (name.ends_with(".tf") || name.ends_with(".tf.json"))
+                    })
                 }))
-                .then(|| ("dir", format!("`{dir}` holds no Terraform configuration (*.tf files)")))
+                .then(|| {
+                    (
+                        "dir",
+                        format!("`{dir}` holds no Terraform configuration (*.tf files)"),
+                    )
+                })
             }
             "ansible" => {
-                let playbook = step.with.get("playbook").and_then(|v| v.as_str()).unwrap_or_default();
-                (!files.contains_key(playbook))
-                    .then(|| ("playbook", format!("`{playbook}` is not a file in the blueprint's folder")))
+                let playbook = step
+                    .with
+                    .get("playbook")
+                    .and_then(|v| v.as_str())
+                    .unwrap_or_default();
+                (!files.contains_key(playbook)).then(|| {
+                    (
+                        "playbook",
+                        format!("`{playbook}` is not a file in the blueprint's folder"),
+                    )
+                })
             }
             _ => None,
         };
@@ -429,7 +447,10 @@ pub fn attach_files(
             });
         }
     }
-    let size: usize = files.iter().map(|(path, text)| path.len() + text.len()).sum();
+    let size: usize = files
+        .iter()
+        .map(|(path, text)| path.len() + text.len())
+        .sum();
     if size > MAX_FILES_BYTES {
         problems.push(BlueprintProblem {
             field: "steps".into(),

@@ -345,9 +345,10 @@ impl Deployment {
                 Phase::Finished(_),
                 C::RequestDestroy | C::RecordStepDestroyed { .. } | C::RecordDestroyFailure { .. },
             ) => {}
-            (_, C::RequestDestroy | C::RecordStepDestroyed { .. } | C::RecordDestroyFailure { .. }) => {
-                return Err(DeploymentError::StillRunning)
-            }
+            (
+                _,
+                C::RequestDestroy | C::RecordStepDestroyed { .. } | C::RecordDestroyFailure { .. },
+            ) => return Err(DeploymentError::StillRunning),
             (Phase::Finished(_), _) => return Err(DeploymentError::AlreadyFinished),
             _ => {}
         }
@@ -697,7 +698,9 @@ fn next_to_destroy<'a>(
 ) -> Result<&'a [String], DeploymentError> {
     match &state.destroy {
         Some(destroy) if destroy.is_done() => Err(DeploymentError::AlreadyDestroyed),
-        Some(destroy) if !destroy.failed && destroy.remaining.first().is_some_and(|s| s == step) => {
+        Some(destroy)
+            if !destroy.failed && destroy.remaining.first().is_some_and(|s| s == step) =>
+        {
             Ok(&destroy.remaining)
         }
         _ => Err(DeploymentError::NotNextToDestroy(step.to_owned())),

@@ -273,12 +273,36 @@ mod tests {
         let cases = [
             ("terraform", json!({"dir": "../infra"}), ".dir"),
             ("terraform", json!({"dir": "infra", "vars": [1]}), ".vars"),
-            ("ansible", json!({"playbook": "site.txt", "hosts": "web"}), ".playbook"),
-            ("ansible", json!({"playbook": "site.yml", "hosts": "db"}), ".hosts"),
-            ("http", json!({"url": "http://x", "method": "FETCH"}), ".method"),
-            ("http", json!({"url": "http://x", "expect_status": 42}), ".expect_status"),
-            ("http", json!({"url": "http://x", "outputs": {"id": "id"}}), ".outputs"),
-            ("wait-ssh", json!({"hosts": ["a:22"], "timeout": "soon"}), ".timeout"),
+            (
+                "ansible",
+                json!({"playbook": "site.txt", "hosts": "web"}),
+                ".playbook",
+            ),
+            (
+                "ansible",
+                json!({"playbook": "site.yml", "hosts": "db"}),
+                ".hosts",
+            ),
+            (
+                "http",
+                json!({"url": "http://x", "method": "FETCH"}),
+                ".method",
+            ),
+            (
+                "http",
+                json!({"url": "http://x", "expect_status": 42}),
+                ".expect_status",
+            ),
+            (
+                "http",
+                json!({"url": "http://x", "outputs": {"id": "id"}}),
+                ".outputs",
+            ),
+            (
+                "wait-ssh",
+                json!({"hosts": ["a:22"], "timeout": "soon"}),
+                ".timeout",
+            ),
             ("wait-ssh", json!({}), ""),
         ];
         for (kind, settings, field) in cases {
@@ -290,25 +314,47 @@ mod tests {
         }
         let good = [
             ("terraform", json!({"dir": "infra", "vars": {"a": 1}})),
-            ("ansible", json!({"playbook": "play/site.yml", "hosts": "web", "user": "root"})),
-            ("ansible", json!({"playbook": "site.yaml", "hosts": ["127.0.0.1:2222"]})),
-            ("http", json!({"url": "http://x", "method": "POST", "expect_status": [200, 201],
-                            "headers": {"a": "b"}, "outputs": {"id": "/id"}})),
+            (
+                "ansible",
+                json!({"playbook": "play/site.yml", "hosts": "web", "user": "root"}),
+            ),
+            (
+                "ansible",
+                json!({"playbook": "site.yaml", "hosts": ["127.0.0.1:2222"]}),
+            ),
+            (
+                "http",
+                json!({"url": "http://x", "method": "POST", "expect_status": [200, 201],
+                            "headers": {"a": "b"}, "outputs": {"id": "/id"}}),
+            ),
             ("wait-ssh", json!({"hosts": "web", "timeout": "2m"})),
         ];
         for (kind, settings) in good {
-            assert_eq!(check_with(kind, &with(settings.clone()), &groups), vec![], "{kind} {settings}");
+            assert_eq!(
+                check_with(kind, &with(settings.clone()), &groups),
+                vec![],
+                "{kind} {settings}"
+            );
         }
     }
 
     #[test]
     fn steps_take_the_folder_of_their_files() {
-        assert_eq!(bundle_dir("terraform", &with(json!({"dir": "infra/"}))), Some("infra".into()));
+        assert_eq!(
+            bundle_dir("terraform", &with(json!({"dir": "infra/"}))),
+            Some("infra".into())
+        );
         assert_eq!(
             bundle_dir("ansible", &with(json!({"playbook": "play/site.yml"}))),
             Some("play".into())
         );
-        assert_eq!(bundle_dir("ansible", &with(json!({"playbook": "site.yml"}))), Some(String::new()));
-        assert_eq!(bundle_dir("script", &with(json!({"command": "true"}))), None);
+        assert_eq!(
+            bundle_dir("ansible", &with(json!({"playbook": "site.yml"}))),
+            Some(String::new())
+        );
+        assert_eq!(
+            bundle_dir("script", &with(json!({"command": "true"}))),
+            None
+        );
     }
 }

@@ -239,3 +239,69 @@ fn parameters_are_resolved_from_given_values_and_defaults() {
     .expect_err("unknown parameter");
     assert!(unknown.to_string().contains("--param nmae"), "{unknown}");
 }
+
+#[test]
+fn host_groups_are_named_and_their_templates_checked_where_they_are_used() {
+    let text = r#"
+name: hosts
+hosts:
+  web: ["{{ steps.infra.outputs.address }}:22"]
+  Bad_Name: ["10.0.0.1"]
+  empty: []
+steps:
+  infra: { run: noop }
+  wait: { run: wait-ssh, with: { hosts: web } }
+"#;
+    assert_problem(text, "hosts.Bad_Name", &["lowercase"]);
+    assert_problem(text, "hosts.empty", &["at least one"]);
+    assert_problem(
+        text,
+        "steps.wait.with.hosts",
+        &["step `infra`", "add `infra` to its needs"],
+    );
+    let fixed = parse(
+        r#"
+name: hosts
+hosts:
+  web: ["{{ steps.infra.outputs.address }}:22", "10.0.0.2"]
+steps:
+  infra: { run: noop }
+  wait: { run: wait-ssh, needs: [infra], with: { hosts: web, timeout: 30s } }
+"#,
+    )
+    .expect("valid");
+    assert_eq!(fixed.snapshot.hosts["web"].len(), 2);
+}
+
+#[test]
+fn the_files_steps_take_are_recorded_in_the_blueprint_and_its_hash() {
+    use overture_domain::blueprint::{attach_files, bundle_dirs};
+    let text = "name: files\nsteps:\n  infra: { run: terraform, with: { dir: infra } }\n  conf: { run: ansible, with: { playbook: play/site.yml, hosts: ['h:22'] } }\n";
+    let mut parsed = parse(text).expect("valid");
+    let text_only = parsed.hash.clone();
+    assert_eq!(
+        bundle_dirs(&parsed.snapshot),
+        vec![
+            ("steps.infra.with.dir".to_owned(), "infra".to_owned()),
+            ("steps.conf.with.playbook".to_owned(), "play".to_owned())
+        ]
+    );
+    let missing = attach_files(
+        &mut parsed.clone(),
+        [("infra/main.tf".to_owned(), String::new())].into(),
+    )
+    .expect_err("the playbook is missing");
+    assert_eq!(missing.0[0].field, "steps.conf.with.playbook");
+
+    let files: std::collections::BTreeMap<String, String> = [
+        (
+            "infra/main.tf".to_owned(),
+            "resource \"terraform_data\" \"x\" {}".to_owned(),
+        ),
+        ("play/site.yml".to_owned(), "- hosts: all\n".to_owned()),
+    ]
+    .into();
+    attach_files(&mut parsed, files.clone()).expect("attached");
+    assert_eq!(parsed.snapshot.files, files);
+    assert_ne!(parsed.hash, text_only, "the hash covers the files");
+}
