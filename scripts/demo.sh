@@ -20,6 +20,9 @@ echo
 echo "== overture events $id (the audit trail)"
 $overture --data-dir "$data" events "$id"
 echo
+echo "== overture logs $id publish (its output; the token is masked)"
+$overture --data-dir "$data" logs "$id" publish
+echo
 echo "== overture graph $id"
 $overture --data-dir "$data" graph "$id"
 echo
