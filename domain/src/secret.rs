@@ -19,7 +19,15 @@ pub const SSH_KEY_SECRET: &str = "overture.ssh-key";
 /// What replaces a secret value in output.
 pub const MASK: &str = "***";
 
+/// The shortest line of a multi-line secret that is masked on its own: shorter ones (a lone `}`)
+/// would mask ordinary text everywhere.
+const MIN_LINE: usize = 4;
+
 /// Replaces every secret value of a deployment with `***`, as CI systems do.
+///
+/// Besides each value as it is, it masks the forms in which a tool is likely to print it: each
+/// line of a multi-line value (a private key, since logs are masked line by line) and the value
+/// escaped as inside a JSON string (ansible prints variables as JSON).
 #[derive(Clone, Default)]
 pub struct Masker {
     // Longest first, so a secret that contains another is masked whole.
@@ -35,12 +43,30 @@ impl std::fmt::Debug for Masker {
 impl Masker {
     /// A masker for these secrets; empty values are ignored.
     pub fn new<'a>(secrets: impl IntoIterator<Item = &'a SecretString>) -> Self {
-        let mut values: Vec<SecretString> = secrets
-            .into_iter()
-            .filter(|s| !s.expose_secret().is_empty())
-            .cloned()
-            .collect();
+        let mut values: Vec<SecretString> = Vec::new();
+        for secret in secrets {
+            let value = secret.expose_secret();
+            if value.is_empty() {
+                continue;
+            }
+            values.push(secret.clone());
+            let escaped = serde_json::to_string(value).unwrap_or_default();
+            let escaped = escaped.trim_matches('"');
+            if escaped != value {
+                values.push(SecretString::from(escaped.to_owned()));
+            }
+            if value.contains('\n') {
+                values.extend(
+                    value
+                        .lines()
+                        .map(str::trim)
+                        .filter(|line| line.len() >= MIN_LINE)
+                        .map(|line| SecretString::from(line.to_owned())),
+                );
+            }
+        }
         values.sort_by_key(|s| std::cmp::Reverse(s.expose_secret().len()));
+        values.dedup_by(|a, b| a.expose_secret() == b.expose_secret());
         Self { values }
     }
 
@@ -71,6 +97,18 @@ mod tests {
         let masker = Masker::new(&secrets);
         assert_eq!(masker.mask("x abcdef y abc z"), "x *** y *** z");
         assert_eq!(masker.mask("nothing here"), "nothing here");
+    }
+
+    #[test]
+    fn the_lines_and_the_json_form_of_a_multi_line_secret_are_masked_too() {
+        let key = SecretString::from("-----BEGIN KEY-----\nb3BlbnNzaC1rZXk\n\"q\"\n}\n-----END KEY-----\n");
+        let masker = Masker::new([&key]);
+        assert_eq!(masker.mask("line: b3BlbnNzaC1rZXk"), "line: ***");
+        assert_eq!(
+            masker.mask(r#"{"msg": "-----BEGIN KEY-----\nb3BlbnNzaC1rZXk\n\"q\"\n}\n-----END KEY-----\n"}"#),
+            r#"{"msg": "***"}"#
+        );
+        assert_eq!(masker.mask("a } stays"), "a } stays", "short lines are left alone");
     }
 
     #[test]

@@ -130,6 +130,7 @@ fn config_text(port: u16, host_key: &Path, dir: &Path) -> String {
          PasswordAuthentication no\n\
          KbdInteractiveAuthentication no\n\
          UsePAM no\n\
+         Subsystem sftp internal-sftp\n\
          LogLevel VERBOSE\n",
         host_key.display(),
         dir.join("sshd.pid").display(),

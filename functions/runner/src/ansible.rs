@@ -1,17 +1,811 @@
-//! The `ansible` step kind.
+//! The `ansible` step kind: `ansible-playbook` runs a playbook from the blueprint's folder against
+//! the step's hosts, logging in over SSH with the deployment's own key.
+//!
+//! [`prepare`] lays out the sandbox's `/work`:
+//!
+//! ```text
+//! playbook/...            the playbook's folder, as the blueprint recorded it
+//! ansible/ansible.cfg     the settings (ANSIBLE_CONFIG points here, see CONFIG)
+//! ansible/inventory.yml   one host per address, see `inventory`
+//! ansible/extra-vars.yml  the rendered `vars`, passed with `-e @file`, see `extra_vars`
+//! ansible/id_ed25519      the deployment's private key
+//! ```
+//!
+//! Secrets reach ansible only inside files (the sandbox writes them with mode 0600), never on its
+//! command line or in its environment. [`conclude`] reads the PLAY RECAP at the end of the
+//! output: its counts become the step's outputs on success ([`outputs`]), and name the hosts that
+//! failed or could not be reached on failure.
 
-use crate::step::{Prepared, StepInput, Verdict};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use overture_events::ErrorClass;
+use secrecy::ExposeSecret;
+use serde_json::{json, Value};
+
+use crate::step::{shell_quote, Prepared, StepInput, Verdict};
 use crate::SandboxResult;
 
 /// The kind's name in blueprints.
 pub const KIND: &str = "ansible";
 
+/// The user ansible logs in as, unless the step says.
+pub const DEFAULT_USER: &str = "root";
+
+/// The port an address without one is reached on.
+const SSH_PORT: u16 = 22;
+
+/// `ansible-playbook`'s exit code when a host could not be reached. It is also its code for a
+/// playbook or inventory it could not parse; [`conclude`] tells the two apart by the recap,
+/// which only a run that reached its plays prints.
+const EXIT_UNREACHABLE: i32 = 4;
+
+/// Where the playbook's folder goes, under `/work`.
+const PLAYBOOK_DIR: &str = "playbook";
+const CONFIG_FILE: &str = "ansible/ansible.cfg";
+const INVENTORY_FILE: &str = "ansible/inventory.yml";
+const EXTRA_VARS_FILE: &str = "ansible/extra-vars.yml";
+const KEY_FILE: &str = "ansible/id_ed25519";
+
+/// The settings every run uses. No host key is checked or kept: the hosts are new servers whose
+/// keys nobody could know in advance. Everything ansible and ssh write stays in `/work` or
+/// `/tmp`, which vanish with the sandbox.
+const CONFIG: &str = "\
+[defaults]
+host_key_checking = False
+retry_files_enabled = False
+local_tmp = /work/.ansible/tmp
+nocolor = True
+stdout_callback = default
+interpreter_python = auto_silent
+# Host group names may hold '-' (they are blueprint names); ansible would warn about each.
+force_valid_group_names = ignore
+
+[ssh_connection]
+ssh_args = -o ControlMaster=auto -o ControlPersist=60s -o UserKnownHostsFile=/dev/null -o StrictHostKeyChecking=no -o IdentitiesOnly=yes -o BatchMode=yes -o LogLevel=ERROR
+control_path_dir = /tmp/ansible-cp
+# Modules go over the SSH session's stdin instead of as files (fewer round trips); a step can
+# turn this off for its hosts with `vars: { ansible_pipelining: false }`.
+pipelining = True
+";
+
 /// Builds the sandbox command of an attempt.
-pub fn prepare(_input: &StepInput) -> Result<Prepared, String> {
-    Err("the `ansible` kind is not built yet".into())
+pub fn prepare(input: &StepInput) -> Result<Prepared, String> {
+    let playbook = input
+        .text_setting("playbook")
+        .ok_or("the step has no `with.playbook` text")?;
+    let dir = overture_domain::kinds::bundle_dir(KIND, &input.spec.with).unwrap_or_default();
+    let playbook_file = if dir.is_empty() {
+        playbook
+    } else {
+        playbook
+            .strip_prefix(&dir)
+            .and_then(|rest| rest.strip_prefix('/'))
+            .unwrap_or(playbook)
+    };
+    let user = match input.text_setting("user") {
+        Some(user) => input.render(user)?,
+        None => DEFAULT_USER.to_owned(),
+    };
+    check_user(&user)?;
+    let key = input.ssh_key().ok_or(
+        "the deployment has no SSH key to log in with (its sealed secrets hold none); deploy the blueprint again to give it one",
+    )?;
+    let mut key = key.expose_secret().as_bytes().to_vec();
+    // OpenSSH refuses a key file whose last line does not end.
+    if !key.ends_with(b"\n") {
+        key.push(b'\n');
+    }
+
+    let hosts = input
+        .hosts()?
+        .iter()
+        .map(|address| Host::parse(address))
+        .collect::<Result<Vec<_>, _>>()?;
+    // A host group's name also becomes an inventory group, so a playbook may target it.
+    let group = input.text_setting("hosts");
+    let inventory = inventory(&hosts, group, &user, &format!("/work/{KEY_FILE}"))?;
+    let vars = match input.setting("vars") {
+        Some(vars) => input.render_value(vars)?,
+        None => json!({}),
+    };
+
+    let mut files: Vec<(PathBuf, Vec<u8>)> = input
+        .files_under(&dir)
+        .into_iter()
+        .map(|(path, text)| {
+            (
+                PathBuf::from(PLAYBOOK_DIR).join(path),
+                text.as_bytes().to_vec(),
+            )
+        })
+        .collect();
+    files.extend([
+        (PathBuf::from(CONFIG_FILE), CONFIG.as_bytes().to_vec()),
+        (PathBuf::from(INVENTORY_FILE), inventory.into_bytes()),
+        (
+            PathBuf::from(EXTRA_VARS_FILE),
+            extra_vars(&vars).into_bytes(),
+        ),
+        (PathBuf::from(KEY_FILE), key),
+    ]);
+
+    let command = format!(
+        "exec ansible-playbook -i /work/{INVENTORY_FILE} -e @/work/{EXTRA_VARS_FILE} {}",
+        shell_quote(&format!("/work/{PLAYBOOK_DIR}/{playbook_file}"))
+    );
+    Ok(Prepared {
+        command,
+        env: vec![("ANSIBLE_CONFIG".into(), format!("/work/{CONFIG_FILE}"))],
+        files,
+        network: true,
+        ..Prepared::default()
+    })
 }
 
-/// Judges the command's exit.
-pub fn conclude(_input: &StepInput, code: i32, _result: &SandboxResult) -> Verdict {
-    Verdict::failed(format!("exited with code {code}"))
+/// Judges the command's exit: 0 succeeds with the recap's counts as outputs; 4 with a host the
+/// recap calls unreachable is [`ErrorClass::HostUnreachable`]; anything else is `step-failed`.
+pub fn conclude(_input: &StepInput, code: i32, result: &SandboxResult) -> Verdict {
+    let recap = parse_recap(&String::from_utf8_lossy(&result.output));
+    let named = |pick: fn(&Counts) -> u64| -> Vec<&str> {
+        recap
+            .iter()
+            .filter(|(_, counts)| pick(counts) > 0)
+            .map(|(host, _)| host.as_str())
+            .collect()
+    };
+    let unreachable = named(|c| c.unreachable);
+    let failed = named(|c| c.failed);
+    match code {
+        0 => Verdict::Success(outputs(&recap)),
+        EXIT_UNREACHABLE if !unreachable.is_empty() => Verdict::Failure {
+            class: ErrorClass::HostUnreachable,
+            headline: format!(
+                "could not reach {} (ansible-playbook exited with code {code})",
+                unreachable.join(", ")
+            ),
+        },
+        EXIT_UNREACHABLE if recap.is_empty() => Verdict::failed(format!(
+            "ansible-playbook exited with code {code} before running a play: it could not load the playbook or its inventory"
+        )),
+        _ if !failed.is_empty() => Verdict::failed(format!(
+            "the playbook failed on {} (ansible-playbook exited with code {code})",
+            failed.join(", ")
+        )),
+        _ => Verdict::failed(format!("ansible-playbook exited with code {code}")),
+    }
+}
+
+/// One inventory host: the address it is reached at, and its name in the inventory and in the
+/// step's outputs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Host {
+    /// The address as the step gave it, rendered.
+    pub address: String,
+    /// Its name: the address with every character other than ASCII letters, digits, `-` and
+    /// `_` replaced by `_` (`10.0.0.5:2222` is `10_0_0_5_2222`), so that it can be part of an
+    /// output key.
+    pub name: String,
+    /// The host name or IP address ssh connects to.
+    pub host: String,
+    /// The port ssh connects to.
+    pub port: u16,
+}
+
+impl Host {
+    /// Reads `host`, `host:port`, `[ipv6]` or `[ipv6]:port`.
+    pub fn parse(address: &str) -> Result<Self, String> {
+        let problem = || {
+            format!(
+                "`{address}` is not an address; write host or host:port, like 10.0.0.5:22 or [::1]:2222"
+            )
+        };
+        let (host, port) = if let Some(rest) = address.strip_prefix('[') {
+            let (host, after) = rest.split_once(']').ok_or_else(problem)?;
+            let port = match after {
+                "" => None,
+                _ => Some(after.strip_prefix(':').ok_or_else(problem)?),
+            };
+            (host, port)
+        } else {
+            match address.split_once(':') {
+                Some((host, port)) if !port.contains(':') => (host, Some(port)),
+                // Bare IPv6, without a port.
+                Some(_) => (address, None),
+                None => (address, None),
+            }
+        };
+        let name_like = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_');
+        let ipv6_like = |c: char| c.is_ascii_hexdigit() || matches!(c, ':' | '.');
+        let host_ok = !host.is_empty()
+            && !host.starts_with('-')
+            && (host.chars().all(name_like) || (host.contains(':') && host.chars().all(ipv6_like)));
+        if !host_ok {
+            return Err(problem());
+        }
+        let port = match port {
+            None => SSH_PORT,
+            Some(port) => port
+                .parse::<u16>()
+                .ok()
+                .filter(|port| *port != 0)
+                .ok_or_else(problem)?,
+        };
+        Ok(Host {
+            address: address.to_owned(),
+            name: sanitise(address),
+            host: host.to_owned(),
+            port,
+        })
+    }
+}
+
+/// The text with every character that may not be in an output key replaced by `_`.
+fn sanitise(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// A user name ssh can log in as: it goes into the inventory, which ansible reads as templates.
+fn check_user(user: &str) -> Result<(), String> {
+    let valid = !user.is_empty()
+        && !user.starts_with('-')
+        && user
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'));
+    if valid {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{user}` is not a user name; use letters, digits, '.', '-' and '_'"
+        ))
+    }
+}
+
+/// The inventory (JSON, which ansible reads as YAML): every host under `all`, and under a group
+/// named after the step's host group when it names one.
+pub fn inventory(
+    hosts: &[Host],
+    group: Option<&str>,
+    user: &str,
+    key_file: &str,
+) -> Result<String, String> {
+    let mut entries = serde_json::Map::new();
+    let mut seen: BTreeMap<&str, &str> = BTreeMap::new();
+    for host in hosts {
+        if let Some(earlier) = seen.insert(&host.name, &host.address) {
+            return Err(format!(
+                "the hosts `{earlier}` and `{}` would both be named `{}` in the inventory; list each host once",
+                host.address, host.name
+            ));
+        }
+        entries.insert(
+            host.name.clone(),
+            json!({
+                "ansible_host": host.host,
+                "ansible_port": host.port,
+                "ansible_user": user,
+                "ansible_ssh_private_key_file": key_file,
+            }),
+        );
+    }
+    let mut all = json!({ "hosts": entries });
+    // `all` and `ungrouped` are ansible's own groups, which every host is in already.
+    if let Some(group) = group.filter(|group| !matches!(*group, "all" | "ungrouped")) {
+        let members: serde_json::Map<String, Value> = hosts
+            .iter()
+            .map(|host| (host.name.clone(), json!({})))
+            .collect();
+        all["children"] = json!({ group: { "hosts": members } });
+    }
+    serde_json::to_string_pretty(&json!({ "all": all })).map_err(|e| e.to_string())
+}
+
+/// The extra variables as YAML (flow style) with every text tagged `!unsafe`: ansible then takes
+/// a value holding `{{ ... }}` as it is, instead of evaluating it, so a parameter, an output or
+/// a secret cannot run code in the playbook as a template.
+pub fn extra_vars(vars: &Value) -> String {
+    let mut out = String::new();
+    write_unsafe(vars, &mut out);
+    out.push('\n');
+    out
+}
+
+fn write_unsafe(value: &Value, out: &mut String) {
+    match value {
+        Value::String(text) => {
+            out.push_str("!unsafe ");
+            quote_yaml(text, out);
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (index, item) in items.iter().enumerate() {
+                if index > 0 {
+                    out.push_str(", ");
+                }
+                write_unsafe(item, out);
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            out.push('{');
+            for (index, (key, item)) in map.iter().enumerate() {
+                if index > 0 {
+                    out.push_str(", ");
+                }
+                quote_yaml(key, out);
+                out.push_str(": ");
+                write_unsafe(item, out);
+            }
+            out.push('}');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+/// A YAML double-quoted scalar. Only the characters YAML allows raw are written raw: a YAML
+/// reader refuses a stream holding, say, DEL or a C1 control character, even inside quotes.
+fn quote_yaml(text: &str, out: &mut String) {
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            ' '..='~' | '\u{85}' | '\u{a0}'..='\u{d7ff}' | '\u{e000}'..='\u{fffd}' => out.push(c),
+            c if u32::from(c) > 0xffff => out.push(c),
+            // Writing to a String cannot fail.
+            c => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+        }
+    }
+    out.push('"');
+}
+
+/// One host's counts from the PLAY RECAP.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Tasks that succeeded.
+    pub ok: u64,
+    /// Tasks that changed something.
+    pub changed: u64,
+    /// The host could not be reached.
+    pub unreachable: u64,
+    /// Tasks that failed.
+    pub failed: u64,
+}
+
+/// The hosts of the last PLAY RECAP in the output, with their counts, in its order; empty when
+/// the output has none (ansible stopped before running a play).
+pub fn parse_recap(output: &str) -> Vec<(String, Counts)> {
+    let Some(start) = output.rfind("PLAY RECAP") else {
+        return vec![];
+    };
+    output[start..]
+        .lines()
+        .skip(1)
+        .filter_map(recap_line)
+        .collect()
+}
+
+/// `web1   : ok=2    changed=1    unreachable=0    failed=0    skipped=0 ...`
+fn recap_line(line: &str) -> Option<(String, Counts)> {
+    let (host, stats) = line.trim().split_once(" : ")?;
+    let host = host.trim();
+    if host.is_empty() || host.contains(char::is_whitespace) {
+        return None;
+    }
+    let mut counts = Counts::default();
+    let mut seen_ok = false;
+    for pair in stats.split_whitespace() {
+        let (key, value) = pair.split_once('=')?;
+        let value: u64 = value.parse().ok()?;
+        match key {
+            "ok" => {
+                counts.ok = value;
+                seen_ok = true;
+            }
+            "changed" => counts.changed = value,
+            "unreachable" => counts.unreachable = value,
+            "failed" => counts.failed = value,
+            _ => {}
+        }
+    }
+    seen_ok.then(|| (host.to_owned(), counts))
+}
+
+/// The step's outputs from the recap: the totals over every host (`ok`, `changed`, `failed`,
+/// `unreachable`), and each host's own counts under `<name>_ok`, `<name>_changed`,
+/// `<name>_failed` and `<name>_unreachable`, `<name>` being its inventory name.
+pub fn outputs(recap: &[(String, Counts)]) -> BTreeMap<String, String> {
+    let fields = |counts: &Counts| {
+        [
+            ("ok", counts.ok),
+            ("changed", counts.changed),
+            ("failed", counts.failed),
+            ("unreachable", counts.unreachable),
+        ]
+    };
+    let mut totals = Counts::default();
+    let mut outputs = BTreeMap::new();
+    for (host, counts) in recap {
+        totals.ok += counts.ok;
+        totals.changed += counts.changed;
+        totals.failed += counts.failed;
+        totals.unreachable += counts.unreachable;
+        // Names from our inventory are already keys; sanitised again for any other a playbook
+        // could add (`add_host`).
+        let name = sanitise(host);
+        for (field, value) in fields(counts) {
+            outputs.insert(format!("{name}_{field}"), value.to_string());
+        }
+    }
+    for (field, value) in fields(&totals) {
+        outputs.insert(field.to_owned(), value.to_string());
+    }
+    outputs
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use overture_domain::blueprint::parse;
+    use overture_domain::secret::{SecretString, SecretValues, SSH_KEY_SECRET};
+    use overture_domain::{Deployment, DeploymentState};
+    use overture_events::{BlueprintSnapshot, DeploymentEvent, DeploymentId};
+
+    use super::*;
+    use crate::SandboxExit;
+
+    const KEY: &str = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----";
+
+    /// A recap as ansible-core 2.14 prints it (captured from a real run).
+    const RECAP: &str = "\
+TASK [ansible.builtin.copy] ****************************************************
+changed: [127_0_0_1_42222]
+
+PLAY RECAP *********************************************************************
+127_0_0_1_1                : ok=0    changed=0    unreachable=1    failed=0    skipped=0    rescued=0    ignored=0   
+127_0_0_1_42222            : ok=2    changed=1    unreachable=0    failed=0    skipped=1    rescued=0    ignored=0   
+
+";
+
+    fn blueprint(with: &str) -> BlueprintSnapshot {
+        let mut snapshot = parse(&format!(
+            "name: x\nparams: {{ port: {{ default: '2222' }}, who: {{ default: deploy }} }}\nsecrets: [token]\nhosts: {{ web: ['127.0.0.1:{{{{ params.port }}}}', 'db.internal'] }}\nsteps:\n  conf: {{ run: ansible, with: {with} }}\n"
+        ))
+        .expect("valid")
+        .snapshot;
+        snapshot.files = [
+            ("play/site.yml".to_owned(), "- hosts: all\n".to_owned()),
+            ("play/roles/r/tasks/main.yml".to_owned(), "[]\n".to_owned()),
+            ("other/x.txt".to_owned(), "no".to_owned()),
+        ]
+        .into();
+        snapshot
+    }
+
+    fn state(blueprint: &BlueprintSnapshot) -> DeploymentState {
+        [DeploymentEvent::DeploymentRequested {
+            tenant: "t".into(),
+            requested_by: "u".into(),
+            trigger: "cli".into(),
+            source: "s".into(),
+            blueprint: blueprint.clone(),
+            blueprint_hash: "h".into(),
+            params: [
+                ("port".to_owned(), "2222".to_owned()),
+                ("who".to_owned(), "deploy".to_owned()),
+            ]
+            .into(),
+        }]
+        .into_iter()
+        .fold(DeploymentState::default(), Deployment::apply)
+    }
+
+    fn secrets(with_key: bool) -> SecretValues {
+        let mut secrets: SecretValues = [("token".to_owned(), SecretString::from("s3cr3t"))].into();
+        if with_key {
+            secrets.insert(SSH_KEY_SECRET.to_owned(), SecretString::from(KEY));
+        }
+        secrets
+    }
+
+    fn prepared(with: &str, with_key: bool) -> Result<Prepared, String> {
+        let blueprint = blueprint(with);
+        let state = state(&blueprint);
+        let secrets = secrets(with_key);
+        let input = StepInput {
+            state: &state,
+            spec: blueprint.step("conf").expect("conf"),
+            secrets: &secrets,
+            deployment: DeploymentId::from_uuid(uuid::Uuid::nil()),
+            attempt: 1,
+            kept: None,
+        };
+        prepare(&input)
+    }
+
+    fn file<'a>(prepared: &'a Prepared, path: &str) -> &'a str {
+        let (_, content) = prepared
+            .files
+            .iter()
+            .find(|(p, _)| p.as_os_str() == path)
+            .unwrap_or_else(|| panic!("no {path}"));
+        std::str::from_utf8(content).expect("utf-8")
+    }
+
+    #[test]
+    fn the_inventory_has_one_host_per_address_in_the_group_with_the_key_and_user() {
+        let prepared = prepared(
+            "{ playbook: play/site.yml, hosts: web, user: '{{ params.who }}', vars: { token: '{{ secrets.token }}', n: 3 } }",
+            true,
+        )
+        .expect("prepares");
+        let inventory: Value =
+            serde_json::from_str(file(&prepared, INVENTORY_FILE)).expect("JSON inventory");
+        assert_eq!(
+            inventory,
+            json!({"all": {
+                "hosts": {
+                    "127_0_0_1_2222": {"ansible_host": "127.0.0.1", "ansible_port": 2222,
+                        "ansible_user": "deploy", "ansible_ssh_private_key_file": "/work/ansible/id_ed25519"},
+                    "db_internal": {"ansible_host": "db.internal", "ansible_port": 22,
+                        "ansible_user": "deploy", "ansible_ssh_private_key_file": "/work/ansible/id_ed25519"},
+                },
+                "children": {"web": {"hosts": {"127_0_0_1_2222": {}, "db_internal": {}}}},
+            }})
+        );
+        assert_eq!(
+            file(&prepared, KEY_FILE),
+            format!("{KEY}\n"),
+            "the key, its last line ended"
+        );
+        assert_eq!(
+            file(&prepared, EXTRA_VARS_FILE),
+            "{\"n\": 3, \"token\": !unsafe \"s3cr3t\"}\n"
+        );
+        assert_eq!(file(&prepared, "playbook/site.yml"), "- hosts: all\n");
+        assert_eq!(file(&prepared, "playbook/roles/r/tasks/main.yml"), "[]\n");
+        assert!(
+            !prepared
+                .files
+                .iter()
+                .any(|(p, _)| p.starts_with("playbook/other") || p.ends_with("x.txt")),
+            "only the playbook's folder"
+        );
+        assert!(prepared.network);
+        assert_eq!(
+            prepared.command,
+            "exec ansible-playbook -i /work/ansible/inventory.yml -e @/work/ansible/extra-vars.yml '/work/playbook/site.yml'"
+        );
+        assert_eq!(
+            prepared.env,
+            vec![(
+                "ANSIBLE_CONFIG".to_owned(),
+                "/work/ansible/ansible.cfg".to_owned()
+            )]
+        );
+        assert!(prepared.secret_env.is_empty());
+        assert!(!prepared.command.contains("s3cr3t"));
+        let config = file(&prepared, CONFIG_FILE);
+        for line in [
+            "host_key_checking = False",
+            "retry_files_enabled = False",
+            "UserKnownHostsFile=/dev/null",
+            "local_tmp = /work/",
+            "control_path_dir = /tmp/",
+            "nocolor = True",
+        ] {
+            assert!(config.contains(line), "ansible.cfg lacks {line}");
+        }
+    }
+
+    #[test]
+    fn a_host_list_gets_no_group_and_root_is_the_default_user() {
+        let prepared = prepared(
+            "{ playbook: play/site.yml, hosts: ['[::1]:2200', '10.0.0.5'] }",
+            true,
+        )
+        .expect("prepares");
+        let inventory: Value =
+            serde_json::from_str(file(&prepared, INVENTORY_FILE)).expect("JSON inventory");
+        assert!(inventory["all"].get("children").is_none());
+        assert_eq!(
+            inventory["all"]["hosts"]["___1__2200"]["ansible_host"],
+            "::1"
+        );
+        assert_eq!(
+            inventory["all"]["hosts"]["___1__2200"]["ansible_port"],
+            2200
+        );
+        assert_eq!(
+            inventory["all"]["hosts"]["10_0_0_5"]["ansible_user"],
+            "root"
+        );
+        assert_eq!(file(&prepared, EXTRA_VARS_FILE), "{}\n");
+    }
+
+    #[test]
+    fn a_host_group_named_like_an_ansible_group_adds_no_group() {
+        let hosts = [Host::parse("10.0.0.5").expect("an address")];
+        for group in ["all", "ungrouped"] {
+            let inventory: Value =
+                serde_json::from_str(&inventory(&hosts, Some(group), "root", "/k").expect("made"))
+                    .expect("JSON");
+            assert!(inventory["all"].get("children").is_none(), "{group}");
+            assert_eq!(inventory["all"]["hosts"]["10_0_0_5"]["ansible_port"], 22);
+        }
+    }
+
+    #[test]
+    fn without_a_key_or_with_bad_hosts_or_user_it_says_what_is_wrong() {
+        let no_key = prepared("{ playbook: play/site.yml, hosts: web }", false)
+            .err()
+            .expect("refused");
+        assert!(no_key.contains("no SSH key"), "{no_key}");
+
+        let twice = prepared(
+            "{ playbook: play/site.yml, hosts: ['a.b:22', 'a_b:22'] }",
+            true,
+        )
+        .err()
+        .expect("refused");
+        assert!(twice.contains("`a.b:22` and `a_b:22`"), "{twice}");
+
+        let user = prepared(
+            "{ playbook: play/site.yml, hosts: web, user: '{{ params.port }} x' }",
+            true,
+        )
+        .err()
+        .expect("refused");
+        assert!(user.contains("not a user name"), "{user}");
+
+        for address in [
+            "", "a b", "h:0", "h:99999", "h:x", "[::1", "[::1]x", "{{ 7 }}", "-oProxy",
+        ] {
+            assert!(Host::parse(address).is_err(), "{address:?} accepted");
+        }
+        assert_eq!(
+            Host::parse("fe80::1").map(|h| (h.host, h.port)),
+            Ok(("fe80::1".into(), 22))
+        );
+    }
+
+    #[test]
+    fn extra_vars_are_unsafe_yaml_that_keeps_every_character() {
+        let vars = json!({"a": "{{ 7 * 6 }}", "b": [1, true, null, "x\"y\\z\n\u{7f}é😀"], "c": {"d": 1.5}});
+        assert_eq!(
+            extra_vars(&vars),
+            "{\"a\": !unsafe \"{{ 7 * 6 }}\", \"b\": [1, true, null, !unsafe \"x\\\"y\\\\z\\n\\u007fé😀\"], \"c\": {\"d\": 1.5}}\n"
+        );
+    }
+
+    #[test]
+    fn the_recap_gives_each_host_and_the_totals() {
+        let recap = parse_recap(RECAP);
+        assert_eq!(
+            recap,
+            vec![
+                (
+                    "127_0_0_1_1".to_owned(),
+                    Counts {
+                        unreachable: 1,
+                        ..Counts::default()
+                    }
+                ),
+                (
+                    "127_0_0_1_42222".to_owned(),
+                    Counts {
+                        ok: 2,
+                        changed: 1,
+                        ..Counts::default()
+                    }
+                ),
+            ]
+        );
+        let outputs = outputs(&recap);
+        let expected: BTreeMap<String, String> = [
+            ("ok", "2"),
+            ("changed", "1"),
+            ("failed", "0"),
+            ("unreachable", "1"),
+            ("127_0_0_1_1_ok", "0"),
+            ("127_0_0_1_1_changed", "0"),
+            ("127_0_0_1_1_failed", "0"),
+            ("127_0_0_1_1_unreachable", "1"),
+            ("127_0_0_1_42222_ok", "2"),
+            ("127_0_0_1_42222_changed", "1"),
+            ("127_0_0_1_42222_failed", "0"),
+            ("127_0_0_1_42222_unreachable", "0"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        assert_eq!(outputs, expected);
+        assert!(outputs.keys().all(|k| k
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')));
+        assert_eq!(
+            parse_recap("ERROR! the playbook: x.yml could not be found\n"),
+            vec![]
+        );
+        // Only the last recap counts, and lines around it that are not host lines are skipped.
+        let twice = format!("PLAY RECAP ***\nold : ok=9 changed=9\n{RECAP}[WARNING]: x : y=z\n");
+        assert_eq!(parse_recap(&twice).len(), 2);
+    }
+
+    #[test]
+    fn exit_codes_become_verdicts() {
+        let blueprint = blueprint("{ playbook: play/site.yml, hosts: web }");
+        let state = state(&blueprint);
+        let secrets = secrets(true);
+        let input = StepInput {
+            state: &state,
+            spec: blueprint.step("conf").expect("conf"),
+            secrets: &secrets,
+            deployment: DeploymentId::from_uuid(uuid::Uuid::nil()),
+            attempt: 1,
+            kept: None,
+        };
+        let result = |output: &str, code| SandboxResult {
+            exit: SandboxExit::Code(code),
+            output: output.as_bytes().to_vec(),
+            outputs_file: vec![],
+            duration: Duration::ZERO,
+            collected: vec![],
+        };
+        let verdict = |output: &str, code| conclude(&input, code, &result(output, code));
+
+        let Verdict::Success(outputs) = verdict(RECAP, 0) else {
+            panic!("exit 0 succeeds")
+        };
+        assert_eq!(outputs["127_0_0_1_42222_changed"], "1");
+
+        assert_eq!(
+            verdict(RECAP, 4),
+            Verdict::Failure {
+                class: ErrorClass::HostUnreachable,
+                headline: "could not reach 127_0_0_1_1 (ansible-playbook exited with code 4)"
+                    .into()
+            }
+        );
+        let Verdict::Failure { class, headline } =
+            verdict("ERROR! Syntax Error while loading YAML.\n", 4)
+        else {
+            panic!("fails")
+        };
+        assert_eq!(
+            class,
+            ErrorClass::StepFailed,
+            "a playbook that does not parse is not retried"
+        );
+        assert!(
+            headline.contains("could not load the playbook"),
+            "{headline}"
+        );
+
+        let failed = RECAP.replace("failed=0    skipped=1", "failed=1    skipped=1");
+        assert_eq!(
+            verdict(&failed.replace("unreachable=1", "unreachable=0"), 2),
+            Verdict::failed(
+                "the playbook failed on 127_0_0_1_42222 (ansible-playbook exited with code 2)"
+            )
+        );
+        assert_eq!(
+            verdict("", 250),
+            Verdict::failed("ansible-playbook exited with code 250")
+        );
+    }
 }
