@@ -13,7 +13,7 @@ use overture_events::{BlueprintSnapshot, ErrorClass, ParamSpec, RetryRule, StepS
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use crate::duration::parse_duration;
+use crate::duration::{format_duration, parse_duration};
 use crate::graph;
 use crate::kinds;
 use crate::template::{Reference, Template};
@@ -254,6 +254,24 @@ pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
                 }
             },
         };
+        // A wait that outlasts the attempt would end as a plain timeout, never saying SSH.
+        if step.run == "wait-ssh" {
+            let wait = with
+                .get("timeout")
+                .and_then(|v| v.as_str())
+                .and_then(parse_duration)
+                .unwrap_or(kinds::DEFAULT_SSH_WAIT);
+            if timeout_ms > 0 && duration_ms(wait) >= timeout_ms {
+                problem(
+                    field(".with.timeout"),
+                    format!(
+                        "the wait ({}) must be shorter than the step's `timeout` ({}); raise the step's `timeout`",
+                        format_duration(wait),
+                        format_duration(Duration::from_millis(timeout_ms))
+                    ),
+                );
+            }
+        }
         let mut retry = BTreeMap::new();
         for (class_name, rule) in &step.retry {
             let Ok(class) = class_name.parse::<ErrorClass>() else {

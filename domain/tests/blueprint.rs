@@ -305,3 +305,17 @@ fn the_files_steps_take_are_recorded_in_the_blueprint_and_its_hash() {
     assert_eq!(parsed.snapshot.files, files);
     assert_ne!(parsed.hash, text_only, "the hash covers the files");
 }
+
+#[test]
+fn a_wait_for_ssh_must_end_before_its_step_times_out() {
+    assert_problem(
+        "name: w\nsteps:\n  wait: { run: wait-ssh, timeout: 1m, with: { hosts: ['h:22'], timeout: 2m } }\n",
+        "steps.wait.with.timeout",
+        &["shorter than the step's `timeout` (1m)"],
+    );
+    assert_problem(
+        "name: w\nsteps:\n  wait: { run: wait-ssh, timeout: 90s, with: { hosts: ['h:22'] } }\n",
+        "steps.wait.with.timeout",
+        &["the wait (2m)"],
+    );
+}

@@ -8,9 +8,17 @@
 //! - [`secrets`]: a secret appears nowhere it should not.
 //! - [`input`]: bad input is refused with exit code 2 and nothing recorded.
 //! - [`sandbox`]: what a step can and cannot see.
+//! - [`ansible`]: the `ansible` kind against a real sshd on loopback, and a closed port.
+//! - [`http`]: `http` steps against a real HTTP server on loopback: retries, statuses, outputs,
+//!   secrets.
+//! - [`terraform`]: `terraform` steps with the real terraform (retries on the kept state, outputs,
+//!   secrets) and `overture destroy`.
+//! - [`wait_ssh`]: `wait-ssh` steps against a real sshd, and a port that never answers.
 //! - [`servers`]: real servers on loopback for steps to talk to (sshd).
 
+mod ansible;
 mod deploy;
+mod http;
 mod input;
 mod logs;
 mod resume;
@@ -18,3 +26,5 @@ mod sandbox;
 mod secrets;
 mod servers;
 mod support;
+mod terraform;
+mod wait_ssh;

@@ -23,6 +23,7 @@ use overture_infra::sqlite::{
 };
 use overture_kit::{Clock, DeploymentLog};
 use overture_orchestrator::{orchestrate, OrchestratorPorts};
+use overture_runner::destroy::{DestroyOutcome, DestroyPorts, DestroyRefused, DestroyRequest};
 use overture_runner::{run_attempt, AttemptReport, KeepAlive, PortError, RunnerPorts};
 use overture_submit::{submit, Submission, SubmitError, SubmitPorts};
 use tokio::sync::Semaphore;
@@ -176,6 +177,24 @@ impl Engine {
             std::fs::remove_dir_all(&sandboxes).map_err(function_error)?;
         }
         Ok(released)
+    }
+
+    /// Tears a finished deployment down: `terraform destroy` for each Terraform step that ran
+    /// (see [`overture_runner::destroy`]). Only call this while holding the engine lock, so
+    /// `resume` cannot take the sandbox away.
+    pub async fn destroy(
+        &self,
+        request: &DestroyRequest<'_>,
+    ) -> Result<Result<DestroyOutcome, DestroyRefused>, EngineError> {
+        let ports = DestroyPorts {
+            log: &self.deployments,
+            sandbox: &self.sandbox,
+            kept: &self.keys,
+            logs: &self.logs,
+        };
+        overture_runner::destroy::destroy(request, &ports)
+            .await
+            .map_err(function_error)
     }
 
     fn orchestrator_ports(&self) -> OrchestratorPorts<'_> {

@@ -1,15 +1,209 @@
 //! `overture destroy`: tearing a finished deployment down.
+//!
+//! The runner's [`destroy`](overture_runner::destroy::destroy) does the work; this takes the
+//! locks, shows the deployment's events as they are recorded, turns a refusal into a message
+//! that says what to do (exit code 2, nothing recorded), and prints the status at the end.
 
+use std::fs::File;
+use std::future::Future;
+use std::os::fd::AsRawFd;
 use std::path::Path;
 
-use crate::Failure;
+use anyhow::Context;
+use overture_domain::projection::DestroyView;
+use overture_domain::DeploymentError;
+use overture_events::DeploymentId;
+use overture_runner::destroy::{DestroyOutcome, DestroyRefused, DestroyRequest};
+
+use crate::engine::{Engine, Watch};
+use crate::lock::EngineLock;
+use crate::progress::Progress;
+use crate::{find_view, no_such_deployment, parse_id, read_secrets, render, Failure};
+
+/// How many log entries one read for progress takes.
+const BATCH: usize = 1_000;
 
 /// Destroys what the deployment's Terraform steps made.
 pub async fn destroy(
-    _data_dir: &Path,
-    _id: &str,
-    _secrets: &[String],
-    _json: bool,
+    data_dir: &Path,
+    id: &str,
+    secrets: &[String],
+    json: bool,
 ) -> Result<(), Failure> {
-    Err(Failure::BadInput("destroy is not built yet".into()))
+    let id = parse_id(id)?;
+    // Used in memory only: the deployment's own sealed secrets were purged when it ended.
+    let secrets = read_secrets(secrets)?;
+    let engine = Engine::open(data_dir).await?;
+    // Shared, as `deploy` takes it: `resume` takes it exclusively and kills every sandbox.
+    let _engine =
+        EngineLock::take(data_dir, false).map_err(|e| Failure::BadInput(e.to_string()))?;
+    let _destroying = DestroyLock::take(data_dir, id)?;
+
+    let requested_by = std::env::var("USER").unwrap_or_else(|_| "cli".into());
+    let request = DestroyRequest {
+        deployment: id,
+        requested_by: &requested_by,
+        secrets: &secrets,
+        cause: uuid::Uuid::now_v7(),
+    };
+    let from = engine
+        .log
+        .head_position()
+        .await
+        .context("reading the log")?;
+    let outcome = showing_progress(&engine, id, from, engine.destroy(&request))
+        .await??
+        .map_err(|refused| refusal(id, refused))?;
+
+    engine.project().await?;
+    let view = find_view(&engine, &id.to_string()).await?;
+    if json {
+        println!("{}", render::status_json(&view));
+    } else {
+        print!("{}", render::status(&view));
+        if let Some(destroy) = &view.destroy {
+            println!("{}", destroy_line(destroy));
+        }
+    }
+    match outcome {
+        DestroyOutcome::Destroyed => Ok(()),
+        DestroyOutcome::Failed { step } => Err(Failure::Unsuccessful(format!(
+            "destroying step `{step}` failed; once its cause is fixed, `overture destroy {id}` carries on from it"
+        ))),
+    }
+}
+
+/// What to tell the user when the destroy is refused.
+fn refusal(id: DeploymentId, refused: DestroyRefused) -> Failure {
+    let message = match refused {
+        DestroyRefused::Deployment(DeploymentError::NotRequested) => {
+            return no_such_deployment(id)
+        }
+        DestroyRefused::Deployment(DeploymentError::StillRunning) => format!(
+            "deployment {id} is still running; destroy it once it has ended (`overture status {id}` shows where it stands)"
+        ),
+        DestroyRefused::Deployment(DeploymentError::AlreadyDestroyed) => format!(
+            "deployment {id} has already been destroyed; nothing it made is left"
+        ),
+        DestroyRefused::MissingSecrets { secrets, steps } => {
+            let flags: Vec<String> = secrets
+                .iter()
+                .map(|name| format!("--secret {name}=ENV_VAR"))
+                .collect();
+            format!(
+                "the Terraform variables of {} use {}, and deployment {id} no longer holds its secrets \
+                 (they were purged when it ended); give them again: {}",
+                named("step", &steps),
+                named("secret", &secrets),
+                flags.join(" ")
+            )
+        }
+        DestroyRefused::UnknownSecrets { given, declared } => format!(
+            "--secret: the blueprint of deployment {id} declares no {}; {}",
+            named("secret", &given),
+            if declared.is_empty() {
+                "it declares no secrets at all".to_owned()
+            } else {
+                format!("it declares {}", named("secret", &declared))
+            }
+        ),
+        other => format!("cannot destroy deployment {id}: {other}"),
+    };
+    Failure::BadInput(message)
+}
+
+/// `step `a`` or `steps `a`, `b``.
+fn named(noun: &str, names: &[String]) -> String {
+    let quoted: Vec<String> = names.iter().map(|name| format!("`{name}`")).collect();
+    let plural = if names.len() == 1 { "" } else { "s" };
+    format!("{noun}{plural} {}", quoted.join(", "))
+}
+
+fn destroy_line(destroy: &DestroyView) -> String {
+    let status = serde_json::to_value(destroy.status)
+        .ok()
+        .and_then(|status| status.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    match &destroy.reason {
+        Some(reason) => format!("destroy    {status}: {reason}"),
+        None => format!("destroy    {status}"),
+    }
+}
+
+/// Runs `work`, printing the deployment's events recorded after `position` as they arrive.
+async fn showing_progress<T>(
+    engine: &Engine,
+    id: DeploymentId,
+    mut position: u64,
+    work: impl Future<Output = T>,
+) -> Result<T, Failure> {
+    let appended = engine.log.appended();
+    let mut progress = Progress::new();
+    tokio::pin!(work);
+    loop {
+        let notified = appended.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        position = show_new(engine, id, position, &mut progress).await?;
+        tokio::select! {
+            done = &mut work => {
+                show_new(engine, id, position, &mut progress).await?;
+                return Ok(done);
+            }
+            () = &mut notified => {}
+        }
+    }
+}
+
+async fn show_new(
+    engine: &Engine,
+    id: DeploymentId,
+    mut position: u64,
+    progress: &mut Progress,
+) -> Result<u64, Failure> {
+    let stream = id.stream();
+    loop {
+        let entries = engine
+            .log
+            .read_all(position, BATCH)
+            .await
+            .context("reading the log")?;
+        let Some(last) = entries.last() else {
+            return Ok(position);
+        };
+        position = last.position;
+        for entry in entries.iter().filter(|e| e.envelope.stream == stream) {
+            progress.entry(entry);
+        }
+    }
+}
+
+/// Held while one process destroys a deployment. The aggregate lets a destroy whose process
+/// died carry on, so without this two processes at once would both run `terraform destroy` on
+/// the same state.
+struct DestroyLock {
+    _file: File,
+}
+
+impl DestroyLock {
+    fn take(data_dir: &Path, id: DeploymentId) -> Result<Self, Failure> {
+        let dir = data_dir.join("locks");
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let path = dir.join(format!("destroy-{id}.lock"));
+        let file = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        // SAFETY: flock on a descriptor this function owns; no memory is shared with the kernel.
+        let taken = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if taken == 0 {
+            Ok(Self { _file: file })
+        } else {
+            Err(Failure::BadInput(format!(
+                "another `overture destroy {id}` is running; run this again once it has ended"
+            )))
+        }
+    }
 }

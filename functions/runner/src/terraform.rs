@@ -1,20 +1,431 @@
-//! The `terraform` step kind.
+//! The `terraform` step kind: `terraform init` and `apply` on the configuration the blueprint
+//! recorded, with the state kept between attempts and for `overture destroy` ([`crate::destroy`]).
+//!
+//! Every run (an attempt, or a destroy) gets the same `/work`:
+//!
+//! ```text
+//! config/...                  the files of `with.dir`, as the deployment recorded them
+//! config/terraform.tfstate    the state the step's last run kept, if any (the local backend's path)
+//! overture.tfvars.json        `with.vars`, rendered: it may hold secrets, so it is a file,
+//!                             never a command-line argument
+//! terraform-outputs.json      `terraform output -json`, after a successful apply
+//! terraform-stage             the terraform command running now, to name it when it fails
+//! ```
+//!
+//! The runner keeps whatever state the run leaves, whether the run succeeded or not, so a
+//! retry carries on from the resources the failed attempt made instead of making them again.
 
-use crate::step::{Prepared, StepInput, Verdict};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use overture_events::ErrorClass;
+
+use crate::step::{collected, Prepared, StepInput, Verdict};
 use crate::SandboxResult;
 
 /// The kind's name in blueprints.
 pub const KIND: &str = "terraform";
 
-/// Builds the sandbox command of an attempt.
-pub fn prepare(_input: &StepInput) -> Result<Prepared, String> {
-    Err("the `terraform` kind is not built yet".into())
-}
-
-/// Judges the command's exit.
-pub fn conclude(_input: &StepInput, code: i32, _result: &SandboxResult) -> Verdict {
-    Verdict::failed(format!("exited with code {code}"))
-}
-
 /// Where the configuration's state is, under `/work`, kept between attempts and for `destroy`.
 pub const STATE_FILE: &str = "config/terraform.tfstate";
+
+/// The configuration's folder under `/work`.
+const CONFIG_DIR: &str = "config";
+/// The rendered `with.vars`, under `/work`; outside `config/` so Terraform never loads it by
+/// itself, and named `.json` so `-var-file` reads it as JSON.
+const VAR_FILE: &str = "overture.tfvars.json";
+/// What `terraform output -json` printed, under `/work`.
+const OUTPUTS_FILE: &str = "terraform-outputs.json";
+/// The terraform command running now, under `/work`.
+const STAGE_FILE: &str = "terraform-stage";
+
+/// Terraform's environment: no call to HashiCorp's checkpoint service (version and security
+/// bulletins), output for a log rather than a person, and never a prompt.
+const ENV: [(&str, &str); 3] = [
+    ("CHECKPOINT_DISABLE", "1"),
+    ("TF_IN_AUTOMATION", "1"),
+    ("TF_INPUT", "0"),
+];
+
+/// Runs `terraform ARGS` in `config/`, first noting the command in the stage file and echoing
+/// it to the log.
+const RUN: &str =
+    r#"run() { echo "$1" > ../terraform-stage; echo "\$ terraform $*" >&2; terraform "$@"; }"#;
+const INIT: &str = "run init -input=false -no-color";
+
+/// Builds the sandbox command of an attempt: init, apply, and the outputs read back.
+pub fn prepare(input: &StepInput) -> Result<Prepared, String> {
+    let mut prepared = workspace(input)?;
+    prepared.command = format!(
+        "{RUN}\ncd {CONFIG_DIR} && {INIT} \
+         && run apply -auto-approve -input=false -no-color -var-file=../{VAR_FILE} \
+         && run output -json > ../{OUTPUTS_FILE}"
+    );
+    prepared.collect.push(OUTPUTS_FILE.into());
+    Ok(prepared)
+}
+
+/// Builds the sandbox command that destroys what the step's attempts made.
+pub fn prepare_destroy(input: &StepInput) -> Result<Prepared, String> {
+    let mut prepared = workspace(input)?;
+    prepared.command = format!(
+        "{RUN}\ncd {CONFIG_DIR} && {INIT} \
+         && run destroy -auto-approve -input=false -no-color -var-file=../{VAR_FILE}"
+    );
+    Ok(prepared)
+}
+
+/// Judges the command's exit: 0 succeeds with the configuration's outputs; anything else is a
+/// failure of class `terraform`, which the retry policy retries once by default.
+pub fn conclude(_input: &StepInput, code: i32, result: &SandboxResult) -> Verdict {
+    if code != 0 {
+        return Verdict::Failure {
+            class: ErrorClass::Terraform,
+            headline: failure_headline(code, result),
+        };
+    }
+    match collected(&result.collected, OUTPUTS_FILE) {
+        Some(json) => match parse_outputs(json) {
+            Ok(outputs) => Verdict::Success(outputs),
+            Err(problem) => Verdict::failed(problem),
+        },
+        None => Verdict::failed("`terraform output -json` left no outputs"),
+    }
+}
+
+/// What went wrong, for a terraform command that exited with `code`: the command, and the first
+/// error Terraform reported (the runner adds the last lines of output).
+pub fn failure_headline(code: i32, result: &SandboxResult) -> String {
+    let stage = collected(&result.collected, STAGE_FILE)
+        .map(|stage| String::from_utf8_lossy(stage).trim().to_owned())
+        .filter(|stage| !stage.is_empty());
+    let command = match stage {
+        Some(stage) => format!("terraform {stage}"),
+        None => "terraform".to_owned(),
+    };
+    let output = String::from_utf8_lossy(&result.output);
+    let error = output
+        .lines()
+        .find_map(|line| line.trim_start().strip_prefix("Error: "))
+        .map(|error| format!(": {}", error.trim()))
+        .unwrap_or_default();
+    format!("`{command}` failed with exit code {code}{error}")
+}
+
+/// One output as `terraform output -json` prints it.
+#[derive(Deserialize)]
+struct Output {
+    #[serde(default)]
+    sensitive: bool,
+    value: Value,
+}
+
+/// The step's outputs from what `terraform output -json` printed: text as it is, any other value
+/// as compact JSON.
+///
+/// Outputs marked `sensitive` are left out: step outputs are recorded in events, which every
+/// operator who can audit the deployment reads, and a sensitive output need not hold a secret
+/// the masker knows. A later step that needs such a value should get it some other way (a
+/// secret of its own).
+pub fn parse_outputs(json: &[u8]) -> Result<BTreeMap<String, String>, String> {
+    let outputs: BTreeMap<String, Output> = serde_json::from_slice(json)
+        .map_err(|e| format!("cannot read what `terraform output -json` printed: {e}"))?;
+    Ok(outputs
+        .into_iter()
+        .filter(|(_, output)| !output.sensitive)
+        .map(|(name, output)| {
+            let value = match output.value {
+                Value::String(text) => text,
+                other => other.to_string(),
+            };
+            (name, value)
+        })
+        .collect())
+}
+
+/// The JSON variable file of `with.vars`, every template rendered (secrets included).
+pub fn var_file(input: &StepInput) -> Result<Vec<u8>, String> {
+    let vars = match input.setting("vars") {
+        None => Value::Object(Default::default()),
+        Some(vars @ Value::Object(_)) => input
+            .render_value(vars)
+            .map_err(|problem| format!("with.vars: {problem}"))?,
+        Some(_) => return Err("`with.vars` must be a map of variable names to values".into()),
+    };
+    serde_json::to_vec_pretty(&vars).map_err(|e| format!("with.vars: {e}"))
+}
+
+/// Everything but the command: the configuration, the kept state, the variables.
+fn workspace(input: &StepInput) -> Result<Prepared, String> {
+    let dir = input
+        .text_setting("dir")
+        .ok_or("the step has no `with.dir` text")?
+        .trim_end_matches('/');
+    let config = input.files_under(dir);
+    if config.is_empty() {
+        return Err(format!(
+            "the deployment recorded no files under `{dir}`, so there is no configuration to run"
+        ));
+    }
+    let mut files: Vec<(PathBuf, Vec<u8>)> = config
+        .into_iter()
+        .map(|(path, text)| (Path::new(CONFIG_DIR).join(path), text.as_bytes().to_vec()))
+        .collect();
+    if let Some(state) = &input.kept {
+        files.push((STATE_FILE.into(), state.clone()));
+    }
+    files.push((VAR_FILE.into(), var_file(input)?));
+    Ok(Prepared {
+        command: String::new(),
+        env: ENV
+            .iter()
+            .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+            .collect(),
+        secret_env: vec![],
+        files,
+        // Providers talk to their clouds.
+        network: true,
+        collect: vec![STATE_FILE.into(), STAGE_FILE.into()],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use overture_domain::blueprint::parse;
+    use overture_domain::secret::{SecretString, SecretValues};
+    use overture_domain::{Deployment, DeploymentState};
+    use overture_events::{BlueprintSnapshot, DeploymentEvent, DeploymentId};
+    use serde_json::json;
+
+    use super::*;
+    use crate::SandboxExit;
+
+    const BLUEPRINT: &str = "name: x\nparams: { region: {} }\nsecrets: [token]\nsteps:\n  net: { run: noop }\n  infra:\n    run: terraform\n    needs: [net]\n    with:\n      dir: infra/\n      vars: { region: '{{ params.region }}', token: '{{ secrets.token }}', subnet: '{{ steps.net.outputs.id }}', count: 2, tags: [a] }\n";
+
+    fn deployment(blueprint: &BlueprintSnapshot) -> DeploymentState {
+        let mut blueprint = blueprint.clone();
+        blueprint.files = [
+            (
+                "infra/main.tf".to_owned(),
+                "resource \"terraform_data\" \"x\" {}".to_owned(),
+            ),
+            ("infra/modules/m/main.tf".to_owned(), "# module".to_owned()),
+            ("other/main.tf".to_owned(), "# another step's".to_owned()),
+        ]
+        .into();
+        [
+            DeploymentEvent::DeploymentRequested {
+                tenant: "t".into(),
+                requested_by: "u".into(),
+                trigger: "cli".into(),
+                source: "s".into(),
+                blueprint,
+                blueprint_hash: "h".into(),
+                params: [("region".to_owned(), "eu-1".to_owned())].into(),
+            },
+            DeploymentEvent::StepSucceeded {
+                step: "net".into(),
+                attempt: 1,
+                outputs: [("id".to_owned(), "subnet-9".to_owned())].into(),
+                duration_ms: 0,
+            },
+        ]
+        .into_iter()
+        .fold(DeploymentState::default(), Deployment::apply)
+    }
+
+    fn file<'a>(prepared: &'a Prepared, path: &str) -> Option<&'a [u8]> {
+        collected(&prepared.files, path)
+    }
+
+    fn result(output: &str, collected: Vec<(&str, &str)>) -> SandboxResult {
+        SandboxResult {
+            exit: SandboxExit::Code(0),
+            output: output.as_bytes().to_vec(),
+            outputs_file: vec![],
+            duration: Duration::ZERO,
+            collected: collected
+                .into_iter()
+                .map(|(path, content)| (PathBuf::from(path), content.as_bytes().to_vec()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_configuration_state_and_rendered_vars_go_to_files_and_nothing_secret_to_the_command() {
+        let blueprint = parse(BLUEPRINT).expect("valid").snapshot;
+        let state = deployment(&blueprint);
+        let secrets: SecretValues = [("token".to_owned(), SecretString::from("s3cr3t"))].into();
+        let input = StepInput {
+            state: &state,
+            spec: blueprint.step("infra").expect("infra"),
+            secrets: &secrets,
+            deployment: DeploymentId::from_uuid(uuid::Uuid::nil()),
+            attempt: 2,
+            kept: Some(b"{\"version\": 4}".to_vec()),
+        };
+        let prepared = prepare(&input).expect("prepares");
+
+        let paths: Vec<&Path> = prepared.files.iter().map(|(p, _)| p.as_path()).collect();
+        assert_eq!(
+            paths,
+            [
+                Path::new("config/main.tf"),
+                Path::new("config/modules/m/main.tf"),
+                Path::new(STATE_FILE),
+                Path::new(VAR_FILE),
+            ],
+            "the step's folder only, under config/"
+        );
+        assert_eq!(file(&prepared, STATE_FILE), Some(&b"{\"version\": 4}"[..]));
+        let vars: Value =
+            serde_json::from_slice(file(&prepared, VAR_FILE).expect("var file")).expect("JSON");
+        assert_eq!(
+            vars,
+            json!({"region": "eu-1", "token": "s3cr3t", "subnet": "subnet-9", "count": 2, "tags": ["a"]})
+        );
+
+        assert!(!prepared.command.contains("s3cr3t"));
+        assert!(prepared.secret_env.is_empty());
+        for part in [
+            "cd config",
+            "run init -input=false -no-color",
+            "run apply -auto-approve -input=false -no-color -var-file=../overture.tfvars.json",
+            "run output -json > ../terraform-outputs.json",
+        ] {
+            assert!(
+                prepared.command.contains(part),
+                "{part} in {}",
+                prepared.command
+            );
+        }
+        for setting in ENV {
+            assert!(prepared.env.contains(&(setting.0.into(), setting.1.into())));
+        }
+        assert!(prepared.network);
+        assert_eq!(
+            prepared.collect,
+            [STATE_FILE, STAGE_FILE, OUTPUTS_FILE].map(PathBuf::from)
+        );
+
+        let destroy = prepare_destroy(&input).expect("prepares");
+        assert!(destroy.command.contains(
+            "run destroy -auto-approve -input=false -no-color -var-file=../overture.tfvars.json"
+        ));
+        assert!(!destroy.command.contains("apply"));
+        assert_eq!(destroy.files, prepared.files);
+        assert_eq!(destroy.collect, [STATE_FILE, STAGE_FILE].map(PathBuf::from));
+    }
+
+    #[test]
+    fn a_first_attempt_has_no_state_and_no_vars_make_an_empty_var_file() {
+        let blueprint =
+            parse("name: x\nsteps:\n  infra: { run: terraform, with: { dir: infra } }\n")
+                .expect("valid")
+                .snapshot;
+        let state = deployment(&blueprint);
+        let input = StepInput {
+            state: &state,
+            spec: blueprint.step("infra").expect("infra"),
+            secrets: &SecretValues::new(),
+            deployment: DeploymentId::from_uuid(uuid::Uuid::nil()),
+            attempt: 1,
+            kept: None,
+        };
+        let prepared = prepare(&input).expect("prepares");
+        assert_eq!(file(&prepared, STATE_FILE), None);
+        assert_eq!(file(&prepared, VAR_FILE), Some(&b"{}"[..]));
+    }
+
+    #[test]
+    fn a_folder_the_deployment_did_not_record_cannot_run() {
+        let blueprint =
+            parse("name: x\nsteps:\n  infra: { run: terraform, with: { dir: elsewhere } }\n")
+                .expect("valid")
+                .snapshot;
+        let state = deployment(&blueprint);
+        let input = StepInput {
+            state: &state,
+            spec: blueprint.step("infra").expect("infra"),
+            secrets: &SecretValues::new(),
+            deployment: DeploymentId::from_uuid(uuid::Uuid::nil()),
+            attempt: 1,
+            kept: None,
+        };
+        let problem = prepare(&input).err().expect("refused");
+        assert!(problem.contains("no files under `elsewhere`"), "{problem}");
+    }
+
+    #[test]
+    fn outputs_are_text_or_compact_json_and_sensitive_ones_are_left_out() {
+        let printed = r#"{
+          "address": {"sensitive": false, "type": "string", "value": "10.0.0.7"},
+          "ports": {"sensitive": false, "type": ["tuple", ["number", "number"]], "value": [80, 443]},
+          "tags": {"sensitive": false, "type": ["object", {}], "value": {"env": "prod", "on": true}},
+          "password": {"sensitive": true, "type": "string", "value": "hunter2"}
+        }"#;
+        assert_eq!(
+            parse_outputs(printed.as_bytes()),
+            Ok([
+                ("address".to_owned(), "10.0.0.7".to_owned()),
+                ("ports".to_owned(), "[80,443]".to_owned()),
+                ("tags".to_owned(), r#"{"env":"prod","on":true}"#.to_owned()),
+            ]
+            .into())
+        );
+        assert_eq!(parse_outputs(b"{}"), Ok(BTreeMap::new()));
+        let problem = parse_outputs(b"Error: no state").expect_err("refused");
+        assert!(problem.contains("terraform output -json"), "{problem}");
+    }
+
+    #[test]
+    fn success_reads_the_outputs_and_a_non_zero_exit_is_a_terraform_failure_naming_the_command() {
+        let blueprint =
+            parse("name: x\nsteps:\n  infra: { run: terraform, with: { dir: infra } }\n")
+                .expect("valid")
+                .snapshot;
+        let state = deployment(&blueprint);
+        let input = StepInput {
+            state: &state,
+            spec: blueprint.step("infra").expect("infra"),
+            secrets: &SecretValues::new(),
+            deployment: DeploymentId::from_uuid(uuid::Uuid::nil()),
+            attempt: 1,
+            kept: None,
+        };
+        let outputs = r#"{"id": {"sensitive": false, "type": "string", "value": "abc"}}"#;
+        assert_eq!(
+            conclude(&input, 0, &result("", vec![(OUTPUTS_FILE, outputs)])),
+            Verdict::Success([("id".to_owned(), "abc".to_owned())].into())
+        );
+
+        let output = "$ terraform apply\nterraform_data.x: Creating...\n\nError: local-exec provisioner error\n\n  with terraform_data.x\n\nError: second\n";
+        assert_eq!(
+            conclude(&input, 1, &result(output, vec![(STAGE_FILE, "apply\n")])),
+            Verdict::Failure {
+                class: ErrorClass::Terraform,
+                headline: "`terraform apply` failed with exit code 1: local-exec provisioner error"
+                    .into()
+            }
+        );
+        assert_eq!(
+            conclude(&input, 127, &result("sh: terraform: not found\n", vec![])),
+            Verdict::Failure {
+                class: ErrorClass::Terraform,
+                headline: "`terraform` failed with exit code 127".into()
+            }
+        );
+        assert!(matches!(
+            conclude(&input, 0, &result("", vec![])),
+            Verdict::Failure {
+                class: ErrorClass::StepFailed,
+                ..
+            }
+        ));
+    }
+}

@@ -1,0 +1,210 @@
+//! `wait-ssh` steps against a real sshd on loopback, a host that answers only after a few
+//! tries, and a port nobody listens on.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use serde_json::Value;
+
+use crate::servers::{closed_port, Sshd};
+use crate::support::{assert_causal, step_events, text, Overture};
+
+/// A host that closes the first `silent` connections without a word, then sends a banner:
+/// an SSH server that is not up yet, as the poll sees it. It stops when dropped.
+struct LateHost {
+    port: u16,
+    connections: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl LateHost {
+    const BANNER: &'static str = "SSH-2.0-LateHost_1.0";
+
+    fn start(silent: usize) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+        let port = listener.local_addr().expect("its address").port();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (connections, stop) = (connections.clone(), stop.clone());
+            std::thread::spawn(move || {
+                for stream in listener.incoming() {
+                    if stop.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    let Ok(mut stream) = stream else { continue };
+                    if connections.fetch_add(1, Ordering::SeqCst) >= silent {
+                        let _ = write!(stream, "a greeting first\r\n{}\r\n", Self::BANNER);
+                    }
+                }
+            })
+        };
+        Self {
+            port,
+            connections,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for LateHost {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn banners(status: &Value, step: &str) -> BTreeMap<String, String> {
+    let text = status["steps"][step]["outputs"]["banners"]
+        .as_str()
+        .expect("a banners output");
+    serde_json::from_str(text).expect("banners are a JSON object of text")
+}
+
+#[test]
+fn a_host_group_whose_sshd_answers_succeeds_with_its_banner() {
+    let sshd = Sshd::start();
+    let overture = Overture::new();
+    let file = overture.blueprint(
+        "wait.yaml",
+        &format!(
+            r#"
+name: wait-for-web
+hosts:
+  web: ["{}"]
+steps:
+  wait:
+    run: wait-ssh
+    with: {{ hosts: web, timeout: 30s }}
+"#,
+            sshd.address()
+        ),
+    );
+    let (code, status, output) = overture.deploy(&file, &[]);
+    assert_eq!(code, 0, "{}", text(&output.stderr));
+    assert_eq!(status["steps"]["wait"]["attempts"], 1);
+    let banners = banners(&status, "wait");
+    assert_eq!(banners.len(), 1);
+    assert!(
+        banners[&sshd.address()].starts_with("SSH-2.0-OpenSSH"),
+        "{banners:?}"
+    );
+    let waited: u64 = status["steps"]["wait"]["outputs"]["waited_ms"]
+        .as_str()
+        .and_then(|ms| ms.parse().ok())
+        .expect("waited_ms");
+    assert!(waited < 30_000);
+}
+
+#[test]
+fn the_step_keeps_trying_until_every_host_has_answered() {
+    let sshd = Sshd::start();
+    let late = LateHost::start(2);
+    let overture = Overture::new();
+    let file = overture.blueprint(
+        "wait.yaml",
+        &format!(
+            r#"
+name: wait-for-two
+steps:
+  wait:
+    run: wait-ssh
+    with: {{ hosts: ["{}", "{}"], timeout: 30s }}
+  after:
+    run: script
+    needs: [wait]
+    with: {{ command: 'echo "seen={{{{ steps.wait.outputs.banners }}}}" >> "$OVERTURE_OUTPUTS"' }}
+"#,
+            sshd.address(),
+            late.address()
+        ),
+    );
+    let (code, status, output) = overture.deploy(&file, &[]);
+    assert_eq!(code, 0, "{}", text(&output.stderr));
+    assert_eq!(
+        status["steps"]["wait"]["attempts"], 1,
+        "one attempt polls until all answered"
+    );
+    assert_eq!(
+        late.connections.load(Ordering::SeqCst),
+        3,
+        "two silent tries, then the banner, then no more tries"
+    );
+    let banners = banners(&status, "wait");
+    assert_eq!(banners[&late.address()], LateHost::BANNER);
+    assert!(banners[&sshd.address()].starts_with("SSH-2.0-OpenSSH"));
+    assert!(status["steps"]["after"]["outputs"]["seen"]
+        .as_str()
+        .is_some_and(|seen| seen.contains(LateHost::BANNER)));
+}
+
+#[test]
+fn a_host_that_never_answers_is_a_bootstrap_timeout_that_fails_the_deployment_at_once() {
+    let address = format!("127.0.0.1:{}", closed_port());
+    let overture = Overture::new();
+    let file = overture.blueprint(
+        "wait.yaml",
+        &format!(
+            r#"
+name: wait-for-nothing
+steps:
+  wait:
+    run: wait-ssh
+    with: {{ hosts: ["{address}"], timeout: 2s }}
+"#
+        ),
+    );
+    let (code, status, output) = overture.deploy(&file, &[]);
+    assert_eq!(code, 1, "{}", text(&output.stderr));
+    assert_eq!(status["status"], "failed");
+    assert_eq!(status["steps"]["wait"]["status"], "failed");
+    assert_eq!(status["steps"]["wait"]["error_class"], "bootstrap-timeout");
+
+    let events = overture.events(status["id"].as_str().expect("id"));
+    assert_causal(&events, &BTreeMap::new());
+    let wait = step_events(&events, "wait");
+    assert_eq!(
+        wait,
+        [
+            ("StepScheduled".to_owned(), 1),
+            ("StepStarted".to_owned(), 1),
+            ("StepAttemptFailed".to_owned(), 1),
+            ("StepFailed".to_owned(), 0),
+        ],
+        "exactly one attempt, no retry"
+    );
+    let failure = events
+        .iter()
+        .find(|e| e["type"] == "StepAttemptFailed")
+        .expect("the failed attempt");
+    assert_eq!(failure["data"]["error_class"], "bootstrap-timeout");
+    let duration = failure["data"]["duration_ms"].as_u64().expect("duration");
+    assert!(
+        (2_000..10_000).contains(&duration),
+        "the attempt lasted about the timeout: {duration} ms"
+    );
+    let message = failure["data"]["message"].as_str().expect("message");
+    assert!(
+        message.starts_with(&format!("no SSH banner within 2s from {address}")),
+        "{message}"
+    );
+    assert!(message.contains("cloud-init status --long"), "{message}");
+    assert!(
+        message.contains("/var/log/cloud-init-output.log"),
+        "{message}"
+    );
+    assert_eq!(events.last().expect("events")["type"], "DeploymentFailed");
+}
