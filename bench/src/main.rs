@@ -85,7 +85,9 @@ async fn run() -> anyhow::Result<()> {
     eprintln!("overture deploy: {SCRIPT_STEPS} script steps");
     let script = deploy::deploy(&overture, SCRIPT_STEPS, StepKind::ScriptTrue).await?;
 
-    eprintln!("sandbox start-up: {SANDBOX_STARTS} `true` in a sandbox and {SANDBOX_STARTS} without");
+    eprintln!(
+        "sandbox start-up: {SANDBOX_STARTS} `true` in a sandbox and {SANDBOX_STARTS} without"
+    );
     let start_up = sandbox::start_up(SANDBOX_STARTS).await?;
 
     let figures = Figures {

@@ -114,7 +114,10 @@ pub fn table(f: &Figures) -> String {
             format!("{:.1} s in all", f.script.elapsed.as_secs_f64()),
         ],
         [
-            format!("sandbox start-up, `true` x {}, one at a time", f.start_up.runs),
+            format!(
+                "sandbox start-up, `true` x {}, one at a time",
+                f.start_up.runs
+            ),
             format!("{:.2}", f.start_up.sandboxed_ms()),
             "ms/step".into(),
             format!(

@@ -45,7 +45,11 @@ pub async fn start_up(runs: usize) -> anyhow::Result<StartUp> {
             .await
             .context("running `true` in a sandbox")?;
         sandboxed += start.elapsed();
-        anyhow::ensure!(outcome.exit.success(), "`true` in a sandbox ended with {:?}", outcome.exit);
+        anyhow::ensure!(
+            outcome.exit.success(),
+            "`true` in a sandbox ended with {:?}",
+            outcome.exit
+        );
 
         let start = Instant::now();
         run_plain(dir.path()).await?;
@@ -83,6 +87,10 @@ async fn run_plain(dir: &Path) -> anyhow::Result<()> {
         .output()
         .await
         .context("running /bin/sh -c true")?;
-    anyhow::ensure!(output.status.success(), "/bin/sh -c true ended with {}", output.status);
+    anyhow::ensure!(
+        output.status.success(),
+        "/bin/sh -c true ended with {}",
+        output.status
+    );
     Ok(())
 }

@@ -101,14 +101,22 @@ mod tests {
 
     #[test]
     fn the_lines_and_the_json_form_of_a_multi_line_secret_are_masked_too() {
-        let key = SecretString::from("-----BEGIN KEY-----\nb3BlbnNzaC1rZXk\n\"q\"\n}\n-----END KEY-----\n");
+        let key = SecretString::from(
+            "-----BEGIN KEY-----\nb3BlbnNzaC1rZXk\n\"q\"\n}\n-----END KEY-----\n",
+        );
         let masker = Masker::new([&key]);
         assert_eq!(masker.mask("line: b3BlbnNzaC1rZXk"), "line: ***");
         assert_eq!(
-            masker.mask(r#"{"msg": "-----BEGIN KEY-----\nb3BlbnNzaC1rZXk\n\"q\"\n}\n-----END KEY-----\n"}"#),
+            masker.mask(
+                r#"{"msg": "-----BEGIN KEY-----\nb3BlbnNzaC1rZXk\n\"q\"\n}\n-----END KEY-----\n"}"#
+            ),
             r#"{"msg": "***"}"#
         );
-        assert_eq!(masker.mask("a } stays"), "a } stays", "short lines are left alone");
+        assert_eq!(
+            masker.mask("a } stays"),
+            "a } stays",
+            "short lines are left alone"
+        );
     }
 
     #[test]

@@ -416,18 +416,35 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = LocalKeyStore::new(dir.path());
         let deployment = DeploymentId::from_uuid(Uuid::now_v7());
-        assert_eq!(store.open_step_state(deployment, "acme", "infra").expect("reads"), None);
+        assert_eq!(
+            store
+                .open_step_state(deployment, "acme", "infra")
+                .expect("reads"),
+            None
+        );
 
         store
-            .seal_step_state(deployment, "acme", "infra", b"{\"password\": \"tf-s3cr3t\"}")
+            .seal_step_state(
+                deployment,
+                "acme",
+                "infra",
+                b"{\"password\": \"tf-s3cr3t\"}",
+            )
             .expect("seals");
         let sealed = std::fs::read(store.step_state_path(deployment, "infra")).expect("file");
         assert!(!String::from_utf8_lossy(&sealed).contains("tf-s3cr3t"));
 
         store.purge_values(deployment).expect("purges the secrets");
-        let opened = store.open_step_state(deployment, "acme", "infra").expect("opens");
-        assert_eq!(opened.as_deref(), Some(&b"{\"password\": \"tf-s3cr3t\"}"[..]));
-        assert!(store.open_step_state(deployment, "globex", "infra").is_err());
+        let opened = store
+            .open_step_state(deployment, "acme", "infra")
+            .expect("opens");
+        assert_eq!(
+            opened.as_deref(),
+            Some(&b"{\"password\": \"tf-s3cr3t\"}"[..])
+        );
+        assert!(store
+            .open_step_state(deployment, "globex", "infra")
+            .is_err());
         std::fs::copy(
             store.step_state_path(deployment, "infra"),
             store.step_state_path(deployment, "other"),

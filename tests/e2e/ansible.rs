@@ -3,13 +3,13 @@
 //! on), and the tests look at what it did on the host, in the history and in the data directory.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::Value;
 
 use crate::servers::{closed_port, Sshd};
-use crate::support::{assert_causal, step_events, text, types, Overture};
+use crate::support::{assert_causal, files_containing, step_events, text, types, Overture};
 
 /// Writes the blueprint and, beside it, `playbook/site.yml`; returns the blueprint's path.
 fn blueprint_with_playbook(overture: &Overture, blueprint: &str, playbook: &str) -> PathBuf {
@@ -67,25 +67,6 @@ fn key_fingerprint(events: &[Value]) -> String {
         .nth(1)
         .expect("a fingerprint")
         .to_owned()
-}
-
-/// Every file under `dir` whose bytes contain `needle`.
-fn files_containing(dir: &Path, needle: &[u8]) -> Vec<String> {
-    let mut found = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return found;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            found.extend(files_containing(&path, needle));
-        } else if let Ok(bytes) = std::fs::read(&path) {
-            if bytes.windows(needle.len()).any(|w| w == needle) {
-                found.push(path.display().to_string());
-            }
-        }
-    }
-    found
 }
 
 #[test]

@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -14,7 +13,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::servers::closed_port;
-use crate::support::{assert_causal, processes_with, text, Overture};
+use crate::support::{assert_causal, files_containing, processes_with, text, Overture};
 
 /// A request the server received.
 #[derive(Clone, Debug)]
@@ -419,21 +418,6 @@ steps:
 }
 
 const SECRET: &str = "tok-http-4be1d7-never-shown";
-
-fn files_containing(dir: &Path, needle: &[u8]) -> Vec<String> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            found.extend(files_containing(&path, needle));
-        } else if let Ok(bytes) = std::fs::read(&path) {
-            if bytes.windows(needle.len()).any(|w| w == needle) {
-                found.push(path.display().to_string());
-            }
-        }
-    }
-    found
-}
 
 #[test]
 fn a_secret_sent_in_a_header_reaches_the_server_and_nothing_else() {

@@ -49,7 +49,11 @@ fn each_attempt_keeps_its_own_masked_output() {
         "the last attempt by default, its secret masked"
     );
 
-    let first = text(&overture.run(&["logs", id, "flaky", "--attempt", "1"]).stdout);
+    let first = text(
+        &overture
+            .run(&["logs", id, "flaky", "--attempt", "1"])
+            .stdout,
+    );
     assert!(first.starts_with("attempt 1 with ***\n"), "{first}");
     assert!(first.ends_with("giving up on attempt 1\n"), "{first}");
 
@@ -64,7 +68,10 @@ fn each_attempt_keeps_its_own_masked_output() {
         message.contains("line 3 of attempt 1") && message.contains("giving up on attempt 1"),
         "the failure carries the last lines: {message}"
     );
-    assert!(message.contains("***") && !message.contains(SECRET), "{message}");
+    assert!(
+        message.contains("***") && !message.contains(SECRET),
+        "{message}"
+    );
 }
 
 #[test]
@@ -120,7 +127,10 @@ fn follow_prints_an_attempt_while_it_runs_and_stops_when_it_ends() {
         if let Some(id) = found {
             break id;
         }
-        assert!(start.elapsed() < Duration::from_secs(30), "the step never started");
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the step never started"
+        );
         std::thread::sleep(Duration::from_millis(20));
     };
 

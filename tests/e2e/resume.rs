@@ -1,8 +1,5 @@
 //! Killing the engine in the middle of a step, then `overture resume`.
 
-use std::io::{BufRead, BufReader};
-use std::process::Stdio;
-
 use crate::support::{assert_causal, gone_within, marker, step_events, text, Overture};
 
 #[test]
@@ -32,28 +29,9 @@ steps:
         ),
     );
 
-    let mut engine = overture
-        .command(&["deploy", file.to_str().expect("path")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start overture deploy");
-    let stderr = engine.stderr.take().expect("stderr");
-    let mut id = None;
-    for line in BufReader::new(stderr).lines() {
-        let line = line.expect("progress line");
-        if let Some(rest) = line.strip_prefix("deployment ") {
-            id = Some(rest.trim().to_owned());
-        }
-        if line.contains("slow") && line.contains("started (attempt 1)") {
-            break;
-        }
-    }
-    let id = id.expect("the deployment id was printed");
-    let pid = i32::try_from(engine.id()).expect("pid");
-    // SAFETY: signals the child this test started, by its PID.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
-    engine.wait().expect("reap the killed engine");
+    let engine = overture.deploy_until(&file, &["slow", "started (attempt 1)"]);
+    let id = engine.id.clone();
+    engine.kill();
 
     let before = overture.events(&id);
     assert_eq!(
@@ -136,28 +114,9 @@ steps:
     with: { command: 'test "$OVERTURE_ATTEMPT" = 2' }
 "#,
     );
-    let mut engine = overture
-        .command(&["deploy", file.to_str().expect("path")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start overture deploy");
-    let stderr = engine.stderr.take().expect("stderr");
-    let mut id = None;
-    for line in BufReader::new(stderr).lines() {
-        let line = line.expect("progress line");
-        if let Some(rest) = line.strip_prefix("deployment ") {
-            id = Some(rest.trim().to_owned());
-        }
-        if line.contains("retrying: attempt 2") {
-            break;
-        }
-    }
-    let id = id.expect("the deployment id was printed");
-    let pid = i32::try_from(engine.id()).expect("pid");
-    // SAFETY: signals the child this test started, by its PID.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
-    engine.wait().expect("reap the killed engine");
+    let engine = overture.deploy_until(&file, &["retrying: attempt 2"]);
+    let id = engine.id.clone();
+    engine.kill();
     assert_eq!(
         overture.events(&id).last().expect("events")["type"],
         "StepRetryScheduled",
@@ -165,7 +124,11 @@ steps:
     );
 
     let resumed = overture.run(&["resume"]);
-    assert!(resumed.status.success(), "resume: {}", text(&resumed.stderr));
+    assert!(
+        resumed.status.success(),
+        "resume: {}",
+        text(&resumed.stderr)
+    );
 
     let events = overture.events(&id);
     let retry = events

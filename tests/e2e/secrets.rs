@@ -1,28 +1,8 @@
 //! A secret given with `--secret` appears in no event, read model, progress line, error or file.
 
-use std::path::Path;
-
-use crate::support::{text, Overture};
+use crate::support::{files_containing, text, Overture};
 
 const SECRET: &str = "tok-7f3a9c-never-shown";
-
-fn files_containing(dir: &Path, needle: &[u8]) -> Vec<String> {
-    let mut found = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return found;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            found.extend(files_containing(&path, needle));
-        } else if let Ok(bytes) = std::fs::read(&path) {
-            if bytes.windows(needle.len()).any(|w| w == needle) {
-                found.push(path.display().to_string());
-            }
-        }
-    }
-    found
-}
 
 #[test]
 fn a_secret_appears_in_no_event_read_model_output_or_file() {

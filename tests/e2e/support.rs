@@ -1,8 +1,9 @@
 //! Running the `overture` binary against a fresh data directory, and checking histories.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 
 use serde_json::Value;
 
@@ -62,6 +63,30 @@ impl Overture {
         let output = self.run(&args);
         let status = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
         (output.status.code().unwrap_or(-1), status, output)
+    }
+
+    /// Starts `overture deploy FILE` in the background and returns once a progress line contains
+    /// every one of `words`.
+    pub fn deploy_until(&self, file: &Path, words: &[&str]) -> Deploying {
+        let mut child = self
+            .command(&["deploy", file.to_str().expect("utf-8 path")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start overture deploy");
+        let stderr = child.stderr.take().expect("stderr");
+        let mut id = None;
+        for line in BufReader::new(stderr).lines() {
+            let line = line.expect("progress line");
+            if let Some(rest) = line.strip_prefix("deployment ") {
+                id = Some(rest.trim().to_owned());
+            }
+            if words.iter().all(|word| line.contains(word)) {
+                let id = id.expect("the deployment id is printed first");
+                return Deploying { id, child };
+            }
+        }
+        panic!("overture deploy ended without printing a line with {words:?}");
     }
 
     /// Every event of a deployment, as `events --json` prints them.
@@ -240,6 +265,51 @@ pub fn gone_within(marker: &str, deadline: std::time::Duration) -> Vec<String> {
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+}
+
+/// An `overture deploy` running in the background; killed (by its PID) when dropped.
+pub struct Deploying {
+    /// The deployment's id.
+    pub id: String,
+    child: Child,
+}
+
+impl Deploying {
+    /// Kills the engine with SIGKILL, as a crash would, and reaps it.
+    pub fn kill(mut self) {
+        self.kill_now();
+    }
+
+    fn kill_now(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let pid = i32::try_from(self.child.id()).expect("pid");
+            // SAFETY: signals the child this test started, by its PID, before reaping it.
+            assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+        }
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Deploying {
+    fn drop(&mut self) {
+        self.kill_now();
+    }
+}
+
+/// Every file under `dir` whose bytes contain `needle`.
+pub fn files_containing(dir: &Path, needle: &[u8]) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(files_containing(&path, needle));
+        } else if let Ok(bytes) = std::fs::read(&path) {
+            if bytes.windows(needle.len()).any(|w| w == needle) {
+                found.push(path.display().to_string());
+            }
+        }
+    }
+    found
 }
 
 /// A marker unique to one test run, to find its processes.

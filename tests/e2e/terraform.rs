@@ -3,13 +3,13 @@
 //! is downloaded and nothing leaves the machine.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 
 use serde_json::{json, Value};
 
-use crate::support::{assert_causal, gone_within, marker, step_events, text, types, Overture};
+use crate::support::{
+    assert_causal, files_containing, gone_within, marker, step_events, text, types, Overture,
+};
 
 /// Writes `main.tf` into the folder `dir` beside the blueprint file.
 fn configuration(blueprint: &Path, dir: &str, main_tf: &str) {
@@ -533,24 +533,8 @@ steps:
         ),
     );
     configuration(&file, "infra", "resource \"terraform_data\" \"x\" {}\n");
-    let mut engine = overture
-        .command(&["deploy", file.to_str().expect("path")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start overture deploy");
-    let stderr = engine.stderr.take().expect("stderr");
-    let mut id = None;
-    for line in BufReader::new(stderr).lines() {
-        let line = line.expect("progress line");
-        if let Some(rest) = line.strip_prefix("deployment ") {
-            id = Some(rest.trim().to_owned());
-        }
-        if line.contains("slow") && line.contains("started (attempt 1)") {
-            break;
-        }
-    }
-    let id = id.expect("the deployment id was printed");
+    let engine = overture.deploy_until(&file, &["slow", "started (attempt 1)"]);
+    let id = engine.id.clone();
     let before = overture.events(&id).len();
 
     let refused = overture.run(&["destroy", &id]);
@@ -562,8 +546,7 @@ steps:
     );
     assert_eq!(overture.events(&id).len(), before, "nothing recorded");
 
-    engine.kill().expect("stop the deploying engine");
-    engine.wait().expect("reap it");
+    engine.kill();
     let left = gone_within(&slow, std::time::Duration::from_secs(5));
     assert!(
         left.is_empty(),
@@ -572,21 +555,6 @@ steps:
 }
 
 const SECRET: &str = "tf-9c41e7-never-shown";
-
-fn files_containing(dir: &Path, needle: &[u8]) -> Vec<String> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            found.extend(files_containing(&path, needle));
-        } else if let Ok(bytes) = std::fs::read(&path) {
-            if bytes.windows(needle.len()).any(|w| w == needle) {
-                found.push(path.display().to_string());
-            }
-        }
-    }
-    found
-}
 
 #[test]
 fn a_secret_in_terraform_vars_appears_nowhere_and_destroy_asks_for_it_again() {

@@ -103,9 +103,14 @@ fn log_name(
                 .logs
                 .attempts(id, step)
                 .map_err(|e| Failure::Engine(anyhow::anyhow!("cannot list the logs: {e}")))?;
-            attempts.last().map(|&a| LogName::Attempt(a)).ok_or_else(|| {
-                Failure::BadInput(format!("step `{step}` has no output yet: no attempt has run"))
-            })
+            attempts
+                .last()
+                .map(|&a| LogName::Attempt(a))
+                .ok_or_else(|| {
+                    Failure::BadInput(format!(
+                        "step `{step}` has no output yet: no attempt has run"
+                    ))
+                })
         }
     }
 }

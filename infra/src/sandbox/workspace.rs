@@ -104,7 +104,10 @@ impl Workspace {
                     Ok(Some(content)) => collected.push((relative, content)),
                     Ok(None) => {}
                     Err(source) if source.kind() == io::ErrorKind::FileTooLarge => {
-                        return Err(SandboxError::CollectedTooLarge { path: relative, limit })
+                        return Err(SandboxError::CollectedTooLarge {
+                            path: relative,
+                            limit,
+                        })
                     }
                     Err(source) => {
                         return Err(SandboxError::Workspace {
