@@ -109,6 +109,17 @@ pub enum DestroyStatus {
     Failed,
 }
 
+impl DestroyStatus {
+    /// The name used in output.
+    pub const fn as_str(&self) -> &'static str {
+        match self {
+            DestroyStatus::Destroying => "destroying",
+            DestroyStatus::Destroyed => "destroyed",
+            DestroyStatus::Failed => "failed",
+        }
+    }
+}
+
 /// One tenant's summary: the `tenants --json` objects.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TenantView {

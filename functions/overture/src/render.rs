@@ -63,6 +63,19 @@ pub fn status(view: &DeploymentView) -> String {
     if let Some(reason) = &view.reason {
         let _ = writeln!(out, "reason     {reason}");
     }
+    if let Some(destroy) = &view.destroy {
+        let _ = writeln!(
+            out,
+            "destroy    {} at {}{}",
+            destroy.status.as_str(),
+            destroy.at.format("%Y-%m-%d %H:%M:%S"),
+            destroy
+                .reason
+                .as_ref()
+                .map(|reason| format!(": {reason}"))
+                .unwrap_or_default()
+        );
+    }
     let _ = writeln!(
         out,
         "\n  {:<20} {:<10} {:>8}  {:<10}  outputs",

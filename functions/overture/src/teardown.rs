@@ -4,19 +4,16 @@
 //! locks, shows the deployment's events as they are recorded, turns a refusal into a message
 //! that says what to do (exit code 2, nothing recorded), and prints the status at the end.
 
-use std::fs::File;
 use std::future::Future;
-use std::os::fd::AsRawFd;
 use std::path::Path;
 
 use anyhow::Context;
-use overture_domain::projection::DestroyView;
 use overture_domain::DeploymentError;
 use overture_events::DeploymentId;
 use overture_runner::destroy::{DestroyOutcome, DestroyRefused, DestroyRequest};
 
 use crate::engine::{Engine, Watch};
-use crate::lock::EngineLock;
+use crate::lock::{DestroyLock, EngineLock};
 use crate::progress::Progress;
 use crate::{find_view, no_such_deployment, parse_id, read_secrets, render, Failure};
 
@@ -37,7 +34,8 @@ pub async fn destroy(
     // Shared, as `deploy` takes it: `resume` takes it exclusively and kills every sandbox.
     let _engine =
         EngineLock::take(data_dir, false).map_err(|e| Failure::BadInput(e.to_string()))?;
-    let _destroying = DestroyLock::take(data_dir, id)?;
+    let _destroying =
+        DestroyLock::take(data_dir, id).map_err(|e| Failure::BadInput(e.to_string()))?;
 
     let requested_by = std::env::var("USER").unwrap_or_else(|_| "cli".into());
     let request = DestroyRequest {
@@ -61,9 +59,6 @@ pub async fn destroy(
         println!("{}", render::status_json(&view));
     } else {
         print!("{}", render::status(&view));
-        if let Some(destroy) = &view.destroy {
-            println!("{}", destroy_line(destroy));
-        }
     }
     match outcome {
         DestroyOutcome::Destroyed => Ok(()),
@@ -119,17 +114,6 @@ fn named(noun: &str, names: &[String]) -> String {
     format!("{noun}{plural} {}", quoted.join(", "))
 }
 
-fn destroy_line(destroy: &DestroyView) -> String {
-    let status = serde_json::to_value(destroy.status)
-        .ok()
-        .and_then(|status| status.as_str().map(str::to_owned))
-        .unwrap_or_default();
-    match &destroy.reason {
-        Some(reason) => format!("destroy    {status}: {reason}"),
-        None => format!("destroy    {status}"),
-    }
-}
-
 /// Runs `work`, printing the deployment's events recorded after `position` as they arrive.
 async fn showing_progress<T>(
     engine: &Engine,
@@ -174,36 +158,6 @@ async fn show_new(
         position = last.position;
         for entry in entries.iter().filter(|e| e.envelope.stream == stream) {
             progress.entry(entry);
-        }
-    }
-}
-
-/// Held while one process destroys a deployment. The aggregate lets a destroy whose process
-/// died carry on, so without this two processes at once would both run `terraform destroy` on
-/// the same state.
-struct DestroyLock {
-    _file: File,
-}
-
-impl DestroyLock {
-    fn take(data_dir: &Path, id: DeploymentId) -> Result<Self, Failure> {
-        let dir = data_dir.join("locks");
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let path = dir.join(format!("destroy-{id}.lock"));
-        let file = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .with_context(|| format!("opening {}", path.display()))?;
-        // SAFETY: flock on a descriptor this function owns; no memory is shared with the kernel.
-        let taken = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if taken == 0 {
-            Ok(Self { _file: file })
-        } else {
-            Err(Failure::BadInput(format!(
-                "another `overture destroy {id}` is running; run this again once it has ended"
-            )))
         }
     }
 }
