@@ -11,7 +11,7 @@ use std::thread::JoinHandle;
 use serde_json::Value;
 
 use crate::servers::{closed_port, Sshd};
-use crate::support::{assert_causal, step_events, text, Overture};
+use crate::support::{assert_causal, files_containing, step_events, text, Overture};
 
 /// A host that closes the first `silent` connections without a word, then sends a banner:
 /// an SSH server that is not up yet, as the poll sees it. It stops when dropped.
@@ -207,4 +207,54 @@ steps:
         "{message}"
     );
     assert_eq!(events.last().expect("events")["type"], "DeploymentFailed");
+}
+
+#[test]
+fn a_host_given_as_a_secret_is_reached_and_shown_nowhere() {
+    let sshd = Sshd::start();
+    let secret_host = sshd.address();
+    let overture = Overture::new();
+    let file = overture.blueprint(
+        "secret-host.yaml",
+        r#"
+name: secret-host
+secrets: [bastion]
+hosts:
+  hidden: ["{{ secrets.bastion }}"]
+steps:
+  wait: { run: wait-ssh, with: { hosts: hidden, timeout: 20s } }
+"#,
+    );
+    let output = overture
+        .command(&[
+            "deploy",
+            file.to_str().expect("path"),
+            "--json",
+            "--secret",
+            "bastion=HIDDEN_HOST",
+        ])
+        .env("HIDDEN_HOST", &secret_host)
+        .output()
+        .expect("deploy");
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let status: Value = serde_json::from_slice(&output.stdout).expect("status");
+    let id = status["id"].as_str().expect("id");
+    assert_eq!(
+        banners(&status, "wait").keys().collect::<Vec<_>>(),
+        ["***"],
+        "the host answered, under a masked name"
+    );
+    let events = overture.run(&["events", id, "--json"]);
+    for (what, bytes) in [
+        ("deploy", &output.stdout),
+        ("progress", &output.stderr),
+        ("events", &events.stdout),
+    ] {
+        assert!(
+            !text(bytes).contains(&secret_host),
+            "{what} shows the secret"
+        );
+    }
+    let found = files_containing(&overture.data_dir(), secret_host.as_bytes());
+    assert!(found.is_empty(), "the secret is in {found:?}");
 }
