@@ -188,6 +188,8 @@ impl DeploymentState {
 }
 
 /// What can be asked of a deployment. Every command that depends on time carries `now`.
+// `Request` carries the whole blueprint, once per deployment: not worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum DeploymentCommand {
     /// Record a new deployment of a validated blueprint.

@@ -68,22 +68,26 @@ impl Overture {
     /// Starts `overture deploy FILE` in the background and returns once a progress line contains
     /// every one of `words`.
     pub fn deploy_until(&self, file: &Path, words: &[&str]) -> Deploying {
-        let mut child = self
+        let child = self
             .command(&["deploy", file.to_str().expect("utf-8 path")])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .expect("start overture deploy");
-        let stderr = child.stderr.take().expect("stderr");
-        let mut id = None;
+        // From here on, dropping it (a failed assertion included) kills and reaps the engine.
+        let mut deploying = Deploying {
+            id: String::new(),
+            child,
+        };
+        let stderr = deploying.child.stderr.take().expect("stderr");
         for line in BufReader::new(stderr).lines() {
             let line = line.expect("progress line");
             if let Some(rest) = line.strip_prefix("deployment ") {
-                id = Some(rest.trim().to_owned());
+                deploying.id = rest.trim().to_owned();
             }
             if words.iter().all(|word| line.contains(word)) {
-                let id = id.expect("the deployment id is printed first");
-                return Deploying { id, child };
+                assert!(!deploying.id.is_empty(), "the deployment id is printed first");
+                return deploying;
             }
         }
         panic!("overture deploy ended without printing a line with {words:?}");

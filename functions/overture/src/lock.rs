@@ -73,7 +73,10 @@ impl DestroyLock {
             source,
         };
         std::fs::create_dir_all(&dir).map_err(io)?;
-        match try_flock(&dir.join(format!("destroy-{deployment}.lock")), libc::LOCK_EX) {
+        match try_flock(
+            &dir.join(format!("destroy-{deployment}.lock")),
+            libc::LOCK_EX,
+        ) {
             Ok(Some(file)) => Ok(Self { _file: file }),
             Ok(None) => Err(DestroyLockError::Busy(deployment)),
             Err(source) => Err(io(source)),

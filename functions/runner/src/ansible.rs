@@ -458,15 +458,13 @@ pub fn outputs(recap: &[(String, Counts)]) -> BTreeMap<String, String> {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use overture_domain::blueprint::parse;
     use overture_domain::secret::{SecretString, SecretValues, SSH_KEY_SECRET};
-    use overture_domain::{Deployment, DeploymentState};
-    use overture_events::{BlueprintSnapshot, DeploymentEvent, DeploymentId};
+    use overture_domain::DeploymentState;
+    use overture_events::BlueprintSnapshot;
 
     use super::*;
-    use crate::SandboxExit;
+    use crate::testing::{input, requested, sandbox_result};
 
     const KEY: &str = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----";
 
@@ -497,21 +495,7 @@ PLAY RECAP *********************************************************************
     }
 
     fn state(blueprint: &BlueprintSnapshot) -> DeploymentState {
-        [DeploymentEvent::DeploymentRequested {
-            tenant: "t".into(),
-            requested_by: "u".into(),
-            trigger: "cli".into(),
-            source: "s".into(),
-            blueprint: blueprint.clone(),
-            blueprint_hash: "h".into(),
-            params: [
-                ("port".to_owned(), "2222".to_owned()),
-                ("who".to_owned(), "deploy".to_owned()),
-            ]
-            .into(),
-        }]
-        .into_iter()
-        .fold(DeploymentState::default(), Deployment::apply)
+        requested(blueprint, &[("port", "2222"), ("who", "deploy")])
     }
 
     fn secrets(with_key: bool) -> SecretValues {
@@ -523,18 +507,9 @@ PLAY RECAP *********************************************************************
     }
 
     fn prepared(with: &str, with_key: bool) -> Result<Prepared, String> {
-        let blueprint = blueprint(with);
-        let state = state(&blueprint);
+        let state = state(&blueprint(with));
         let secrets = secrets(with_key);
-        let input = StepInput {
-            state: &state,
-            spec: blueprint.step("conf").expect("conf"),
-            secrets: &secrets,
-            deployment: DeploymentId::from_uuid(uuid::Uuid::nil()),
-            attempt: 1,
-            kept: None,
-        };
-        prepare(&input)
+        prepare(&input(&state, "conf", &secrets))
     }
 
     fn file<'a>(prepared: &'a Prepared, path: &str) -> &'a str {
@@ -748,25 +723,11 @@ PLAY RECAP *********************************************************************
 
     #[test]
     fn exit_codes_become_verdicts() {
-        let blueprint = blueprint("{ playbook: play/site.yml, hosts: web }");
-        let state = state(&blueprint);
+        let state = state(&blueprint("{ playbook: play/site.yml, hosts: web }"));
         let secrets = secrets(true);
-        let input = StepInput {
-            state: &state,
-            spec: blueprint.step("conf").expect("conf"),
-            secrets: &secrets,
-            deployment: DeploymentId::from_uuid(uuid::Uuid::nil()),
-            attempt: 1,
-            kept: None,
-        };
-        let result = |output: &str, code| SandboxResult {
-            exit: SandboxExit::Code(code),
-            output: output.as_bytes().to_vec(),
-            outputs_file: vec![],
-            duration: Duration::ZERO,
-            collected: vec![],
-        };
-        let verdict = |output: &str, code| conclude(&input, code, &result(output, code));
+        let input = input(&state, "conf", &secrets);
+        let verdict =
+            |output: &str, code| conclude(&input, code, &sandbox_result(code, output, &[]));
 
         let Verdict::Success(outputs) = verdict(RECAP, 0) else {
             panic!("exit 0 succeeds")

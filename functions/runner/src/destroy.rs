@@ -18,11 +18,11 @@ use overture_domain::{Deployment, DeploymentCommand, DeploymentError, Deployment
 use overture_events::{DeploymentId, StepSpec};
 use overture_kit::{execute, Cause, DeploymentLog};
 
-use crate::logs::{AttemptLogs, LogName, MaskingWriter};
-use crate::step::{collected, StepInput};
+use crate::logs::{AttemptLogs, LogName};
+use crate::step::{collected, sandbox_job, StepInput};
 use crate::{
-    millis, short_suffix, terraform, with_tail, KeepStepState, RunSandboxed, RunnerError,
-    SandboxExit, SandboxJob, ACTOR, OUTPUT_LIMIT,
+    millis, sandbox_id, terraform, with_tail, KeepStepState, RunSandboxed, RunnerError,
+    SandboxExit, ACTOR,
 };
 
 /// The ports [`destroy`] uses.
@@ -263,27 +263,8 @@ async fn destroy_step(
         Err(problem) => return Ok(failed(problem)),
     };
     let log = ports.logs.create(deployment, step, LogName::Destroy)?;
-    let mut env = prepared.env;
-    env.extend([
-        ("OVERTURE_DEPLOYMENT".to_owned(), deployment.to_string()),
-        ("OVERTURE_STEP".to_owned(), step.to_owned()),
-    ]);
-    let job = SandboxJob {
-        id: format!(
-            "{}-{step}-destroy-{}",
-            &deployment.uuid().simple().to_string()[..12],
-            short_suffix()
-        ),
-        command: prepared.command,
-        env,
-        secret_env: prepared.secret_env,
-        files: prepared.files,
-        collect: prepared.collect,
-        network: prepared.network,
-        timeout: Duration::from_millis(spec.timeout_ms),
-        output_limit: OUTPUT_LIMIT,
-        log: Some(Box::new(MaskingWriter::new(log, masker.clone()))),
-    };
+    let id = sandbox_id(deployment, step, LogName::Destroy);
+    let job = sandbox_job(id, prepared, &input, LogName::Destroy, log, masker);
     // Nothing abandons a destroy: it runs until it ends or times out.
     let result = ports
         .sandbox
@@ -328,6 +309,7 @@ mod tests {
     use overture_events::DeploymentEvent;
 
     use super::*;
+    use crate::testing::{requested_event, succeeded};
 
     const BLUEPRINT: &str = "name: x\nsecrets: [token, other]\nsteps:\n  net:\n    run: terraform\n    with: { dir: net, vars: { a: { nested: ['{{ secrets.token }}'] } } }\n  app:\n    run: terraform\n    needs: [net]\n    with: { dir: app }\n  never:\n    run: terraform\n    needs: [app]\n    with: { dir: never, vars: { b: '{{ secrets.other }}' } }\n";
 
@@ -345,23 +327,10 @@ mod tests {
             not_before: Default::default(),
         };
         Deployment::replay([
-            DeploymentEvent::DeploymentRequested {
-                tenant: "t".into(),
-                requested_by: "u".into(),
-                trigger: "cli".into(),
-                source: "s".into(),
-                blueprint,
-                blueprint_hash: "h".into(),
-                params: Default::default(),
-            },
+            requested_event(&blueprint, &[]),
             scheduled("net"),
             started("net"),
-            DeploymentEvent::StepSucceeded {
-                step: "net".into(),
-                attempt: 1,
-                outputs: Default::default(),
-                duration_ms: 0,
-            },
+            succeeded("net", &[]),
             scheduled("app"),
             started("app"),
             DeploymentEvent::StepFailed {

@@ -447,10 +447,9 @@ mod tests {
 
     use overture_domain::blueprint::parse;
     use overture_domain::secret::{SecretString, SecretValues};
-    use overture_domain::{Deployment, DeploymentState};
-    use overture_events::{BlueprintSnapshot, DeploymentEvent};
 
     use super::*;
+    use crate::testing::{input, requested};
 
     fn expect(statuses: Option<Vec<u16>>, outputs: &[(&str, &str)]) -> Expectation {
         Expectation {
@@ -727,20 +726,6 @@ mod tests {
         assert_eq!(answer, b"{}");
     }
 
-    fn state_of(blueprint: &BlueprintSnapshot) -> DeploymentState {
-        [DeploymentEvent::DeploymentRequested {
-            tenant: "t".into(),
-            requested_by: "u".into(),
-            trigger: "cli".into(),
-            source: "s".into(),
-            blueprint: blueprint.clone(),
-            blueprint_hash: "h".into(),
-            params: [("id".to_owned(), "7".to_owned())].into(),
-        }]
-        .into_iter()
-        .fold(DeploymentState::default(), Deployment::apply)
-    }
-
     #[test]
     fn secrets_go_only_into_the_files_never_the_command() {
         let blueprint = parse(
@@ -748,18 +733,10 @@ mod tests {
         )
         .expect("valid")
         .snapshot;
-        let state = state_of(&blueprint);
+        let state = requested(&blueprint, &[("id", "7")]);
         let secrets: SecretValues =
             [("token".to_owned(), SecretString::from("s3cr3t-value"))].into();
-        let input = StepInput {
-            state: &state,
-            spec: blueprint.step("call").expect("call"),
-            secrets: &secrets,
-            deployment: overture_events::DeploymentId::from_uuid(uuid::Uuid::nil()),
-            attempt: 1,
-            kept: None,
-        };
-        let prepared = prepare(&input).expect("prepares");
+        let prepared = prepare(&input(&state, "call", &secrets)).expect("prepares");
         assert!(prepared.network);
         assert!(!prepared.command.contains("s3cr3t-value"));
         assert!(prepared.env.is_empty() && prepared.secret_env.is_empty());

@@ -16,6 +16,8 @@ pub mod logs;
 pub mod script;
 pub mod step;
 pub mod terraform;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod wait_ssh;
 
 use std::future::Future;
@@ -241,11 +243,7 @@ pub async fn run_attempt(
         ));
     }
 
-    let sandbox_id = format!(
-        "{}-{step}-{attempt}-{}",
-        &deployment.uuid().simple().to_string()[..12],
-        short_suffix()
-    );
+    let sandbox_id = sandbox_id(deployment, step, logs::LogName::Attempt(attempt));
     let now = ports.clock.now();
     let start = DeploymentCommand::StartAttempt {
         step: step.clone(),
@@ -370,7 +368,10 @@ async fn run_in_sandbox(
     let masker = Masker::new(secrets.values());
     let keeps_state = spec.kind == terraform::KIND;
     let kept = if keeps_state {
-        ports.kept.load(deployment, &state.tenant, &spec.name).await?
+        ports
+            .kept
+            .load(deployment, &state.tenant, &spec.name)
+            .await?
     } else {
         None
     };
@@ -393,27 +394,9 @@ async fn run_in_sandbox(
             });
         }
     };
-    let log = ports
-        .logs
-        .create(deployment, &spec.name, logs::LogName::Attempt(attempt))?;
-    let mut env = prepared.env;
-    env.extend([
-        ("OVERTURE_DEPLOYMENT".to_owned(), deployment.to_string()),
-        ("OVERTURE_STEP".to_owned(), spec.name.clone()),
-        ("OVERTURE_ATTEMPT".to_owned(), attempt.to_string()),
-    ]);
-    let job = SandboxJob {
-        id: sandbox_id,
-        command: prepared.command,
-        env,
-        secret_env: prepared.secret_env,
-        files: prepared.files,
-        collect: prepared.collect,
-        network: prepared.network,
-        timeout: Duration::from_millis(spec.timeout_ms),
-        output_limit: OUTPUT_LIMIT,
-        log: Some(Box::new(logs::MaskingWriter::new(log, masker.clone()))),
-    };
+    let name = logs::LogName::Attempt(attempt);
+    let log = ports.logs.create(deployment, &spec.name, name)?;
+    let job = step::sandbox_job(sandbox_id, prepared, &input, name, log, &masker);
 
     let watch = watch_for_abandonment(ports.log, lease, deployment, &spec.name, attempt);
     let result = ports.sandbox.run(job, Box::pin(watch)).await?;
@@ -530,6 +513,16 @@ fn with_tail(headline: String, output: &str) -> String {
 
 fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A new sandbox's id: the deployment, the step and the run, readable in `ps`, and a random
+/// suffix so no two runs share a workspace.
+fn sandbox_id(deployment: DeploymentId, step: &str, run: logs::LogName) -> String {
+    format!(
+        "{}-{step}-{run}-{}",
+        &deployment.uuid().simple().to_string()[..12],
+        short_suffix()
+    )
 }
 
 fn short_suffix() -> String {

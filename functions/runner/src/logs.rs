@@ -105,7 +105,10 @@ mod tests {
             }
             writer.flush().expect("flushed");
         }
-        assert_eq!(String::from_utf8(out).expect("utf-8"), "login: ***\nnext line ***");
+        assert_eq!(
+            String::from_utf8(out).expect("utf-8"),
+            "login: ***\nnext line ***"
+        );
     }
 
     #[test]

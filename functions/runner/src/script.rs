@@ -82,10 +82,10 @@ pub fn parse_outputs(text: &str) -> Result<BTreeMap<String, String>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::{input, requested, succeeded};
     use overture_domain::blueprint::parse;
     use overture_domain::secret::{SecretString, SecretValues};
-    use overture_domain::{Deployment, DeploymentState};
-    use overture_events::DeploymentEvent;
+    use overture_domain::Deployment;
     use secrecy::ExposeSecret;
 
     #[test]
@@ -95,35 +95,13 @@ mod tests {
         )
         .expect("valid")
         .snapshot;
-        let state = [
-            DeploymentEvent::DeploymentRequested {
-                tenant: "t".into(),
-                requested_by: "u".into(),
-                trigger: "cli".into(),
-                source: "s".into(),
-                blueprint: blueprint.clone(),
-                blueprint_hash: "h".into(),
-                params: [("who".to_owned(), "a; rm -rf /".to_owned())].into(),
-            },
-            DeploymentEvent::StepSucceeded {
-                step: "a".into(),
-                attempt: 1,
-                outputs: [("url".to_owned(), "http://x".to_owned())].into(),
-                duration_ms: 0,
-            },
-        ]
-        .into_iter()
-        .fold(DeploymentState::default(), Deployment::apply);
+        let state = Deployment::apply(
+            requested(&blueprint, &[("who", "a; rm -rf /")]),
+            succeeded("a", &[("url", "http://x")]),
+        );
         let secrets: SecretValues = [("key".to_owned(), SecretString::from("s3cr3t"))].into();
 
-        let input = StepInput {
-            state: &state,
-            spec: blueprint.step("b").expect("b"),
-            secrets: &secrets,
-            deployment: overture_events::DeploymentId::from_uuid(uuid::Uuid::nil()),
-            attempt: 1,
-            kept: None,
-        };
+        let input = input(&state, "b", &secrets);
         let prepared = prepare(&input).expect("prepares");
         assert_eq!(
             prepared.command,
@@ -152,10 +130,10 @@ mod tests {
             .into())
         );
         assert!(parse_outputs("no equals sign")
-            .unwrap_err()
+            .expect_err("refused")
             .contains("line 1"));
         assert!(parse_outputs("ok=1\n1bad=2")
-            .unwrap_err()
+            .expect_err("refused")
             .contains("line 2"));
     }
 }

@@ -9,12 +9,15 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use overture_domain::secret::{SecretString, SecretValues, SSH_KEY_SECRET};
+use overture_domain::secret::{Masker, SecretString, SecretValues, SSH_KEY_SECRET};
 use overture_domain::template::{Reference, Template};
 use overture_domain::DeploymentState;
 use overture_events::{DeploymentId, ErrorClass, StepSpec};
 use secrecy::ExposeSecret;
 use serde_json::Value;
+
+use crate::logs::{LogName, MaskingWriter};
+use crate::{SandboxJob, OUTPUT_LIMIT};
 
 /// One attempt of one step, with everything a kind may read to prepare it.
 pub struct StepInput<'a> {
@@ -56,7 +59,8 @@ impl StepInput<'_> {
                 let relative = if dir.is_empty() {
                     Some(path.as_str())
                 } else {
-                    path.strip_prefix(dir).and_then(|rest| rest.strip_prefix('/'))
+                    path.strip_prefix(dir)
+                        .and_then(|rest| rest.strip_prefix('/'))
                 };
                 relative.map(|relative| (relative.to_owned(), text.as_str()))
             })
@@ -120,7 +124,9 @@ impl StepInput<'_> {
 
     /// The addresses of the step's `hosts` setting (a host group or a list), rendered.
     pub fn hosts(&self) -> Result<Vec<String>, String> {
-        let value = self.setting("hosts").ok_or("the step has no `with.hosts`")?;
+        let value = self
+            .setting("hosts")
+            .ok_or("the step has no `with.hosts`")?;
         let groups = self
             .state
             .blueprint
@@ -185,6 +191,41 @@ impl Verdict {
             class: ErrorClass::StepFailed,
             headline: headline.into(),
         }
+    }
+}
+
+/// The sandbox job of a prepared run of a step: what the kind prepared, the variables naming
+/// the run, the step's timeout, and the output copied masked to `log`.
+pub fn sandbox_job(
+    id: String,
+    prepared: Prepared,
+    input: &StepInput,
+    run: LogName,
+    log: Box<dyn std::io::Write + Send + Sync>,
+    masker: &Masker,
+) -> SandboxJob {
+    let mut env = prepared.env;
+    env.extend([
+        (
+            "OVERTURE_DEPLOYMENT".to_owned(),
+            input.deployment.to_string(),
+        ),
+        ("OVERTURE_STEP".to_owned(), input.spec.name.clone()),
+    ]);
+    if let LogName::Attempt(attempt) = run {
+        env.push(("OVERTURE_ATTEMPT".to_owned(), attempt.to_string()));
+    }
+    SandboxJob {
+        id,
+        command: prepared.command,
+        env,
+        secret_env: prepared.secret_env,
+        files: prepared.files,
+        collect: prepared.collect,
+        network: prepared.network,
+        timeout: std::time::Duration::from_millis(input.spec.timeout_ms),
+        output_limit: OUTPUT_LIMIT,
+        log: Some(Box::new(MaskingWriter::new(log, masker.clone()))),
     }
 }
 

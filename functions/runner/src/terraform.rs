@@ -194,16 +194,14 @@ fn workspace(input: &StepInput) -> Result<Prepared, String> {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use overture_domain::blueprint::parse;
     use overture_domain::secret::{SecretString, SecretValues};
     use overture_domain::{Deployment, DeploymentState};
-    use overture_events::{BlueprintSnapshot, DeploymentEvent, DeploymentId};
+    use overture_events::BlueprintSnapshot;
     use serde_json::json;
 
     use super::*;
-    use crate::SandboxExit;
+    use crate::testing::{input, requested, sandbox_result, succeeded};
 
     const BLUEPRINT: &str = "name: x\nparams: { region: {} }\nsecrets: [token]\nsteps:\n  net: { run: noop }\n  infra:\n    run: terraform\n    needs: [net]\n    with:\n      dir: infra/\n      vars: { region: '{{ params.region }}', token: '{{ secrets.token }}', subnet: '{{ steps.net.outputs.id }}', count: 2, tags: [a] }\n";
 
@@ -218,42 +216,21 @@ mod tests {
             ("other/main.tf".to_owned(), "# another step's".to_owned()),
         ]
         .into();
-        [
-            DeploymentEvent::DeploymentRequested {
-                tenant: "t".into(),
-                requested_by: "u".into(),
-                trigger: "cli".into(),
-                source: "s".into(),
-                blueprint,
-                blueprint_hash: "h".into(),
-                params: [("region".to_owned(), "eu-1".to_owned())].into(),
-            },
-            DeploymentEvent::StepSucceeded {
-                step: "net".into(),
-                attempt: 1,
-                outputs: [("id".to_owned(), "subnet-9".to_owned())].into(),
-                duration_ms: 0,
-            },
-        ]
-        .into_iter()
-        .fold(DeploymentState::default(), Deployment::apply)
+        Deployment::apply(
+            requested(&blueprint, &[("region", "eu-1")]),
+            succeeded("net", &[("id", "subnet-9")]),
+        )
+    }
+
+    /// [`deployment`] of a blueprint whose one step, `infra`, runs terraform in `dir`.
+    fn one_step_in(dir: &str) -> DeploymentState {
+        let blueprint =
+            format!("name: x\nsteps:\n  infra: {{ run: terraform, with: {{ dir: {dir} }} }}\n");
+        deployment(&parse(&blueprint).expect("valid").snapshot)
     }
 
     fn file<'a>(prepared: &'a Prepared, path: &str) -> Option<&'a [u8]> {
         collected(&prepared.files, path)
-    }
-
-    fn result(output: &str, collected: Vec<(&str, &str)>) -> SandboxResult {
-        SandboxResult {
-            exit: SandboxExit::Code(0),
-            output: output.as_bytes().to_vec(),
-            outputs_file: vec![],
-            duration: Duration::ZERO,
-            collected: collected
-                .into_iter()
-                .map(|(path, content)| (PathBuf::from(path), content.as_bytes().to_vec()))
-                .collect(),
-        }
     }
 
     #[test]
@@ -262,12 +239,9 @@ mod tests {
         let state = deployment(&blueprint);
         let secrets: SecretValues = [("token".to_owned(), SecretString::from("s3cr3t"))].into();
         let input = StepInput {
-            state: &state,
-            spec: blueprint.step("infra").expect("infra"),
-            secrets: &secrets,
-            deployment: DeploymentId::from_uuid(uuid::Uuid::nil()),
             attempt: 2,
             kept: Some(b"{\"version\": 4}".to_vec()),
+            ..input(&state, "infra", &secrets)
         };
         let prepared = prepare(&input).expect("prepares");
 
@@ -324,19 +298,9 @@ mod tests {
 
     #[test]
     fn a_first_attempt_has_no_state_and_no_vars_make_an_empty_var_file() {
-        let blueprint =
-            parse("name: x\nsteps:\n  infra: { run: terraform, with: { dir: infra } }\n")
-                .expect("valid")
-                .snapshot;
-        let state = deployment(&blueprint);
-        let input = StepInput {
-            state: &state,
-            spec: blueprint.step("infra").expect("infra"),
-            secrets: &SecretValues::new(),
-            deployment: DeploymentId::from_uuid(uuid::Uuid::nil()),
-            attempt: 1,
-            kept: None,
-        };
+        let state = one_step_in("infra");
+        let secrets = SecretValues::new();
+        let input = input(&state, "infra", &secrets);
         let prepared = prepare(&input).expect("prepares");
         assert_eq!(file(&prepared, STATE_FILE), None);
         assert_eq!(file(&prepared, VAR_FILE), Some(&b"{}"[..]));
@@ -344,19 +308,9 @@ mod tests {
 
     #[test]
     fn a_folder_the_deployment_did_not_record_cannot_run() {
-        let blueprint =
-            parse("name: x\nsteps:\n  infra: { run: terraform, with: { dir: elsewhere } }\n")
-                .expect("valid")
-                .snapshot;
-        let state = deployment(&blueprint);
-        let input = StepInput {
-            state: &state,
-            spec: blueprint.step("infra").expect("infra"),
-            secrets: &SecretValues::new(),
-            deployment: DeploymentId::from_uuid(uuid::Uuid::nil()),
-            attempt: 1,
-            kept: None,
-        };
+        let state = one_step_in("elsewhere");
+        let secrets = SecretValues::new();
+        let input = input(&state, "infra", &secrets);
         let problem = prepare(&input).err().expect("refused");
         assert!(problem.contains("no files under `elsewhere`"), "{problem}");
     }
@@ -385,28 +339,21 @@ mod tests {
 
     #[test]
     fn success_reads_the_outputs_and_a_non_zero_exit_is_a_terraform_failure_naming_the_command() {
-        let blueprint =
-            parse("name: x\nsteps:\n  infra: { run: terraform, with: { dir: infra } }\n")
-                .expect("valid")
-                .snapshot;
-        let state = deployment(&blueprint);
-        let input = StepInput {
-            state: &state,
-            spec: blueprint.step("infra").expect("infra"),
-            secrets: &SecretValues::new(),
-            deployment: DeploymentId::from_uuid(uuid::Uuid::nil()),
-            attempt: 1,
-            kept: None,
+        let state = one_step_in("infra");
+        let secrets = SecretValues::new();
+        let input = input(&state, "infra", &secrets);
+        let verdict = |code, output: &str, collected: &[(&str, &str)]| {
+            conclude(&input, code, &sandbox_result(code, output, collected))
         };
         let outputs = r#"{"id": {"sensitive": false, "type": "string", "value": "abc"}}"#;
         assert_eq!(
-            conclude(&input, 0, &result("", vec![(OUTPUTS_FILE, outputs)])),
+            verdict(0, "", &[(OUTPUTS_FILE, outputs)]),
             Verdict::Success([("id".to_owned(), "abc".to_owned())].into())
         );
 
         let output = "$ terraform apply\nterraform_data.x: Creating...\n\nError: local-exec provisioner error\n\n  with terraform_data.x\n\nError: second\n";
         assert_eq!(
-            conclude(&input, 1, &result(output, vec![(STAGE_FILE, "apply\n")])),
+            verdict(1, output, &[(STAGE_FILE, "apply\n")]),
             Verdict::Failure {
                 class: ErrorClass::Terraform,
                 headline: "`terraform apply` failed with exit code 1: local-exec provisioner error"
@@ -414,14 +361,14 @@ mod tests {
             }
         );
         assert_eq!(
-            conclude(&input, 127, &result("sh: terraform: not found\n", vec![])),
+            verdict(127, "sh: terraform: not found\n", &[]),
             Verdict::Failure {
                 class: ErrorClass::Terraform,
                 headline: "`terraform` failed with exit code 127".into()
             }
         );
         assert!(matches!(
-            conclude(&input, 0, &result("", vec![])),
+            verdict(0, "", &[]),
             Verdict::Failure {
                 class: ErrorClass::StepFailed,
                 ..

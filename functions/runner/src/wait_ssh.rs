@@ -284,36 +284,15 @@ fn judge(
 mod tests {
     use overture_domain::blueprint::parse;
     use overture_domain::secret::SecretValues;
-    use overture_domain::{Deployment, DeploymentState};
-    use overture_events::DeploymentEvent;
 
     use super::*;
+    use crate::testing::{input, requested};
 
     /// Prepares the step `wait` of a blueprint whose parameter `ip` is 10.0.0.9.
     fn prepare_step(blueprint: &str) -> Result<Prepared, String> {
         let blueprint = parse(blueprint).expect("valid").snapshot;
-        let state = DeploymentState::default();
-        let state = Deployment::apply(
-            state,
-            DeploymentEvent::DeploymentRequested {
-                tenant: "t".into(),
-                requested_by: "u".into(),
-                trigger: "cli".into(),
-                source: "s".into(),
-                blueprint: blueprint.clone(),
-                blueprint_hash: "h".into(),
-                params: [("ip".to_owned(), "10.0.0.9".to_owned())].into(),
-            },
-        );
-        let input = StepInput {
-            state: &state,
-            spec: blueprint.step("wait").expect("wait"),
-            secrets: &SecretValues::new(),
-            deployment: overture_events::DeploymentId::from_uuid(uuid::Uuid::nil()),
-            attempt: 1,
-            kept: None,
-        };
-        prepare(&input)
+        let state = requested(&blueprint, &[("ip", "10.0.0.9")]);
+        prepare(&input(&state, "wait", &SecretValues::new()))
     }
 
     #[test]
