@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the hello-world example on the embedded engine, in a fresh data directory, and shows
-# its status and audit trail.
+# its status, a step's log and the audit trail; then deploys the Terraform example for real
+# and tears it down again with `overture destroy`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 overture=target/release/overture
@@ -36,4 +37,18 @@ if grep -rqF "$DEMO_API_TOKEN" "$data"; then
     exit 1
 fi
 echo "(the secret token appears nowhere in $data)"
-exit $deployed
+[[ $deployed == 0 ]] || exit $deployed
+
+echo
+echo "== overture deploy examples/terraform/blueprint.yaml (real terraform, built-in resources only)"
+$overture --data-dir "$data" deploy examples/terraform/blueprint.yaml --param environment=demo
+tf=$($overture --data-dir "$data" list --json | sed -n 's/.*"id": "\([0-9a-f-]*\)".*/\1/p' | head -n 1)
+echo
+echo "== overture logs $tf network (terraform's own output)"
+$overture --data-dir "$data" logs "$tf" network | tail -n 12
+echo
+echo "== overture destroy $tf"
+$overture --data-dir "$data" destroy "$tf"
+echo
+echo "== overture logs $tf network --destroy"
+$overture --data-dir "$data" logs "$tf" network --destroy | tail -n 6
