@@ -86,7 +86,10 @@ impl Overture {
                 deploying.id = rest.trim().to_owned();
             }
             if words.iter().all(|word| line.contains(word)) {
-                assert!(!deploying.id.is_empty(), "the deployment id is printed first");
+                assert!(
+                    !deploying.id.is_empty(),
+                    "the deployment id is printed first"
+                );
                 return deploying;
             }
         }

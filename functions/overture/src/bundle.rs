@@ -9,7 +9,8 @@ use overture_events::BlueprintSnapshot;
 
 /// Every regular file under the folders the steps name, by path relative to the blueprint's
 /// folder. Hidden entries (`.terraform`, `.git`) and Terraform state files are left out: a
-/// deployment keeps its own state.
+/// deployment keeps its own state. Terraform's dependency lock file is kept, so every attempt
+/// and `destroy` use the provider versions it pins.
 pub fn read_files(
     blueprint_file: &Path,
     snapshot: &BlueprintSnapshot,
@@ -37,6 +38,9 @@ pub fn read_files(
     }
 }
 
+/// Terraform's dependency lock file: hidden, but part of the configuration.
+const TERRAFORM_LOCK_FILE: &str = ".terraform.lock.hcl";
+
 fn read_folder(
     folder: &Path,
     prefix: &str,
@@ -53,7 +57,8 @@ fn read_folder(
                 folder.display()
             ));
         };
-        if name.starts_with('.') || name.contains(".tfstate") {
+        let hidden = name.starts_with('.') && name != TERRAFORM_LOCK_FILE;
+        if hidden || name.contains(".tfstate") {
             continue;
         }
         let relative = if prefix.is_empty() {
@@ -78,4 +83,52 @@ fn read_folder(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_folder_is_read_whole_but_for_hidden_entries_and_state_and_text_only() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let infra = dir.path().join("infra");
+        for (path, content) in [
+            ("main.tf", &b"resource \"terraform_data\" \"x\" {}"[..]),
+            (".terraform.lock.hcl", b"# pins"),
+            ("modules/net/net.tf", b"# module"),
+            (".terraform/providers/p", b"binary"),
+            ("terraform.tfstate", b"{}"),
+            ("terraform.tfstate.backup", b"{}"),
+        ] {
+            let path = infra.join(path);
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+            std::fs::write(path, content).expect("write");
+        }
+        let blueprint = dir.path().join("blueprint.yaml");
+        let parsed = blueprint::parse(
+            "name: b\nsteps:\n  infra: { run: terraform, with: { dir: infra } }\n",
+        )
+        .expect("valid");
+
+        let files = read_files(&blueprint, &parsed.snapshot).expect("read");
+        assert_eq!(
+            files.keys().map(String::as_str).collect::<Vec<_>>(),
+            [
+                "infra/.terraform.lock.hcl",
+                "infra/main.tf",
+                "infra/modules/net/net.tf"
+            ]
+        );
+
+        std::fs::write(infra.join("logo.png"), [0xff, 0xd8, 0xff]).expect("write");
+        let refused = read_files(&blueprint, &parsed.snapshot).expect_err("binary");
+        assert_eq!(refused.0[0].field, "steps.infra.with.dir");
+        assert!(
+            refused.0[0].problem.contains("logo.png"),
+            "{}",
+            refused.0[0].problem
+        );
+        assert!(refused.0[0].problem.contains("text files only"));
+    }
 }
