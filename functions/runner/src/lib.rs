@@ -447,7 +447,7 @@ async fn run_in_sandbox(
 /// The sandbox command of a step, by its kind.
 fn prepare(input: &StepInput) -> Result<step::Prepared, String> {
     match input.spec.kind.as_str() {
-        "script" => script::prepare(input),
+        script::KIND => script::prepare(input),
         terraform::KIND => terraform::prepare(input),
         ansible::KIND => ansible::prepare(input),
         http::KIND => http::prepare(input),
@@ -463,6 +463,7 @@ fn conclude(input: &StepInput, code: i32, result: &SandboxResult) -> Verdict {
         ansible::KIND => ansible::conclude(input, code, result),
         http::KIND => http::conclude(input, code, result),
         wait_ssh::KIND => wait_ssh::conclude(input, code, result),
+        // `prepare` refused every other kind, so only a script gets this far.
         _ => script::conclude(code, result),
     }
 }
