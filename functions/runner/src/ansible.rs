@@ -56,6 +56,9 @@ const CONFIG: &str = "\
 host_key_checking = False
 retry_files_enabled = False
 local_tmp = /work/.ansible/tmp
+# On the managed hosts: under /tmp rather than the user's home, so a run leaves nothing behind
+# that outlives the host's next boot.
+remote_tmp = /tmp/.ansible-${USER}/tmp
 nocolor = True
 stdout_callback = default
 interpreter_python = auto_silent
