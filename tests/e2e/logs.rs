@@ -144,3 +144,32 @@ fn follow_prints_an_attempt_while_it_runs_and_stops_when_it_ends() {
     );
     assert!(deploy.wait().expect("deploy ends").success());
 }
+
+#[test]
+fn following_the_latest_attempt_waits_for_it_and_goes_on_through_the_retries() {
+    let overture = Overture::new();
+    let file = overture.blueprint(
+        "retried.yaml",
+        r#"
+name: retried
+steps:
+  flaky:
+    run: script
+    # Long enough that `logs --follow` has surely started before the second attempt.
+    retry: { step-failed: { times: 1, wait: 5s } }
+    with:
+      command: |
+        echo "attempt $OVERTURE_ATTEMPT"
+        test "$OVERTURE_ATTEMPT" = 2
+"#,
+    );
+    let deploying = overture.deploy_until(&file, &["deployment "]);
+    let followed = overture.run(&["logs", &deploying.id, "flaky", "--follow"]);
+    assert!(followed.status.success(), "{}", text(&followed.stderr));
+    assert_eq!(
+        text(&followed.stdout),
+        "attempt 1\n--- attempt 2 ---\nattempt 2\n"
+    );
+    let status = overture.json(&["status", &deploying.id, "--json"]);
+    assert_eq!(status["steps"]["flaky"]["status"], "succeeded");
+}

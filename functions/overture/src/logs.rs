@@ -25,7 +25,9 @@ pub enum Which {
     Destroy,
 }
 
-/// Prints a step's log; with `follow`, keeps printing until the attempt has ended.
+/// Prints a step's log. With `follow`, keeps printing until the attempt has ended; following
+/// the latest attempt also waits for the first one to start and goes on through the retries
+/// the step gets, until it has no more.
 pub async fn show(
     data_dir: &Path,
     id: &str,
@@ -46,7 +48,41 @@ pub async fn show(
             steps.join(", ")
         )));
     }
-    let name = log_name(&engine, id, step, which)?;
+    let mut name = match which {
+        Which::Destroy => LogName::Destroy,
+        Which::Attempt(attempt) => LogName::Attempt(attempt),
+        Which::Latest => match latest_attempt(&engine, id, step, 0, follow).await? {
+            Some(attempt) => LogName::Attempt(attempt),
+            None => {
+                return Err(Failure::BadInput(format!(
+                    "step `{step}` has no output yet: no attempt has run"
+                )))
+            }
+        },
+    };
+    loop {
+        print_log(&engine, id, step, name, follow).await?;
+        let (LogName::Attempt(shown), Which::Latest, true) = (name, which, follow) else {
+            return Ok(());
+        };
+        match latest_attempt(&engine, id, step, shown, true).await? {
+            Some(next) => {
+                println!("--- attempt {next} ---");
+                name = LogName::Attempt(next);
+            }
+            None => return Ok(()),
+        }
+    }
+}
+
+/// Prints one log; with `follow`, until its attempt has ended.
+async fn print_log(
+    engine: &Engine,
+    id: DeploymentId,
+    step: &str,
+    name: LogName,
+    follow: bool,
+) -> Result<(), Failure> {
     let path = engine.logs.path(id, step, name);
     let mut file = match std::fs::File::open(&path) {
         Ok(file) => file,
@@ -70,10 +106,7 @@ pub async fn show(
         Failure::Engine(anyhow::anyhow!("cannot read {}: {error}", path.display()))
     };
     copy_new(&mut file, &mut out).map_err(read_error)?;
-    if !follow {
-        return Ok(());
-    }
-    let LogName::Attempt(attempt) = name else {
+    let (true, LogName::Attempt(attempt)) = (follow, name) else {
         return Ok(());
     };
     // The runner writes the log before it records the attempt's end, so once the log shows the
@@ -88,31 +121,42 @@ pub async fn show(
     }
 }
 
-/// The log asked for; for [`Which::Latest`], the highest attempt that has one.
-fn log_name(
+/// The highest attempt above `after` that has a log. With `wait`, while the step may still run
+/// another attempt, waits for its log to appear.
+async fn latest_attempt(
     engine: &Engine,
     id: DeploymentId,
     step: &str,
-    which: Which,
-) -> Result<LogName, Failure> {
-    match which {
-        Which::Destroy => Ok(LogName::Destroy),
-        Which::Attempt(attempt) => Ok(LogName::Attempt(attempt)),
-        Which::Latest => {
-            let attempts = engine
-                .logs
-                .attempts(id, step)
-                .map_err(|e| Failure::Engine(anyhow::anyhow!("cannot list the logs: {e}")))?;
-            attempts
-                .last()
-                .map(|&a| LogName::Attempt(a))
-                .ok_or_else(|| {
-                    Failure::BadInput(format!(
-                        "step `{step}` has no output yet: no attempt has run"
-                    ))
-                })
+    after: u32,
+    wait: bool,
+) -> Result<Option<u32>, Failure> {
+    loop {
+        let attempts = engine
+            .logs
+            .attempts(id, step)
+            .map_err(|e| Failure::Engine(anyhow::anyhow!("cannot list the logs: {e}")))?;
+        if let Some(&last) = attempts.last().filter(|&&last| last > after) {
+            return Ok(Some(last));
         }
+        if !wait || !may_run_again(&engine.state(id).await?, step) {
+            return Ok(None);
+        }
+        tokio::time::sleep(FOLLOW_POLL).await;
     }
+}
+
+/// Whether the step may still start an attempt, or is running one.
+fn may_run_again(state: &DeploymentState, step: &str) -> bool {
+    !state.is_finished()
+        && state.steps.get(step).is_some_and(|s| {
+            matches!(
+                s.status,
+                StepStatus::Pending
+                    | StepStatus::Scheduled
+                    | StepStatus::Running
+                    | StepStatus::Retrying
+            )
+        })
 }
 
 fn is_running(state: &DeploymentState, step: &str, attempt: u32) -> bool {
