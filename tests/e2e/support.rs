@@ -68,32 +68,10 @@ impl Overture {
     /// Starts `overture deploy FILE` in the background and returns once a progress line contains
     /// every one of `words`.
     pub fn deploy_until(&self, file: &Path, words: &[&str]) -> Deploying {
-        let child = self
-            .command(&["deploy", file.to_str().expect("utf-8 path")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start overture deploy");
-        // From here on, dropping it (a failed assertion included) kills and reaps the engine.
-        let mut deploying = Deploying {
-            id: String::new(),
-            child,
-        };
-        let stderr = deploying.child.stderr.take().expect("stderr");
-        for line in BufReader::new(stderr).lines() {
-            let line = line.expect("progress line");
-            if let Some(rest) = line.strip_prefix("deployment ") {
-                deploying.id = rest.trim().to_owned();
-            }
-            if words.iter().all(|word| line.contains(word)) {
-                assert!(
-                    !deploying.id.is_empty(),
-                    "the deployment id is printed first"
-                );
-                return deploying;
-            }
-        }
-        panic!("overture deploy ended without printing a line with {words:?}");
+        Deploying::spawn(
+            self.command(&["deploy", file.to_str().expect("utf-8 path")]),
+            words,
+        )
     }
 
     /// Every event of a deployment, as `events --json` prints them.
@@ -282,6 +260,36 @@ pub struct Deploying {
 }
 
 impl Deploying {
+    /// Starts `command` (an `overture deploy`) and returns once a progress line contains every
+    /// one of `words`.
+    pub fn spawn(mut command: Command, words: &[&str]) -> Self {
+        let child = command
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start overture deploy");
+        // From here on, dropping it (a failed assertion included) kills and reaps the engine.
+        let mut deploying = Deploying {
+            id: String::new(),
+            child,
+        };
+        let stderr = deploying.child.stderr.take().expect("stderr");
+        for line in BufReader::new(stderr).lines() {
+            let line = line.expect("progress line");
+            if let Some(rest) = line.strip_prefix("deployment ") {
+                deploying.id = rest.trim().to_owned();
+            }
+            if words.iter().all(|word| line.contains(word)) {
+                assert!(
+                    !deploying.id.is_empty(),
+                    "the deployment id is printed first"
+                );
+                return deploying;
+            }
+        }
+        panic!("overture deploy ended without printing a line with {words:?}");
+    }
+
     /// Kills the engine with SIGKILL, as a crash would, and reaps it.
     pub fn kill(mut self) {
         self.kill_now();

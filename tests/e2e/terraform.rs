@@ -677,3 +677,97 @@ output "echoed" {
     let leaks = files_containing(&overture.data_dir(), SECRET.as_bytes());
     assert!(leaks.is_empty(), "files holding the secret: {leaks:?}");
 }
+
+#[test]
+fn resume_keeps_the_state_a_run_killed_with_its_engine_had_written() {
+    let overture = Overture::new();
+    let slow = marker("terraform-killed");
+    let file = overture.blueprint(
+        "killed.yaml",
+        r#"
+name: killed
+secrets: [token]
+steps:
+  infra:
+    run: terraform
+    # An interrupted attempt counts as step-failed; this step may be tried once more.
+    retry: { step-failed: { times: 1 } }
+    with: { dir: infra, vars: { token: "{{ secrets.token }}" } }
+"#,
+    );
+    configuration(
+        &file,
+        "infra",
+        &format!(
+            r#"
+variable "token" {{
+  type      = string
+  sensitive = true
+}}
+
+resource "terraform_data" "first" {{
+  input = "made before the engine died"
+}}
+
+resource "terraform_data" "slow" {{
+  depends_on = [terraform_data.first]
+  provisioner "local-exec" {{
+    command = "if [ \"$OVERTURE_ATTEMPT\" = 1 ]; then sleep 120; fi # {slow}"
+  }}
+}}
+"#
+        ),
+    );
+    let mut command = overture.command(&[
+        "deploy",
+        file.to_str().expect("path"),
+        "--secret",
+        "token=TF_KILLED",
+    ]);
+    command.env("TF_KILLED", SECRET);
+    let deploying = crate::support::Deploying::spawn(command, &["infra", "started (attempt 1)"]);
+
+    // Terraform writes its state after each resource: wait until `first` is in it.
+    let sandboxes = overture.data_dir().join("sandboxes");
+    let start = std::time::Instant::now();
+    while !files_containing(&sandboxes, b"made before the engine died")
+        .iter()
+        .any(|path| path.ends_with("config/terraform.tfstate"))
+    {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "`first` was never made"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let id = deploying.id.clone();
+    deploying.kill();
+
+    let resumed = overture.run(&["resume"]);
+    assert!(
+        resumed.status.success(),
+        "resume: {}",
+        text(&resumed.stderr)
+    );
+    let left = gone_within(&slow, std::time::Duration::from_secs(5));
+    assert!(left.is_empty(), "the killed run is gone: {left:?}");
+    assert!(
+        !sandboxes.exists() || std::fs::read_dir(&sandboxes).expect("dir").next().is_none(),
+        "no workspace (with its variable file) is left"
+    );
+
+    let status = overture.json(&["status", &id, "--json"]);
+    assert_eq!(status["status"], "succeeded");
+    assert_eq!(status["steps"]["infra"]["attempts"], 2);
+    let second = text(
+        &overture
+            .run(&["logs", &id, "infra", "--attempt", "2"])
+            .stdout,
+    );
+    assert!(
+        second.contains("Apply complete! Resources: 1 added"),
+        "the second attempt made only what the first had not:\n{second}"
+    );
+    let found = files_containing(&overture.data_dir(), SECRET.as_bytes());
+    assert!(found.is_empty(), "the secret is in {found:?}");
+}

@@ -172,6 +172,25 @@ impl Engine {
                 "killed processes of sandboxes left behind by a stopped engine"
             );
         }
+        // A Terraform run killed half-way wrote down resources its kept state does not know;
+        // keeping them spares the next attempt from making them again.
+        let states = self
+            .sandbox
+            .leftover_files(Path::new(overture_runner::terraform::STATE_FILE))
+            .map_err(function_error)?;
+        for (sandbox, state) in states {
+            let kept = overture_runner::terraform::keep_leftover_state(
+                &sandbox,
+                &state,
+                &self.deployments,
+                &self.keys,
+            )
+            .await
+            .map_err(function_error)?;
+            if kept {
+                tracing::info!(%sandbox, "kept the Terraform state a stopped run left");
+            }
+        }
         let sandboxes = self.data_dir.join("sandboxes");
         if sandboxes.exists() {
             std::fs::remove_dir_all(&sandboxes).map_err(function_error)?;

@@ -516,16 +516,49 @@ fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// A new sandbox's id: the deployment, the step and the run, readable in `ps`, and a random
-/// suffix so no two runs share a workspace.
+/// A new sandbox's id: the deployment, the step and the run (readable in `ps`, and read back by
+/// [`parse_sandbox_id`] when a dead engine left the sandbox behind), and a random suffix so no
+/// two runs share a workspace.
 fn sandbox_id(deployment: DeploymentId, step: &str, run: logs::LogName) -> String {
     format!(
         "{}-{step}-{run}-{}",
-        &deployment.uuid().simple().to_string()[..12],
+        deployment.uuid().simple(),
         short_suffix()
     )
 }
 
+/// The deployment, the step and the run a sandbox id of [`sandbox_id`] names.
+pub fn parse_sandbox_id(id: &str) -> Option<(DeploymentId, String, logs::LogName)> {
+    let mut parts = id.rsplitn(3, '-');
+    let (_suffix, run, rest) = (parts.next()?, parts.next()?, parts.next()?);
+    let (deployment, step) = rest.split_once('-')?;
+    let deployment = DeploymentId::from_uuid(uuid::Uuid::try_parse(deployment).ok()?);
+    let run = match run {
+        "destroy" => logs::LogName::Destroy,
+        attempt => logs::LogName::Attempt(attempt.parse().ok()?),
+    };
+    Some((deployment, step.to_owned(), run))
+}
+
 fn short_suffix() -> String {
     uuid::Uuid::new_v4().simple().to_string()[..8].to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sandbox_id_names_its_deployment_step_and_run() {
+        let deployment = DeploymentId::from_uuid(uuid::Uuid::now_v7());
+        for run in [logs::LogName::Attempt(12), logs::LogName::Destroy] {
+            let id = sandbox_id(deployment, "web-tier-2", run);
+            assert_eq!(
+                parse_sandbox_id(&id),
+                Some((deployment, "web-tier-2".to_owned(), run)),
+                "{id}"
+            );
+        }
+        assert_eq!(parse_sandbox_id("not-a-sandbox"), None);
+    }
 }

@@ -96,6 +96,61 @@ pub fn conclude(_input: &StepInput, code: i32, result: &SandboxResult) -> Verdic
     }
 }
 
+/// Keeps the state a Terraform run left in a sandbox that outlived its engine, when it is newer
+/// than the state kept: Terraform writes its state after every resource it changes, so a run
+/// killed half-way has recorded resources the kept state does not know. Returns whether it
+/// was kept.
+///
+/// A state is newer when it is a Terraform state of the same lineage with a higher serial (or
+/// nothing was kept yet); a file cut short by the kill does not parse and is left alone.
+pub async fn keep_leftover_state(
+    sandbox: &str,
+    state: &[u8],
+    log: &dyn overture_kit::DeploymentLog,
+    kept: &dyn crate::KeepStepState,
+) -> Result<bool, crate::RunnerError> {
+    let Some((deployment, step, _)) = crate::parse_sandbox_id(sandbox) else {
+        return Ok(false);
+    };
+    let loaded = log.load(deployment).await?;
+    let is_terraform = loaded
+        .state
+        .blueprint
+        .as_ref()
+        .and_then(|b| b.step(&step))
+        .is_some_and(|spec| spec.kind == KIND);
+    let Some(left) = is_terraform.then(|| StateVersion::of(state)).flatten() else {
+        return Ok(false);
+    };
+    let tenant = &loaded.state.tenant;
+    let newer = match kept.load(deployment, tenant, &step).await? {
+        None => true,
+        Some(current) => StateVersion::of(&current).is_none_or(|current| left.follows(&current)),
+    };
+    if newer {
+        kept.save(deployment, tenant, &step, state).await?;
+    }
+    Ok(newer)
+}
+
+/// Where a Terraform state stands: its lineage (one per state's life) and serial (raised by
+/// every write).
+#[derive(Deserialize)]
+struct StateVersion {
+    lineage: String,
+    serial: u64,
+}
+
+impl StateVersion {
+    fn of(state: &[u8]) -> Option<Self> {
+        serde_json::from_slice(state).ok()
+    }
+
+    fn follows(&self, earlier: &StateVersion) -> bool {
+        self.lineage == earlier.lineage && self.serial > earlier.serial
+    }
+}
+
 /// What went wrong, for a terraform command that exited with `code`: the command, and the first
 /// error Terraform reported (the runner adds the last lines of output).
 pub fn failure_headline(code: i32, result: &SandboxResult) -> String {
@@ -374,5 +429,23 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn a_leftover_state_is_newer_only_with_the_same_lineage_and_a_higher_serial() {
+        let state = |lineage: &str, serial: u64| {
+            StateVersion::of(
+                format!(r#"{{"version": 4, "lineage": "{lineage}", "serial": {serial}}}"#)
+                    .as_bytes(),
+            )
+            .expect("a state")
+        };
+        assert!(state("a", 3).follows(&state("a", 2)));
+        assert!(!state("a", 2).follows(&state("a", 2)));
+        assert!(!state("b", 9).follows(&state("a", 2)), "another state's life");
+        assert!(
+            StateVersion::of(br#"{"version": 4, "lin"#).is_none(),
+            "a file cut short by the kill"
+        );
     }
 }

@@ -7,13 +7,44 @@
 
 use std::path::Path;
 
-use super::Bubblewrap;
+use super::workspace::{read_inside, WORK_DIR};
+use super::{Bubblewrap, MAX_COLLECTED_FILE};
 
 impl Bubblewrap {
     /// Kills every process whose command line names a workspace under this sandbox root;
     /// returns how many were signalled. Call it only when no live engine uses this root.
     pub fn kill_leftovers(&self) -> std::io::Result<usize> {
         kill_processes_naming(&self.workspace_root)
+    }
+
+    /// The file at `relative` (under `/work`) in every workspace left under this root, by
+    /// sandbox id: what a run killed with its engine had written so far. Read as
+    /// [`collect`](super::SandboxRequest::collect) reads, never through a link. Call it only
+    /// once [`kill_leftovers`](Self::kill_leftovers) has run.
+    pub fn leftover_files(&self, relative: &Path) -> std::io::Result<Vec<(String, Vec<u8>)>> {
+        let entries = match std::fs::read_dir(&self.workspace_root) {
+            Ok(entries) => entries,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+            Err(error) => return Err(error),
+        };
+        let mut found = Vec::new();
+        for entry in entries {
+            let entry = entry?;
+            let Some(id) = entry.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            if !entry.file_type()?.is_dir() {
+                continue;
+            }
+            let work = entry.path().join(WORK_DIR);
+            match read_inside(&work, relative, MAX_COLLECTED_FILE) {
+                Ok(Some(content)) => found.push((id, content)),
+                Ok(None) => {}
+                // One unreadable leftover must not keep the others from being read.
+                Err(error) => tracing::warn!(sandbox = %id, %error, "cannot read a leftover file"),
+            }
+        }
+        Ok(found)
     }
 }
 

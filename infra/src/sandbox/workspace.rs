@@ -230,7 +230,7 @@ fn create_blocking(
 }
 
 /// The content of `work/relative` if it is a regular file reached through real directories only.
-fn read_inside(work: &Path, relative: &Path, limit: u64) -> io::Result<Option<Vec<u8>>> {
+pub(super) fn read_inside(work: &Path, relative: &Path, limit: u64) -> io::Result<Option<Vec<u8>>> {
     let mut path = work.to_owned();
     let mut components = relative.components().peekable();
     while let Some(component) = components.next() {
