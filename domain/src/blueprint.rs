@@ -23,6 +23,9 @@ pub const DEFAULT_GRACE: Duration = Duration::from_secs(120);
 /// How long one attempt may run, unless the step says.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// The longest step name: it names sandboxes and log folders, which have length limits.
+pub const MAX_STEP_NAME: usize = 63;
+
 /// The most a blueprint's steps may take from its folder, in all: the files are recorded in the
 /// deployment's history.
 pub const MAX_FILES_BYTES: usize = 1024 * 1024;
@@ -213,6 +216,12 @@ pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
         let field = |rest: &str| format!("steps.{name}{rest}");
         if !is_slug(name) {
             problem(field(""), "a step name must be lowercase letters, digits and '-', starting with a letter or digit".into());
+        }
+        if name.len() > MAX_STEP_NAME {
+            problem(
+                field(""),
+                format!("a step name is at most {MAX_STEP_NAME} characters; shorten it"),
+            );
         }
         let with: BTreeMap<String, serde_json::Value> = step
             .with

@@ -319,3 +319,18 @@ fn a_wait_for_ssh_must_end_before_its_step_times_out() {
         &["the wait (2m)"],
     );
 }
+
+#[test]
+fn a_step_name_is_at_most_63_characters() {
+    let long = "s".repeat(64);
+    assert_problem(
+        &format!("name: n\nsteps:\n  {long}: {{ run: noop }}\n"),
+        &format!("steps.{long}"),
+        &["at most 63 characters"],
+    );
+    assert!(parse(&format!(
+        "name: n\nsteps:\n  {}: {{ run: noop }}\n",
+        "s".repeat(63)
+    ))
+    .is_ok());
+}

@@ -442,7 +442,10 @@ mod tests {
         };
         assert!(state("a", 3).follows(&state("a", 2)));
         assert!(!state("a", 2).follows(&state("a", 2)));
-        assert!(!state("b", 9).follows(&state("a", 2)), "another state's life");
+        assert!(
+            !state("b", 9).follows(&state("a", 2)),
+            "another state's life"
+        );
         assert!(
             StateVersion::of(br#"{"version": 4, "lin"#).is_none(),
             "a file cut short by the kill"
