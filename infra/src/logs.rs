@@ -71,10 +71,14 @@ impl AttemptLogs for LogFiles {
                 .create(dir)
                 .map_err(|e| failed("create", e))?;
         }
+        // Each destroy run adds to the step's destroy log, so the output of a failed run is still
+        // there after the one that carried on; an attempt's log is written once.
+        let again = name == LogName::Destroy;
         let file = OpenOptions::new()
             .write(true)
             .create(true)
-            .truncate(true)
+            .append(again)
+            .truncate(!again)
             .mode(0o600)
             .open(&path)
             .map_err(|e| failed("create", e))?;

@@ -495,8 +495,11 @@ resource "terraform_data" "net" {
     );
     assert_eq!(events[deployed + 3]["data"]["steps"], json!(["net"]));
     assert_eq!(events[deployed + 4]["data"]["step"], "net");
+    let destroy_log = log(&overture, &id, "net", "destroy");
     assert!(
-        log(&overture, &id, "net", "destroy").contains("Destroy complete! Resources: 1 destroyed.")
+        destroy_log.contains("Invalid value for variable")
+            && destroy_log.contains("Destroy complete! Resources: 1 destroyed."),
+        "the destroy log keeps the failed run's output before the one that carried on:\n{destroy_log}"
     );
     assert_eq!(
         overture.json(&["status", &id, "--json"])["destroy"]["status"],
