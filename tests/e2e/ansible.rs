@@ -308,19 +308,8 @@ steps:
     - ansible.builtin.debug: { msg: "the token is {{ token }}" }
 "#,
     );
-    let output = overture
-        .command(&[
-            "deploy",
-            file.to_str().expect("path"),
-            "--secret",
-            "token=E2E_ANSIBLE_TOKEN",
-            "--json",
-        ])
-        .env("E2E_ANSIBLE_TOKEN", SECRET)
-        .output()
-        .expect("deploy");
+    let (_, status, output) = overture.deploy_with_secret(&file, "token", SECRET);
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
-    let status: Value = serde_json::from_slice(&output.stdout).expect("status");
     let id = status["id"].as_str().expect("id");
 
     assert_eq!(

@@ -118,18 +118,7 @@ steps:
 "#
         ),
     );
-    let output = overture
-        .command(&[
-            "deploy",
-            file.to_str().expect("path"),
-            "--json",
-            "--secret",
-            "token=GRACE_TOKEN",
-        ])
-        .env("GRACE_TOKEN", "grace-token-value")
-        .output()
-        .expect("deploy");
-    let status: serde_json::Value = serde_json::from_slice(&output.stdout).expect("status");
+    let (_, status, output) = overture.deploy_with_secret(&file, "token", "grace-token-value");
     assert_eq!(
         output.status.code(),
         Some(1),

@@ -460,19 +460,8 @@ steps:
             server.url("/whoami")
         ),
     );
-    let output = overture
-        .command(&[
-            "deploy",
-            file.to_str().expect("path"),
-            "--secret",
-            "token=E2E_HTTP_TOKEN",
-            "--json",
-        ])
-        .env("E2E_HTTP_TOKEN", SECRET)
-        .output()
-        .expect("deploy");
+    let (_, status, output) = overture.deploy_with_secret(&file, "token", SECRET);
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
-    let status: Value = serde_json::from_slice(&output.stdout).expect("status");
     let id = status["id"].as_str().expect("id");
 
     let received = server.received();

@@ -26,19 +26,8 @@ steps:
 fn each_attempt_keeps_its_own_masked_output() {
     let overture = Overture::new();
     let file = overture.blueprint("flaky.yaml", FLAKY);
-    let output = overture
-        .command(&[
-            "deploy",
-            file.to_str().expect("path"),
-            "--secret",
-            "token=LOG_TOKEN",
-            "--json",
-        ])
-        .env("LOG_TOKEN", SECRET)
-        .output()
-        .expect("deploy");
+    let (_, status, output) = overture.deploy_with_secret(&file, "token", SECRET);
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
-    let status: serde_json::Value = serde_json::from_slice(&output.stdout).expect("status");
     let id = status["id"].as_str().expect("id");
 
     let latest = overture.run(&["logs", id, "flaky"]);

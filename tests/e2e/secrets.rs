@@ -23,21 +23,13 @@ steps:
     with: { command: 'echo "failing with {{ secrets.token }}" >&2; exit 1' }
 "#,
     );
-    let mut command = overture.command(&[
-        "deploy",
-        file.to_str().expect("path"),
-        "--secret",
-        "token=E2E_TOKEN",
-        "--json",
-    ]);
-    let output = command.env("E2E_TOKEN", SECRET).output().expect("deploy");
+    let (_, status, output) = overture.deploy_with_secret(&file, "token", SECRET);
     assert_eq!(
         output.status.code(),
         Some(1),
         "the second step fails: {}",
         text(&output.stderr)
     );
-    let status: serde_json::Value = serde_json::from_slice(&output.stdout).expect("status");
     let id = status["id"].as_str().expect("id");
 
     assert_eq!(

@@ -65,6 +65,20 @@ impl Overture {
         (output.status.code().unwrap_or(-1), status, output)
     }
 
+    /// Deploys a blueprint file with `--json` and one secret, whose value reaches `overture`
+    /// through an environment variable as a user's would; returns as [`deploy`](Self::deploy).
+    pub fn deploy_with_secret(&self, file: &Path, name: &str, value: &str) -> (i32, Value, Output) {
+        let output = self
+            .command(&["deploy", file.to_str().expect("utf-8 path"), "--json"])
+            .arg("--secret")
+            .arg(format!("{name}=OVERTURE_E2E_SECRET"))
+            .env("OVERTURE_E2E_SECRET", value)
+            .output()
+            .expect("run overture");
+        let status = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
+        (output.status.code().unwrap_or(-1), status, output)
+    }
+
     /// Starts `overture deploy FILE` in the background and returns once a progress line contains
     /// every one of `words`.
     pub fn deploy_until(&self, file: &Path, words: &[&str]) -> Deploying {

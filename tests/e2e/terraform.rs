@@ -32,6 +32,21 @@ fn log(overture: &Overture, id: &str, step: &str, name: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// Runs `overture destroy ID`, which must succeed, and returns the step's destroy log.
+fn destroyed(overture: &Overture, id: &str, step: &str) -> String {
+    let output = overture.run(&["destroy", id]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    log(overture, id, step, "destroy")
+}
+
+/// Runs `overture ARGS`, which must be refused as bad input (exit code 2); returns its message.
+fn refused(overture: &Overture, args: &[&str]) -> String {
+    let output = overture.run(args);
+    let message = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{args:?}: {message}");
+    message
+}
+
 fn id_of(status: &Value) -> String {
     status["id"]
         .as_str()
@@ -167,14 +182,7 @@ resource "terraform_data" "broken" {
     assert!(types(&events).contains(&"StepFailed".to_owned()));
 
     // What the failed attempts made is in the kept state, so it can be destroyed.
-    let destroyed = overture.run(&["destroy", &id]);
-    assert_eq!(
-        destroyed.status.code(),
-        Some(0),
-        "{}",
-        text(&destroyed.stderr)
-    );
-    let destroy_log = log(&overture, &id, "infra", "destroy");
+    let destroy_log = destroyed(&overture, &id, "infra");
     assert!(
         destroy_log.contains("terraform_data.made: Destruction complete")
             && destroy_log.contains("Destroy complete! Resources: 2 destroyed."),
@@ -268,14 +276,7 @@ fn the_terraform_example_deploys_and_destroys() {
         "staging-net"
     );
     let id = id_of(&status);
-    let destroyed = overture.run(&["destroy", &id]);
-    assert_eq!(
-        destroyed.status.code(),
-        Some(0),
-        "{}",
-        text(&destroyed.stderr)
-    );
-    let destroy_log = log(&overture, &id, "network", "destroy");
+    let destroy_log = destroyed(&overture, &id, "network");
     assert!(
         destroy_log.contains("releasing network staging-net")
             && destroy_log.contains("Destroy complete! Resources: 3 destroyed."),
@@ -379,12 +380,10 @@ fn destroy_tears_a_deployment_down_dependents_first_and_only_once() {
         );
     }
 
-    let again = overture.run(&["destroy", &id]);
-    assert_eq!(again.status.code(), Some(2), "{}", text(&again.stderr));
+    let again = refused(&overture, &["destroy", &id]);
     assert!(
-        text(&again.stderr).contains(&format!("deployment {id} has already been destroyed")),
-        "{}",
-        text(&again.stderr)
+        again.contains(&format!("deployment {id} has already been destroyed")),
+        "{again}"
     );
     assert_eq!(overture.events(&id).len(), events.len(), "nothing recorded");
     let check = overture.run(&["replay", "--check"]);
@@ -511,17 +510,12 @@ resource "terraform_data" "net" {
 fn destroy_refuses_an_unknown_or_running_deployment_and_records_nothing() {
     let overture = Overture::new();
     let unknown = uuid::Uuid::now_v7().to_string();
-    let refused = overture.run(&["destroy", &unknown]);
-    assert_eq!(refused.status.code(), Some(2));
+    let message = refused(&overture, &["destroy", &unknown]);
     assert!(
-        text(&refused.stderr).contains(&format!("no deployment {unknown}")),
-        "{}",
-        text(&refused.stderr)
+        message.contains(&format!("no deployment {unknown}")),
+        "{message}"
     );
-    assert_eq!(
-        overture.run(&["destroy", "not-an-id"]).status.code(),
-        Some(2)
-    );
+    refused(&overture, &["destroy", "not-an-id"]);
 
     let slow = marker("running-during-destroy");
     let file = overture.blueprint(
@@ -540,9 +534,7 @@ steps:
     let id = engine.id.clone();
     let before = overture.events(&id).len();
 
-    let refused = overture.run(&["destroy", &id]);
-    let message = text(&refused.stderr);
-    assert_eq!(refused.status.code(), Some(2), "{message}");
+    let message = refused(&overture, &["destroy", &id]);
     assert!(
         message.contains(&format!("deployment {id} is still running")),
         "{message}"
@@ -640,9 +632,7 @@ output "echoed" {
     shown.extend([deployed.stdout, deployed.stderr]);
 
     let recorded = overture.events(&id).len();
-    let refused = overture.run(&["destroy", &id]);
-    let message = text(&refused.stderr);
-    assert_eq!(refused.status.code(), Some(2), "{message}");
+    let message = refused(&overture, &["destroy", &id]);
     assert!(
         message.contains("step `infra`")
             && message.contains("secret `token`")

@@ -225,19 +225,8 @@ steps:
   wait: { run: wait-ssh, with: { hosts: hidden, timeout: 20s } }
 "#,
     );
-    let output = overture
-        .command(&[
-            "deploy",
-            file.to_str().expect("path"),
-            "--json",
-            "--secret",
-            "bastion=HIDDEN_HOST",
-        ])
-        .env("HIDDEN_HOST", &secret_host)
-        .output()
-        .expect("deploy");
+    let (_, status, output) = overture.deploy_with_secret(&file, "bastion", &secret_host);
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
-    let status: Value = serde_json::from_slice(&output.stdout).expect("status");
     let id = status["id"].as_str().expect("id");
     assert_eq!(
         banners(&status, "wait").keys().collect::<Vec<_>>(),
