@@ -520,9 +520,9 @@ fn a_deployment_whose_steps_all_succeeded_purges_then_succeeds() {
     );
 }
 
-#[test]
-fn a_finished_deployment_refuses_step_commands_but_advancing_is_harmless() {
-    let history = [
+/// build failed on its first attempt, so the deployment failed.
+fn failed_at_build() -> Vec<E> {
+    vec![
         requested(),
         scheduled("build", 1, 0),
         started("build", 1),
@@ -533,7 +533,12 @@ fn a_finished_deployment_refuses_step_commands_but_advancing_is_harmless() {
         },
         E::SecretsPurged {},
         E::DeploymentFailed { reason: "r".into() },
-    ];
+    ]
+}
+
+#[test]
+fn a_finished_deployment_refuses_step_commands_but_advancing_is_harmless() {
+    let history = failed_at_build();
     assert_eq!(
         given(history.clone()).when(C::Advance { now: t(9) }),
         Ok(vec![])
@@ -696,18 +701,7 @@ fn after_a_failed_destroy_asking_again_carries_on_where_it_stopped() {
 
 #[test]
 fn a_deployment_with_nothing_to_destroy_is_destroyed_at_once() {
-    let history = [
-        requested(),
-        scheduled("build", 1, 0),
-        started("build", 1),
-        E::StepFailed {
-            step: "build".into(),
-            attempts: 1,
-            error_class: ErrorClass::StepFailed,
-        },
-        E::SecretsPurged {},
-        E::DeploymentFailed { reason: "r".into() },
-    ];
+    let history = failed_at_build();
     assert_eq!(
         given(history).when(C::RequestDestroy),
         Ok(vec![
