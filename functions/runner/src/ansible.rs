@@ -24,7 +24,7 @@ use overture_events::ErrorClass;
 use secrecy::ExposeSecret;
 use serde_json::{json, Value};
 
-use crate::step::{shell_quote, Prepared, StepInput, Verdict};
+use crate::step::{shell_quote, Prepared, SshAddress, StepInput, Verdict};
 use crate::SandboxResult;
 
 /// The kind's name in blueprints.
@@ -32,9 +32,6 @@ pub const KIND: &str = "ansible";
 
 /// The user ansible logs in as, unless the step says.
 pub const DEFAULT_USER: &str = "root";
-
-/// The port an address without one is reached on.
-const SSH_PORT: u16 = 22;
 
 /// `ansible-playbook`'s exit code when a host could not be reached. It is also its code for a
 /// playbook or inventory it could not parse; [`conclude`] tells the two apart by the recap,
@@ -101,11 +98,7 @@ pub fn prepare(input: &StepInput) -> Result<Prepared, String> {
         key.push(b'\n');
     }
 
-    let hosts = input
-        .hosts()?
-        .iter()
-        .map(|address| Host::parse(address))
-        .collect::<Result<Vec<_>, _>>()?;
+    let hosts: Vec<Host> = input.ssh_addresses()?.into_iter().map(Host::from).collect();
     // A host group's name also becomes an inventory group, so a playbook may target it.
     let group = input.text_setting("hosts");
     let inventory = inventory(&hosts, group, &user, &format!("/work/{KEY_FILE}"))?;
@@ -197,50 +190,20 @@ pub struct Host {
 }
 
 impl Host {
-    /// Reads `host`, `host:port`, `[ipv6]` or `[ipv6]:port`.
+    /// Reads `host`, `host:port`, `[ipv6]` or `[ipv6]:port` (see [`SshAddress::parse`]).
     pub fn parse(address: &str) -> Result<Self, String> {
-        let problem = || {
-            format!(
-                "`{address}` is not an address; write host or host:port, like 10.0.0.5:22 or [::1]:2222"
-            )
-        };
-        let (host, port) = if let Some(rest) = address.strip_prefix('[') {
-            let (host, after) = rest.split_once(']').ok_or_else(problem)?;
-            let port = match after {
-                "" => None,
-                _ => Some(after.strip_prefix(':').ok_or_else(problem)?),
-            };
-            (host, port)
-        } else {
-            match address.split_once(':') {
-                Some((host, port)) if !port.contains(':') => (host, Some(port)),
-                // Bare IPv6, without a port.
-                Some(_) => (address, None),
-                None => (address, None),
-            }
-        };
-        let name_like = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_');
-        let ipv6_like = |c: char| c.is_ascii_hexdigit() || matches!(c, ':' | '.');
-        let host_ok = !host.is_empty()
-            && !host.starts_with('-')
-            && (host.chars().all(name_like) || (host.contains(':') && host.chars().all(ipv6_like)));
-        if !host_ok {
-            return Err(problem());
+        Ok(Self::from(SshAddress::parse(address)?))
+    }
+}
+
+impl From<SshAddress> for Host {
+    fn from(address: SshAddress) -> Self {
+        Host {
+            name: sanitise(&address.address),
+            address: address.address,
+            host: address.host,
+            port: address.port,
         }
-        let port = match port {
-            None => SSH_PORT,
-            Some(port) => port
-                .parse::<u16>()
-                .ok()
-                .filter(|port| *port != 0)
-                .ok_or_else(problem)?,
-        };
-        Ok(Host {
-            address: address.to_owned(),
-            name: sanitise(address),
-            host: host.to_owned(),
-            port,
-        })
     }
 }
 

@@ -366,14 +366,15 @@ async fn run_in_sandbox(
         None => SecretValues::new(),
     };
     let masker = Masker::new(secrets.values());
-    let keeps_state = spec.kind == terraform::KIND;
-    let kept = if keeps_state {
-        ports
-            .kept
-            .load(deployment, &state.tenant, &spec.name)
-            .await?
-    } else {
-        None
+    let kept_file = kept_file(&spec.kind);
+    let kept = match kept_file {
+        Some(_) => {
+            ports
+                .kept
+                .load(deployment, &state.tenant, &spec.name)
+                .await?
+        }
+        None => None,
     };
     let input = StepInput {
         state,
@@ -400,13 +401,11 @@ async fn run_in_sandbox(
 
     let watch = watch_for_abandonment(ports.log, lease, deployment, &spec.name, attempt);
     let result = ports.sandbox.run(job, Box::pin(watch)).await?;
-    if keeps_state {
-        if let Some(kept) = step::collected(&result.collected, terraform::STATE_FILE) {
-            ports
-                .kept
-                .save(deployment, &state.tenant, &spec.name, kept)
-                .await?;
-        }
+    if let Some(kept) = kept_file.and_then(|file| step::collected(&result.collected, file)) {
+        ports
+            .kept
+            .save(deployment, &state.tenant, &spec.name, kept)
+            .await?;
     }
 
     let output = masker.mask_bytes(&result.output);
@@ -442,6 +441,14 @@ async fn run_in_sandbox(
         ),
         SandboxExit::Cancelled => Outcome::Abandoned,
     })
+}
+
+/// The file under `/work` a kind keeps from one run to the next, if it keeps one.
+fn kept_file(kind: &str) -> Option<&'static str> {
+    match kind {
+        terraform::KIND => Some(terraform::STATE_FILE),
+        _ => None,
+    }
 }
 
 /// The sandbox command of a step, by its kind.

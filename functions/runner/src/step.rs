@@ -139,9 +139,79 @@ impl StepInput<'_> {
             .collect()
     }
 
+    /// The servers of the step's `hosts` setting, rendered and read.
+    pub fn ssh_addresses(&self) -> Result<Vec<SshAddress>, String> {
+        self.hosts()?
+            .iter()
+            .map(|address| SshAddress::parse(address))
+            .collect()
+    }
+
     /// The deployment's SSH private key, if it has one.
     pub fn ssh_key(&self) -> Option<&SecretString> {
         self.secrets.get(SSH_KEY_SECRET)
+    }
+}
+
+/// The port SSH listens on unless an address says.
+pub const SSH_PORT: u16 = 22;
+
+/// One server of a step's `hosts`, as `ssh` reaches it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SshAddress {
+    /// The address as the step gave it, rendered.
+    pub address: String,
+    /// The host name or IP address to connect to.
+    pub host: String,
+    /// The port to connect to.
+    pub port: u16,
+}
+
+impl SshAddress {
+    /// Reads `host`, `host:port`, `[ipv6]` or `[ipv6]:port`. A host is a name or an IP address
+    /// and never starts with `-`, since tools take it as an argument (`ssh -oProxyCommand=...`)
+    /// or a path segment (`/dev/tcp/HOST/PORT`).
+    pub fn parse(address: &str) -> Result<Self, String> {
+        let problem = || {
+            format!(
+                "`{address}` is not an address; write host or host:port, like 10.0.0.5:22 or [::1]:2222"
+            )
+        };
+        let (host, port) = if let Some(rest) = address.strip_prefix('[') {
+            let (host, after) = rest.split_once(']').ok_or_else(problem)?;
+            let port = match after {
+                "" => None,
+                _ => Some(after.strip_prefix(':').ok_or_else(problem)?),
+            };
+            (host, port)
+        } else {
+            match address.split_once(':') {
+                Some((host, port)) if !port.contains(':') => (host, Some(port)),
+                // Bare IPv6, without a port.
+                Some(_) | None => (address, None),
+            }
+        };
+        let name_like = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_');
+        let ipv6_like = |c: char| c.is_ascii_hexdigit() || matches!(c, ':' | '.' | '%');
+        let host_ok = !host.is_empty()
+            && !host.starts_with('-')
+            && (host.chars().all(name_like) || (host.contains(':') && host.chars().all(ipv6_like)));
+        if !host_ok {
+            return Err(problem());
+        }
+        let port = match port {
+            None => SSH_PORT,
+            Some(port) => port
+                .parse::<u16>()
+                .ok()
+                .filter(|port| *port != 0)
+                .ok_or_else(problem)?,
+        };
+        Ok(SshAddress {
+            address: address.to_owned(),
+            host: host.to_owned(),
+            port,
+        })
     }
 }
 
@@ -240,4 +310,34 @@ pub fn collected<'a>(collected: &'a [(PathBuf, Vec<u8>)], path: &str) -> Option<
 /// Quotes a value for `/bin/sh`, so it is one word whatever it holds.
 pub fn shell_quote(value: &str) -> String {
     format!("'{}'", value.replace('\'', r"'\''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_name_a_host_and_a_port() {
+        let parsed = |address: &str| SshAddress::parse(address).map(|t| (t.host, t.port));
+        assert_eq!(parsed("10.0.0.5"), Ok(("10.0.0.5".into(), 22)));
+        assert_eq!(parsed("127.0.0.1:2222"), Ok(("127.0.0.1".into(), 2222)));
+        assert_eq!(
+            parsed("web-1.example.com:22"),
+            Ok(("web-1.example.com".into(), 22))
+        );
+        assert_eq!(parsed("[::1]:2222"), Ok(("::1".into(), 2222)));
+        assert_eq!(parsed("fd00::5"), Ok(("fd00::5".into(), 22)));
+        for bad in [
+            "",
+            "host:0",
+            "host:ssh",
+            "host:70000",
+            "[::1",
+            "a/b:22",
+            "a b",
+            "$(x):22",
+        ] {
+            assert!(SshAddress::parse(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -33,8 +33,6 @@ pub const ANSWERS_FILE: &str = "answers.tsv";
 /// The poll's exit code when the deadline passed with hosts still silent (`EX_TEMPFAIL`).
 pub const DEADLINE_PASSED: i32 = 75;
 
-/// The port SSH listens on unless an address says.
-const SSH_PORT: u16 = 22;
 /// The longest one try at one host may take, to connect and read its banner: a host that
 /// drops packets would otherwise hold a connect for minutes.
 const TRY_WITHIN: Duration = Duration::from_secs(5);
@@ -99,7 +97,7 @@ exit 1
 
 /// Builds the sandbox command of an attempt: the hosts and the poll, with network access.
 pub fn prepare(input: &StepInput) -> Result<Prepared, String> {
-    let hosts = targets(input)?;
+    let hosts = input.ssh_addresses()?;
     // Validation made sure the wait ends before the step's own timeout.
     let wait = wait(input)?;
     let lines: String = hosts
@@ -129,68 +127,12 @@ pub fn prepare(input: &StepInput) -> Result<Prepared, String> {
 /// Judges the poll's exit: every host answered, the deadline passed, or the poll broke.
 pub fn conclude(input: &StepInput, code: i32, result: &SandboxResult) -> Verdict {
     let answers = parse_answers(collected(&result.collected, ANSWERS_FILE).unwrap_or_default());
-    let hosts: Vec<String> = match targets(input) {
+    let hosts: Vec<String> = match input.ssh_addresses() {
         Ok(hosts) => hosts.into_iter().map(|t| t.address).collect(),
         Err(problem) => return Verdict::failed(problem),
     };
     let wait = wait(input).unwrap_or(DEFAULT_SSH_WAIT);
     judge(&hosts, wait, code, &answers)
-}
-
-/// One host to wait for.
-#[derive(Debug, PartialEq, Eq)]
-struct Target {
-    /// As the blueprint gives it, for messages and outputs.
-    address: String,
-    host: String,
-    port: u16,
-}
-
-fn targets(input: &StepInput) -> Result<Vec<Target>, String> {
-    input
-        .hosts()?
-        .iter()
-        .map(|address| target(address))
-        .collect()
-}
-
-/// Reads `host`, `host:port`, `[v6]:port` or a bare IPv6 address.
-fn target(address: &str) -> Result<Target, String> {
-    let bad = |why: &str| format!("`{address}` is not a host to wait for: {why}");
-    let (host, port) = if let Some(rest) = address.strip_prefix('[') {
-        let (host, after) = rest.split_once(']').ok_or_else(|| bad("no closing `]`"))?;
-        match after.strip_prefix(':') {
-            Some(port) => (host, Some(port)),
-            None if after.is_empty() => (host, None),
-            None => return Err(bad("give it as [address]:port")),
-        }
-    } else {
-        match address.split_once(':') {
-            Some((host, port)) if !port.contains(':') => (host, Some(port)),
-            // More than one `:`: an IPv6 address without a port.
-            _ => (address, None),
-        }
-    };
-    let port = match port {
-        None => SSH_PORT,
-        Some(port) => port
-            .parse()
-            .ok()
-            .filter(|port| *port != 0)
-            .ok_or_else(|| bad("the port must be a number from 1 to 65535"))?,
-    };
-    // The poll opens `/dev/tcp/<host>/<port>`: a host is one path segment of plain characters.
-    let plain = |c: char| c.is_ascii_alphanumeric() || ".-_:%".contains(c);
-    if host.is_empty() || !host.chars().all(plain) {
-        return Err(bad(
-            "an address is a name or an IP address, like 10.0.0.5:22",
-        ));
-    }
-    Ok(Target {
-        address: address.to_owned(),
-        host: host.to_owned(),
-        port,
-    })
 }
 
 fn wait(input: &StepInput) -> Result<Duration, String> {
@@ -318,31 +260,6 @@ mod tests {
 
     fn hosts(addresses: &[&str]) -> Vec<String> {
         addresses.iter().map(|a| (*a).to_owned()).collect()
-    }
-
-    #[test]
-    fn addresses_name_a_host_and_a_port() {
-        let parsed = |address: &str| target(address).map(|t| (t.host, t.port));
-        assert_eq!(parsed("10.0.0.5"), Ok(("10.0.0.5".into(), 22)));
-        assert_eq!(parsed("127.0.0.1:2222"), Ok(("127.0.0.1".into(), 2222)));
-        assert_eq!(
-            parsed("web-1.example.com:22"),
-            Ok(("web-1.example.com".into(), 22))
-        );
-        assert_eq!(parsed("[::1]:2222"), Ok(("::1".into(), 2222)));
-        assert_eq!(parsed("fd00::5"), Ok(("fd00::5".into(), 22)));
-        for bad in [
-            "",
-            "host:0",
-            "host:ssh",
-            "host:70000",
-            "[::1",
-            "a/b:22",
-            "a b",
-            "$(x):22",
-        ] {
-            assert!(target(bad).is_err(), "{bad}");
-        }
     }
 
     #[test]
