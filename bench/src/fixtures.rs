@@ -156,6 +156,7 @@ impl Recorder {
             blueprint: parsed.snapshot.clone(),
             blueprint_hash: parsed.hash.clone(),
             params,
+            cloud: None,
         };
         let mut events = vec![self.record(REQUESTED_BY, &requested)];
         if !parsed.snapshot.secrets.is_empty() {
@@ -163,6 +164,7 @@ impl Recorder {
                 seal: format!("local:{}", self.deployment),
                 secrets: parsed.snapshot.secrets.clone(),
                 ssh_public_key: None,
+                token: false,
             };
             events.push(self.record(REQUESTED_BY, &sealed));
         }

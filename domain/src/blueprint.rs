@@ -9,7 +9,9 @@ use std::fmt;
 use std::time::Duration;
 
 use indexmap::IndexMap;
-use overture_events::{BlueprintSnapshot, ErrorClass, ParamSpec, RetryRule, StepSpec};
+use overture_events::{
+    BastionSpec, BlueprintSnapshot, ErrorClass, ParamSpec, RetryRule, StepSpec,
+};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
@@ -82,8 +84,25 @@ struct RawBlueprint {
     on_failure: Option<RawOnFailure>,
     #[serde(default)]
     hosts: IndexMap<String, Vec<String>>,
+    #[serde(default)]
+    bastion: Option<RawBastion>,
     steps: IndexMap<String, RawStep>,
 }
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBastion {
+    host: String,
+    security_group: String,
+    #[serde(default)]
+    user: Option<String>,
+}
+
+/// Who the engine logs in as on a bastion that does not say.
+pub const DEFAULT_BASTION_USER: &str = "root";
+
+/// The step kind that makes servers in the tenant's cloud.
+pub const SERVERS_KIND: &str = "servers";
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -341,8 +360,16 @@ pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
         steps,
         hosts,
         files: BTreeMap::new(),
+        bastion: raw.bastion.map(|bastion| BastionSpec {
+            host: bastion.host,
+            security_group: bastion.security_group,
+            user: bastion
+                .user
+                .unwrap_or_else(|| DEFAULT_BASTION_USER.to_owned()),
+        }),
     };
     problems.extend(reference_problems(&snapshot));
+    problems.extend(bastion_problems(&snapshot));
 
     if problems.is_empty() {
         Ok(ParsedBlueprint {
@@ -352,6 +379,114 @@ pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
     } else {
         Err(BlueprintError(problems))
     }
+}
+
+/// Checks the bastion: hosts made in the cloud need one, its templates name real steps, and every
+/// step going through it comes after the steps its address and group come from.
+fn bastion_problems(blueprint: &BlueprintSnapshot) -> Vec<BlueprintProblem> {
+    let mut problems = Vec::new();
+    let step_kind = |name: &str| blueprint.step(name).map(|step| step.kind.as_str());
+    let Some(bastion) = &blueprint.bastion else {
+        let made_in_cloud = blueprint.hosts.iter().find_map(|(group, addresses)| {
+            addresses.iter().find_map(|address| {
+                referenced_steps(address)
+                    .into_iter()
+                    .find(|step| step_kind(step) == Some(SERVERS_KIND))
+                    .map(|step| (group, step))
+            })
+        });
+        if let Some((group, step)) = made_in_cloud {
+            problems.push(BlueprintProblem {
+                field: "bastion".into(),
+                problem: format!(
+                    "host group `{group}` holds servers made by step `{step}`, which are reachable only through a bastion; \
+                     add `bastion:` with its `host` and `security_group` (for example `{{{{ steps.{step}.outputs.bastion }}}}`)"
+                ),
+            });
+        }
+        return problems;
+    };
+    let mut sources = Vec::new();
+    for (key, text) in [("host", &bastion.host), ("security_group", &bastion.security_group)] {
+        let field = format!("bastion.{key}");
+        if text.trim().is_empty() {
+            problems.push(BlueprintProblem {
+                field,
+                problem: "must not be empty".into(),
+            });
+            continue;
+        }
+        let template = match Template::parse(text) {
+            Ok(template) => template,
+            Err(error) => {
+                problems.push(BlueprintProblem {
+                    field,
+                    problem: error.to_string(),
+                });
+                continue;
+            }
+        };
+        for reference in template.references() {
+            let problem = match reference {
+                Reference::Param(name) if !blueprint.params.iter().any(|p| &p.name == name) => {
+                    Some(format!("`{reference}` refers to parameter `{name}`, which is not declared under `params`"))
+                }
+                Reference::Secret(_) => Some(format!(
+                    "`{reference}`: the bastion is recorded in the deployment's history, so it cannot be a secret"
+                )),
+                Reference::Output { step, .. } if blueprint.step(step).is_none() => {
+                    Some(format!("`{reference}` refers to step `{step}`, which does not exist"))
+                }
+                Reference::Output { step, .. } => {
+                    sources.push(step.clone());
+                    None
+                }
+                _ => None,
+            };
+            if let Some(problem) = problem {
+                problems.push(BlueprintProblem {
+                    field: field.clone(),
+                    problem,
+                });
+            }
+        }
+    }
+    if !is_slug(&bastion.user) {
+        problems.push(BlueprintProblem {
+            field: "bastion.user".into(),
+            problem: format!("`{}` is not a user name", bastion.user),
+        });
+    }
+    for step in &blueprint.steps {
+        if !kinds::uses_bastion(&step.kind, &step.with) {
+            continue;
+        }
+        let upstream = graph::ancestors(&blueprint.steps, &step.name);
+        for source in sources.iter().filter(|source| !upstream.contains(*source)) {
+            problems.push(BlueprintProblem {
+                field: format!("steps.{}.needs", step.name),
+                problem: format!(
+                    "the step goes through the bastion, whose address comes from step `{source}`; add `{source}` to its needs"
+                ),
+            });
+        }
+    }
+    problems
+}
+
+/// The steps whose outputs a text's templates refer to (none when it does not parse).
+fn referenced_steps(text: &str) -> Vec<String> {
+    Template::parse(text)
+        .map(|template| {
+            template
+                .references()
+                .filter_map(|reference| match reference {
+                    Reference::Output { step, .. } => Some(step.clone()),
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Checks every template in every step's settings refers to something that will exist.

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use chrono::TimeDelta;
 use indexmap::IndexMap;
-use overture_events::{BlueprintSnapshot, DeploymentEvent, ErrorClass, Timestamp};
+use overture_events::{BlueprintSnapshot, CloudAccount, DeploymentEvent, ErrorClass, Timestamp};
 use serde::{Deserialize, Serialize};
 
 use crate::retry::{self, RetryDecision};
@@ -122,6 +122,27 @@ pub struct DeploymentState {
     pub ssh_public_key: Option<String>,
     /// The tearing down of the deployment's resources, once a user asked for it.
     pub destroy: Option<Destroy>,
+    /// The cloud account the deployment acts for, when it was given a token.
+    pub cloud: Option<CloudAccount>,
+    /// Whether the user's token is among the sealed secrets.
+    pub token_sealed: bool,
+    /// The engine's rule on the bastion, while it is open.
+    pub bastion_access: Option<BastionAccess>,
+}
+
+/// The engine's temporary rule on a bastion's security group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BastionAccess {
+    /// The rule's id in the cloud.
+    pub rule: String,
+    /// The bastion's security group.
+    pub security_group: String,
+    /// The bastion's address.
+    pub bastion: String,
+    /// The address admitted.
+    pub source: String,
+    /// The port admitted.
+    pub port: u16,
 }
 
 /// Where tearing a deployment down stands.
@@ -152,6 +173,8 @@ pub struct SealedCredentials {
     pub secrets: Vec<String>,
     /// The public half of the deployment's SSH key, whose private half is sealed too.
     pub ssh_public_key: Option<String>,
+    /// Whether the user's cloud token is sealed too.
+    pub token: bool,
 }
 
 impl DeploymentState {
@@ -172,6 +195,11 @@ impl DeploymentState {
         self.steps
             .iter()
             .filter(|(_, s)| s.status == StepStatus::Running)
+    }
+
+    /// Whether the secrets may go: no step can run any more and the bastion is closed.
+    fn may_purge(&self) -> bool {
+        self.work_is_over() && self.bastion_access.is_none()
     }
 
     /// Whether no more step work will happen: everything succeeded, or nothing runs while failing.
@@ -201,6 +229,8 @@ pub enum DeploymentCommand {
         blueprint: BlueprintSnapshot,
         blueprint_hash: String,
         params: BTreeMap<String, String>,
+        /// The cloud account the user's token is for, when one was given.
+        cloud: Option<CloudAccount>,
         /// What was sealed, when there is anything to seal.
         sealed: Option<SealedCredentials>,
     },
@@ -230,6 +260,10 @@ pub enum DeploymentCommand {
         duration_ms: u64,
         now: Timestamp,
     },
+    /// The engine opened the bastion for itself, for a step about to go through it.
+    RecordAccessGranted(BastionAccess),
+    /// The engine's rule on the bastion was deleted.
+    RecordAccessRevoked { rule: String },
     /// The sealed secrets were deleted.
     RecordSecretsPurged,
     /// A user asks for the deployment's resources to be destroyed (or to carry on doing so).
@@ -273,9 +307,15 @@ pub enum DeploymentError {
     /// This attempt is not running, so its outcome cannot be recorded.
     #[error("attempt {attempt} of step `{step}` is not running")]
     AttemptNotRunning { step: String, attempt: u32 },
-    /// Secrets may be purged only once no step can run any more.
-    #[error("the secrets cannot be purged while steps may still run")]
+    /// Secrets may be purged only once no step can run any more and the bastion is closed.
+    #[error("the secrets cannot be purged while steps may still run or the bastion is open")]
     StepsStillRunning,
+    /// The engine already holds a rule on the bastion; steps share it.
+    #[error("the bastion is already open for this deployment (rule {0})")]
+    AccessAlreadyGranted(String),
+    /// The bastion is opened only for a step about to run.
+    #[error("no step of the deployment is running, so the bastion is not opened")]
+    NoStepRunning,
     /// A deployment is destroyed only once it has ended.
     #[error("the deployment is still running; destroy it once it has ended")]
     StillRunning,
@@ -298,6 +338,8 @@ pub enum Action {
     },
     /// Advance the deployment again at this instant (a grace period's deadline).
     WakeAt(Timestamp),
+    /// Delete the engine's rule on the bastion, then record it.
+    RevokeAccess(BastionAccess),
     /// Delete the sealed secrets, then record it.
     PurgeSecrets,
 }
@@ -325,7 +367,10 @@ pub fn actions(state: &DeploymentState) -> Vec<Action> {
             actions.push(Action::WakeAt(deadline));
         }
     }
-    if state.work_is_over() && !state.secrets_purged {
+    // Closing the bastion comes first: it needs the user's token, which the purge deletes.
+    if let Some(access) = state.bastion_access.as_ref().filter(|_| state.work_is_over()) {
+        actions.push(Action::RevokeAccess(access.clone()));
+    } else if state.may_purge() && !state.secrets_purged {
         actions.push(Action::PurgeSecrets);
     }
     actions
@@ -363,6 +408,7 @@ impl Deployment {
                 blueprint,
                 blueprint_hash,
                 params,
+                cloud,
                 sealed,
             } => {
                 let requested = DeploymentEvent::DeploymentRequested {
@@ -373,11 +419,13 @@ impl Deployment {
                     blueprint,
                     blueprint_hash,
                     params,
+                    cloud,
                 };
                 let sealed = sealed.map(|sealed| DeploymentEvent::CredentialsSealed {
                     seal: sealed.seal,
                     secrets: sealed.secrets,
                     ssh_public_key: sealed.ssh_public_key,
+                    token: sealed.token,
                 });
                 Ok(std::iter::once(requested).chain(sealed).collect())
             }
@@ -424,10 +472,32 @@ impl Deployment {
                     .chain(after_failure(state, &step, attempt, error_class, now))
                     .collect())
             }
+            C::RecordAccessGranted(access) => {
+                if let Some(open) = &state.bastion_access {
+                    return Err(DeploymentError::AccessAlreadyGranted(open.rule.clone()));
+                }
+                if state.running_steps().next().is_none() {
+                    return Err(DeploymentError::NoStepRunning);
+                }
+                Ok(vec![DeploymentEvent::BastionAccessGranted {
+                    rule: access.rule,
+                    security_group: access.security_group,
+                    bastion: access.bastion,
+                    source: access.source,
+                    port: access.port,
+                }])
+            }
+            C::RecordAccessRevoked { rule } => Ok(state
+                .bastion_access
+                .as_ref()
+                .filter(|open| open.rule == rule)
+                .map(|_| DeploymentEvent::BastionAccessRevoked { rule })
+                .into_iter()
+                .collect()),
             C::RecordSecretsPurged => {
                 if state.secrets_purged {
                     Ok(vec![])
-                } else if state.work_is_over() {
+                } else if state.may_purge() {
                     Ok(vec![DeploymentEvent::SecretsPurged {}])
                 } else {
                     Err(DeploymentError::StepsStillRunning)
@@ -473,8 +543,10 @@ impl Deployment {
                 tenant,
                 blueprint,
                 params,
+                cloud,
                 ..
             } => {
+                state.cloud = cloud;
                 state.steps = blueprint
                     .steps
                     .iter()
@@ -496,11 +568,29 @@ impl Deployment {
             E::CredentialsSealed {
                 seal,
                 ssh_public_key,
+                token,
                 ..
             } => {
                 state.seal = Some(seal);
                 state.ssh_public_key = ssh_public_key;
+                state.token_sealed = token;
             }
+            E::BastionAccessGranted {
+                rule,
+                security_group,
+                bastion,
+                source,
+                port,
+            } => {
+                state.bastion_access = Some(BastionAccess {
+                    rule,
+                    security_group,
+                    bastion,
+                    source,
+                    port,
+                })
+            }
+            E::BastionAccessRevoked { .. } => state.bastion_access = None,
             E::StepScheduled {
                 step,
                 attempt,

@@ -51,10 +51,32 @@ const KINDS: &[(&str, &[Setting])] = &[
             optional("body"),
             optional("expect_status"),
             optional("outputs"),
+            optional("via"),
         ],
     ),
     ("wait-ssh", &[required("hosts"), optional("timeout")]),
+    (
+        "servers",
+        &[
+            required("servers"),
+            optional("security_groups"),
+            optional("timeout"),
+        ],
+    ),
 ];
+
+/// What an `http` step's `via` names: the blueprint's bastion, to reach hosts behind it.
+pub const VIA_BASTION: &str = "bastion";
+
+/// Whether a step reaches its hosts through the blueprint's bastion (when it has one): every
+/// step that logs in to servers, and `http` steps that say `via: bastion`.
+pub fn uses_bastion(kind: &str, with: &BTreeMap<String, Value>) -> bool {
+    match kind {
+        "ansible" | "wait-ssh" => true,
+        "http" => with.get("via").and_then(Value::as_str) == Some(VIA_BASTION),
+        _ => false,
+    }
+}
 
 /// The HTTP methods an `http` step may use.
 pub const HTTP_METHODS: [&str; 6] = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"];
@@ -128,6 +150,8 @@ pub fn check_with(
                 )),
             },
             ("http", "url" | "body") => text(value).err(),
+            ("http", "via") => (value.as_str() != Some(VIA_BASTION))
+                .then(|| format!("`{}` is not a way through; the only one is `{VIA_BASTION}`", plain(value))),
             ("http", "method") => match value.as_str() {
                 Some(method) if HTTP_METHODS.contains(&method) => None,
                 _ => Some(format!(

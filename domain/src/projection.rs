@@ -81,8 +81,66 @@ pub struct DeploymentView {
     /// Where tearing it down stands, once a user asked for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub destroy: Option<DestroyView>,
+    /// Every temporary grant of access the deployment held, open or closed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub grants: Vec<GrantView>,
     /// The last revision of its stream folded in.
     pub revision: u64,
+}
+
+/// One temporary grant of access, opened by one event and closed by another: the ledger that
+/// `overture grants` shows.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrantView {
+    /// What is granted.
+    pub kind: GrantKind,
+    /// What identifies it: the rule's id, the bastion, the key's fingerprint, the seal.
+    pub reference: String,
+    /// What it admits, for people.
+    pub detail: String,
+    /// When it was opened.
+    pub opened_at: Timestamp,
+    /// When it was closed; `None` while it is open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closed_at: Option<Timestamp>,
+}
+
+impl GrantView {
+    /// Whether the grant is still open.
+    pub fn is_open(&self) -> bool {
+        self.closed_at.is_none()
+    }
+}
+
+/// The kinds of temporary grant a deployment holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GrantKind {
+    /// A security-group rule admitting the engine to the bastion's SSH port.
+    BastionRule,
+    /// Forwarding through the bastion to the hosts behind it, which that rule opens.
+    TcpForwarding,
+    /// The deployment's own SSH key, authorized on its servers, its private half sealed.
+    SshKey,
+    /// The user's cloud token, sealed.
+    Token,
+}
+
+impl GrantKind {
+    /// The name used in output.
+    pub const fn as_str(&self) -> &'static str {
+        match self {
+            GrantKind::BastionRule => "bastion-rule",
+            GrantKind::TcpForwarding => "tcp-forwarding",
+            GrantKind::SshKey => "ssh-key",
+            GrantKind::Token => "token",
+        }
+    }
+
+    /// Whether events of this kind are closed by `BastionAccessRevoked` (rather than by the purge).
+    const fn closed_by_revocation(&self) -> bool {
+        matches!(self, GrantKind::BastionRule | GrantKind::TcpForwarding)
+    }
 }
 
 /// Where tearing a deployment down stands: the `destroy` object of `status --json`.
@@ -224,6 +282,7 @@ impl ReadModels {
                     finished_at: None,
                     reason: None,
                     destroy: None,
+                    grants: Vec::new(),
                     revision: envelope.revision,
                 },
             );
@@ -320,12 +379,64 @@ fn fold(view: &mut DeploymentView, event: DeploymentEvent, at: Timestamp) {
             set_destroy(view, DestroyStatus::Failed, Some(reason), at)
         }
         E::DeploymentDestroyed {} => set_destroy(view, DestroyStatus::Destroyed, None, at),
+        E::CredentialsSealed {
+            seal,
+            ssh_public_key,
+            token,
+            ..
+        } => {
+            if let Some(key) = ssh_public_key {
+                let detail = "the deployment's SSH key: public half on its servers, private half sealed";
+                open_grant(view, GrantKind::SshKey, key_fingerprint(&key), detail.into(), at);
+            }
+            if token {
+                let detail = "the user's cloud token, sealed under a key it derives";
+                open_grant(view, GrantKind::Token, seal, detail.into(), at);
+            }
+        }
+        E::BastionAccessGranted {
+            rule,
+            security_group,
+            bastion,
+            source,
+            port,
+        } => {
+            let detail =
+                format!("tcp/{port} from {source} to bastion {bastion} (security group {security_group})");
+            open_grant(view, GrantKind::BastionRule, rule, detail, at);
+            let detail = format!("SSH forwarding through {bastion} to the deployment's hosts");
+            open_grant(view, GrantKind::TcpForwarding, bastion, detail, at);
+        }
+        E::BastionAccessRevoked { .. } => close_grants(view, GrantKind::closed_by_revocation, at),
+        E::SecretsPurged {} => close_grants(view, |kind| !kind.closed_by_revocation(), at),
         E::DeploymentRequested { .. }
         | E::StepDestroyed { .. }
-        | E::CredentialsSealed { .. }
-        | E::FailureGracePeriodStarted { .. }
-        | E::SecretsPurged {} => {}
+        | E::FailureGracePeriodStarted { .. } => {}
     }
+}
+
+fn open_grant(view: &mut DeploymentView, kind: GrantKind, reference: String, detail: String, at: Timestamp) {
+    view.grants.push(GrantView {
+        kind,
+        reference,
+        detail,
+        opened_at: at,
+        closed_at: None,
+    });
+}
+
+fn close_grants(view: &mut DeploymentView, which: impl Fn(&GrantKind) -> bool, at: Timestamp) {
+    for grant in view.grants.iter_mut().filter(|g| g.is_open() && which(&g.kind)) {
+        grant.closed_at = Some(at);
+    }
+}
+
+/// A short, stable name for a public key: the start of the SHA-256 of its OpenSSH text.
+fn key_fingerprint(public_key: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let algorithm = public_key.split_whitespace().next().unwrap_or("key");
+    let digest = hex::encode(Sha256::digest(public_key.trim().as_bytes()));
+    format!("{algorithm} {}", &digest[..16])
 }
 
 fn set_destroy(

@@ -16,6 +16,9 @@ pub type SecretValues = BTreeMap<String, SecretString>;
 /// secret names are identifiers, so no secret of theirs can take it.
 pub const SSH_KEY_SECRET: &str = "overture.ssh-key";
 
+/// The name the user's cloud token is sealed under, beside the user's secrets.
+pub const TOKEN_SECRET: &str = "overture.token";
+
 /// What replaces a secret value in output.
 pub const MASK: &str = "***";
 

@@ -41,6 +41,7 @@ fn requested() -> E {
         blueprint: blueprint(),
         blueprint_hash: "h".into(),
         params: BTreeMap::new(),
+        cloud: None,
     }
 }
 
@@ -143,10 +144,12 @@ fn a_request_is_recorded_with_its_sealed_secrets() {
         blueprint: blueprint(),
         blueprint_hash: "h".into(),
         params: BTreeMap::new(),
+        cloud: None,
         sealed: Some(SealedCredentials {
             seal: "seal-1".into(),
             secrets: vec!["api_key".into()],
             ssh_public_key: Some("ssh-ed25519 AAAA overture".into()),
+            token: false,
         }),
     });
     assert_eq!(
@@ -157,6 +160,7 @@ fn a_request_is_recorded_with_its_sealed_secrets() {
                 seal: "seal-1".into(),
                 secrets: vec!["api_key".into()],
                 ssh_public_key: Some("ssh-ed25519 AAAA overture".into()),
+                token: false,
             }
         ])
     );
@@ -172,6 +176,7 @@ fn a_second_request_is_refused() {
         blueprint: blueprint(),
         blueprint_hash: "h".into(),
         params: BTreeMap::new(),
+        cloud: None,
         sealed: None,
     };
     assert_eq!(
@@ -584,6 +589,7 @@ steps:
         blueprint,
         blueprint_hash: "h".into(),
         params: BTreeMap::new(),
+        cloud: None,
     }
 }
 

@@ -43,6 +43,7 @@ fn history(id: DeploymentId, tenant: &str, ending: E) -> Vec<Envelope> {
             blueprint,
             blueprint_hash: "h".into(),
             params: BTreeMap::new(),
+            cloud: None,
         },
         E::StepScheduled {
             step: "a".into(),

@@ -34,6 +34,22 @@ pub struct BlueprintSnapshot {
     /// by path relative to that folder, as they were when the deployment was requested.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub files: BTreeMap<String, String>,
+    /// The server through which the engine reaches the hosts, if they are behind one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bastion: Option<BastionSpec>,
+}
+
+/// A tenant's bastion: the one server that admits SSH from outside, through which the engine
+/// reaches the others. Its security group admits the engine only while a deployment needs it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BastionSpec {
+    /// Its `address[:port]`; may hold `{{ ... }}` templates (a provisioning step's output).
+    pub host: String,
+    /// The id of its security group, where the engine adds and removes its temporary rule; may
+    /// hold templates.
+    pub security_group: String,
+    /// Who the engine logs in as on the bastion.
+    pub user: String,
 }
 
 impl BlueprintSnapshot {

@@ -33,6 +33,9 @@ pub enum DeploymentEvent {
         blueprint_hash: String,
         /// Every parameter's value, defaults filled in.
         params: BTreeMap<String, String>,
+        /// The cloud account whose token the deployment acts with, when it was given one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cloud: Option<CloudAccount>,
     },
     /// The deployment's secrets were sealed; this carries references, never values.
     CredentialsSealed {
@@ -44,6 +47,9 @@ pub enum DeploymentEvent {
         /// (its private half is sealed with the secrets).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         ssh_public_key: Option<String>,
+        /// Whether the user's cloud token is sealed too (it then also locks the seal).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        token: bool,
     },
     /// An attempt of a step may start once `not_before` has passed.
     StepScheduled {
@@ -103,6 +109,24 @@ pub enum DeploymentEvent {
         attempt: u32,
         reason: String,
     },
+    /// The engine added a rule to the bastion's security group admitting its own address.
+    BastionAccessGranted {
+        /// The rule's id in the cloud.
+        rule: String,
+        /// The bastion's security group.
+        security_group: String,
+        /// The bastion's address.
+        bastion: String,
+        /// The address admitted: the engine's own, as the bastion sees it.
+        source: String,
+        /// The port admitted.
+        port: u16,
+    },
+    /// The engine deleted its rule from the bastion's security group.
+    BastionAccessRevoked {
+        /// The rule's id in the cloud.
+        rule: String,
+    },
     /// The deployment's sealed secrets were deleted.
     SecretsPurged {},
     /// Every step succeeded.
@@ -125,6 +149,20 @@ pub enum DeploymentEvent {
     },
     /// Every resource the deployment made has been destroyed.
     DeploymentDestroyed {},
+}
+
+/// The cloud account a deployment acts for: who the user's token says they are. Never the
+/// token itself.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CloudAccount {
+    /// The identity endpoint the token was checked against (`OS_AUTH_URL`).
+    pub auth_url: String,
+    /// The project's id in the cloud.
+    pub project_id: String,
+    /// The project's name: the deployment's tenant.
+    pub project: String,
+    /// The user the token was issued to.
+    pub user: String,
 }
 
 /// An event whose type string or data does not match the schema.
@@ -152,6 +190,8 @@ impl DeploymentEvent {
             Self::StepFailed { .. } => "StepFailed",
             Self::FailureGracePeriodStarted { .. } => "FailureGracePeriodStarted",
             Self::StepAbandoned { .. } => "StepAbandoned",
+            Self::BastionAccessGranted { .. } => "BastionAccessGranted",
+            Self::BastionAccessRevoked { .. } => "BastionAccessRevoked",
             Self::SecretsPurged {} => "SecretsPurged",
             Self::DeploymentSucceeded {} => "DeploymentSucceeded",
             Self::DeploymentFailed { .. } => "DeploymentFailed",

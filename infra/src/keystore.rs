@@ -1,10 +1,18 @@
 //! The local key store: a deployment's secret values sealed at rest in the data directory.
 //!
-//! Each deployment's values are encrypted with ChaCha20-Poly1305 under the store's master key
-//! (`keys/master.key`, created on first use, mode 0600), with the tenant, the deployment and the
-//! secret's name as associated data, so a sealed value cannot be moved to another deployment or
-//! renamed. One file per deployment (`seals/<deployment>.json`) holds nonces and ciphertexts;
-//! purging deletes it.
+//! Each deployment's values are encrypted with ChaCha20-Poly1305, with the tenant, the deployment
+//! and the secret's name as associated data, so a sealed value cannot be moved to another
+//! deployment or renamed. One file per deployment (`seals/<deployment>.json`) holds nonces and
+//! ciphertexts; purging deletes it.
+//!
+//! The key depends on who may open the seal:
+//! - a deployment made with the user's cloud token is sealed under a key derived (HKDF-SHA256)
+//!   from that token, salted with the store's master key and bound to the tenant and the
+//!   deployment. The token itself is not kept anywhere readable, so neither the engine alone nor
+//!   someone reading the data directory can open the seal: only a process holding the user's
+//!   token ([`SessionTokens`]) can;
+//! - any other deployment is sealed under the master key (`keys/master.key`, created on first
+//!   use, mode 0600).
 //!
 //! What a step keeps between attempts (a Terraform state, which may hold secrets of its own) is
 //! sealed the same way, bound to the tenant, the deployment and the step, in
@@ -19,16 +27,35 @@ use std::path::{Path, PathBuf};
 use async_trait::async_trait;
 use chacha20poly1305::aead::{Aead, AeadCore, KeyInit, OsRng, Payload};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
+use hkdf::Hkdf;
+use sha2::Sha256;
 use overture_domain::secret::{SecretString, SecretValues};
 use overture_events::DeploymentId;
 use secrecy::ExposeSecret;
 use serde::{Deserialize, Serialize};
 
+use crate::session::SessionTokens;
+
 /// Secret values sealed in a directory.
 #[derive(Clone, Debug)]
 pub struct LocalKeyStore {
     root: PathBuf,
+    sessions: SessionTokens,
 }
+
+/// What a seal's key comes from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+enum Lock {
+    /// The store's master key alone.
+    #[default]
+    MasterKey,
+    /// The user's cloud token, with the master key as salt.
+    Token,
+}
+
+/// The reference prefix of seals locked by the user's token.
+const TOKEN_SEAL: &str = "token:";
 
 /// The key store failed; never carries a secret value.
 #[derive(Debug, thiserror::Error)]
@@ -47,6 +74,8 @@ pub enum KeyStoreError {
 #[derive(Serialize, Deserialize)]
 struct SealedFile {
     tenant: String,
+    #[serde(default)]
+    lock: Lock,
     values: BTreeMap<String, SealedValue>,
 }
 
@@ -57,9 +86,46 @@ struct SealedValue {
 }
 
 impl LocalKeyStore {
-    /// A key store under `root` (the data directory's `keys/` and `seals/`).
-    pub fn new(root: impl Into<PathBuf>) -> Self {
-        Self { root: root.into() }
+    /// A key store under `root` (the data directory's `keys/` and `seals/`), opening token-locked
+    /// seals with the tokens `sessions` holds.
+    pub fn new(root: impl Into<PathBuf>, sessions: SessionTokens) -> Self {
+        Self {
+            root: root.into(),
+            sessions,
+        }
+    }
+
+    /// The key a deployment's values are sealed under.
+    fn seal_key(
+        &self,
+        lock: Lock,
+        token: Option<&SecretString>,
+        tenant: &str,
+        deployment: DeploymentId,
+        path: &Path,
+    ) -> Result<Key, KeyStoreError> {
+        let master = self.master_key()?;
+        match (lock, token) {
+            (Lock::MasterKey, _) => Ok(master),
+            (Lock::Token, Some(token)) => {
+                let derive = Hkdf::<Sha256>::new(Some(&master), token.expose_secret().as_bytes());
+                let info = format!("overture-seal-key-v1\0{tenant}\0{deployment}");
+                let mut key = Key::default();
+                derive
+                    .expand(info.as_bytes(), &mut key)
+                    .map_err(|_| KeyStoreError::Unreadable {
+                        path: path.to_path_buf(),
+                        reason: "the seal key could not be derived".into(),
+                    })?;
+                Ok(key)
+            }
+            (Lock::Token, None) => Err(KeyStoreError::Unreadable {
+                path: path.to_path_buf(),
+                reason: "it opens only with the cloud token of the user who deployed; give it to \
+                         `overture resume` with --token-file FILE or OS_TOKEN"
+                    .into(),
+            }),
+        }
     }
 
     fn seal_path(&self, deployment: DeploymentId) -> PathBuf {
@@ -104,15 +170,22 @@ impl LocalKeyStore {
         }
     }
 
-    /// Seals the values for a deployment; returns the seal's reference.
+    /// Seals the values for a deployment, under a key derived from the user's `token` when one
+    /// is given; returns the seal's reference.
     pub fn seal_values(
         &self,
         deployment: DeploymentId,
         tenant: &str,
         secrets: &SecretValues,
+        token: Option<&SecretString>,
     ) -> Result<String, KeyStoreError> {
-        let cipher = ChaCha20Poly1305::new(&self.master_key()?);
         let path = self.seal_path(deployment);
+        let lock = if token.is_some() {
+            Lock::Token
+        } else {
+            Lock::MasterKey
+        };
+        let cipher = ChaCha20Poly1305::new(&self.seal_key(lock, token, tenant, deployment, &path)?);
         let mut values = BTreeMap::new();
         for (name, value) in secrets {
             let nonce = ChaCha20Poly1305::generate_nonce(&mut OsRng);
@@ -139,6 +212,7 @@ impl LocalKeyStore {
         }
         let file = SealedFile {
             tenant: tenant.to_owned(),
+            lock,
             values,
         };
         let json = serde_json::to_vec(&file).map_err(|e| KeyStoreError::Unreadable {
@@ -146,14 +220,19 @@ impl LocalKeyStore {
             reason: e.to_string(),
         })?;
         write_private(&path, &json)?;
-        Ok(format!("local:{deployment}"))
+        Ok(match lock {
+            Lock::Token => format!("{TOKEN_SEAL}{deployment}"),
+            Lock::MasterKey => format!("local:{deployment}"),
+        })
     }
 
-    /// Opens the values sealed for a deployment of this tenant.
+    /// Opens the values sealed for a deployment of this tenant; a seal locked by the user's token
+    /// opens only with that `token`.
     pub fn open_values(
         &self,
         deployment: DeploymentId,
         tenant: &str,
+        token: Option<&SecretString>,
     ) -> Result<SecretValues, KeyStoreError> {
         let path = self.seal_path(deployment);
         let unreadable = |reason: String| KeyStoreError::Unreadable {
@@ -166,7 +245,8 @@ impl LocalKeyStore {
         })?;
         let file: SealedFile =
             serde_json::from_slice(&bytes).map_err(|e| unreadable(e.to_string()))?;
-        let cipher = ChaCha20Poly1305::new(&self.master_key()?);
+        let key = self.seal_key(file.lock, token, tenant, deployment, &path)?;
+        let cipher = ChaCha20Poly1305::new(&key);
         let mut secrets = SecretValues::new();
         for (name, sealed) in file.values {
             let nonce = hex::decode(&sealed.nonce).map_err(|e| unreadable(e.to_string()))?;
@@ -321,9 +401,16 @@ impl overture_submit::SealSecrets for LocalKeyStore {
         deployment: DeploymentId,
         tenant: &str,
         secrets: &SecretValues,
+        token: Option<&SecretString>,
     ) -> Result<String, overture_submit::SealError> {
-        self.seal_values(deployment, tenant, secrets)
-            .map_err(|e| overture_submit::SealError(e.to_string()))
+        let seal = self
+            .seal_values(deployment, tenant, secrets, token)
+            .map_err(|e| overture_submit::SealError(e.to_string()))?;
+        // The process that submits goes on to run the deployment, and needs the token to.
+        if let Some(token) = token {
+            self.sessions.remember(deployment, token.clone());
+        }
+        Ok(seal)
     }
 }
 
@@ -333,9 +420,13 @@ impl overture_runner::OpenSeal for LocalKeyStore {
         &self,
         deployment: DeploymentId,
         tenant: &str,
-        _seal: &str,
+        seal: &str,
     ) -> Result<SecretValues, overture_runner::PortError> {
-        self.open_values(deployment, tenant)
+        let token = seal
+            .starts_with(TOKEN_SEAL)
+            .then(|| self.sessions.token(deployment))
+            .flatten();
+        self.open_values(deployment, tenant, token.as_ref())
             .map_err(|e| overture_runner::PortError(e.to_string()))
     }
 }
@@ -371,7 +462,10 @@ impl overture_orchestrator::PurgeSecrets for LocalKeyStore {
         deployment: DeploymentId,
     ) -> Result<(), overture_orchestrator::WorkError> {
         self.purge_values(deployment)
-            .map_err(|e| overture_orchestrator::WorkError(e.to_string()))
+            .map_err(|e| overture_orchestrator::WorkError(e.to_string()))?;
+        // Once the seal is gone the token has nothing left to open, and no call left to make.
+        self.sessions.forget(deployment);
+        Ok(())
     }
 }
 
@@ -383,12 +477,12 @@ mod tests {
     #[test]
     fn sealed_values_open_only_for_their_tenant_and_deployment_and_are_gone_after_a_purge() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = LocalKeyStore::new(dir.path());
+        let store = LocalKeyStore::new(dir.path(), SessionTokens::new());
         let deployment = DeploymentId::from_uuid(Uuid::now_v7());
         let secrets: SecretValues =
             [("api_key".to_owned(), SecretString::from("s3cr3t-value"))].into();
         store
-            .seal_values(deployment, "acme", &secrets)
+            .seal_values(deployment, "acme", &secrets, None)
             .expect("seals");
 
         let sealed = std::fs::read(store.seal_path(deployment)).expect("sealed file");
@@ -397,15 +491,17 @@ mod tests {
             "the value is encrypted at rest"
         );
 
-        let opened = store.open_values(deployment, "acme").expect("opens");
+        let opened = store
+            .open_values(deployment, "acme", None)
+            .expect("opens");
         assert_eq!(opened["api_key"].expose_secret(), "s3cr3t-value");
         assert!(
-            store.open_values(deployment, "globex").is_err(),
+            store.open_values(deployment, "globex", None).is_err(),
             "another tenant's binding does not open it"
         );
 
         store.purge_values(deployment).expect("purges");
-        assert!(store.open_values(deployment, "acme").is_err());
+        assert!(store.open_values(deployment, "acme", None).is_err());
         store
             .purge_values(deployment)
             .expect("purging twice is harmless");
@@ -414,7 +510,7 @@ mod tests {
     #[test]
     fn a_step_state_is_sealed_to_its_step_and_survives_the_purge() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = LocalKeyStore::new(dir.path());
+        let store = LocalKeyStore::new(dir.path(), SessionTokens::new());
         let deployment = DeploymentId::from_uuid(Uuid::now_v7());
         assert_eq!(
             store
@@ -453,6 +549,75 @@ mod tests {
         assert!(
             store.open_step_state(deployment, "acme", "other").is_err(),
             "a state moved to another step does not open"
+        );
+    }
+
+    #[test]
+    fn a_seal_locked_by_the_token_opens_with_that_token_and_that_binding_only() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = LocalKeyStore::new(dir.path(), SessionTokens::new());
+        let deployment = DeploymentId::from_uuid(Uuid::now_v7());
+        let token = SecretString::from("a1b2c3d4e5f6-users-token");
+        let secrets: SecretValues = [
+            ("overture.ssh-key".to_owned(), SecretString::from("PRIVATE-KEY-BYTES")),
+            ("overture.token".to_owned(), token.clone()),
+        ]
+        .into();
+        let seal = store
+            .seal_values(deployment, "acme", &secrets, Some(&token))
+            .expect("seals");
+        assert!(seal.starts_with(TOKEN_SEAL));
+        let at_rest = std::fs::read_to_string(store.seal_path(deployment)).expect("file");
+        assert!(!at_rest.contains("PRIVATE-KEY-BYTES") && !at_rest.contains("users-token"));
+
+        let opened = store
+            .open_values(deployment, "acme", Some(&token))
+            .expect("opens with the token");
+        assert_eq!(opened["overture.ssh-key"].expose_secret(), "PRIVATE-KEY-BYTES");
+
+        let refused = store
+            .open_values(deployment, "acme", None)
+            .expect_err("the engine alone cannot open it");
+        assert!(refused.to_string().contains("--token-file"), "{refused}");
+        let other_token = SecretString::from("a1b2c3d4e5f6-another-token");
+        assert!(
+            store
+                .open_values(deployment, "acme", Some(&other_token))
+                .is_err(),
+            "another token does not open it"
+        );
+        assert!(
+            store.open_values(deployment, "globex", Some(&token)).is_err(),
+            "another tenant's binding does not open it"
+        );
+        let other = DeploymentId::from_uuid(Uuid::now_v7());
+        std::fs::copy(store.seal_path(deployment), store.seal_path(other)).expect("copies");
+        assert!(
+            store.open_values(other, "acme", Some(&token)).is_err(),
+            "moved to another deployment, it does not open"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_port_opens_a_token_seal_while_the_session_holds_the_token() {
+        use overture_runner::OpenSeal;
+        use overture_submit::SealSecrets;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let sessions = SessionTokens::new();
+        let store = LocalKeyStore::new(dir.path(), sessions.clone());
+        let deployment = DeploymentId::from_uuid(Uuid::now_v7());
+        let token = SecretString::from("ffee-users-token");
+        let secrets: SecretValues = [("db".to_owned(), SecretString::from("pw"))].into();
+        let seal = store
+            .seal(deployment, "acme", &secrets, Some(&token))
+            .await
+            .expect("seals");
+        assert!(store.open(deployment, "acme", &seal).await.is_ok());
+
+        sessions.forget(deployment);
+        assert!(
+            store.open(deployment, "acme", &seal).await.is_err(),
+            "a process without the token cannot open it"
         );
     }
 }

@@ -7,10 +7,12 @@
 //! - [`keystore`]: secret values (and what steps keep between attempts) sealed at rest in the
 //!   data directory.
 //! - [`logs`]: every attempt's output, as files in the data directory.
+//! - [`session`]: the users' cloud tokens, in memory while their deployments run.
 //! - [`clock`]: the system clock.
 
 pub mod clock;
 pub mod keystore;
 pub mod logs;
 pub mod sandbox;
+pub mod session;
 pub mod sqlite;

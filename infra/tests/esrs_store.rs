@@ -26,6 +26,7 @@ fn request() -> DeploymentCommand {
             .snapshot,
         blueprint_hash: "h".into(),
         params: BTreeMap::new(),
+        cloud: None,
         sealed: None,
     }
 }

@@ -2,13 +2,15 @@
 //!
 //! [`orchestrate`] advances the aggregate (schedule ready steps, abandon at a passed deadline,
 //! finish), then carries out the actions its state calls for: queue each waiting attempt for a
-//! runner, set a durable timer for a grace period's deadline, purge the secrets once no step can
-//! run any more. Every action is idempotent, so handling the same event twice is harmless.
+//! runner, set a durable timer for a grace period's deadline, close the engine's access to the
+//! bastion once no step can run any more, and then purge the secrets. Every action is
+//! idempotent, so handling the same event twice is harmless.
 
 use async_trait::async_trait;
 use overture_domain::deployment::actions;
+use overture_domain::deployment::BastionAccess;
 use overture_domain::{Action, DeploymentCommand, DeploymentError, DeploymentState};
-use overture_events::{DeploymentId, Timestamp};
+use overture_events::{CloudAccount, DeploymentId, Timestamp};
 use overture_kit::{execute, Cause, Clock, DeploymentLog, LogError};
 
 /// The name the orchestrator appends events under.
@@ -46,6 +48,21 @@ pub trait PurgeSecrets: Send + Sync {
     async fn purge(&self, deployment: DeploymentId) -> Result<(), WorkError>;
 }
 
+/// Closes the engine's access to a deployment's bastion, acting with the user's token.
+#[async_trait]
+pub trait RevokeAccess: Send + Sync {
+    /// Deletes the engine's rule; deleting a rule that is already gone succeeds.
+    async fn revoke(
+        &self,
+        deployment: DeploymentId,
+        cloud: &CloudAccount,
+        access: &BastionAccess,
+    ) -> Result<(), WorkError>;
+}
+
+/// How long before a failed revocation is tried again.
+pub const REVOKE_RETRY: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A port failed to carry out an action.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -59,6 +76,8 @@ pub struct OrchestratorPorts<'a> {
     pub work: &'a dyn QueueWork,
     /// The sealed secrets.
     pub secrets: &'a dyn PurgeSecrets,
+    /// The bastions.
+    pub access: &'a dyn RevokeAccess,
     /// The time.
     pub clock: &'a dyn Clock,
 }
@@ -100,7 +119,8 @@ pub async fn orchestrate(
         .await?
         .map_err(refused)?
         .state;
-        let mut purged = false;
+        // Closing the bastion or purging lets the deployment go on: advance once more.
+        let mut again = false;
         let mut waiting = Vec::new();
         for action in actions(&state) {
             match action {
@@ -116,6 +136,9 @@ pub async fn orchestrate(
                     });
                 }
                 Action::WakeAt(at) => ports.work.wake_at(deployment, at).await.map_err(work)?,
+                Action::RevokeAccess(access) => {
+                    again |= revoke(deployment, &state, &access, &cause, ports).await?;
+                }
                 Action::PurgeSecrets => {
                     ports.secrets.purge(deployment).await.map_err(work)?;
                     execute(ports.log, deployment, "", &cause, |_| {
@@ -124,7 +147,7 @@ pub async fn orchestrate(
                     .await?
                     .map_err(refused)?;
                     tracing::debug!(%deployment, "secrets purged");
-                    purged = true;
+                    again = true;
                 }
             }
         }
@@ -135,9 +158,42 @@ pub async fn orchestrate(
                 .await
                 .map_err(work)?;
         }
-        // Purging lets the deployment end: advance once more to record it.
-        if !purged {
+        if !again {
             return Ok(state);
         }
     }
+}
+
+/// Deletes the engine's rule on the bastion and records it; returns whether it did. A failure
+/// (the cloud down, the token refused) is retried after [`REVOKE_RETRY`] by a durable timer:
+/// the secrets stay until the bastion is closed, because closing it needs the token.
+async fn revoke(
+    deployment: DeploymentId,
+    state: &DeploymentState,
+    access: &BastionAccess,
+    cause: &Cause,
+    ports: &OrchestratorPorts<'_>,
+) -> Result<bool, OrchestratorError> {
+    let refused = |source| OrchestratorError::Refused { deployment, source };
+    let work = |source| OrchestratorError::Work { deployment, source };
+    let revoked = match &state.cloud {
+        Some(cloud) => ports.access.revoke(deployment, cloud, access).await,
+        None => Err(WorkError(
+            "the deployment has no cloud account to close its bastion with".into(),
+        )),
+    };
+    if let Err(error) = revoked {
+        tracing::warn!(%deployment, rule = access.rule, %error, "could not close the bastion; trying again later");
+        let later = ports.clock.now() + chrono::TimeDelta::from_std(REVOKE_RETRY).unwrap_or_default();
+        ports.work.wake_at(deployment, later).await.map_err(work)?;
+        return Ok(false);
+    }
+    let rule = access.rule.clone();
+    execute(ports.log, deployment, "", cause, |_| {
+        DeploymentCommand::RecordAccessRevoked { rule: rule.clone() }
+    })
+    .await?
+    .map_err(refused)?;
+    tracing::debug!(%deployment, rule = access.rule, "bastion closed");
+    Ok(true)
 }

@@ -18,6 +18,7 @@ use overture_infra::clock::SystemClock;
 use overture_infra::keystore::LocalKeyStore;
 use overture_infra::logs::LogFiles;
 use overture_infra::sandbox::Bubblewrap;
+use overture_infra::session::SessionTokens;
 use overture_infra::sqlite::{
     Database, EventLog, Job, JobQueue, Receipt, ReceivedJob, SqliteDeployments, SqliteReadModels,
 };
@@ -81,6 +82,9 @@ pub struct Engine {
     /// The read models.
     pub read_models: SqliteReadModels,
     keys: LocalKeyStore,
+    /// The users' cloud tokens this process was given, by deployment.
+    pub sessions: SessionTokens,
+    access: NoCloud,
     /// Every attempt's output.
     pub logs: LogFiles,
     sandbox: Bubblewrap,
@@ -100,13 +104,16 @@ impl Engine {
             .map_err(|e| dir_error(e.to_string()))?;
         let log = EventLog::new(db.clone());
         let clock = Arc::new(SystemClock);
+        let sessions = SessionTokens::new();
         Ok(Arc::new(Self {
             data_dir: data_dir.to_path_buf(),
             deployments: SqliteDeployments::new(log.clone(), clock.clone()),
             log,
             queue: JobQueue::new(db.clone()),
             read_models: SqliteReadModels::new(db),
-            keys: LocalKeyStore::new(data_dir),
+            keys: LocalKeyStore::new(data_dir, sessions.clone()),
+            sessions,
+            access: NoCloud,
             logs: LogFiles::new(data_dir.join("logs")),
             sandbox: Bubblewrap::new(data_dir.join("sandboxes")),
             clock,
@@ -221,6 +228,7 @@ impl Engine {
             log: &self.deployments,
             work: &self.queue,
             secrets: &self.keys,
+            access: &self.access,
             clock: self.clock.as_ref(),
         }
     }
@@ -378,6 +386,7 @@ impl Engine {
                     sandbox: &self.sandbox,
                     seals: &self.keys,
                     kept: &self.keys,
+                    access: &self.access,
                     logs: &self.logs,
                     clock: self.clock.as_ref(),
                 };
@@ -422,5 +431,33 @@ impl KeepAlive for QueueLease {
             .extend(&self.receipt, until)
             .await
             .map_err(|e| PortError(e.to_string()))
+    }
+}
+
+// INTERIM until the OpenStack client lands: refuses every cloud call.
+struct NoCloud;
+
+#[async_trait]
+impl overture_runner::GrantAccess for NoCloud {
+    async fn grant(
+        &self,
+        _: DeploymentId,
+        _: &overture_events::CloudAccount,
+        _: &overture_runner::step::SshAddress,
+        _: &str,
+    ) -> Result<overture_domain::deployment::BastionAccess, overture_runner::GrantError> {
+        Err(overture_runner::GrantError::Refused("no cloud client".into()))
+    }
+}
+
+#[async_trait]
+impl overture_orchestrator::RevokeAccess for NoCloud {
+    async fn revoke(
+        &self,
+        _: DeploymentId,
+        _: &overture_events::CloudAccount,
+        _: &overture_domain::deployment::BastionAccess,
+    ) -> Result<(), overture_orchestrator::WorkError> {
+        Err(overture_orchestrator::WorkError("no cloud client".into()))
     }
 }

@@ -467,6 +467,7 @@ async fn deploy(
         .await
         .context("reading the log")?;
     let submission = Submission {
+        cloud: None,
         source: file.display().to_string(),
         text,
         tenant,

@@ -63,6 +63,10 @@ impl Watch for Progress {
             DeploymentEvent::CredentialsSealed { secrets, .. } => {
                 format!("sealed {} secret(s): {}", secrets.len(), secrets.join(", "))
             }
+            DeploymentEvent::BastionAccessGranted {
+                bastion, source, ..
+            } => format!("bastion {bastion} opened for {source}"),
+            DeploymentEvent::BastionAccessRevoked { .. } => "bastion closed".to_owned(),
             DeploymentEvent::StepScheduled { step, .. } => format!("{step:<20} scheduled"),
             DeploymentEvent::StepStarted { step, attempt, .. } => {
                 format!("{step:<20} started (attempt {attempt})")

@@ -178,13 +178,15 @@ fn describe(event: &DeploymentEvent) -> String {
         E::CredentialsSealed {
             secrets,
             ssh_public_key,
+            token,
             ..
         } => {
             let key = ssh_public_key
                 .as_ref()
                 .map(|key| format!("; ssh key: {key}"))
                 .unwrap_or_default();
-            format!("secrets: {}{key}", secrets.join(", "))
+            let token = if *token { "; the cloud token" } else { "" };
+            format!("secrets: {}{key}{token}", secrets.join(", "))
         }
         E::StepScheduled { step, attempt, .. } => format!("{step} #{attempt}"),
         E::StepStarted {
@@ -235,6 +237,14 @@ fn describe(event: &DeploymentEvent) -> String {
             attempt,
             reason,
         } => format!("{step} #{attempt}: {reason}"),
+        E::BastionAccessGranted {
+            rule,
+            bastion,
+            source,
+            port,
+            ..
+        } => format!("rule {rule}: tcp/{port} from {source} to {bastion}"),
+        E::BastionAccessRevoked { rule } => format!("rule {rule}"),
         E::SecretsPurged {} | E::DeploymentSucceeded {} => String::new(),
         E::DeploymentFailed { reason } | E::DeploymentCancelled { reason } => reason.clone(),
         E::DestroyRequested { steps } => steps.join(", "),

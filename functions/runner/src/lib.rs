@@ -26,8 +26,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use overture_domain::secret::{Masker, SecretString, SecretValues};
+use overture_domain::deployment::BastionAccess;
 use overture_domain::{DeploymentCommand, DeploymentError, DeploymentState, StepStatus};
-use overture_events::{DeploymentId, ErrorClass, StepSpec, Timestamp};
+use overture_events::{CloudAccount, DeploymentId, ErrorClass, StepSpec, Timestamp};
 use overture_kit::{execute, Cause, Clock, DeploymentLog, LogError};
 use serde::{Deserialize, Serialize};
 use step::{StepInput, Verdict};
@@ -150,6 +151,31 @@ pub trait KeepStepState: Send + Sync {
     ) -> Result<(), PortError>;
 }
 
+/// Opens a deployment's bastion for the engine, acting with the user's token: adds a rule to the
+/// bastion's security group admitting the engine's own address to its SSH port.
+#[async_trait]
+pub trait GrantAccess: Send + Sync {
+    /// Adds the rule (or finds the identical one already there) and says what it admits.
+    async fn grant(
+        &self,
+        deployment: DeploymentId,
+        cloud: &CloudAccount,
+        bastion: &step::SshAddress,
+        security_group: &str,
+    ) -> Result<BastionAccess, GrantError>;
+}
+
+/// Why the bastion could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum GrantError {
+    /// The cloud API answered 502/503 or could not be reached: worth retrying.
+    #[error("the cloud could not open the bastion: {0}")]
+    Backend(String),
+    /// Anything else: a refused token, an unknown security group.
+    #[error("the bastion could not be opened: {0}")]
+    Refused(String),
+}
+
 /// Keeps the job's lease while the attempt runs, so no other runner takes it.
 #[async_trait]
 pub trait KeepAlive: Send + Sync {
@@ -172,6 +198,8 @@ pub struct RunnerPorts<'a> {
     pub seals: &'a dyn OpenSeal,
     /// What steps keep between attempts.
     pub kept: &'a dyn KeepStepState,
+    /// The bastions.
+    pub access: &'a dyn GrantAccess,
     /// Every attempt's output.
     pub logs: &'a dyn logs::AttemptLogs,
     /// The time.
@@ -384,6 +412,9 @@ async fn run_in_sandbox(
         attempt,
         kept,
     };
+    if let Some(failure) = open_bastion(&input, ports).await? {
+        return Ok(failure);
+    }
     let prepared = match prepare(&input) {
         Ok(prepared) => prepared,
         Err(problem) => {
@@ -441,6 +472,64 @@ async fn run_in_sandbox(
         ),
         SandboxExit::Cancelled => Outcome::Abandoned,
     })
+}
+
+/// Opens the bastion for the engine before the first attempt that goes through it, and records
+/// it (`BastionAccessGranted`); later steps share the open rule. Returns the attempt's failure
+/// when it cannot be opened: the retry policy then decides, as for any failed attempt.
+async fn open_bastion(
+    input: &StepInput<'_>,
+    ports: &RunnerPorts<'_>,
+) -> Result<Option<Outcome>, RunnerError> {
+    let state = input.state;
+    let Some(bastion) = state.blueprint.as_ref().and_then(|b| b.bastion.as_ref()) else {
+        return Ok(None);
+    };
+    let uses_bastion = overture_domain::kinds::uses_bastion(&input.spec.kind, &input.spec.with);
+    if !uses_bastion || state.bastion_access.is_some() {
+        return Ok(None);
+    }
+    let masker = Masker::new(input.secrets.values());
+    let failure = |class, message: String| {
+        Some(Outcome::Failure {
+            class,
+            exit_code: None,
+            message: masker.mask(&format!("could not open the bastion: {message}")),
+            duration: Duration::ZERO,
+        })
+    };
+    let Some(cloud) = &state.cloud else {
+        return Ok(failure(
+            ErrorClass::StepFailed,
+            "the deployment was given no cloud token to act with".into(),
+        ));
+    };
+    let target = input
+        .render(&bastion.host)
+        .and_then(|host| step::SshAddress::parse(&host))
+        .and_then(|host| Ok((host, input.render(&bastion.security_group)?)));
+    let (host, security_group) = match target {
+        Ok(target) => target,
+        Err(problem) => return Ok(failure(ErrorClass::StepFailed, format!("bastion: {problem}"))),
+    };
+    let access = match ports
+        .access
+        .grant(input.deployment, cloud, &host, &security_group)
+        .await
+    {
+        Ok(access) => access,
+        Err(GrantError::Backend(message)) => {
+            return Ok(failure(ErrorClass::BackendUnreachable, message))
+        }
+        Err(GrantError::Refused(message)) => return Ok(failure(ErrorClass::StepFailed, message)),
+    };
+    let cause = Cause::new(ACTOR, input.deployment, uuid::Uuid::now_v7());
+    let command = DeploymentCommand::RecordAccessGranted(access);
+    match execute(ports.log, input.deployment, "", &cause, |_| command.clone()).await? {
+        // A step running beside this one opened it first, with the same rule.
+        Ok(_) | Err(DeploymentError::AccessAlreadyGranted(_)) => Ok(None),
+        Err(refused) => Ok(failure(ErrorClass::StepFailed, refused.to_string())),
+    }
 }
 
 /// The file under `/work` a kind keeps from one run to the next, if it keeps one.

@@ -2,18 +2,20 @@
 //!
 //! [`submit`] validates the blueprint, the files its steps take and the parameters, checks every
 //! declared secret was given (and nothing else), makes the deployment's own SSH key when a step
-//! logs in to servers, seals the secret values and the private key through [`SealSecrets`], and
-//! appends `DeploymentRequested` (and `CredentialsSealed`, which names what was sealed and carries
-//! the public key). Nothing is recorded for a request it refuses.
+//! logs in to servers, seals the secret values, the private key and the user's cloud token through
+//! [`SealSecrets`] (under a key the token derives, when there is one), and appends
+//! `DeploymentRequested` (and `CredentialsSealed`, which names what was sealed and carries the
+//! public key). Nothing is recorded for a request it refuses.
 
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use overture_domain::blueprint::{self, BlueprintError, BlueprintProblem};
 use overture_domain::deployment::SealedCredentials;
-use overture_domain::secret::{SecretString, SecretValues, SSH_KEY_SECRET};
+use overture_domain::blueprint::SERVERS_KIND;
+use overture_domain::secret::{SecretString, SecretValues, SSH_KEY_SECRET, TOKEN_SECRET};
 use overture_domain::{DeploymentCommand, DeploymentError};
-use overture_events::DeploymentId;
+use overture_events::{BlueprintSnapshot, CloudAccount, DeploymentId};
 use overture_kit::{execute, Cause, DeploymentLog, LogError};
 use uuid::Uuid;
 
@@ -37,10 +39,21 @@ pub struct Submission {
     /// The files the steps take from the blueprint's folder, by path relative to it (see
     /// [`blueprint::bundle_dirs`]).
     pub files: BTreeMap<String, String>,
+    /// The user's cloud token and the account it was checked to belong to, when given.
+    pub cloud: Option<CloudSession>,
 }
 
-/// The step kinds that log in to servers with the deployment's SSH key.
-const KINDS_USING_THE_KEY: [&str; 1] = ["ansible"];
+/// A user's cloud token, checked against the cloud's identity service before submitting.
+#[derive(Debug)]
+pub struct CloudSession {
+    /// Who the token says the user is; the project is the tenant.
+    pub account: CloudAccount,
+    /// The token itself.
+    pub token: SecretString,
+}
+
+/// The step kinds that put the deployment's SSH key on servers or log in with it.
+const KINDS_USING_THE_KEY: [&str; 2] = ["ansible", SERVERS_KIND];
 
 /// Keeps a deployment's secret values sealed until it ends.
 #[async_trait]
@@ -51,6 +64,7 @@ pub trait SealSecrets: Send + Sync {
         deployment: DeploymentId,
         tenant: &str,
         secrets: &SecretValues,
+        token: Option<&SecretString>,
     ) -> Result<String, SealError>;
 }
 
@@ -87,6 +101,12 @@ pub enum SubmitError {
     Key(String),
 }
 
+/// Whether a blueprint acts in a cloud (makes servers there, or opens a bastion), and so needs
+/// the user's token.
+pub fn needs_cloud(blueprint: &BlueprintSnapshot) -> bool {
+    blueprint.bastion.is_some() || blueprint.steps.iter().any(|step| step.kind == SERVERS_KIND)
+}
+
 /// Validates, seals and records a deployment; returns its id.
 pub async fn submit(
     submission: Submission,
@@ -96,13 +116,24 @@ pub async fn submit(
     blueprint::attach_files(&mut parsed, submission.files)?;
     let params = blueprint::resolve_params(&parsed.snapshot, &submission.params)?;
     check_secrets(&parsed.snapshot.secrets, &submission.secrets)?;
+    if needs_cloud(&parsed.snapshot) && submission.cloud.is_none() {
+        return Err(BlueprintError(vec![BlueprintProblem {
+            field: "--token-file".into(),
+            problem: "this blueprint acts in a cloud (it makes servers or goes through a bastion); \
+                      give your cloud token with --token-file FILE or the OS_TOKEN variable, and \
+                      the cloud's identity URL with --auth-url or OS_AUTH_URL"
+                .into(),
+        }])
+        .into());
+    }
 
     let deployment = DeploymentId::from_uuid(Uuid::now_v7());
-    let uses_key = parsed
-        .snapshot
-        .steps
-        .iter()
-        .any(|step| KINDS_USING_THE_KEY.contains(&step.kind.as_str()));
+    let uses_key = parsed.snapshot.bastion.is_some()
+        || parsed
+            .snapshot
+            .steps
+            .iter()
+            .any(|step| KINDS_USING_THE_KEY.contains(&step.kind.as_str()));
     let mut to_seal = submission.secrets;
     let ssh_public_key = if uses_key {
         let (private, public) = deployment_key(deployment)?;
@@ -111,17 +142,25 @@ pub async fn submit(
     } else {
         None
     };
+    let (account, token) = match submission.cloud {
+        Some(CloudSession { account, token }) => (Some(account), Some(token)),
+        None => (None, None),
+    };
+    if let Some(token) = &token {
+        to_seal.insert(TOKEN_SECRET.to_owned(), token.clone());
+    }
     let sealed = if to_seal.is_empty() {
         None
     } else {
         let seal = ports
             .seals
-            .seal(deployment, &submission.tenant, &to_seal)
+            .seal(deployment, &submission.tenant, &to_seal, token.as_ref())
             .await?;
         Some(SealedCredentials {
             seal,
             secrets: parsed.snapshot.secrets.clone(),
             ssh_public_key,
+            token: token.is_some(),
         })
     };
     let cause = Cause::new(
@@ -137,6 +176,7 @@ pub async fn submit(
         blueprint: parsed.snapshot,
         blueprint_hash: parsed.hash,
         params,
+        cloud: account,
         sealed,
     };
     execute(ports.log, deployment, &submission.tenant, &cause, |_| {
