@@ -334,3 +334,58 @@ fn a_step_name_is_at_most_63_characters() {
     ))
     .is_ok());
 }
+
+const CLOUD_STEPS: &str = r#"
+steps:
+  servers:
+    run: servers
+    with:
+      security_groups: { bastion: [] }
+      servers: { bastion: { security_groups: [bastion], role: bastion }, web-1: {} }
+  configure:
+    run: ansible
+    with: { playbook: site.yml, hosts: web }
+    needs: [servers]
+"#;
+
+#[test]
+fn hosts_made_in_the_cloud_need_a_bastion() {
+    let text = format!(
+        "name: cloud\nhosts:\n  web: [\"{{{{ steps.servers.outputs.web-1 }}}}\"]\n{CLOUD_STEPS}"
+    );
+    let problems = parse(&text).expect_err("no bastion").0;
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert_eq!(problems[0].field, "bastion");
+    assert!(problems[0].problem.contains("add `bastion:`"), "{}", problems[0]);
+}
+
+#[test]
+fn a_bastion_names_its_host_and_group_and_precedes_the_steps_that_use_it() {
+    let bastion = "bastion:\n  host: \"{{ steps.servers.outputs.bastion }}\"\n  security_group: \"{{ steps.servers.outputs.security-group-bastion }}\"\n";
+    let text = format!(
+        "name: cloud\nhosts:\n  web: [\"{{{{ steps.servers.outputs.web-1 }}}}\"]\n{bastion}{CLOUD_STEPS}"
+    );
+    let parsed = parse(&text).expect("valid");
+    let spec = parsed.snapshot.bastion.expect("a bastion");
+    assert_eq!(spec.user, "root");
+
+    let early = text.replace("    needs: [servers]\n", "");
+    let problems = parse(&early).expect_err("ansible does not need servers").0;
+    assert!(
+        problems.iter().any(|p| p.field == "steps.configure.needs"
+            && p.problem.contains("add `servers` to its needs")),
+        "{problems:?}"
+    );
+
+    let secret = text.replace(
+        "{{ steps.servers.outputs.bastion }}",
+        "{{ secrets.bastion }}",
+    );
+    let problems = parse(&secret).expect_err("a secret bastion").0;
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.field == "bastion.host" && p.problem.contains("cannot be a secret")),
+        "{problems:?}"
+    );
+}

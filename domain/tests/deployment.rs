@@ -120,7 +120,7 @@ impl Given {
     }
 }
 
-/// build and unit succeeded; lint's first attempt is running.
+/// build succeeded; the first attempts of unit and lint are running.
 fn running_lint() -> Vec<E> {
     vec![
         requested(),
@@ -714,5 +714,85 @@ fn a_deployment_with_nothing_to_destroy_is_destroyed_at_once() {
             E::DestroyRequested { steps: vec![] },
             E::DeploymentDestroyed {}
         ])
+    );
+}
+
+fn access(rule: &str) -> overture_domain::deployment::BastionAccess {
+    overture_domain::deployment::BastionAccess {
+        rule: rule.into(),
+        security_group: "sg-1".into(),
+        bastion: "10.1.0.10".into(),
+        source: "10.1.0.1".into(),
+        port: 22,
+    }
+}
+
+fn granted(rule: &str) -> E {
+    E::BastionAccessGranted {
+        rule: rule.into(),
+        security_group: "sg-1".into(),
+        bastion: "10.1.0.10".into(),
+        source: "10.1.0.1".into(),
+        port: 22,
+    }
+}
+
+#[test]
+fn the_bastion_is_opened_once_for_a_running_step_and_shared() {
+    assert_eq!(
+        given(running_lint()).when(C::RecordAccessGranted(access("r1"))),
+        Ok(vec![granted("r1")])
+    );
+    let mut history = running_lint();
+    history.push(granted("r1"));
+    assert_eq!(
+        given(history).when(C::RecordAccessGranted(access("r2"))),
+        Err(DeploymentError::AccessAlreadyGranted("r1".into())),
+        "a second step finds it open"
+    );
+    let mut nothing_runs = running_lint();
+    nothing_runs.extend([succeeded("unit", 1), succeeded("lint", 1)]);
+    assert_eq!(
+        given(nothing_runs).when(C::RecordAccessGranted(access("r1"))),
+        Err(DeploymentError::NoStepRunning),
+        "no earlier than needed: only for a step that runs"
+    );
+}
+
+#[test]
+fn when_the_work_is_over_the_bastion_is_closed_before_the_secrets_are_purged() {
+    let mut history = failing_with_lint_in_grace();
+    history.insert(history.len() - 2, granted("r1"));
+    history.push(succeeded("lint", 1));
+    let open = given(history.clone());
+    assert_eq!(actions(open.state()), vec![Action::RevokeAccess(access("r1"))]);
+    assert_eq!(
+        open.when(C::RecordSecretsPurged),
+        Err(DeploymentError::StepsStillRunning),
+        "the purge waits: closing the bastion needs the token"
+    );
+    assert_eq!(
+        given(history.clone()).when(C::RecordAccessRevoked { rule: "r1".into() }),
+        Ok(vec![E::BastionAccessRevoked { rule: "r1".into() }])
+    );
+    history.push(E::BastionAccessRevoked { rule: "r1".into() });
+    let closed = given(history.clone());
+    assert_eq!(actions(closed.state()), vec![Action::PurgeSecrets]);
+    assert_eq!(
+        closed.when(C::RecordAccessRevoked { rule: "r1".into() }),
+        Ok(vec![]),
+        "revoking again records nothing"
+    );
+}
+
+#[test]
+fn the_bastion_stays_open_while_a_step_still_runs() {
+    let mut history = running_lint();
+    history.push(granted("r1"));
+    assert!(
+        !actions(given(history).state())
+            .iter()
+            .any(|action| matches!(action, Action::RevokeAccess(_))),
+        "lint still runs"
     );
 }

@@ -181,3 +181,72 @@ fn an_envelope_that_does_not_match_the_schema_is_an_error() {
     bad.data = serde_json::json!({ "tenant": 3 });
     assert!(ReadModels::default().apply(&bad).is_err());
 }
+
+#[test]
+fn the_grants_ledger_opens_and_closes_each_grant_with_its_pair_of_events() {
+    use overture_domain::projection::GrantKind;
+    let id = DeploymentId::from_uuid(Uuid::now_v7());
+    let blueprint = parse("name: app\nsteps:\n  a: { run: noop }\n")
+        .expect("valid")
+        .snapshot;
+    let events = [
+        E::DeploymentRequested {
+            tenant: "acme".into(),
+            requested_by: "u".into(),
+            trigger: "cli".into(),
+            source: "f".into(),
+            blueprint,
+            blueprint_hash: "h".into(),
+            params: BTreeMap::new(),
+            cloud: None,
+        },
+        E::CredentialsSealed {
+            seal: "token:x".into(),
+            secrets: vec![],
+            ssh_public_key: Some("ssh-ed25519 AAAAC3Nz overture-x".into()),
+            token: true,
+        },
+        E::BastionAccessGranted {
+            rule: "rule-1".into(),
+            security_group: "sg-1".into(),
+            bastion: "10.1.0.10".into(),
+            source: "10.1.0.1".into(),
+            port: 22,
+        },
+        E::BastionAccessRevoked {
+            rule: "rule-1".into(),
+        },
+        E::SecretsPurged {},
+    ];
+    let mut models = ReadModels::default();
+    let open_after = |models: &ReadModels| -> Vec<GrantKind> {
+        models.deployments[&id]
+            .grants
+            .iter()
+            .filter(|g| g.is_open())
+            .map(|g| g.kind)
+            .collect()
+    };
+    let mut open = Vec::new();
+    for (revision, event) in events.into_iter().enumerate() {
+        models
+            .apply(&envelope(id, "acme", revision as u64, event))
+            .expect("folds");
+        open.push(open_after(&models));
+    }
+    assert_eq!(open[1], vec![GrantKind::SshKey, GrantKind::Token]);
+    assert_eq!(
+        open[2],
+        vec![
+            GrantKind::SshKey,
+            GrantKind::Token,
+            GrantKind::BastionRule,
+            GrantKind::TcpForwarding
+        ]
+    );
+    assert_eq!(open[3], vec![GrantKind::SshKey, GrantKind::Token]);
+    assert!(open[4].is_empty(), "the purge closes the key and the token");
+    let rule = &models.deployments[&id].grants[2];
+    assert_eq!(rule.reference, "rule-1");
+    assert_eq!((rule.opened_at, rule.closed_at), (at(2), Some(at(3))));
+}
