@@ -1,11 +1,47 @@
 #!/usr/bin/env bash
-# Runs the hello-world example on the embedded engine, in a fresh data directory, and shows
-# its status, a step's log and the audit trail; then deploys the Terraform example for real
-# and tears it down again with `overture destroy`.
+# Brings a local cloud up and deploys the HelloWorld service onto two servers behind a bastion,
+# with a user's token, showing the status, the audit trail, the grants ledger and each web
+# server's answer; brings the cloud down again. Then runs the hello-world example (status, a
+# step's log, the audit trail) and deploys the Terraform example and tears it down.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 overture=target/release/overture
 data=$(mktemp -d /tmp/overture-demo.XXXXXX)
+cloud="$data/cloud"
+
+echo "== overture cloud up (a local OpenStack-like cloud: servers are network namespaces)"
+$overture cloud up --dir "$cloud"
+trap '$overture cloud down --dir "$cloud" >/dev/null 2>&1 || true' EXIT
+OS_AUTH_URL=$(sed -n 's/.*"auth_url": *"\([^"]*\)".*/\1/p' "$cloud/cloud.json")
+export OS_AUTH_URL
+$overture cloud token --dir "$cloud" --project demo --out "$data/token"
+
+echo
+echo "== overture deploy examples/hello-world-cloud/blueprint.yaml --token-file (tenant: the token's project)"
+$overture --data-dir "$data" deploy examples/hello-world-cloud/blueprint.yaml --token-file "$data/token"
+cid=$($overture --data-dir "$data" list --json | sed -n 's/.*"id": "\([0-9a-f-]*\)".*/\1/p' | head -n 1)
+echo
+echo "== what each web server answers (through the bastion)"
+$overture --data-dir "$data" status "$cid" --json \
+    | sed -n 's/.*"greeting": "\(.*\)".*/\1/p'
+echo
+echo "== overture events $cid (the audit trail)"
+$overture --data-dir "$data" events "$cid"
+echo
+echo "== overture grants (every temporary access, opened and closed)"
+$overture --data-dir "$data" grants
+echo
+echo "== overture cloud status (the bastion's group has no rule left)"
+$overture cloud status --dir "$cloud"
+if grep -rqF "$(cat "$data/token")" "$data" --exclude-dir=cloud --exclude=token; then
+    echo "the token was found in the data directory!" >&2
+    exit 1
+fi
+echo "(the token appears nowhere in the data directory)"
+echo
+echo "== overture cloud down"
+$overture cloud down --dir "$cloud"
+trap - EXIT
 
 echo "== overture deploy examples/hello-world/blueprint.yaml (data in $data)"
 export DEMO_API_TOKEN="demo-token-$RANDOM$RANDOM"

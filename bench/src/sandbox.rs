@@ -70,6 +70,7 @@ fn request(run: usize) -> SandboxRequest {
         secret_env: vec![],
         files: vec![],
         network: false,
+        engine_program: false,
         timeout: Duration::from_secs(60),
         output_limit: 64 * 1024,
         collect: vec![],

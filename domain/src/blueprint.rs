@@ -282,13 +282,19 @@ pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
                 }
             },
         };
-        // A wait that outlasts the attempt would end as a plain timeout, never saying SSH.
-        if step.run == "wait-ssh" {
+        // A wait that outlasts the attempt would end as a plain timeout, never saying what it
+        // waited for (SSH, or servers to boot).
+        let default_wait = match step.run.as_str() {
+            "wait-ssh" => Some(kinds::DEFAULT_SSH_WAIT),
+            SERVERS_KIND => Some(crate::servers::DEFAULT_BOOT_WAIT),
+            _ => None,
+        };
+        if let Some(default_wait) = default_wait {
             let wait = with
                 .get("timeout")
                 .and_then(|v| v.as_str())
                 .and_then(parse_duration)
-                .unwrap_or(kinds::DEFAULT_SSH_WAIT);
+                .unwrap_or(default_wait);
             if timeout_ms > 0 && duration_ms(wait) >= timeout_ms {
                 problem(
                     field(".with.timeout"),

@@ -178,6 +178,11 @@ pub fn check_with(
             problem(key, text);
         }
     }
+    if kind == "servers" {
+        // Its settings refer to each other (a server to its groups, a rule to a group), so they
+        // are read as a whole.
+        problems.extend(crate::servers::read(with).err().unwrap_or_default());
+    }
     problems
 }
 

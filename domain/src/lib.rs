@@ -7,6 +7,7 @@
 //!   its state calls for.
 //! - [`projection`]: the read models as folds over the log.
 //! - [`secret`]: secret values and masking them.
+//! - [`servers`]: the settings of a `servers` step (the groups and servers it makes), read and checked.
 //!
 //! With the `esrs` feature, [`deployment::Deployment`] implements `esrs::Aggregate`.
 
@@ -18,6 +19,7 @@ pub mod kinds;
 pub mod projection;
 pub mod retry;
 pub mod secret;
+pub mod servers;
 pub mod template;
 
 pub use deployment::{

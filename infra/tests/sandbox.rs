@@ -35,6 +35,7 @@ fn request(id: &str, command: &str) -> SandboxRequest {
         secret_env: vec![],
         files: vec![],
         network: false,
+        engine_program: false,
         timeout: Duration::from_secs(60),
         output_limit: 1024 * 1024,
         collect: vec![],
@@ -667,4 +668,46 @@ async fn a_missing_bubblewrap_says_how_to_install_it() {
 #[tokio::test]
 async fn bubblewrap_is_available_here() {
     Bubblewrap::available().await.expect("bubblewrap works");
+}
+
+#[tokio::test]
+async fn the_engine_program_is_shown_read_only_only_to_steps_that_ask_for_it() {
+    let root = tempfile::tempdir().expect("temporary directory");
+    // Any program stands in for the engine's own: it is run, not inspected.
+    let sandbox = Bubblewrap::new(root.path().join("workspaces"))
+        .with_engine_program(PathBuf::from("/usr/bin/echo"));
+    let program = overture_infra::sandbox::ENGINE_PROGRAM;
+
+    let mut asking = request(
+        &unique("engine"),
+        &format!("{program} made it; echo x > {program} || echo read-only"),
+    );
+    asking.engine_program = true;
+    let outcome = run(&sandbox, asking).await;
+    assert_eq!(outcome.exit, Exit::Code(0), "{}", text(&outcome.output));
+    assert_eq!(text(&outcome.output).lines().next(), Some("made it"));
+    assert!(
+        text(&outcome.output).contains("read-only"),
+        "{}",
+        text(&outcome.output)
+    );
+
+    let other = run(
+        &sandbox,
+        request(
+            &unique("engine"),
+            &format!("test -e {program} || echo absent"),
+        ),
+    )
+    .await;
+    assert_eq!(text(&other.output), "absent\n");
+
+    let (without, _root) = self::sandbox();
+    let mut asking = request(&unique("engine"), "true");
+    asking.engine_program = true;
+    let refused = without.run(asking, std::future::pending()).await;
+    assert!(
+        matches!(refused, Err(SandboxError::NoEngineProgram)),
+        "{refused:?}"
+    );
 }

@@ -15,11 +15,15 @@
 //!   secrets) and `overture destroy`.
 //! - [`wait_ssh`]: `wait-ssh` steps against a real sshd, and a port that never answers.
 //! - [`servers`]: real servers on loopback for steps to talk to (sshd).
+//! - [`cloud`]: the whole workflow through a bastion, against a local cloud of each test's own
+//!   ([`local_cloud`]): success, every failure path, a crash, isolation between tenants, tokens.
 
 mod ansible;
+mod cloud;
 mod deploy;
 mod http;
 mod input;
+mod local_cloud;
 mod logs;
 mod resume;
 mod sandbox;

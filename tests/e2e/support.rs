@@ -288,7 +288,8 @@ impl Deploying {
             child,
         };
         let stderr = deploying.child.stderr.take().expect("stderr");
-        for line in BufReader::new(stderr).lines() {
+        let mut lines = BufReader::new(stderr).lines();
+        while let Some(line) = lines.next() {
             let line = line.expect("progress line");
             if let Some(rest) = line.strip_prefix("deployment ") {
                 deploying.id = rest.trim().to_owned();
@@ -298,10 +299,21 @@ impl Deploying {
                     !deploying.id.is_empty(),
                     "the deployment id is printed first"
                 );
+                // The engine goes on printing progress: keep its pipe drained so it never blocks.
+                std::thread::spawn(move || lines.for_each(drop));
                 return deploying;
             }
         }
         panic!("overture deploy ended without printing a line with {words:?}");
+    }
+
+    /// Waits for the deployment to end; returns the exit code.
+    pub fn wait(mut self) -> i32 {
+        self.child
+            .wait()
+            .expect("wait for overture deploy")
+            .code()
+            .unwrap_or(-1)
     }
 
     /// Kills the engine with SIGKILL, as a crash would, and reaps it.

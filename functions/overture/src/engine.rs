@@ -18,6 +18,7 @@ use overture_infra::clock::SystemClock;
 use overture_infra::keystore::LocalKeyStore;
 use overture_infra::logs::LogFiles;
 use overture_infra::sandbox::Bubblewrap;
+use overture_infra::openstack::CloudAccess;
 use overture_infra::session::SessionTokens;
 use overture_infra::sqlite::{
     Database, EventLog, Job, JobQueue, Receipt, ReceivedJob, SqliteDeployments, SqliteReadModels,
@@ -84,7 +85,7 @@ pub struct Engine {
     keys: LocalKeyStore,
     /// The users' cloud tokens this process was given, by deployment.
     pub sessions: SessionTokens,
-    access: NoCloud,
+    access: CloudAccess,
     /// Every attempt's output.
     pub logs: LogFiles,
     sandbox: Bubblewrap,
@@ -112,10 +113,11 @@ impl Engine {
             queue: JobQueue::new(db.clone()),
             read_models: SqliteReadModels::new(db),
             keys: LocalKeyStore::new(data_dir, sessions.clone()),
+            access: CloudAccess::new(sessions.clone()),
             sessions,
-            access: NoCloud,
             logs: LogFiles::new(data_dir.join("logs")),
-            sandbox: Bubblewrap::new(data_dir.join("sandboxes")),
+            sandbox: Bubblewrap::new(data_dir.join("sandboxes"))
+                .with_engine_program(std::env::current_exe().map_err(function_error)?),
             clock,
         }))
     }
@@ -431,33 +433,5 @@ impl KeepAlive for QueueLease {
             .extend(&self.receipt, until)
             .await
             .map_err(|e| PortError(e.to_string()))
-    }
-}
-
-// INTERIM until the OpenStack client lands: refuses every cloud call.
-struct NoCloud;
-
-#[async_trait]
-impl overture_runner::GrantAccess for NoCloud {
-    async fn grant(
-        &self,
-        _: DeploymentId,
-        _: &overture_events::CloudAccount,
-        _: &overture_runner::step::SshAddress,
-        _: &str,
-    ) -> Result<overture_domain::deployment::BastionAccess, overture_runner::GrantError> {
-        Err(overture_runner::GrantError::Refused("no cloud client".into()))
-    }
-}
-
-#[async_trait]
-impl overture_orchestrator::RevokeAccess for NoCloud {
-    async fn revoke(
-        &self,
-        _: DeploymentId,
-        _: &overture_events::CloudAccount,
-        _: &overture_domain::deployment::BastionAccess,
-    ) -> Result<(), overture_orchestrator::WorkError> {
-        Err(overture_orchestrator::WorkError("no cloud client".into()))
     }
 }

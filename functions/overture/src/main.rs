@@ -9,14 +9,18 @@
 //! - [`logs`]: `overture logs`, an attempt's output.
 //! - [`teardown`]: `overture destroy`.
 //! - [`bundle`]: reading the files a blueprint's steps take from its folder.
+//! - [`token`]: the user's cloud token, read and checked.
+//! - [`provision`]: `overture provision`, which a `servers` step runs inside its sandbox.
 
 mod bundle;
 mod engine;
 mod lock;
 mod logs;
 mod progress;
+mod provision;
 mod render;
 mod teardown;
+mod token;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -58,9 +62,11 @@ enum Command {
     Deploy {
         /// The blueprint file (YAML).
         file: PathBuf,
-        /// The tenant deploying.
-        #[arg(long, env = "OVERTURE_TENANT", default_value = "default")]
-        tenant: String,
+        /// The tenant deploying; with a cloud token, the token's project is the tenant.
+        #[arg(long, env = "OVERTURE_TENANT")]
+        tenant: Option<String>,
+        #[command(flatten)]
+        token: token::TokenArgs,
         /// A parameter value, as NAME=VALUE (repeatable).
         #[arg(long = "param", value_name = "NAME=VALUE")]
         params: Vec<String>,
@@ -150,11 +156,33 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Carry on every unfinished deployment after a crash.
+    /// Carry on every unfinished deployment after a crash. A deployment made with a cloud token
+    /// needs a token of its project again: its seal opens with nothing else.
     Resume {
         /// How many steps may run at once.
         #[arg(long, default_value_t = 8)]
         parallelism: usize,
+        #[command(flatten)]
+        token: token::TokenArgs,
+    },
+    /// Carry out a `servers` step's plan: run by the step inside its sandbox, not by users.
+    #[command(hide = true)]
+    Provision {
+        /// The plan (JSON).
+        #[arg(long)]
+        spec: PathBuf,
+    },
+    /// Show the temporary grants of access deployments held: bastion rules, forwarding,
+    /// deployment keys, sealed tokens; when each was opened and closed.
+    Grants {
+        /// Only grants still open.
+        #[arg(long)]
+        open: bool,
+        /// Only this tenant's deployments.
+        #[arg(long)]
+        tenant: Option<String>,
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -201,6 +229,10 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    // Its exit codes are the `servers` step's, not the ones below, and it needs no data directory.
+    if let Command::Provision { spec } = &cli.command {
+        return provision::main(spec);
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -233,6 +265,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Deploy {
             file,
             tenant,
+            token,
             params,
             secrets,
             parallelism,
@@ -242,12 +275,32 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 &data_dir,
                 &file,
                 tenant,
+                &token,
                 &params,
                 &secrets,
                 parallelism,
                 json,
             )
             .await
+        }
+        Command::Grants { open, tenant, json } => {
+            let engine = Engine::open(&data_dir).await?;
+            engine.project().await?;
+            let views = engine
+                .read_models
+                .list(ListFilter {
+                    tenant,
+                    status: None,
+                })
+                .await
+                .map_err(anyhow::Error::from)?;
+            let grants = render::grant_rows(&views, open);
+            if json {
+                println!("{}", render::grants_json(&grants));
+            } else {
+                print!("{}", render::grants(&grants));
+            }
+            Ok(())
         }
         Command::Status { id, json } => {
             let engine = Engine::open(&data_dir).await?;
@@ -415,12 +468,17 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 Ok(())
             }
         }
-        Command::Resume { parallelism } => {
+        Command::Provision { .. } => Err(Failure::BadInput(
+            "`overture provision` runs only inside a `servers` step's sandbox".into(),
+        )),
+        Command::Resume { parallelism, token } => {
+            let tokens = token.check().await?;
             let engine = Engine::open(&data_dir).await?;
             let _lock =
                 EngineLock::take(&data_dir, true).map_err(|e| Failure::BadInput(e.to_string()))?;
-            let released = engine.recover().await?;
             let unfinished = engine.unfinished().await?;
+            hand_over_tokens(&engine, &unfinished, tokens).await?;
+            let released = engine.recover().await?;
             eprintln!("resuming {} unfinished deployment(s); {released} job(s) were held by a stopped engine", unfinished.len());
             for id in &unfinished {
                 engine.orchestrate(*id, uuid::Uuid::now_v7()).await?;
@@ -446,10 +504,44 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     }
 }
 
+/// Gives each unfinished deployment made with a cloud token a token of its project, or refuses
+/// to resume at all: without it, its seal cannot be opened nor its bastion closed.
+async fn hand_over_tokens(
+    engine: &Engine,
+    unfinished: &[DeploymentId],
+    tokens: Vec<token::CheckedToken>,
+) -> Result<(), Failure> {
+    let mut missing = Vec::new();
+    for id in unfinished {
+        let Some(cloud) = engine.state(*id).await?.cloud else {
+            continue;
+        };
+        match tokens
+            .iter()
+            .find(|t| t.info.project_id == cloud.project_id)
+        {
+            Some(checked) => engine.sessions.remember(*id, checked.token.clone()),
+            None => missing.push(format!("{id} (project {})", cloud.project)),
+        }
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::BadInput(format!(
+            "--token-file: these deployments act with a cloud token, and only a token of their \
+             project can open their seal and close their bastion: {}; give one with --token-file \
+             FILE (repeatable) or OS_TOKEN",
+            missing.join(", ")
+        )))
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn deploy(
     data_dir: &Path,
     file: &Path,
-    tenant: String,
+    tenant: Option<String>,
+    token: &token::TokenArgs,
     params: &[String],
     secrets: &[String],
     parallelism: usize,
@@ -459,6 +551,28 @@ async fn deploy(
     let files = parsed.snapshot.files.clone();
     let params = parse_pairs(params, "--param", "NAME=VALUE")?;
     let secret_values = read_secrets(secrets)?;
+    let mut tokens = token.check().await?;
+    if tokens.len() > 1 {
+        return Err(Failure::BadInput(
+            "--token-file: a deployment acts with one token; give it once".into(),
+        ));
+    }
+    let checked = tokens.pop();
+    let tenant = match (&checked, tenant) {
+        (Some(checked), Some(tenant)) if tenant != checked.info.project => {
+            return Err(Failure::BadInput(format!(
+                "--tenant {tenant}: the token is for project `{}`, and a deployment's tenant is \
+                 its token's project; leave out --tenant",
+                checked.info.project
+            )))
+        }
+        (Some(checked), _) => checked.info.project.clone(),
+        (None, tenant) => tenant.unwrap_or_else(|| "default".into()),
+    };
+    let cloud = checked.map(|checked| overture_submit::CloudSession {
+        account: checked.info.account(),
+        token: checked.token,
+    });
     let engine = Engine::open(data_dir).await?;
     let _lock = EngineLock::take(data_dir, false).map_err(|e| Failure::BadInput(e.to_string()))?;
     let start = engine
@@ -467,7 +581,7 @@ async fn deploy(
         .await
         .context("reading the log")?;
     let submission = Submission {
-        cloud: None,
+        cloud,
         source: file.display().to_string(),
         text,
         tenant,

@@ -6,8 +6,8 @@
 
 use std::fmt::Write;
 
-use overture_domain::projection::{DeploymentView, TenantView};
-use overture_events::{DeploymentEvent, Envelope};
+use overture_domain::projection::{DeploymentStatus, DeploymentView, GrantView, TenantView};
+use overture_events::{DeploymentEvent, DeploymentId, Envelope};
 use serde::Serialize;
 
 use crate::progress::human;
@@ -117,6 +117,70 @@ pub fn list(views: &[DeploymentView]) -> String {
             view.blueprint,
             view.status.as_str(),
             view.started_at.format("%Y-%m-%d %H:%M:%S")
+        );
+    }
+    out
+}
+
+/// One row of the grants ledger: a grant and the deployment that held it.
+#[derive(Debug, Serialize)]
+pub struct GrantRow {
+    /// The deployment.
+    pub deployment: DeploymentId,
+    /// Its tenant.
+    pub tenant: String,
+    /// Whether the deployment has ended: a grant still open then is a defect.
+    pub deployment_ended: bool,
+    /// The grant.
+    #[serde(flatten)]
+    pub grant: GrantView,
+}
+
+/// The grants of these deployments, oldest first; only open ones when `open_only`.
+pub fn grant_rows(views: &[DeploymentView], open_only: bool) -> Vec<GrantRow> {
+    let mut rows: Vec<GrantRow> = views
+        .iter()
+        .flat_map(|view| {
+            view.grants.iter().map(|grant| GrantRow {
+                deployment: view.id,
+                tenant: view.tenant.clone(),
+                deployment_ended: view.status != DeploymentStatus::Running,
+                grant: grant.clone(),
+            })
+        })
+        .filter(|row| !open_only || row.grant.is_open())
+        .collect();
+    rows.sort_by_key(|row| row.grant.opened_at);
+    rows
+}
+
+/// `grants --json`.
+pub fn grants_json(rows: &[GrantRow]) -> String {
+    json(&rows)
+}
+
+/// `grants` for people.
+pub fn grants(rows: &[GrantRow]) -> String {
+    let mut out = format!(
+        "{:<36}  {:<12} {:<15} {:<19} {:<19} {}\n",
+        "DEPLOYMENT", "TENANT", "GRANT", "OPENED", "CLOSED", "WHAT"
+    );
+    for row in rows {
+        let closed = match (row.grant.closed_at, row.deployment_ended) {
+            (Some(at), _) => at.format("%Y-%m-%d %H:%M:%S").to_string(),
+            (None, false) => "open".to_owned(),
+            (None, true) => "OPEN (ended!)".to_owned(),
+        };
+        let _ = writeln!(
+            out,
+            "{:<36}  {:<12} {:<15} {:<19} {:<19} {}: {}",
+            row.deployment.to_string(),
+            row.tenant,
+            row.grant.kind.as_str(),
+            row.grant.opened_at.format("%Y-%m-%d %H:%M:%S"),
+            closed,
+            row.grant.reference,
+            row.grant.detail
         );
     }
     out

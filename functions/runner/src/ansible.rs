@@ -8,8 +8,11 @@
 //! ansible/ansible.cfg     the settings (ANSIBLE_CONFIG points here, see CONFIG)
 //! ansible/inventory.yml   one host per address, see `inventory`
 //! ansible/extra-vars.yml  the rendered `vars`, passed with `-e @file`, see `extra_vars`
-//! ansible/id_ed25519      the deployment's private key
+//! ssh/id_ed25519          the deployment's private key (see `StepInput::ssh_key_file`)
 //! ```
+//!
+//! Behind a bastion, the inventory gives every host ssh arguments that reach it through the
+//! bastion (`Jump::proxy_command`).
 //!
 //! Secrets reach ansible only inside files (the sandbox writes them with mode 0600), never on its
 //! command line or in its environment. [`conclude`] reads the PLAY RECAP at the end of the
@@ -21,10 +24,11 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use overture_events::ErrorClass;
-use secrecy::ExposeSecret;
 use serde_json::{json, Value};
 
-use crate::step::{shell_quote, Prepared, SshAddress, StepInput, Verdict};
+use crate::step::{
+    check_user, shell_quote, Jump, Prepared, SshAddress, StepInput, Verdict, SSH_KEY_FILE,
+};
 use crate::SandboxResult;
 
 /// The kind's name in blueprints.
@@ -43,7 +47,6 @@ const PLAYBOOK_DIR: &str = "playbook";
 const CONFIG_FILE: &str = "ansible/ansible.cfg";
 const INVENTORY_FILE: &str = "ansible/inventory.yml";
 const EXTRA_VARS_FILE: &str = "ansible/extra-vars.yml";
-const KEY_FILE: &str = "ansible/id_ed25519";
 
 /// The settings every run uses. No host key is checked or kept: the hosts are new servers whose
 /// keys nobody could know in advance. Everything ansible and ssh write stays in `/work` or
@@ -89,19 +92,19 @@ pub fn prepare(input: &StepInput) -> Result<Prepared, String> {
         None => DEFAULT_USER.to_owned(),
     };
     check_user(&user)?;
-    let key = input.ssh_key().ok_or(
-        "the deployment has no SSH key to log in with (its sealed secrets hold none); deploy the blueprint again to give it one",
-    )?;
-    let mut key = key.expose_secret().as_bytes().to_vec();
-    // OpenSSH refuses a key file whose last line does not end.
-    if !key.ends_with(b"\n") {
-        key.push(b'\n');
-    }
+    let key = input.ssh_key_file()?;
+    let bastion = input.bastion()?;
 
     let hosts: Vec<Host> = input.ssh_addresses()?.into_iter().map(Host::from).collect();
     // A host group's name also becomes an inventory group, so a playbook may target it.
     let group = input.text_setting("hosts");
-    let inventory = inventory(&hosts, group, &user, &format!("/work/{KEY_FILE}"))?;
+    let inventory = inventory(
+        &hosts,
+        group,
+        &user,
+        &format!("/work/{SSH_KEY_FILE}"),
+        bastion.as_ref(),
+    )?;
     let vars = match input.setting("vars") {
         Some(vars) => input.render_value(vars)?,
         None => json!({}),
@@ -124,7 +127,7 @@ pub fn prepare(input: &StepInput) -> Result<Prepared, String> {
             PathBuf::from(EXTRA_VARS_FILE),
             extra_vars(&vars).into_bytes(),
         ),
-        (PathBuf::from(KEY_FILE), key),
+        key,
     ]);
 
     let command = format!(
@@ -142,7 +145,7 @@ pub fn prepare(input: &StepInput) -> Result<Prepared, String> {
 
 /// Judges the command's exit: 0 succeeds with the recap's counts as outputs; 4 with a host the
 /// recap calls unreachable is [`ErrorClass::HostUnreachable`]; anything else is `step-failed`.
-pub fn conclude(_input: &StepInput, code: i32, result: &SandboxResult) -> Verdict {
+pub fn conclude(input: &StepInput, code: i32, result: &SandboxResult) -> Verdict {
     let recap = parse_recap(&String::from_utf8_lossy(&result.output));
     let named = |pick: fn(&Counts) -> u64| -> Vec<&str> {
         recap
@@ -155,11 +158,20 @@ pub fn conclude(_input: &StepInput, code: i32, result: &SandboxResult) -> Verdic
     let failed = named(|c| c.failed);
     match code {
         0 => Verdict::Success(outputs(&recap)),
+        // Behind a bastion, an unreachable bastion makes every host unreachable: the same class,
+        // since a retry is as likely to help. The headline names the bastion because nothing
+        // else will: with ControlPersist, ssh sends its ProxyCommand's error output to /dev/null
+        // (so that it cannot hold ansible's pipes open), and ansible only reports that the
+        // connection closed.
         EXIT_UNREACHABLE if !unreachable.is_empty() => Verdict::Failure {
             class: ErrorClass::HostUnreachable,
             headline: format!(
-                "could not reach {} (ansible-playbook exited with code {code})",
-                unreachable.join(", ")
+                "could not reach {}{} (ansible-playbook exited with code {code})",
+                unreachable.join(", "),
+                match input.bastion() {
+                    Ok(Some(bastion)) => format!(" through the bastion {}", bastion.address.address),
+                    _ => String::new(),
+                }
             ),
         },
         EXIT_UNREACHABLE if recap.is_empty() => Verdict::failed(format!(
@@ -220,29 +232,15 @@ fn sanitise(text: &str) -> String {
         .collect()
 }
 
-/// A user name ssh can log in as: it goes into the inventory, which ansible reads as templates.
-fn check_user(user: &str) -> Result<(), String> {
-    let valid = !user.is_empty()
-        && !user.starts_with('-')
-        && user
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'));
-    if valid {
-        Ok(())
-    } else {
-        Err(format!(
-            "`{user}` is not a user name; use letters, digits, '.', '-' and '_'"
-        ))
-    }
-}
-
 /// The inventory (JSON, which ansible reads as YAML): every host under `all`, and under a group
-/// named after the step's host group when it names one.
+/// named after the step's host group when it names one. Behind a bastion, `all` also sets the
+/// ssh arguments that reach its hosts through it.
 pub fn inventory(
     hosts: &[Host],
     group: Option<&str>,
     user: &str,
     key_file: &str,
+    bastion: Option<&Jump>,
 ) -> Result<String, String> {
     let mut entries = serde_json::Map::new();
     let mut seen: BTreeMap<&str, &str> = BTreeMap::new();
@@ -272,7 +270,23 @@ pub fn inventory(
             .collect();
         all["children"] = json!({ group: { "hosts": members } });
     }
+    if let Some(bastion) = bastion {
+        // `ssh_common_args` rather than ansible.cfg's `ssh_args`: ansible.cfg is read with `%`
+        // interpolation and `;` comments, both of which a ProxyCommand would trip, and these
+        // arguments also reach scp and sftp, which copy files over the same way. As a variable
+        // of `all` it also covers a host a playbook adds (`add_host`): it is behind the bastion
+        // too. ansible.cfg's `ssh_args` still apply, so each host keeps one ControlPersist master
+        // connection, and with it one ProxyCommand, for the whole run.
+        let through = format!("-o ProxyCommand={}", shlex_quote(&bastion.proxy_command()));
+        all["vars"] = json!({ "ansible_ssh_common_args": through });
+    }
     serde_json::to_string_pretty(&json!({ "all": all })).map_err(|e| e.to_string())
+}
+
+/// Quotes a value as Python's `shlex.split` reads it back as one word, which is how ansible
+/// splits `ansible_ssh_common_args`: inside double quotes only `\\` and `\"` are escapes.
+fn shlex_quote(value: &str) -> String {
+    format!("\"{}\"", value.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
 /// The extra variables as YAML (flow style) with every text tagged `!unsafe`: ansible then takes
@@ -430,9 +444,7 @@ mod tests {
     use overture_events::BlueprintSnapshot;
 
     use super::*;
-    use crate::testing::{input, requested, sandbox_result};
-
-    const KEY: &str = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----";
+    use crate::testing::{input, requested, sandbox_result, BASTION, SSH_KEY as KEY};
 
     /// A recap as ansible-core 2.14 prints it (captured from a real run).
     const RECAP: &str = "\
@@ -446,8 +458,13 @@ PLAY RECAP *********************************************************************
 ";
 
     fn blueprint(with: &str) -> BlueprintSnapshot {
+        blueprint_behind(with, "")
+    }
+
+    /// The blueprint, with `bastion` (its `bastion:` lines, if any) before its steps.
+    fn blueprint_behind(with: &str, bastion: &str) -> BlueprintSnapshot {
         let mut snapshot = parse(&format!(
-            "name: x\nparams: {{ port: {{ default: '2222' }}, who: {{ default: deploy }} }}\nsecrets: [token]\nhosts: {{ web: ['127.0.0.1:{{{{ params.port }}}}', 'db.internal'] }}\nsteps:\n  conf: {{ run: ansible, with: {with} }}\n"
+            "name: x\nparams: {{ port: {{ default: '2222' }}, who: {{ default: deploy }}, bastion: {{ default: '' }} }}\nsecrets: [token]\nhosts: {{ web: ['127.0.0.1:{{{{ params.port }}}}', 'db.internal'] }}\n{bastion}steps:\n  conf: {{ run: ansible, with: {with} }}\n"
         ))
         .expect("valid")
         .snapshot;
@@ -478,6 +495,17 @@ PLAY RECAP *********************************************************************
         prepare(&input(&state, "conf", &secrets))
     }
 
+    /// The step `conf` behind a bastion whose host renders to `bastion`.
+    fn prepared_behind(bastion: &str) -> Result<Prepared, String> {
+        let blueprint = blueprint_behind("{ playbook: play/site.yml, hosts: web }", BASTION);
+        let state = requested(
+            &blueprint,
+            &[("port", "2222"), ("who", "deploy"), ("bastion", bastion)],
+        );
+        let secrets = secrets(true);
+        prepare(&input(&state, "conf", &secrets))
+    }
+
     fn file<'a>(prepared: &'a Prepared, path: &str) -> &'a str {
         let (_, content) = prepared
             .files
@@ -501,15 +529,15 @@ PLAY RECAP *********************************************************************
             json!({"all": {
                 "hosts": {
                     "127_0_0_1_2222": {"ansible_host": "127.0.0.1", "ansible_port": 2222,
-                        "ansible_user": "deploy", "ansible_ssh_private_key_file": "/work/ansible/id_ed25519"},
+                        "ansible_user": "deploy", "ansible_ssh_private_key_file": "/work/ssh/id_ed25519"},
                     "db_internal": {"ansible_host": "db.internal", "ansible_port": 22,
-                        "ansible_user": "deploy", "ansible_ssh_private_key_file": "/work/ansible/id_ed25519"},
+                        "ansible_user": "deploy", "ansible_ssh_private_key_file": "/work/ssh/id_ed25519"},
                 },
                 "children": {"web": {"hosts": {"127_0_0_1_2222": {}, "db_internal": {}}}},
             }})
         );
         assert_eq!(
-            file(&prepared, KEY_FILE),
+            file(&prepared, SSH_KEY_FILE),
             format!("{KEY}\n"),
             "the key, its last line ended"
         );
@@ -554,6 +582,84 @@ PLAY RECAP *********************************************************************
     }
 
     #[test]
+    fn behind_a_bastion_every_host_is_reached_through_it_with_the_key_in_a_file() {
+        let behind = prepared_behind("192.0.2.1").expect("prepares");
+        let inventory: Value =
+            serde_json::from_str(file(&behind, INVENTORY_FILE)).expect("JSON inventory");
+        assert_eq!(
+            inventory["all"]["vars"],
+            json!({"ansible_ssh_common_args": "-o ProxyCommand=\"'ssh' '-i' '/work/ssh/id_ed25519' '-p' '22' '-o' 'BatchMode=yes' '-o' 'StrictHostKeyChecking=no' '-o' 'UserKnownHostsFile=/dev/null' '-o' 'IdentitiesOnly=yes' '-o' 'ConnectTimeout=10' -W '[%h]:%p' 'jumper@192.0.2.1'\""})
+        );
+        // The hosts themselves are as without a bastion: ssh reaches them by their own address.
+        assert_eq!(
+            inventory["all"]["hosts"]["db_internal"]["ansible_host"],
+            "db.internal"
+        );
+        assert_eq!(file(&behind, SSH_KEY_FILE), format!("{KEY}\n"));
+        let holding_the_key: Vec<_> = behind
+            .files
+            .iter()
+            .filter(|(_, content)| {
+                String::from_utf8_lossy(content).contains("b3BlbnNzaC1rZXktdjEAAAAA")
+            })
+            .map(|(path, _)| path.clone())
+            .collect();
+        assert_eq!(holding_the_key, vec![PathBuf::from(SSH_KEY_FILE)]);
+        assert!(!behind.command.contains("PRIVATE KEY"));
+        assert!(behind
+            .env
+            .iter()
+            .all(|(_, value)| !value.contains("PRIVATE KEY")));
+        assert!(behind.secret_env.is_empty());
+
+        // Without a bastion, nothing of it.
+        let direct = prepared("{ playbook: play/site.yml, hosts: web }", true).expect("prepares");
+        let inventory: Value =
+            serde_json::from_str(file(&direct, INVENTORY_FILE)).expect("JSON inventory");
+        assert!(inventory["all"].get("vars").is_none());
+    }
+
+    #[test]
+    fn the_proxy_command_is_one_word_for_ansible() {
+        // ansible splits `ansible_ssh_common_args` as Python's shlex does: inside double quotes
+        // only `\\` and `\"` are escapes.
+        assert_eq!(shlex_quote(r#"a 'b' "c" \d"#), r#""a 'b' \"c\" \\d""#);
+    }
+
+    #[test]
+    fn a_bastion_that_is_not_an_address_fails_the_step_saying_so() {
+        let problem = prepared_behind("not an address").err().expect("refused");
+        assert!(
+            problem.starts_with(
+                "the bastion's host `{{ params.bastion }}`: `not an address` is not an address"
+            ),
+            "{problem}"
+        );
+    }
+
+    #[test]
+    fn hosts_unreachable_behind_a_bastion_name_it() {
+        let blueprint = blueprint_behind("{ playbook: play/site.yml, hosts: web }", BASTION);
+        let state = requested(
+            &blueprint,
+            &[
+                ("port", "2222"),
+                ("who", "deploy"),
+                ("bastion", "192.0.2.1"),
+            ],
+        );
+        let secrets = secrets(true);
+        let input = input(&state, "conf", &secrets);
+        assert_eq!(
+            conclude(&input, 4, &sandbox_result(4, RECAP, &[])),
+            Verdict::Failure {
+                class: ErrorClass::HostUnreachable,
+                headline: "could not reach 127_0_0_1_1 through the bastion 192.0.2.1 (ansible-playbook exited with code 4)".into()
+            }
+        );
+    }
+
+    #[test]
     fn a_host_list_gets_no_group_and_root_is_the_default_user() {
         let prepared = prepared(
             "{ playbook: play/site.yml, hosts: ['[::1]:2200', '10.0.0.5'] }",
@@ -582,9 +688,10 @@ PLAY RECAP *********************************************************************
     fn a_host_group_named_like_an_ansible_group_adds_no_group() {
         let hosts = [Host::parse("10.0.0.5").expect("an address")];
         for group in ["all", "ungrouped"] {
-            let inventory: Value =
-                serde_json::from_str(&inventory(&hosts, Some(group), "root", "/k").expect("made"))
-                    .expect("JSON");
+            let inventory: Value = serde_json::from_str(
+                &inventory(&hosts, Some(group), "root", "/k", None).expect("made"),
+            )
+            .expect("JSON");
             assert!(inventory["all"].get("children").is_none(), "{group}");
             assert_eq!(inventory["all"]["hosts"]["10_0_0_5"]["ansible_port"], 22);
         }

@@ -9,6 +9,11 @@
 //! - [`conclude`] reads them back and classifies the attempt ([`judge`]): unreachable backends
 //!   are retried by the `backend-unreachable` rule, an expected status succeeds with outputs
 //!   picked from the JSON answer, anything else fails the step.
+//! - With `via: bastion` ([`StepInput::bastion`]), the command first opens a tunnel: ssh logs
+//!   in to the bastion with the deployment's key and forwards the unix socket [`TUNNEL_SOCKET`]
+//!   to the URL's host and port as the bastion reaches them ([`tunnel_command`]); curl then
+//!   sends the same call through that socket. ssh's error output is kept in [`TUNNEL_LOG`],
+//!   where the bastion says why it could not connect onwards.
 //! - [`config_quote`] keeps any value inside its one line of the curl config.
 
 use std::collections::BTreeMap;
@@ -17,7 +22,7 @@ use overture_domain::kinds;
 use overture_events::ErrorClass;
 use serde_json::Value;
 
-use crate::step::{collected, Prepared, StepInput, Verdict};
+use crate::step::{collected, host_and_port, shell_quote, Jump, Prepared, StepInput, Verdict};
 use crate::SandboxResult;
 
 /// The kind's name in blueprints.
@@ -32,6 +37,17 @@ pub const HEADERS_FILE: &str = "response.headers";
 /// Where curl writes the answer's body.
 pub const ANSWER_FILE: &str = "response.body";
 
+/// The unix socket that ssh forwards through the bastion, behind one.
+pub const TUNNEL_SOCKET: &str = "/work/tunnel.sock";
+/// ssh's error output, behind a bastion, under `/work`.
+pub const TUNNEL_LOG: &str = "tunnel.log";
+/// The command's exit code when the tunnel through the bastion could not be opened; curl's own
+/// codes stop below 100.
+pub const TUNNEL_FAILED: i32 = 120;
+/// How long ssh may take to open the tunnel: its `ConnectTimeout` (10 s) to reach the bastion,
+/// and a few seconds to log in.
+const TUNNEL_WITHIN_TENTHS: u32 = 150;
+
 /// What a gateway in front of a cloud API says when the API behind it is down.
 pub const UNREACHABLE_TEXT: &str = "The backend server is unreachable";
 
@@ -42,32 +58,98 @@ const CURL_COULD_NOT_CONNECT: i32 = 7;
 /// curl's exit code when a time limit passed.
 const CURL_TIMED_OUT: i32 = 28;
 
-/// Runs curl, then prints the status line and the start of the answer for the log. Bodies are
-/// shown up to 2 KiB: enough to read an API's error, not a whole download.
-const COMMAND: &str = r#"/usr/bin/curl --disable --config request.curl
+/// Runs curl, then prints the status line and the start of the answer for the log, leaving
+/// curl's exit code in `$code`. Bodies are shown up to 2 KiB: enough to read an API's error,
+/// not a whole download.
+const CALL: &str = r#"/usr/bin/curl --disable --config request.curl
 code=$?
 if [ -f response.headers ]; then grep '^HTTP/' response.headers | tail -n 1 | tr -d '\r'; fi
 if [ -s response.body ]; then
   head -c 2048 response.body; echo
   size=$(wc -c < response.body)
   [ "$size" -le 2048 ] || echo "... ($size bytes in all)"
-fi
-exit $code"#;
+fi"#;
 
-/// Builds the sandbox command of an attempt: the call rendered into files, curl to make it.
+/// Builds the sandbox command of an attempt: the call rendered into files, curl to make it,
+/// through a tunnel when the step goes through the bastion.
 pub fn prepare(input: &StepInput) -> Result<Prepared, String> {
     let call = Call::render(input)?;
-    let mut files = vec![(CONFIG_FILE.into(), call.config().into_bytes())];
-    if let Some(body) = call.body {
-        files.push((BODY_FILE.into(), body.into_bytes()));
-    }
-    Ok(Prepared {
-        command: COMMAND.to_owned(),
-        files,
+    let bastion = input.bastion()?;
+    let mut prepared = Prepared {
+        command: format!("{CALL}\nexit $code"),
         network: true,
         collect: vec![HEADERS_FILE.into(), ANSWER_FILE.into()],
         ..Prepared::default()
-    })
+    };
+    let unix_socket = match &bastion {
+        None => None,
+        Some(bastion) => {
+            let (host, port) = http_endpoint(&call.url).map_err(|problem| {
+                format!(
+                    "`with.via: bastion`: {problem}; only http:// URLs can go through the bastion"
+                )
+            })?;
+            prepared.command = tunnel_command(bastion, &host, port);
+            prepared.files.push(input.ssh_key_file()?);
+            prepared.collect.push(TUNNEL_LOG.into());
+            Some(TUNNEL_SOCKET)
+        }
+    };
+    prepared
+        .files
+        .push((CONFIG_FILE.into(), call.config(unix_socket).into_bytes()));
+    if let Some(body) = call.body {
+        prepared.files.push((BODY_FILE.into(), body.into_bytes()));
+    }
+    Ok(prepared)
+}
+
+/// The host and port of an `http://` URL, to forward the tunnel to.
+fn http_endpoint(url: &str) -> Result<(String, u16), String> {
+    let rest = url
+        .get(..7)
+        .filter(|scheme| scheme.eq_ignore_ascii_case("http://"))
+        .map(|_| &url[7..])
+        .ok_or("the URL does not start with http://")?;
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    // A user name and password before `@` are the server's business, not the tunnel's.
+    let authority = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    let (host, port) = host_and_port(authority, 80)
+        .ok_or_else(|| format!("the URL's `{authority}` is not a host or host:port"))?;
+    Ok((host.to_owned(), port))
+}
+
+/// The command behind a bastion: open the tunnel, wait (a bounded while) for its socket, make
+/// the call through it, close it. ssh creates the socket once it has logged in to the bastion,
+/// so the socket's appearance is the signal that the tunnel is up; ssh ending first means it
+/// could not be opened.
+fn tunnel_command(bastion: &Jump, host: &str, port: u16) -> String {
+    let forward = shell_quote(&format!("{TUNNEL_SOCKET}:[{host}]:{port}"));
+    let ssh = bastion.ssh_command(&format!("-N -o ExitOnForwardFailure=yes -L {forward}"));
+    let target = shell_quote(&format!("{host}:{port}"));
+    let through = shell_quote(&bastion.address.address);
+    format!(
+        r#"{ssh} 2>{TUNNEL_LOG} &
+tunnel=$!
+tries=0
+until [ -S {TUNNEL_SOCKET} ]; do
+  if ! kill -0 "$tunnel" 2>/dev/null || [ "$tries" -ge {TUNNEL_WITHIN_TENTHS} ]; then
+    echo "could not open a tunnel to "{target}" through the bastion "{through}
+    grep -v '^Warning: Permanently added' {TUNNEL_LOG}
+    kill "$tunnel" 2>/dev/null
+    exit {TUNNEL_FAILED}
+  fi
+  sleep 0.1
+  tries=$((tries + 1))
+done
+{CALL}
+kill "$tunnel" 2>/dev/null
+# On a failed call, ssh's words: the bastion says there why it could not connect onwards.
+[ "$code" -eq 0 ] || grep -v '^Warning: Permanently added' {TUNNEL_LOG}
+exit $code"#
+    )
 }
 
 /// Judges the call by curl's exit code and the answer it left.
@@ -83,7 +165,78 @@ pub fn conclude(input: &StepInput, code: i32, result: &SandboxResult) -> Verdict
     } else {
         collected(&result.collected, ANSWER_FILE).unwrap_or_default()
     };
+    if input.bastion().is_ok_and(|bastion| bastion.is_some()) {
+        let log =
+            String::from_utf8_lossy(collected(&result.collected, TUNNEL_LOG).unwrap_or_default());
+        if let Some(verdict) = judge_tunnel(&expect, code, &log) {
+            return verdict;
+        }
+    }
     judge(&expect, code, &String::from_utf8_lossy(headers), answer)
+}
+
+/// How a failure looks through the bastion, when the tunnel explains it.
+///
+/// A tunnel that could not be opened is `step-failed`, not `backend-unreachable`: the call
+/// never left, so sending it again would be safe, but what failed is the way to the backend
+/// (the bastion refused the deployment's key, or could not be reached), not the backend, and
+/// the retries a blueprint gives `backend-unreachable` are for its backend's hiccups. A bastion
+/// that refuses the key or cannot be reached while its security group admits the engine is
+/// misconfigured more often than slow, and no retry mends that; a blueprint that knows better
+/// can give `step-failed` retries.
+///
+/// Once the tunnel is up, the bastion connects onwards for each call; when that connection
+/// fails, ssh closes curl's connection (curl says "Recv failure" or "Empty reply") and logs
+/// `channel N: open failed: connect failed: REASON`. The request never reached the backend, as
+/// when curl itself cannot connect, so the same reasons get the same class as a direct call:
+/// `backend-unreachable`. Other reasons (a name the bastion cannot resolve, forwarding
+/// refused by the bastion's sshd) fail the step, naming the reason.
+fn judge_tunnel(expect: &Expectation, code: i32, log: &str) -> Option<Verdict> {
+    let call = &expect.call;
+    match code {
+        0 => None,
+        TUNNEL_FAILED => Some(Verdict::failed(format!(
+            "could not open the tunnel through the bastion for {call}"
+        ))),
+        _ => match onward_failure(log) {
+            Some(reason) => {
+                let headline =
+                    format!("the bastion could not connect onwards for {call} ({reason})");
+                // What curl exits with 7 or 28 for, when it connects by itself.
+                const UNREACHABLE: [&str; 4] = [
+                    "Connection refused",
+                    "No route to host",
+                    "Network is unreachable",
+                    "Connection timed out",
+                ];
+                Some(if UNREACHABLE.iter().any(|cause| reason.ends_with(cause)) {
+                    Verdict::Failure {
+                        class: ErrorClass::BackendUnreachable,
+                        headline,
+                    }
+                } else {
+                    Verdict::failed(headline)
+                })
+            }
+            // curl could not connect to the tunnel's own socket: ssh closed the tunnel after it
+            // opened. The way failed, not the backend, as above.
+            None if matches!(code, CURL_COULD_NOT_CONNECT | CURL_TIMED_OUT) => {
+                Some(Verdict::failed(format!(
+                    "the tunnel through the bastion closed before {call} (curl exit code {code})"
+                )))
+            }
+            None => None,
+        },
+    }
+}
+
+/// Why the bastion could not open a connection onwards, as ssh logged it
+/// (`channel 1: open failed: connect failed: Connection refused`).
+fn onward_failure(log: &str) -> Option<&str> {
+    log.lines().find_map(|line| {
+        line.split_once(": open failed: ")
+            .map(|(_, why)| why.trim())
+    })
 }
 
 /// One call, rendered: what the curl config and the body file hold. It holds secrets, so it
@@ -138,8 +291,10 @@ impl Call {
         })
     }
 
-    /// The curl config: one option a line, every value quoted by [`config_quote`].
-    fn config(&self) -> String {
+    /// The curl config: one option a line, every value quoted by [`config_quote`]; with
+    /// `unix_socket`, curl connects to that socket instead of the URL's host (the request
+    /// stays the same, its `Host` header included).
+    fn config(&self, unix_socket: Option<&str>) -> String {
         let mut lines = vec![
             "silent".to_owned(),
             "show-error".to_owned(),
@@ -155,6 +310,9 @@ impl Call {
             format!("dump-header = {}", config_quote(HEADERS_FILE)),
             format!("url = {}", config_quote(&self.url)),
         ];
+        if let Some(socket) = unix_socket {
+            lines.push(format!("unix-socket = {}", config_quote(socket)));
+        }
         if self.method == "HEAD" {
             // `request = "HEAD"` would have curl wait for a body that never comes.
             lines.push("head".to_owned());
@@ -449,7 +607,8 @@ mod tests {
     use overture_domain::secret::{SecretString, SecretValues};
 
     use super::*;
-    use crate::testing::{input, requested};
+    use crate::step::SSH_KEY_FILE;
+    use crate::testing::{input, key_secrets, requested, sandbox_result, BASTION};
 
     fn expect(statuses: Option<Vec<u16>>, outputs: &[(&str, &str)]) -> Expectation {
         Expectation {
@@ -627,7 +786,7 @@ mod tests {
             headers: vec![("X-Nasty".into(), nasty.replace('\n', " "))],
             body: Some(nasty.into()),
         };
-        let config = call.config();
+        let config = call.config(None);
         for line in config.lines() {
             let Some((_, value)) = line.split_once(" = ") else {
                 assert!(!line.contains('"'), "{line}");
@@ -695,7 +854,7 @@ mod tests {
         };
         let dir = std::env::temp_dir().join(format!("overture-http-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir).expect("temp dir");
-        std::fs::write(dir.join(CONFIG_FILE), call.config()).expect("config");
+        std::fs::write(dir.join(CONFIG_FILE), call.config(None)).expect("config");
         std::fs::write(
             dir.join(BODY_FILE),
             call.body.as_deref().unwrap_or_default(),
@@ -772,5 +931,183 @@ mod tests {
         assert!(header("X A", "v").is_err());
         assert!(header("", "v").is_err());
         assert_eq!(header("X-A", "ok"), Ok(("X-A".into(), "ok".into())));
+    }
+
+    /// Prepares the step `call` (`with` its settings), behind a bastion whose host renders to
+    /// `bastion`.
+    fn prepare_behind(with: &str, bastion: &str) -> Result<Prepared, String> {
+        let blueprint = parse(&format!(
+            "name: x\nparams: {{ bastion: {{}} }}\n{BASTION}steps:\n  call: {{ run: http, with: {with} }}\n"
+        ))
+        .expect("valid")
+        .snapshot;
+        let state = requested(&blueprint, &[("bastion", bastion)]);
+        prepare(&input(&state, "call", &key_secrets()))
+    }
+
+    fn file(prepared: &Prepared, name: &str) -> String {
+        let (_, content) = prepared
+            .files
+            .iter()
+            .find(|(path, _)| path.as_os_str() == name)
+            .unwrap_or_else(|| panic!("no {name}"));
+        String::from_utf8_lossy(content).into_owned()
+    }
+
+    #[test]
+    fn via_the_bastion_curl_calls_through_a_tunnel_that_ssh_opens_first() {
+        let prepared = prepare_behind(
+            "{ url: 'http://10.0.0.5:8080/health?x=1', via: bastion }",
+            "192.0.2.1",
+        )
+        .expect("prepares");
+        let command = &prepared.command;
+        assert!(
+            command.starts_with(
+                "'ssh' '-i' '/work/ssh/id_ed25519' '-p' '22' '-o' 'BatchMode=yes' '-o' 'StrictHostKeyChecking=no' '-o' 'UserKnownHostsFile=/dev/null' '-o' 'IdentitiesOnly=yes' '-o' 'ConnectTimeout=10' -N -o ExitOnForwardFailure=yes -L '/work/tunnel.sock:[10.0.0.5]:8080' 'jumper@192.0.2.1' 2>tunnel.log &\n"
+            ),
+            "{command}"
+        );
+        assert!(
+            command.contains("until [ -S /work/tunnel.sock ]"),
+            "{command}"
+        );
+        assert!(command.contains("exit 120"), "{command}");
+        assert!(command.contains(CALL), "{command}");
+        assert!(command.ends_with("exit $code"), "{command}");
+        assert!(!command.contains("PRIVATE KEY"));
+        let config = file(&prepared, CONFIG_FILE);
+        assert!(
+            config.contains(r#"url = "http://10.0.0.5:8080/health?x=1""#),
+            "{config}"
+        );
+        assert!(
+            config.contains(r#"unix-socket = "/work/tunnel.sock""#),
+            "{config}"
+        );
+        assert!(file(&prepared, SSH_KEY_FILE).contains("PRIVATE KEY"));
+        assert!(prepared.collect.contains(&PathBuf::from(TUNNEL_LOG)));
+    }
+
+    #[test]
+    fn without_the_bastion_the_call_is_as_it_was() {
+        let blueprint = parse(&format!(
+            "name: x\nparams: {{ bastion: {{}} }}\n{BASTION}steps:\n  call: {{ run: http, with: {{ url: 'https://api.example.com/' }} }}\n"
+        ))
+        .expect("valid")
+        .snapshot;
+        let state = requested(&blueprint, &[("bastion", "192.0.2.1")]);
+        let prepared = prepare(&input(&state, "call", &key_secrets())).expect("prepares");
+        assert_eq!(prepared.command, format!("{CALL}\nexit $code"));
+        assert!(prepared.command.ends_with("\nexit $code") && !prepared.command.contains("ssh"));
+        assert_eq!(prepared.files.len(), 1, "the config alone: no key");
+        assert!(!file(&prepared, CONFIG_FILE).contains("unix-socket"));
+    }
+
+    #[test]
+    fn only_an_http_url_to_a_host_goes_through_the_bastion() {
+        for (url, wanted) in [
+            ("https://10.0.0.5/", "the URL does not start with http://"),
+            ("ftp://10.0.0.5/", "the URL does not start with http://"),
+            ("http://a b/", "the URL's `a b` is not a host or host:port"),
+            (
+                "http://10.0.0.5:0/",
+                "the URL's `10.0.0.5:0` is not a host or host:port",
+            ),
+        ] {
+            let problem = prepare_behind(&format!("{{ url: '{url}', via: bastion }}"), "192.0.2.1")
+                .err()
+                .expect(url);
+            assert_eq!(
+                problem,
+                format!(
+                    "`with.via: bastion`: {wanted}; only http:// URLs can go through the bastion"
+                ),
+                "{url}"
+            );
+        }
+        let problem = prepare_behind("{ url: 'http://10.0.0.5/', via: bastion }", "not one")
+            .err()
+            .expect("refused");
+        assert!(
+            problem.starts_with(
+                "the bastion's host `{{ params.bastion }}`: `not one` is not an address"
+            ),
+            "{problem}"
+        );
+        assert_eq!(
+            http_endpoint("HTTP://user:pw@[fd00::5]:8080/a@b#c"),
+            Ok(("fd00::5".to_owned(), 8080))
+        );
+        assert_eq!(
+            http_endpoint("http://api.internal?q=1"),
+            Ok(("api.internal".to_owned(), 80))
+        );
+    }
+
+    #[test]
+    fn through_the_bastion_failures_of_the_way_are_told_from_an_unreachable_backend() {
+        let call = expect(None, &[]);
+        let warning =
+            "Warning: Permanently added '192.0.2.1' (ED25519) to the list of known hosts.\r\n";
+        let verdict = |code, log: &str| judge_tunnel(&call, code, &format!("{warning}{log}"));
+
+        let closed = verdict(
+            TUNNEL_FAILED,
+            "jumper@192.0.2.1: Permission denied (publickey).\r\n",
+        )
+        .expect("judged");
+        assert_eq!(
+            closed,
+            Verdict::failed("could not open the tunnel through the bastion for GET http://api/x")
+        );
+        assert_eq!(
+            verdict(56, "channel 2: open failed: connect failed: Connection refused\r\n"),
+            Some(Verdict::Failure {
+                class: ErrorClass::BackendUnreachable,
+                headline: "the bastion could not connect onwards for GET http://api/x (connect failed: Connection refused)".into()
+            })
+        );
+        let unresolved = verdict(
+            52,
+            "channel 2: open failed: connect failed: Name or service not known\r\n",
+        )
+        .expect("judged");
+        assert_eq!(class(&unresolved), Some(ErrorClass::StepFailed));
+        assert!(headline(&unresolved).ends_with("(connect failed: Name or service not known)"));
+        let prohibited = verdict(
+            56,
+            "channel 2: open failed: administratively prohibited: open failed\r\n",
+        )
+        .expect("judged");
+        assert_eq!(class(&prohibited), Some(ErrorClass::StepFailed));
+        let dropped = verdict(CURL_COULD_NOT_CONNECT, "").expect("judged");
+        assert_eq!(class(&dropped), Some(ErrorClass::StepFailed));
+        assert!(headline(&dropped).contains("tunnel through the bastion closed"));
+
+        // Anything else is the call's own business.
+        assert_eq!(verdict(0, ""), None);
+        assert_eq!(verdict(22, ""), None);
+
+        // conclude uses it only behind a bastion.
+        let blueprint = parse(&format!(
+            "name: x\nparams: {{ bastion: {{}} }}\n{BASTION}steps:\n  call: {{ run: http, with: {{ url: 'http://10.0.0.5/', via: bastion }} }}\n  direct: {{ run: http, with: {{ url: 'http://10.0.0.5/' }} }}\n"
+        ))
+        .expect("valid")
+        .snapshot;
+        let state = requested(&blueprint, &[("bastion", "192.0.2.1")]);
+        let secrets = key_secrets();
+        let ran = sandbox_result(TUNNEL_FAILED, "", &[(TUNNEL_LOG, "Permission denied\n")]);
+        let through = conclude(&input(&state, "call", &secrets), TUNNEL_FAILED, &ran);
+        assert_eq!(class(&through), Some(ErrorClass::StepFailed));
+        assert!(
+            headline(&through).starts_with("could not open the tunnel"),
+            "{through:?}"
+        );
+        let direct = conclude(&input(&state, "direct", &secrets), TUNNEL_FAILED, &ran);
+        assert_eq!(
+            headline(&direct),
+            "curl failed with exit code 120 for GET http://10.0.0.5/"
+        );
     }
 }

@@ -14,6 +14,7 @@ pub mod destroy;
 pub mod http;
 pub mod logs;
 pub mod script;
+pub mod servers;
 pub mod step;
 pub mod terraform;
 #[cfg(test)]
@@ -25,8 +26,8 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use overture_domain::secret::{Masker, SecretString, SecretValues};
 use overture_domain::deployment::BastionAccess;
+use overture_domain::secret::{Masker, SecretString, SecretValues};
 use overture_domain::{DeploymentCommand, DeploymentError, DeploymentState, StepStatus};
 use overture_events::{CloudAccount, DeploymentId, ErrorClass, StepSpec, Timestamp};
 use overture_kit::{execute, Cause, Clock, DeploymentLog, LogError};
@@ -39,6 +40,9 @@ pub const ACTOR: &str = "runner";
 pub const HEARTBEAT: Duration = Duration::from_secs(1);
 /// How much of an attempt's output is kept.
 pub const OUTPUT_LIMIT: usize = 64 * 1024;
+/// Where a sandbox shows the engine's own program, for the steps it carries out itself
+/// ([`servers`]), when [`SandboxJob::engine_program`] asks for it.
+pub const ENGINE_PROGRAM: &str = "/run/overture/bin/overture";
 /// How many of the last output lines a failure's message carries.
 const MESSAGE_LINES: usize = 20;
 
@@ -69,6 +73,8 @@ pub struct SandboxJob {
     pub collect: Vec<std::path::PathBuf>,
     /// Whether the sandbox keeps network access.
     pub network: bool,
+    /// Whether the sandbox shows the engine's own program at [`ENGINE_PROGRAM`].
+    pub engine_program: bool,
     /// When to kill it.
     pub timeout: Duration,
     /// How much output to keep (the tail).
@@ -482,11 +488,7 @@ async fn open_bastion(
     ports: &RunnerPorts<'_>,
 ) -> Result<Option<Outcome>, RunnerError> {
     let state = input.state;
-    let Some(bastion) = state.blueprint.as_ref().and_then(|b| b.bastion.as_ref()) else {
-        return Ok(None);
-    };
-    let uses_bastion = overture_domain::kinds::uses_bastion(&input.spec.kind, &input.spec.with);
-    if !uses_bastion || state.bastion_access.is_some() {
+    if state.bastion_access.is_some() {
         return Ok(None);
     }
     let masker = Masker::new(input.secrets.values());
@@ -498,23 +500,36 @@ async fn open_bastion(
             duration: Duration::ZERO,
         })
     };
+    let jump = match input.bastion() {
+        Ok(Some(jump)) => jump,
+        Ok(None) => return Ok(None),
+        Err(problem) => return Ok(failure(ErrorClass::StepFailed, problem)),
+    };
     let Some(cloud) = &state.cloud else {
         return Ok(failure(
             ErrorClass::StepFailed,
             "the deployment was given no cloud token to act with".into(),
         ));
     };
-    let target = input
-        .render(&bastion.host)
-        .and_then(|host| step::SshAddress::parse(&host))
-        .and_then(|host| Ok((host, input.render(&bastion.security_group)?)));
-    let (host, security_group) = match target {
-        Ok(target) => target,
-        Err(problem) => return Ok(failure(ErrorClass::StepFailed, format!("bastion: {problem}"))),
+    let group = state
+        .blueprint
+        .as_ref()
+        .and_then(|b| b.bastion.as_ref())
+        .map_or(Ok(String::new()), |bastion| {
+            input.render(&bastion.security_group)
+        });
+    let group = match group {
+        Ok(group) => group,
+        Err(problem) => {
+            return Ok(failure(
+                ErrorClass::StepFailed,
+                format!("its security group: {problem}"),
+            ))
+        }
     };
     let access = match ports
         .access
-        .grant(input.deployment, cloud, &host, &security_group)
+        .grant(input.deployment, cloud, &jump.address, &group)
         .await
     {
         Ok(access) => access,
@@ -548,6 +563,7 @@ fn prepare(input: &StepInput) -> Result<step::Prepared, String> {
         ansible::KIND => ansible::prepare(input),
         http::KIND => http::prepare(input),
         wait_ssh::KIND => wait_ssh::prepare(input),
+        servers::KIND => servers::prepare(input),
         other => Err(format!("this engine cannot run steps of kind `{other}`")),
     }
 }
@@ -559,6 +575,7 @@ fn conclude(input: &StepInput, code: i32, result: &SandboxResult) -> Verdict {
         ansible::KIND => ansible::conclude(input, code, result),
         http::KIND => http::conclude(input, code, result),
         wait_ssh::KIND => wait_ssh::conclude(input, code, result),
+        servers::KIND => servers::conclude(input, code, result),
         // `prepare` refused every other kind, so only a script gets this far.
         _ => script::conclude(code, result),
     }

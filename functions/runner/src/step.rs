@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use overture_domain::kinds::uses_bastion;
 use overture_domain::secret::{Masker, SecretString, SecretValues, SSH_KEY_SECRET};
 use overture_domain::template::{Reference, Template};
 use overture_domain::DeploymentState;
@@ -151,6 +152,45 @@ impl StepInput<'_> {
     pub fn ssh_key(&self) -> Option<&SecretString> {
         self.secrets.get(SSH_KEY_SECRET)
     }
+
+    /// The deployment's SSH private key as a file of [`Prepared::files`], at [`SSH_KEY_FILE`];
+    /// an error when the deployment has none.
+    pub fn ssh_key_file(&self) -> Result<(PathBuf, Vec<u8>), String> {
+        let key = self.ssh_key().ok_or(
+            "the deployment has no SSH key to log in with (its sealed secrets hold none); deploy the blueprint again to give it one",
+        )?;
+        let mut key = key.expose_secret().as_bytes().to_vec();
+        // OpenSSH refuses a key file whose last line does not end.
+        if !key.ends_with(b"\n") {
+            key.push(b'\n');
+        }
+        Ok((PathBuf::from(SSH_KEY_FILE), key))
+    }
+
+    /// The bastion the step goes through: `None` when the blueprint names none or the step
+    /// does not go through it ([`uses_bastion`]); an error when its host does not render to an
+    /// address.
+    pub fn bastion(&self) -> Result<Option<Jump>, String> {
+        let Some(bastion) = self
+            .state
+            .blueprint
+            .as_ref()
+            .and_then(|b| b.bastion.as_ref())
+        else {
+            return Ok(None);
+        };
+        if !uses_bastion(&self.spec.kind, &self.spec.with) {
+            return Ok(None);
+        }
+        let problem = |problem: String| format!("the bastion's host `{}`: {problem}", bastion.host);
+        let address =
+            SshAddress::parse(&self.render(&bastion.host).map_err(problem)?).map_err(problem)?;
+        check_user(&bastion.user).map_err(|problem| format!("the bastion's user: {problem}"))?;
+        Ok(Some(Jump {
+            address,
+            user: bastion.user.clone(),
+        }))
+    }
 }
 
 /// The port SSH listens on unless an address says.
@@ -168,50 +208,152 @@ pub struct SshAddress {
 }
 
 impl SshAddress {
-    /// Reads `host`, `host:port`, `[ipv6]` or `[ipv6]:port`. A host is a name or an IP address
-    /// and never starts with `-`, since tools take it as an argument (`ssh -oProxyCommand=...`)
-    /// or a path segment (`/dev/tcp/HOST/PORT`).
+    /// Reads `host`, `host:port`, `[ipv6]` or `[ipv6]:port` (see [`host_and_port`]).
     pub fn parse(address: &str) -> Result<Self, String> {
-        let problem = || {
+        let (host, port) = host_and_port(address, SSH_PORT).ok_or_else(|| {
             format!(
                 "`{address}` is not an address; write host or host:port, like 10.0.0.5:22 or [::1]:2222"
             )
-        };
-        let (host, port) = if let Some(rest) = address.strip_prefix('[') {
-            let (host, after) = rest.split_once(']').ok_or_else(problem)?;
-            let port = match after {
-                "" => None,
-                _ => Some(after.strip_prefix(':').ok_or_else(problem)?),
-            };
-            (host, port)
-        } else {
-            match address.split_once(':') {
-                Some((host, port)) if !port.contains(':') => (host, Some(port)),
-                // Bare IPv6, without a port.
-                Some(_) | None => (address, None),
-            }
-        };
-        let name_like = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_');
-        let ipv6_like = |c: char| c.is_ascii_hexdigit() || matches!(c, ':' | '.' | '%');
-        let host_ok = !host.is_empty()
-            && !host.starts_with('-')
-            && (host.chars().all(name_like) || (host.contains(':') && host.chars().all(ipv6_like)));
-        if !host_ok {
-            return Err(problem());
-        }
-        let port = match port {
-            None => SSH_PORT,
-            Some(port) => port
-                .parse::<u16>()
-                .ok()
-                .filter(|port| *port != 0)
-                .ok_or_else(problem)?,
-        };
+        })?;
         Ok(SshAddress {
             address: address.to_owned(),
             host: host.to_owned(),
             port,
         })
+    }
+}
+
+/// The host and the port of `host`, `host:port`, `[ipv6]` or `[ipv6]:port`, the port being
+/// `default_port` when the address names none. A host is a name or an IP address and never
+/// starts with `-`, since tools take it as an argument (`ssh -oProxyCommand=...`) or a path
+/// segment (`/dev/tcp/HOST/PORT`).
+pub fn host_and_port(address: &str, default_port: u16) -> Option<(&str, u16)> {
+    let (host, port) = if let Some(rest) = address.strip_prefix('[') {
+        let (host, after) = rest.split_once(']')?;
+        let port = match after {
+            "" => None,
+            _ => Some(after.strip_prefix(':')?),
+        };
+        (host, port)
+    } else {
+        match address.split_once(':') {
+            Some((host, port)) if !port.contains(':') => (host, Some(port)),
+            // Bare IPv6, without a port.
+            Some(_) | None => (address, None),
+        }
+    };
+    let name_like = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_');
+    let ipv6_like = |c: char| c.is_ascii_hexdigit() || matches!(c, ':' | '.' | '%');
+    let host_ok = !host.is_empty()
+        && !host.starts_with('-')
+        && (host.chars().all(name_like) || (host.contains(':') && host.chars().all(ipv6_like)));
+    if !host_ok {
+        return None;
+    }
+    let port = match port {
+        None => default_port,
+        Some(port) => port.parse::<u16>().ok().filter(|port| *port != 0)?,
+    };
+    Some((host, port))
+}
+
+/// Where a step that logs in over SSH finds the deployment's private key, under `/work`.
+pub const SSH_KEY_FILE: &str = "ssh/id_ed25519";
+
+/// The bastion a step reaches its servers through, as [`StepInput::bastion`] found it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Jump {
+    /// The bastion's address, rendered and read.
+    pub address: SshAddress,
+    /// The user the engine logs in as on the bastion.
+    pub user: String,
+}
+
+/// The ssh client options for the bastion, after `-i` and `-p`, the same for every kind:
+/// - no host key is checked or kept: like every server of a deployment, the bastion is new and
+///   its key cannot be known in advance (ansible's own connections do the same);
+/// - `BatchMode`: never a prompt, which would hold the step until its timeout;
+/// - `IdentitiesOnly`: only the deployment's key is offered, so a bastion that counts failed
+///   attempts never sees another;
+/// - `ConnectTimeout`: a bastion whose security group drops packets fails a try in seconds,
+///   not minutes.
+///
+/// The log level stays ssh's default, INFO: it is the level at which ssh says why the bastion
+/// could not open a connection onwards (`channel 0: open failed: connect failed: ...`), which
+/// is the one line that explains a failure behind the bastion. The price is one "Permanently
+/// added ... to the list of known hosts" line a connection.
+const JUMP_OPTIONS: [&str; 5] = [
+    "BatchMode=yes",
+    "StrictHostKeyChecking=no",
+    "UserKnownHostsFile=/dev/null",
+    "IdentitiesOnly=yes",
+    "ConnectTimeout=10",
+];
+
+impl Jump {
+    /// `ssh` logging in to the bastion with the deployment's key at [`SSH_KEY_FILE`], as a
+    /// command line for `/bin/sh`. `args` is shell text put as it is before the destination:
+    /// the caller quotes its literals with [`shell_quote`].
+    pub fn ssh_command(&self, args: &str) -> String {
+        let words: Vec<String> = self.words().iter().map(|word| shell_quote(word)).collect();
+        format!(
+            "{} {args} {}",
+            words.join(" "),
+            shell_quote(&self.destination())
+        )
+    }
+
+    /// The `ProxyCommand` through which ssh reaches any host behind the bastion: the bastion
+    /// joins ssh's connection to the host's port (`-W`), so the host sees the bastion connect.
+    pub fn proxy_command(&self) -> String {
+        // ssh expands `%` tokens in a ProxyCommand before the shell reads it: each `%` of ours
+        // (an IPv6 zone in the bastion's address) is doubled, so only `%h` and `%p` are tokens.
+        // `[%h]` keeps an IPv6 host apart from its port.
+        let escape = |word: &str| shell_quote(word).replace('%', "%%");
+        let words: Vec<String> = self.words().iter().map(|word| escape(word)).collect();
+        format!(
+            "{} -W {} {}",
+            words.join(" "),
+            shell_quote("[%h]:%p"),
+            escape(&self.destination())
+        )
+    }
+
+    /// The program and its options, unquoted.
+    fn words(&self) -> Vec<String> {
+        let mut words = vec![
+            "ssh".to_owned(),
+            "-i".to_owned(),
+            format!("/work/{SSH_KEY_FILE}"),
+            "-p".to_owned(),
+            self.address.port.to_string(),
+        ];
+        for option in JUMP_OPTIONS {
+            words.extend(["-o".to_owned(), option.to_owned()]);
+        }
+        words
+    }
+
+    /// `user@host`: ssh splits it at the last `@`, so an IPv6 host needs no brackets.
+    fn destination(&self) -> String {
+        format!("{}@{}", self.user, self.address.host)
+    }
+}
+
+/// A user name ssh can log in as: it goes on ssh's command line and into ansible's inventory,
+/// which ansible reads as templates.
+pub fn check_user(user: &str) -> Result<(), String> {
+    let valid = !user.is_empty()
+        && !user.starts_with('-')
+        && user
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'));
+    if valid {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{user}` is not a user name; use letters, digits, '.', '-' and '_'"
+        ))
     }
 }
 
@@ -238,6 +380,8 @@ pub struct Prepared {
     pub network: bool,
     /// Files under `/work` to read back once the command has ended.
     pub collect: Vec<PathBuf>,
+    /// Whether the command runs the engine's own program (at [`crate::ENGINE_PROGRAM`]).
+    pub engine_program: bool,
 }
 
 /// What a kind makes of its command's exit.
@@ -293,6 +437,7 @@ pub fn sandbox_job(
         files: prepared.files,
         collect: prepared.collect,
         network: prepared.network,
+        engine_program: prepared.engine_program,
         timeout: std::time::Duration::from_millis(input.spec.timeout_ms),
         output_limit: OUTPUT_LIMIT,
         log: Some(Box::new(MaskingWriter::new(log, masker.clone()))),
@@ -314,7 +459,103 @@ pub fn shell_quote(value: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use overture_domain::blueprint::parse;
+
     use super::*;
+    use crate::testing::{input, key_secrets, requested, BASTION};
+
+    /// A blueprint behind a bastion (unless `bastion` is false) with a step of every sort.
+    fn blueprint(bastion: bool) -> overture_events::BlueprintSnapshot {
+        let text = format!(
+            "name: x\nparams: {{ bastion: {{}} }}\n{}steps:\n  conf: {{ run: ansible, with: {{ playbook: p.yml, hosts: ['10.0.0.5'] }} }}\n  wait: {{ run: wait-ssh, with: {{ hosts: ['10.0.0.5'] }} }}\n  inside: {{ run: http, with: {{ url: 'http://10.0.0.5/', via: bastion }} }}\n  outside: {{ run: http, with: {{ url: 'https://api.example.com/' }} }}\n  build: {{ run: script, with: {{ command: 'true' }} }}\n",
+            if bastion { BASTION } else { "" }
+        );
+        parse(&text).expect("valid").snapshot
+    }
+
+    fn bastion_of(step: &str, bastion: Option<&str>) -> Result<Option<Jump>, String> {
+        let state = requested(
+            &blueprint(bastion.is_some()),
+            &[("bastion", bastion.unwrap_or("unused"))],
+        );
+        let secrets = key_secrets();
+        input(&state, step, &secrets).bastion()
+    }
+
+    #[test]
+    fn the_steps_that_log_in_or_say_so_go_through_the_bastion() {
+        let jump = Jump {
+            address: SshAddress::parse("192.0.2.1:2222").expect("an address"),
+            user: "jumper".into(),
+        };
+        for step in ["conf", "wait", "inside"] {
+            assert_eq!(
+                bastion_of(step, Some("192.0.2.1:2222")),
+                Ok(Some(jump.clone())),
+                "{step}"
+            );
+            assert_eq!(bastion_of(step, None), Ok(None), "{step} without a bastion");
+        }
+        for step in ["outside", "build"] {
+            assert_eq!(bastion_of(step, Some("192.0.2.1:2222")), Ok(None), "{step}");
+        }
+    }
+
+    #[test]
+    fn a_bastion_host_that_is_not_an_address_says_so() {
+        for bad in ["", "bastion one", "-oProxyCommand=x", "10.0.0.1:ssh"] {
+            let problem = bastion_of("wait", Some(bad)).expect_err(bad);
+            assert!(
+                problem.starts_with("the bastion's host `{{ params.bastion }}`: ")
+                    && problem.contains("is not an address"),
+                "{bad:?}: {problem}"
+            );
+        }
+        // A step that does not go through it is not held up by it.
+        assert_eq!(bastion_of("build", Some("bastion one")), Ok(None));
+    }
+
+    #[test]
+    fn the_jump_is_one_ssh_command_naming_the_key_file() {
+        let jump = Jump {
+            address: SshAddress::parse("192.0.2.1:2222").expect("an address"),
+            user: "jumper".into(),
+        };
+        const OPTIONS: &str = "'ssh' '-i' '/work/ssh/id_ed25519' '-p' '2222' '-o' 'BatchMode=yes' '-o' 'StrictHostKeyChecking=no' '-o' 'UserKnownHostsFile=/dev/null' '-o' 'IdentitiesOnly=yes' '-o' 'ConnectTimeout=10'";
+        assert_eq!(
+            jump.proxy_command(),
+            format!("{OPTIONS} -W '[%h]:%p' 'jumper@192.0.2.1'")
+        );
+        assert_eq!(
+            jump.ssh_command("-N"),
+            format!("{OPTIONS} -N 'jumper@192.0.2.1'")
+        );
+        // ssh would take the `%2` of an IPv6 zone for a token of its own.
+        let zoned = Jump {
+            address: SshAddress::parse("fe80::1%2").expect("an address"),
+            user: "root".into(),
+        };
+        assert!(zoned
+            .proxy_command()
+            .ends_with("-W '[%h]:%p' 'root@fe80::1%%2'"));
+        assert!(zoned.ssh_command("-N").ends_with("-N 'root@fe80::1%2'"));
+    }
+
+    #[test]
+    fn the_key_file_ends_its_last_line() {
+        let state = requested(&blueprint(false), &[("bastion", "unused")]);
+        let secrets = key_secrets();
+        let (path, key) = input(&state, "conf", &secrets)
+            .ssh_key_file()
+            .expect("a key");
+        assert_eq!(path, PathBuf::from(SSH_KEY_FILE));
+        assert_eq!(key, format!("{}\n", crate::testing::SSH_KEY).into_bytes());
+        let none = SecretValues::new();
+        let problem = input(&state, "conf", &none)
+            .ssh_key_file()
+            .expect_err("no key");
+        assert!(problem.contains("no SSH key"), "{problem}");
+    }
 
     #[test]
     fn addresses_name_a_host_and_a_port() {

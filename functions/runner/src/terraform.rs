@@ -244,6 +244,7 @@ fn workspace(input: &StepInput) -> Result<Prepared, String> {
         // Providers talk to their clouds.
         network: true,
         collect: vec![STATE_FILE.into(), STAGE_FILE.into()],
+        engine_program: false,
     })
 }
 

@@ -1,15 +1,28 @@
 //! Fixtures the step kinds' unit tests share: a requested deployment, one attempt's
-//! [`StepInput`], and what a sandboxed command did.
+//! [`StepInput`], the deployment's SSH key and a bastion, and what a sandboxed command did.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use overture_domain::secret::SecretValues;
+use overture_domain::secret::{SecretString, SecretValues, SSH_KEY_SECRET};
 use overture_domain::{Deployment, DeploymentState};
 use overture_events::{BlueprintSnapshot, DeploymentEvent, DeploymentId};
 
 use crate::step::StepInput;
 use crate::{SandboxExit, SandboxResult};
+
+/// A private key's text, as the deployment's sealed secrets hold it (its last line not ended).
+pub const SSH_KEY: &str = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----";
+
+/// Secrets holding the deployment's SSH key, [`SSH_KEY`], and nothing else.
+pub fn key_secrets() -> SecretValues {
+    [(SSH_KEY_SECRET.to_owned(), SecretString::from(SSH_KEY))].into()
+}
+
+/// A blueprint's `bastion:`, its host given by the parameter `bastion`, so a test chooses what
+/// it renders to; the parameter goes in the blueprint's `params`.
+pub const BASTION: &str =
+    "bastion: { host: '{{ params.bastion }}', security_group: sg-1, user: jumper }\n";
 
 /// `DeploymentRequested` of `blueprint` with `params`, by user "u" of tenant "t".
 pub fn requested_event(blueprint: &BlueprintSnapshot, params: &[(&str, &str)]) -> DeploymentEvent {
@@ -21,6 +34,7 @@ pub fn requested_event(blueprint: &BlueprintSnapshot, params: &[(&str, &str)]) -
         blueprint: blueprint.clone(),
         blueprint_hash: "h".into(),
         params: pairs(params),
+        cloud: None,
     }
 }
 

@@ -5,8 +5,13 @@
 //!   host in rounds, each try bounded by `timeout`, until all have sent a line starting `SSH-` or the
 //!   deadline passes; it records each answer in [`ANSWERS_FILE`] and exits
 //!   [`DEADLINE_PASSED`] when hosts are still silent at the deadline.
+//! - Behind a bastion ([`StepInput::bastion`]) the poll first waits, the same way, for the
+//!   bastion's own banner ([`BASTION_FILE`], [`BASTION_ANSWER_FILE`]), then tries each host
+//!   through it ([`JUMP_PROBE_FILE`]: `ssh -W` to the bastion, which connects onwards), logging
+//!   in with the deployment's key. The deadline covers both.
 //! - [`conclude`] turns that code into a `bootstrap-timeout` (which fails the deployment at
-//!   once) naming the silent hosts, and a success into outputs: each host's banner and the wait.
+//!   once) naming the silent hosts, or the silent bastion, and a success into outputs: each
+//!   host's banner and the wait.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -16,7 +21,7 @@ use overture_domain::kinds::DEFAULT_SSH_WAIT;
 use overture_events::ErrorClass;
 use serde_json::Value;
 
-use crate::step::{collected, Prepared, StepInput, Verdict};
+use crate::step::{collected, Jump, Prepared, SshAddress, StepInput, Verdict};
 use crate::SandboxResult;
 
 /// The kind's name in blueprints.
@@ -30,64 +35,105 @@ pub const SCRIPT_FILE: &str = "wait-ssh.sh";
 pub const PROBE_FILE: &str = "probe.sh";
 /// What the poll heard: `address<TAB>milliseconds waited<TAB>banner` a line.
 pub const ANSWERS_FILE: &str = "answers.tsv";
+/// The bastion, behind one, as a line of [`HOSTS_FILE`].
+pub const BASTION_FILE: &str = "bastion.tsv";
+/// What the poll heard from the bastion, as a line of [`ANSWERS_FILE`].
+pub const BASTION_ANSWER_FILE: &str = "bastion-answer.tsv";
+/// One try at one host through the bastion, under `/work`.
+pub const JUMP_PROBE_FILE: &str = "jump.sh";
 /// The poll's exit code when the deadline passed with hosts still silent (`EX_TEMPFAIL`).
 pub const DEADLINE_PASSED: i32 = 75;
 
 /// The longest one try at one host may take, to connect and read its banner: a host that
 /// drops packets would otherwise hold a connect for minutes.
 const TRY_WITHIN: Duration = Duration::from_secs(5);
+/// The longest one try through the bastion may take: a login to the bastion (key exchange,
+/// authentication) and a connection onwards take a second or so; this leaves room for a slow
+/// bastion, and matches the `ConnectTimeout` of its ssh options.
+const JUMP_TRY_WITHIN: Duration = Duration::from_secs(10);
 /// The pause between rounds of tries.
 const PAUSE: Duration = Duration::from_secs(1);
 
-/// The poll: rounds of [`PROBE`] at every silent host until all answered or the deadline passed.
-/// Each try runs under `timeout`, since a connect to `/dev/tcp` has no time limit of its own.
+/// The poll: rounds of a probe at every silent host until all answered or the deadline passed,
+/// first at the bastion when there is one. Each try runs under `timeout`, since neither a
+/// connect to `/dev/tcp` nor ssh's wait for a connection onwards has a time limit of its own;
+/// `timeout` stops the try's whole process group, ssh included. A probe that fails says why on
+/// its last line of error output, if it knows; the poll names the last reason each host still
+/// silent at the deadline gave.
 const POLL: &str = r#"set -u
 now_ms() { local t=${EPOCHREALTIME/[.,]/}; echo $(( 10#$t / 1000 )); }
 seconds() { printf '%d.%03d' $(( $1 / 1000 )) $(( $1 % 1000 )); }
+addresses() { local entry; for entry in "$@"; do printf ' %s' "${entry%%$'\t'*}"; done; }
 start=$(now_ms)
 deadline=$(( start + WAIT_MS ))
-mapfile -t pending < hosts.tsv
-: > answers.tsv
-addresses() { local entry; for entry in "$@"; do printf ' %s' "${entry%%$'\t'*}"; done; }
-echo "waiting up to $WAIT_TEXT for an SSH banner from:$(addresses "${pending[@]}")"
-said=$start
-while :; do
-  silent=()
-  for entry in "${pending[@]}"; do
-    IFS=$'\t' read -r address host port <<< "$entry"
-    left=$(( deadline - $(now_ms) ))
-    try=$(( left < TRY_MS ? left : TRY_MS ))
-    (( try < 200 )) && try=200
-    if banner=$(timeout "$(seconds "$try")" bash probe.sh "$host" "$port" 2>/dev/null); then
-      waited=$(( $(now_ms) - start ))
-      printf '%s\t%s\t%s\n' "$address" "$waited" "$banner" >> answers.tsv
-      echo "$address answered after $(seconds "$waited")s: $banner"
-    else
-      silent+=("$entry")
+
+# poll LIST PROBE TRY_MS ANSWERS INTRO: returns once every host of LIST has answered PROBE.
+poll() {
+  local list=$1 probe=$2 try_ms=$3 answers=$4 intro=$5
+  local -a pending silent
+  local -A why=()
+  local entry address host port left try banner reason waited now pause said
+  mapfile -t pending < "$list"
+  : > "$answers"
+  echo "$intro$(addresses "${pending[@]}")"
+  said=$(now_ms)
+  while :; do
+    silent=()
+    for entry in "${pending[@]}"; do
+      IFS=$'\t' read -r address host port <<< "$entry"
+      left=$(( deadline - $(now_ms) ))
+      try=$(( left < try_ms ? left : try_ms ))
+      (( try < 200 )) && try=200
+      if banner=$(timeout "$(seconds "$try")" bash "$probe" "$host" "$port" 2>probe.err); then
+        waited=$(( $(now_ms) - start ))
+        printf '%s\t%s\t%s\n' "$address" "$waited" "$banner" >> "$answers"
+        echo "$address answered after $(seconds "$waited")s: $banner"
+      else
+        silent+=("$entry")
+        # A try cut short by the deadline has nothing to say: keep what an earlier one said.
+        reason=$(tail -n 1 probe.err)
+        [[ -n $reason ]] && why[$address]=$reason
+      fi
+    done
+    pending=("${silent[@]}")
+    (( ${#pending[@]} == 0 )) && return 0
+    now=$(now_ms)
+    if (( now >= deadline )); then
+      echo "no SSH banner within $WAIT_TEXT from:$(addresses "${pending[@]}")"
+      for entry in "${pending[@]}"; do
+        address=${entry%%$'\t'*}
+        if [[ -n ${why[$address]:-} ]]; then echo "$address: ${why[$address]}"; fi
+      done
+      exit $DEADLINE_CODE
     fi
+    if (( now - said >= 10000 )); then
+      echo "still waiting for:$(addresses "${pending[@]}") ($(seconds $(( deadline - now )))s left)"
+      said=$now
+    fi
+    pause=$(( deadline - now < PAUSE_MS ? deadline - now : PAUSE_MS ))
+    sleep "$(seconds "$pause")"
   done
-  pending=("${silent[@]}")
-  if (( ${#pending[@]} == 0 )); then
-    echo "every host answered"
-    exit 0
-  fi
-  now=$(now_ms)
-  if (( now >= deadline )); then
-    echo "no SSH banner within $WAIT_TEXT from:$(addresses "${pending[@]}")"
-    exit $DEADLINE_CODE
-  fi
-  if (( now - said >= 10000 )); then
-    echo "still waiting for:$(addresses "${pending[@]}") ($(seconds $(( deadline - now )))s left)"
-    said=$now
-  fi
-  pause=$(( deadline - now < PAUSE_MS ? deadline - now : PAUSE_MS ))
-  sleep "$(seconds "$pause")"
-done
+}
+
+if [[ -s bastion.tsv ]]; then
+  poll bastion.tsv probe.sh "$TRY_MS" bastion-answer.tsv \
+    "waiting up to $WAIT_TEXT for an SSH banner from the bastion:"
+  left=$(( deadline - $(now_ms) ))
+  (( left < 0 )) && left=0
+  poll hosts.tsv jump.sh "$JUMP_TRY_MS" answers.tsv \
+    "waiting up to $(seconds "$left")s more for an SSH banner, through the bastion, from:"
+else
+  poll hosts.tsv probe.sh "$TRY_MS" answers.tsv "waiting up to $WAIT_TEXT for an SSH banner from:"
+fi
+echo "every host answered"
+exit 0
 "#;
 
 /// One try at one host (`probe.sh HOST PORT`): prints its banner, the first line starting
-/// `SSH-` (a server may send other lines before it: RFC 4253, 4.2).
-const PROBE: &str = r#"exec 3<>"/dev/tcp/$1/$2" || exit 1
+/// `SSH-` (a server may send other lines before it: RFC 4253, 4.2). bash's own words for a
+/// failed connect name the script and its line, so they are left out.
+const PROBE: &str = r#"exec 2>/dev/null
+exec 3<>"/dev/tcp/$1/$2" || exit 1
 while IFS= read -r line <&3; do
   line=${line%$'\r'}
   if [[ $line == SSH-* ]]; then printf '%s\n' "$line"; exit 0; fi
@@ -95,16 +141,32 @@ done
 exit 1
 "#;
 
-/// Builds the sandbox command of an attempt: the hosts and the poll, with network access.
+/// One try at one host through the bastion (`jump.sh HOST PORT`), after the line of
+/// [`jump_probe`] that defines `jump`. `ssh -W` joins its stdin and stdout to HOST:PORT as the
+/// bastion reaches it, so the host's banner arrives on ssh's stdout. As a coprocess, ssh reads
+/// a pipe this script holds open and never writes: the host hears nothing from us, not even an
+/// end of input, until its banner is read and ssh stopped. Failing, it says why in ssh's words,
+/// leaving out the lines every connection or failure prints.
+const JUMP_PROBE: &str = r#"coproc JUMP { jump -W "[$1]:$2" 2>jump.err; }
+pid=$JUMP_PID
+# bash forgets a coprocess's descriptors once it has ended: read a copy.
+exec 3<&"${JUMP[0]}"
+while IFS= read -r line <&3; do
+  line=${line%$'\r'}
+  if [[ $line == SSH-* ]]; then printf '%s\n' "$line"; kill "$pid" 2>/dev/null; exit 0; fi
+done
+grep -v -e '^Warning: Permanently added' -e '^stdio forwarding failed' jump.err | tr -d '\r' | tail -n 1 >&2
+exit 1
+"#;
+
+/// Builds the sandbox command of an attempt: the hosts and the poll, with network access, and
+/// behind a bastion the bastion, the probe through it and the deployment's key.
 pub fn prepare(input: &StepInput) -> Result<Prepared, String> {
     let hosts = input.ssh_addresses()?;
     // Validation made sure the wait ends before the step's own timeout.
     let wait = wait(input)?;
-    let lines: String = hosts
-        .iter()
-        .map(|t| format!("{}\t{}\t{}\n", t.address, t.host, t.port))
-        .collect();
-    Ok(Prepared {
+    let lines: String = hosts.iter().map(hosts_line).collect();
+    let mut prepared = Prepared {
         command: format!("exec /usr/bin/bash {SCRIPT_FILE}"),
         env: vec![
             ("WAIT_MS".into(), wait.as_millis().to_string()),
@@ -121,7 +183,37 @@ pub fn prepare(input: &StepInput) -> Result<Prepared, String> {
         network: true,
         collect: vec![ANSWERS_FILE.into()],
         ..Prepared::default()
-    })
+    };
+    if let Some(bastion) = input.bastion()? {
+        prepared.files.extend([
+            input.ssh_key_file()?,
+            (
+                BASTION_FILE.into(),
+                hosts_line(&bastion.address).into_bytes(),
+            ),
+            (JUMP_PROBE_FILE.into(), jump_probe(&bastion).into_bytes()),
+        ]);
+        prepared.env.push((
+            "JUMP_TRY_MS".into(),
+            JUMP_TRY_WITHIN.as_millis().to_string(),
+        ));
+        prepared.collect.push(BASTION_ANSWER_FILE.into());
+    }
+    Ok(prepared)
+}
+
+/// One line of [`HOSTS_FILE`].
+fn hosts_line(address: &SshAddress) -> String {
+    format!("{}\t{}\t{}\n", address.address, address.host, address.port)
+}
+
+/// [`JUMP_PROBE`] with `jump` defined: ssh to the bastion, `"$@"` before its destination. It
+/// replaces the shell that calls it (`exec`), so the coprocess's PID is ssh's own.
+fn jump_probe(bastion: &Jump) -> String {
+    format!(
+        "jump() {{ exec {}; }}\n{JUMP_PROBE}",
+        bastion.ssh_command(r#""$@""#)
+    )
 }
 
 /// Judges the poll's exit: every host answered, the deadline passed, or the poll broke.
@@ -131,8 +223,19 @@ pub fn conclude(input: &StepInput, code: i32, result: &SandboxResult) -> Verdict
         Ok(hosts) => hosts.into_iter().map(|t| t.address).collect(),
         Err(problem) => return Verdict::failed(problem),
     };
+    let bastion = match input.bastion() {
+        Ok(bastion) => bastion.map(|bastion| {
+            let heard = collected(&result.collected, BASTION_ANSWER_FILE).unwrap_or_default();
+            let answered = parse_answers(heard).contains_key(&bastion.address.address);
+            Bastion {
+                address: bastion.address.address,
+                answered,
+            }
+        }),
+        Err(problem) => return Verdict::failed(problem),
+    };
     let wait = wait(input).unwrap_or(DEFAULT_SSH_WAIT);
-    judge(&hosts, wait, code, &answers)
+    judge(&hosts, bastion.as_ref(), wait, code, &answers)
 }
 
 fn wait(input: &StepInput) -> Result<Duration, String> {
@@ -172,8 +275,21 @@ fn parse_answers(file: &[u8]) -> BTreeMap<String, Answer> {
         .collect()
 }
 
+/// The bastion as the poll left it.
+#[derive(Debug)]
+struct Bastion {
+    address: String,
+    answered: bool,
+}
+
+/// What a silent server may mean, and where to look.
+const SILENT_HINT: &str = "a server that sends none may still be booting, or its boot failed. \
+    Log in to it (through the provider's console if SSH is down) and check cloud-init: \
+    `cloud-init status --long` and /var/log/cloud-init-output.log";
+
 fn judge(
     hosts: &[String],
+    bastion: Option<&Bastion>,
     wait: Duration,
     code: i32,
     answers: &BTreeMap<String, Answer>,
@@ -183,8 +299,12 @@ fn judge(
         .filter(|host| !answers.contains_key(*host))
         .map(String::as_str)
         .collect();
-    match code {
-        0 if silent.is_empty() => {
+    let timeout = |headline: String| Verdict::Failure {
+        class: ErrorClass::BootstrapTimeout,
+        headline,
+    };
+    match (code, bastion) {
+        (0, _) if silent.is_empty() => {
             let banners: serde_json::Map<String, Value> = answers
                 .iter()
                 .map(|(host, answer)| (host.clone(), Value::String(answer.banner.clone())))
@@ -198,20 +318,30 @@ fn judge(
                 .into(),
             )
         }
-        DEADLINE_PASSED if !silent.is_empty() => Verdict::Failure {
-            class: ErrorClass::BootstrapTimeout,
-            headline: format!(
-                "no SSH banner within {} from {} ({} of {} hosts): a server that sends none may \
-                 still be booting, or its boot failed. Log in to it (through the provider's console \
-                 if SSH is down) and check cloud-init: `cloud-init status --long` and \
-                 /var/log/cloud-init-output.log",
-                format_duration(wait),
-                silent.join(", "),
-                silent.len(),
-                hosts.len()
-            ),
-        },
-        other => Verdict::failed(format!(
+        (DEADLINE_PASSED, Some(bastion)) if !bastion.answered => timeout(format!(
+            "no SSH banner within {} from the bastion {}, so none of the {} hosts behind it \
+             could be tried: {SILENT_HINT}",
+            format_duration(wait),
+            bastion.address,
+            hosts.len()
+        )),
+        (DEADLINE_PASSED, _) if !silent.is_empty() => timeout(format!(
+            "no SSH banner within {} from {} ({} of {} hosts{}): {SILENT_HINT}",
+            format_duration(wait),
+            silent.join(", "),
+            silent.len(),
+            hosts.len(),
+            match bastion {
+                // The poll's output ends with ssh's last words for each silent host: a bastion
+                // refusing the key or the connection onwards is no booting server.
+                Some(bastion) => format!(
+                    ", tried through the bastion {}; the output says why each try failed",
+                    bastion.address
+                ),
+                None => String::new(),
+            }
+        )),
+        (other, _) => Verdict::failed(format!(
             "the wait for SSH stopped with exit code {other}; silent hosts: {}",
             if silent.is_empty() {
                 "none".to_owned()
@@ -227,8 +357,11 @@ mod tests {
     use overture_domain::blueprint::parse;
     use overture_domain::secret::SecretValues;
 
+    use std::path::PathBuf;
+
     use super::*;
-    use crate::testing::{input, requested};
+    use crate::step::SSH_KEY_FILE;
+    use crate::testing::{input, key_secrets, requested, sandbox_result, BASTION, SSH_KEY};
 
     /// Prepares the step `wait` of a blueprint whose parameter `ip` is 10.0.0.9.
     fn prepare_step(blueprint: &str) -> Result<Prepared, String> {
@@ -256,6 +389,173 @@ mod tests {
         assert!(prepared
             .env
             .contains(&("WAIT_MS".to_owned(), "30000".to_owned())));
+        // Without a bastion, no key and nothing of the way through one.
+        let paths: Vec<_> = prepared
+            .files
+            .iter()
+            .map(|(path, _)| path.clone())
+            .collect();
+        assert_eq!(
+            paths,
+            [HOSTS_FILE, SCRIPT_FILE, PROBE_FILE].map(PathBuf::from)
+        );
+        assert!(prepared.env.iter().all(|(name, _)| name != "JUMP_TRY_MS"));
+        assert_eq!(prepared.collect, vec![PathBuf::from(ANSWERS_FILE)]);
+    }
+
+    /// The blueprint of [`prepare_behind`]: the host group `web` behind [`BASTION`].
+    fn behind() -> overture_events::BlueprintSnapshot {
+        parse(&format!(
+            "name: x\nparams: {{ ip: {{}}, bastion: {{}} }}\nhosts:\n  web: ['{{{{ params.ip }}}}', '[fd00::5]:2200']\n{BASTION}steps:\n  wait: {{ run: wait-ssh, with: {{ hosts: web }} }}\n"
+        ))
+        .expect("valid")
+        .snapshot
+    }
+
+    /// Prepares the step `wait` behind a bastion whose host renders to `bastion`.
+    fn prepare_behind(bastion: &str, secrets: &SecretValues) -> Result<Prepared, String> {
+        let state = requested(&behind(), &[("ip", "10.0.0.9"), ("bastion", bastion)]);
+        prepare(&input(&state, "wait", secrets))
+    }
+
+    #[test]
+    fn behind_a_bastion_the_poll_waits_for_it_then_tries_each_host_through_it() {
+        let prepared = prepare_behind("192.0.2.1:2222", &key_secrets()).expect("prepares");
+        let file = |name: &str| {
+            let (_, content) = prepared
+                .files
+                .iter()
+                .find(|(path, _)| path.as_os_str() == name)
+                .unwrap_or_else(|| panic!("no {name}"));
+            String::from_utf8_lossy(content).into_owned()
+        };
+        assert_eq!(file(BASTION_FILE), "192.0.2.1:2222\t192.0.2.1\t2222\n");
+        assert_eq!(
+            file(HOSTS_FILE),
+            "10.0.0.9\t10.0.0.9\t22\n[fd00::5]:2200\tfd00::5\t2200\n"
+        );
+        let jump = file(JUMP_PROBE_FILE);
+        assert!(
+            jump.starts_with(
+                "jump() { exec 'ssh' '-i' '/work/ssh/id_ed25519' '-p' '2222' '-o' 'BatchMode=yes' '-o' 'StrictHostKeyChecking=no' '-o' 'UserKnownHostsFile=/dev/null' '-o' 'IdentitiesOnly=yes' '-o' 'ConnectTimeout=10' \"$@\" 'jumper@192.0.2.1'; }\n"
+            ),
+            "{jump}"
+        );
+        assert!(jump.contains(r#"jump -W "[$1]:$2""#), "{jump}");
+        assert_eq!(file(SSH_KEY_FILE), format!("{SSH_KEY}\n"));
+        // The key is in its file, and nowhere else.
+        for (path, content) in &prepared.files {
+            if path.as_os_str() != SSH_KEY_FILE {
+                assert!(
+                    !String::from_utf8_lossy(content).contains("PRIVATE KEY"),
+                    "{path:?}"
+                );
+            }
+        }
+        assert_eq!(
+            prepared.command,
+            format!("exec /usr/bin/bash {SCRIPT_FILE}")
+        );
+        assert!(prepared
+            .env
+            .iter()
+            .all(|(_, value)| !value.contains("PRIVATE KEY")));
+        assert!(prepared
+            .env
+            .contains(&("JUMP_TRY_MS".to_owned(), "10000".to_owned())));
+        assert!(prepared
+            .collect
+            .contains(&PathBuf::from(BASTION_ANSWER_FILE)));
+    }
+
+    #[test]
+    fn behind_a_bastion_it_needs_an_address_and_the_key() {
+        let problem = prepare_behind("bastion:22:22", &key_secrets())
+            .err()
+            .expect("refused");
+        assert!(
+            problem.starts_with(
+                "the bastion's host `{{ params.bastion }}`: `bastion:22:22` is not an address"
+            ),
+            "{problem}"
+        );
+        let problem = prepare_behind("192.0.2.1", &SecretValues::new())
+            .err()
+            .expect("refused");
+        assert!(problem.contains("no SSH key"), "{problem}");
+    }
+
+    #[test]
+    fn a_silent_bastion_is_a_bootstrap_timeout_naming_it() {
+        let state = requested(&behind(), &[("ip", "10.0.0.9"), ("bastion", "192.0.2.1")]);
+        let secrets = key_secrets();
+        let input = input(&state, "wait", &secrets);
+        let verdict = conclude(
+            &input,
+            DEADLINE_PASSED,
+            &sandbox_result(DEADLINE_PASSED, "", &[]),
+        );
+        let Verdict::Failure { class, headline } = verdict else {
+            panic!("a failure: {verdict:?}");
+        };
+        assert_eq!(class, ErrorClass::BootstrapTimeout);
+        assert!(
+            headline.starts_with("no SSH banner within 2m from the bastion 192.0.2.1, so none of the 2 hosts behind it could be tried: "),
+            "{headline}"
+        );
+        assert!(headline.contains("cloud-init status --long"), "{headline}");
+
+        // The bastion answered; one host did not.
+        let verdict = conclude(
+            &input,
+            DEADLINE_PASSED,
+            &sandbox_result(
+                DEADLINE_PASSED,
+                "",
+                &[
+                    (BASTION_ANSWER_FILE, "192.0.2.1\t300\tSSH-2.0-OpenSSH_9.2\n"),
+                    (ANSWERS_FILE, "10.0.0.9\t900\tSSH-2.0-OpenSSH_9.2\n"),
+                ],
+            ),
+        );
+        let Verdict::Failure { class, headline } = verdict else {
+            panic!("a failure: {verdict:?}");
+        };
+        assert_eq!(class, ErrorClass::BootstrapTimeout);
+        assert!(
+            headline.starts_with("no SSH banner within 2m from [fd00::5]:2200 (1 of 2 hosts, tried through the bastion 192.0.2.1; the output says why each try failed): "),
+            "{headline}"
+        );
+
+        // Every host answered: the bastion's own banner is not an output.
+        let verdict = conclude(
+            &input,
+            0,
+            &sandbox_result(
+                0,
+                "",
+                &[
+                    (BASTION_ANSWER_FILE, "192.0.2.1\t300\tSSH-2.0-OpenSSH_9.2\n"),
+                    (
+                        ANSWERS_FILE,
+                        "10.0.0.9\t900\tSSH-2.0-a\n[fd00::5]:2200\t950\tSSH-2.0-b\n",
+                    ),
+                ],
+            ),
+        );
+        assert_eq!(
+            verdict,
+            Verdict::Success(
+                [
+                    (
+                        "banners".to_owned(),
+                        r#"{"10.0.0.9":"SSH-2.0-a","[fd00::5]:2200":"SSH-2.0-b"}"#.to_owned()
+                    ),
+                    ("waited_ms".to_owned(), "950".to_owned()),
+                ]
+                .into()
+            )
+        );
     }
 
     fn hosts(addresses: &[&str]) -> Vec<String> {
@@ -269,6 +569,7 @@ mod tests {
         );
         let verdict = judge(
             &hosts(&["10.0.0.1:22", "10.0.0.2:22"]),
+            None,
             DEFAULT_SSH_WAIT,
             0,
             &answers,
@@ -294,6 +595,7 @@ mod tests {
         let answers = parse_answers(b"10.0.0.1:22\t1200\tSSH-2.0-OpenSSH_9.2\n");
         let verdict = judge(
             &hosts(&["10.0.0.1:22", "10.0.0.2:22"]),
+            None,
             Duration::from_secs(120),
             DEADLINE_PASSED,
             &answers,
@@ -317,7 +619,7 @@ mod tests {
     fn any_other_exit_fails_the_step() {
         let none = BTreeMap::new();
         for code in [1, 2, 127] {
-            let verdict = judge(&hosts(&["h:22"]), DEFAULT_SSH_WAIT, code, &none);
+            let verdict = judge(&hosts(&["h:22"]), None, DEFAULT_SSH_WAIT, code, &none);
             assert!(
                 matches!(
                     verdict,
@@ -330,7 +632,7 @@ mod tests {
             );
         }
         // Success claimed with a host missing from the answers is not believed.
-        let verdict = judge(&hosts(&["h:22"]), DEFAULT_SSH_WAIT, 0, &none);
+        let verdict = judge(&hosts(&["h:22"]), None, DEFAULT_SSH_WAIT, 0, &none);
         assert!(matches!(
             verdict,
             Verdict::Failure {

@@ -12,7 +12,7 @@ use std::path::Path;
 use secrecy::zeroize::Zeroizing;
 use secrecy::ExposeSecret;
 
-use super::request::SandboxRequest;
+use super::request::{SandboxRequest, ENGINE_PROGRAM};
 use super::workspace::{ETC_DIR, OUTPUTS_FILE, WORK_DIR};
 
 /// `PATH` inside the sandbox.
@@ -127,11 +127,13 @@ pub(super) struct Fds {
     pub(super) block: RawFd,
 }
 
-/// The whole bubblewrap command line after the program name.
+/// The whole bubblewrap command line after the program name. `engine_program` is the engine's
+/// own program on the host, shown at [`ENGINE_PROGRAM`] when given.
 pub(super) fn command_line(
     layout: &SystemLayout,
     workspace: &Path,
     request: &SandboxRequest,
+    engine_program: Option<&Path>,
     fds: Fds,
 ) -> Vec<OsString> {
     let mut args = Vec::new();
@@ -197,6 +199,17 @@ pub(super) fn command_line(
             OsStr::new(SANDBOX_OUTPUTS),
         ],
     );
+    if let Some(program) = engine_program {
+        // Read-only: the step runs the engine's code, it must not be able to change it.
+        push(
+            &mut args,
+            [
+                OsStr::new("--ro-bind"),
+                program.as_os_str(),
+                OsStr::new(ENGINE_PROGRAM),
+            ],
+        );
+    }
     push(&mut args, ["--chdir", SANDBOX_WORK]);
     // Last of the mounts: after it, nothing more can be created in the root.
     push(&mut args, ["--remount-ro", "/"]);
@@ -259,6 +272,7 @@ mod tests {
             secret_env: vec![("S".into(), SecretString::from("hush"))],
             files: vec![],
             network,
+            engine_program: false,
             timeout: Duration::from_secs(1),
             output_limit: 10,
             collect: vec![],
@@ -267,6 +281,10 @@ mod tests {
     }
 
     fn line(network: bool) -> Vec<String> {
+        line_with(network, None)
+    }
+
+    fn line_with(network: bool, engine_program: Option<&Path>) -> Vec<String> {
         let fds = Fds {
             args: 3,
             status: 4,
@@ -276,6 +294,7 @@ mod tests {
             &SystemLayout::detect(),
             Path::new("/ws/t"),
             &request(network),
+            engine_program,
             fds,
         )
         .into_iter()
@@ -297,6 +316,23 @@ mod tests {
             .iter()
             .rposition(|arg| arg.starts_with("--") && arg.contains("bind"));
         assert!(remount > last_mount, "{line:?}");
+    }
+
+    #[test]
+    fn the_engine_program_is_bound_read_only_only_when_given() {
+        let program = ENGINE_PROGRAM;
+        assert!(!line(true).iter().any(|arg| arg == program));
+        let line = line_with(true, Some(Path::new("/opt/overture/bin/overture")));
+        let at = line
+            .iter()
+            .position(|arg| arg == program)
+            .expect("the program is bound");
+        assert_eq!(
+            &line[at - 2..=at],
+            ["--ro-bind", "/opt/overture/bin/overture", program]
+        );
+        let remount = line.iter().position(|arg| arg == "--remount-ro");
+        assert!(remount > Some(at), "{line:?}");
     }
 
     #[test]

@@ -55,6 +55,12 @@ pub enum SandboxError {
         /// Which rule it breaks.
         reason: &'static str,
     },
+    /// The request asks for the engine's program, but the sandbox was given none.
+    #[error(
+        "the step needs the engine's own program in its sandbox, but this sandbox was set up \
+         without one (Bubblewrap::with_engine_program)"
+    )]
+    NoEngineProgram,
     /// The command holds a NUL byte, which no argument vector can carry.
     #[error("the command contains a NUL byte")]
     InvalidCommand,

@@ -45,7 +45,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 pub use error::SandboxError;
-pub use request::{Exit, OutputLog, SandboxOutcome, SandboxRequest};
+pub use request::{Exit, OutputLog, SandboxOutcome, SandboxRequest, ENGINE_PROGRAM};
 
 use args::{Fds, SystemLayout};
 use output::TailBuffer;
@@ -68,6 +68,9 @@ pub struct Bubblewrap {
     program: PathBuf,
     workspace_root: PathBuf,
     layout: SystemLayout,
+    /// The engine's own program, for requests that run it (see
+    /// [`SandboxRequest::engine_program`]).
+    engine_program: Option<PathBuf>,
 }
 
 impl Bubblewrap {
@@ -82,7 +85,15 @@ impl Bubblewrap {
             program,
             workspace_root,
             layout: SystemLayout::detect(),
+            engine_program: None,
         }
+    }
+
+    /// Shows `program` (the engine's own executable, `std::env::current_exe()`) read-only at
+    /// [`ENGINE_PROGRAM`] in the sandboxes whose requests ask for it.
+    pub fn with_engine_program(mut self, program: PathBuf) -> Self {
+        self.engine_program = Some(program);
+        self
     }
 
     /// Checks that bubblewrap is installed and can make a sandbox on this machine.
@@ -138,6 +149,9 @@ impl Bubblewrap {
         cancel: impl Future<Output = ()>,
     ) -> Result<SandboxOutcome, SandboxError> {
         request.validate()?;
+        if request.engine_program && self.engine_program.is_none() {
+            return Err(SandboxError::NoEngineProgram);
+        }
         let span = tracing::info_span!("sandbox", id = %request.id, network = request.network);
         async {
             let files = std::mem::take(&mut request.files);
@@ -181,6 +195,9 @@ impl Bubblewrap {
                 &self.layout,
                 workspace.dir(),
                 request,
+                self.engine_program
+                    .as_deref()
+                    .filter(|_| request.engine_program),
                 fds,
             ))
             // Nothing of the engine's environment reaches bubblewrap, so nothing in it (such as

@@ -19,6 +19,7 @@ impl RunSandboxed for Bubblewrap {
             secret_env: job.secret_env,
             files: job.files,
             network: job.network,
+            engine_program: job.engine_program,
             timeout: job.timeout,
             output_limit: job.output_limit,
             collect: job.collect,

@@ -11,6 +11,8 @@ use secrecy::SecretString;
 
 use super::error::SandboxError;
 
+pub use overture_runner::ENGINE_PROGRAM;
+
 /// Variables the sandbox sets itself; a request may not set them too.
 pub(crate) const RESERVED_ENV: [&str; 3] = ["PATH", "HOME", "OVERTURE_OUTPUTS"];
 
@@ -34,6 +36,10 @@ pub struct SandboxRequest {
     pub files: Vec<(PathBuf, Vec<u8>)>,
     /// Keep the host's network; when false the step sees only `lo`.
     pub network: bool,
+    /// Show the engine's own program, read-only, at [`ENGINE_PROGRAM`] (for the steps the engine
+    /// carries out itself, such as making servers); the sandbox must have been given one with
+    /// [`Bubblewrap::with_engine_program`](super::Bubblewrap::with_engine_program).
+    pub engine_program: bool,
     /// How long the step may run before it is killed.
     pub timeout: Duration,
     /// Keep at most this many bytes of output: the last ones.
@@ -63,6 +69,7 @@ impl fmt::Debug for SandboxRequest {
             .field("secret_env", &self.secret_env)
             .field("files", &files)
             .field("network", &self.network)
+            .field("engine_program", &self.engine_program)
             .field("timeout", &self.timeout)
             .field("output_limit", &self.output_limit)
             .field("collect", &self.collect)

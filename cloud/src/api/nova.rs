@@ -1,0 +1,220 @@
+//! Nova: creating, showing, listing and deleting servers of the caller's project.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State as Shared};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{names_other_project, parse, reply, unauthorized, Tenant};
+use crate::cloud::{Cloud, Failure};
+use crate::cloud_init;
+use crate::state::{timestamp, NewServer, Project, Server, ServerStatus, State, StateError};
+
+#[derive(Deserialize)]
+struct CreateBody {
+    server: CreateServer,
+}
+
+/// The fields of a server this cloud reads; `imageRef`, `flavorRef`, `networks` are accepted
+/// and ignored (every server is the host's system on the project's one network).
+#[derive(Deserialize)]
+struct CreateServer {
+    name: String,
+    #[serde(default)]
+    user_data: Option<String>,
+    #[serde(default)]
+    metadata: BTreeMap<String, String>,
+    #[serde(default)]
+    security_groups: Vec<GroupName>,
+}
+
+#[derive(Deserialize)]
+struct GroupName {
+    name: String,
+}
+
+/// Nova's error shape: `{"<kind>": {"code", "message"}}`.
+fn error(status: StatusCode, message: &str) -> Response {
+    let kind = match status {
+        StatusCode::BAD_REQUEST => "badRequest",
+        StatusCode::FORBIDDEN => "forbidden",
+        StatusCode::NOT_FOUND => "itemNotFound",
+        StatusCode::CONFLICT => "conflictingRequest",
+        _ => "computeFault",
+    };
+    reply(
+        status,
+        json!({kind: {"code": status.as_u16(), "message": message}}),
+    )
+}
+
+fn failure(failure: Failure) -> Response {
+    match failure {
+        Failure::Refused(refusal) => {
+            let status = match &refusal {
+                StateError::Unauthenticated => return unauthorized(),
+                StateError::ServerNotFound(_) | StateError::NoSuchProject(_) => {
+                    StatusCode::NOT_FOUND
+                }
+                StateError::AmbiguousGroup(_) => StatusCode::CONFLICT,
+                StateError::Exhausted(_) => StatusCode::FORBIDDEN,
+                _ => StatusCode::BAD_REQUEST,
+            };
+            error(status, &refusal.to_string())
+        }
+        Failure::Broken(message) => error(StatusCode::INTERNAL_SERVER_ERROR, &message),
+    }
+}
+
+fn other_project() -> Response {
+    error(
+        StatusCode::FORBIDDEN,
+        "Policy doesn't allow listing another project's servers: a token sees its own project only.",
+    )
+}
+
+/// `POST /compute/v2.1/servers`: 202, the server boots in the background.
+pub async fn create(Shared(cloud): Shared<Arc<Cloud>>, tenant: Tenant, body: Bytes) -> Response {
+    let request = match parse::<CreateBody>(&body) {
+        Ok(CreateBody { server }) => server,
+        Err(message) => return error(StatusCode::BAD_REQUEST, &message),
+    };
+    let user_data = match request.user_data.as_deref().map(cloud_init::parse) {
+        None => Default::default(),
+        Some(Ok(user_data)) => user_data,
+        Some(Err(problem)) => return error(StatusCode::BAD_REQUEST, &problem.to_string()),
+    };
+    let new = NewServer {
+        name: request.name,
+        metadata: request.metadata,
+        groups: request.security_groups.into_iter().map(|g| g.name).collect(),
+        user_data,
+    };
+    match cloud.create_server(&tenant.project_id, new).await {
+        Ok(server) => {
+            let groups = cloud.read(|state| group_names(state, &tenant.project_id, &server));
+            reply(
+                StatusCode::ACCEPTED,
+                json!({"server": {"id": server.id, "links": [], "security_groups": groups}}),
+            )
+        }
+        Err(problem) => failure(problem),
+    }
+}
+
+/// `GET /compute/v2.1/servers[?name=]`.
+pub async fn list(
+    Shared(cloud): Shared<Arc<Cloud>>,
+    tenant: Tenant,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    if names_other_project(&query, &tenant.project_id) {
+        return other_project();
+    }
+    let servers = cloud.read(|state| {
+        state
+            .servers(&tenant.project_id, query.get("name").map(String::as_str))
+            .map(|servers| {
+                servers
+                    .iter()
+                    .map(|s| json!({"id": s.id, "name": s.name, "links": []}))
+                    .collect::<Vec<_>>()
+            })
+    });
+    match servers {
+        Ok(servers) => reply(StatusCode::OK, json!({"servers": servers})),
+        Err(refusal) => failure(refusal.into()),
+    }
+}
+
+/// `GET /compute/v2.1/servers/detail[?name=]`.
+pub async fn list_detail(
+    Shared(cloud): Shared<Arc<Cloud>>,
+    tenant: Tenant,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    if names_other_project(&query, &tenant.project_id) {
+        return other_project();
+    }
+    let servers = cloud.read(|state| -> Result<Vec<Value>, StateError> {
+        let project = state.project(&tenant.project_id)?;
+        Ok(state
+            .servers(&tenant.project_id, query.get("name").map(String::as_str))?
+            .into_iter()
+            .map(|server| server_body(state, project, server))
+            .collect())
+    });
+    match servers {
+        Ok(servers) => reply(StatusCode::OK, json!({"servers": servers})),
+        Err(refusal) => failure(refusal.into()),
+    }
+}
+
+/// `GET /compute/v2.1/servers/{id}`.
+pub async fn show(
+    Shared(cloud): Shared<Arc<Cloud>>,
+    tenant: Tenant,
+    Path(id): Path<String>,
+) -> Response {
+    let server = cloud.read(|state| -> Result<Value, StateError> {
+        let project = state.project(&tenant.project_id)?;
+        let server = state.server(&tenant.project_id, &id)?;
+        Ok(server_body(state, project, server))
+    });
+    match server {
+        Ok(server) => reply(StatusCode::OK, json!({"server": server})),
+        Err(refusal) => failure(refusal.into()),
+    }
+}
+
+/// `DELETE /compute/v2.1/servers/{id}`: 204 once its namespace, link and processes are gone.
+pub async fn delete(
+    Shared(cloud): Shared<Arc<Cloud>>,
+    tenant: Tenant,
+    Path(id): Path<String>,
+) -> Response {
+    match cloud.delete_server(&tenant.project_id, &id).await {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(problem) => failure(problem),
+    }
+}
+
+fn group_names(state: &State, project_id: &str, server: &Server) -> Vec<Value> {
+    server
+        .groups
+        .iter()
+        .filter_map(|id| state.group(project_id, id).ok())
+        .map(|group| json!({"name": group.name}))
+        .collect()
+}
+
+/// A server as `GET /servers/{id}` shows it.
+fn server_body(state: &State, project: &Project, server: &Server) -> Value {
+    let addresses = if server.status == ServerStatus::Build {
+        json!({})
+    } else {
+        json!({"private": [{
+            "addr": state.server_address(project, server).to_string(),
+            "version": 4,
+            "OS-EXT-IPS:type": "fixed",
+        }]})
+    };
+    json!({
+        "id": server.id,
+        "name": server.name,
+        "status": server.status.as_str(),
+        "tenant_id": project.id,
+        "user_id": project.user_id,
+        "metadata": server.metadata,
+        "security_groups": group_names(state, &project.id, server),
+        "addresses": addresses,
+        "created": timestamp(server.created),
+        "updated": timestamp(server.updated),
+        "links": [],
+    })
+}

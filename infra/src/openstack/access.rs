@@ -1,0 +1,214 @@
+//! [`CloudAccess`]: the engine opens a deployment's bastion for itself ([`GrantAccess`]) and closes
+//! it again ([`RevokeAccess`]), with the user's token held in the session.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use async_trait::async_trait;
+use overture_domain::deployment::BastionAccess;
+use overture_events::{CloudAccount, DeploymentId};
+use overture_orchestrator::{RevokeAccess, WorkError};
+use overture_runner::step::SshAddress;
+use overture_runner::{GrantAccess, GrantError};
+
+use super::{Cloud, CloudError, NewRule, RuleSource};
+use crate::session::SessionTokens;
+
+/// Opens and closes bastions for the engine with the tokens of the deployments it runs.
+#[derive(Clone, Debug)]
+pub struct CloudAccess {
+    tokens: SessionTokens,
+}
+
+/// Why the engine could not act in a deployment's cloud.
+#[derive(Debug, thiserror::Error)]
+enum AccessError {
+    /// This process was not given the deployment's token.
+    #[error(
+        "this engine holds no cloud token for deployment {0}; run `overture resume` with \
+         `--token-file FILE` or `OS_TOKEN` set to a token of the deployment's project"
+    )]
+    NoToken(DeploymentId),
+    /// The token given is for another project than the deployment's.
+    #[error(
+        "the token given for deployment {deployment} is for project `{given}`, but the deployment \
+         acts in project `{wanted}`; give a token of `{wanted}`"
+    )]
+    OtherProject {
+        deployment: DeploymentId,
+        given: String,
+        wanted: String,
+    },
+    /// The engine's own address towards the bastion could not be found.
+    #[error("cannot find the engine's address towards the bastion {bastion}: {reason}")]
+    NoRoute { bastion: String, reason: String },
+    /// The cloud refused or failed.
+    #[error(transparent)]
+    Cloud(#[from] CloudError),
+}
+
+impl CloudAccess {
+    /// Acts with the tokens in `tokens`.
+    pub fn new(tokens: SessionTokens) -> Self {
+        Self { tokens }
+    }
+
+    /// A client for the deployment's project, with the token this process holds for it.
+    async fn cloud(
+        &self,
+        deployment: DeploymentId,
+        account: &CloudAccount,
+    ) -> Result<Cloud, AccessError> {
+        let token = self
+            .tokens
+            .token(deployment)
+            .ok_or(AccessError::NoToken(deployment))?;
+        let cloud = Cloud::connect(&account.auth_url, token).await?;
+        if cloud.info().project_id != account.project_id {
+            return Err(AccessError::OtherProject {
+                deployment,
+                given: cloud.info().project.clone(),
+                wanted: account.project.clone(),
+            });
+        }
+        Ok(cloud)
+    }
+}
+
+#[async_trait]
+impl GrantAccess for CloudAccess {
+    async fn grant(
+        &self,
+        deployment: DeploymentId,
+        cloud: &CloudAccount,
+        bastion: &SshAddress,
+        security_group: &str,
+    ) -> Result<BastionAccess, GrantError> {
+        let granted = async {
+            let source = local_address_towards(&bastion.host, bastion.port)
+                .await
+                .map_err(|error| AccessError::NoRoute {
+                    bastion: bastion.address.clone(),
+                    reason: error.to_string(),
+                })?;
+            let source = match source {
+                IpAddr::V4(ip) => format!("{ip}/32"),
+                IpAddr::V6(ip) => format!("{ip}/128"),
+            };
+            let client = self.cloud(deployment, cloud).await?;
+            let rule = client
+                .create_rule(&NewRule {
+                    security_group_id: security_group.to_owned(),
+                    port: bastion.port,
+                    from: RuleSource::Cidr(source.clone()),
+                    description: Some(format!(
+                        "overture: engine access for deployment {deployment}"
+                    )),
+                })
+                .await?;
+            tracing::debug!(%deployment, rule, source, "opened the bastion for the engine");
+            Ok::<_, AccessError>(BastionAccess {
+                rule,
+                security_group: security_group.to_owned(),
+                bastion: bastion.address.clone(),
+                source,
+                port: bastion.port,
+            })
+        };
+        granted.await.map_err(|error| match error {
+            AccessError::Cloud(CloudError::Backend(message)) => GrantError::Backend(message),
+            other => GrantError::Refused(other.to_string()),
+        })
+    }
+}
+
+#[async_trait]
+impl RevokeAccess for CloudAccess {
+    async fn revoke(
+        &self,
+        deployment: DeploymentId,
+        cloud: &CloudAccount,
+        access: &BastionAccess,
+    ) -> Result<(), WorkError> {
+        let revoked = async {
+            let client = self.cloud(deployment, cloud).await?;
+            match client.delete_rule(&access.rule).await {
+                // Deleted by an earlier try, or with its group: either way it admits no one.
+                Ok(()) | Err(CloudError::NotFound(_)) => Ok(()),
+                Err(other) => Err(AccessError::Cloud(other)),
+            }
+        };
+        revoked
+            .await
+            .map_err(|error| WorkError(error.to_string()))?;
+        tracing::debug!(%deployment, rule = access.rule, "closed the bastion");
+        Ok(())
+    }
+}
+
+/// The engine's own address as a host at `host:port` sees it: the source address the kernel
+/// picks for the route there. A UDP `connect` only picks the route; it sends nothing.
+async fn local_address_towards(host: &str, port: u16) -> std::io::Result<IpAddr> {
+    let target = tokio::net::lookup_host((host, port))
+        .await?
+        .next()
+        .ok_or_else(|| std::io::Error::other(format!("`{host}` has no address")))?;
+    let unspecified = match target {
+        SocketAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        SocketAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+    };
+    let socket = tokio::net::UdpSocket::bind(SocketAddr::new(unspecified, 0)).await?;
+    socket.connect(target).await?;
+    Ok(socket.local_addr()?.ip())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_engines_address_towards_loopback_is_loopback() {
+        let address = local_address_towards("127.0.0.1", 22)
+            .await
+            .expect("a route");
+        assert_eq!(address, IpAddr::V4(Ipv4Addr::LOCALHOST));
+    }
+
+    #[tokio::test]
+    async fn without_a_token_the_user_is_told_how_to_give_one() {
+        let access = CloudAccess::new(SessionTokens::new());
+        let deployment = DeploymentId::from_uuid(uuid::Uuid::nil());
+        let account = CloudAccount {
+            auth_url: "http://127.0.0.1:9/identity/v3".into(),
+            project_id: "p".into(),
+            project: "tenant-a".into(),
+            user: "tenant-a".into(),
+        };
+        let bastion = SshAddress::parse("127.0.0.1:22").expect("an address");
+        let error = access
+            .grant(deployment, &account, &bastion, "g")
+            .await
+            .expect_err("no token");
+        let GrantError::Refused(message) = error else {
+            panic!("{error:?}");
+        };
+        assert!(
+            message.contains("overture resume") && message.contains("--token-file"),
+            "{message}"
+        );
+        let revoked = access
+            .revoke(
+                deployment,
+                &account,
+                &BastionAccess {
+                    rule: "r".into(),
+                    security_group: "g".into(),
+                    bastion: "127.0.0.1:22".into(),
+                    source: "127.0.0.1/32".into(),
+                    port: 22,
+                },
+            )
+            .await
+            .expect_err("no token");
+        assert!(revoked.0.contains("OS_TOKEN"), "{revoked}");
+    }
+}

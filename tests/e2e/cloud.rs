@@ -1,0 +1,468 @@
+//! The whole workflow against the local cloud: servers made with the user's token, the bastion
+//! opened for the engine only while needed, Ansible through it, and every grant closed and every
+//! secret purged at the end, whatever the end.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+use crate::local_cloud::{example, in_namespace, listening_programs, LocalCloud};
+use crate::support::{files_containing, text, types, Deploying, Overture};
+
+/// `overture deploy FILE`, acting with the token in `token_file`.
+fn deploy_command(o: &Overture, cloud: &LocalCloud, file: &Path, token_file: &Path) -> Command {
+    let mut command = o.command(&["deploy", file.to_str().expect("utf-8 path"), "--json"]);
+    command
+        .arg("--token-file")
+        .arg(token_file)
+        .env("OS_AUTH_URL", &cloud.auth_url);
+    command
+}
+
+/// Deploys `file` acting with the token in `token_file`.
+fn deploy(o: &Overture, cloud: &LocalCloud, file: &Path, token_file: &Path) -> (i32, Value, Output) {
+    let output = deploy_command(o, cloud, file, token_file)
+        .output()
+        .expect("run overture");
+    let status = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
+    (output.status.code().unwrap_or(-1), status, output)
+}
+
+/// The example's blueprint with `change` applied, beside a playbook of the given text; returns
+/// the blueprint's path.
+fn blueprint(o: &Overture, change: impl Fn(String) -> String, playbook: Option<&str>) -> PathBuf {
+    let original = std::fs::read_to_string(example().join("blueprint.yaml")).expect("example");
+    let path = o.blueprint("cloud.yaml", &change(original));
+    let folder = path.parent().expect("folder").join("playbook");
+    std::fs::create_dir_all(&folder).expect("playbook folder");
+    let text = match playbook {
+        Some(text) => text.to_owned(),
+        None => std::fs::read_to_string(example().join("playbook/site.yml")).expect("playbook"),
+    };
+    std::fs::write(folder.join("site.yml"), text).expect("playbook");
+    path
+}
+
+/// The example without its HTTP checks: enough for the failure paths.
+fn without_checks(text: String) -> String {
+    text.split("\n  check-web-1:").next().expect("text").to_owned() + "\n"
+}
+
+/// A playbook whose first task waits on every server for `path` to exist.
+fn waiting_playbook(path: &Path) -> String {
+    format!(
+        "- hosts: all\n  gather_facts: false\n  tasks:\n    - name: wait for the go-ahead\n      ansible.builtin.wait_for: {{ path: \"{}\", timeout: 120 }}\n    - ansible.builtin.command: \"true\"\n",
+        path.display()
+    )
+}
+
+/// A file path the servers can see (they see the host's files read-only, but have their own
+/// `/tmp`), unique to the test.
+fn go_ahead_file() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    std::fs::create_dir_all(dir).expect("target tmp");
+    dir.join(format!("go-ahead-{}", uuid::Uuid::new_v4().simple()))
+}
+
+fn step(status: &Value, name: &str) -> Value {
+    status["steps"][name].clone()
+}
+
+/// The checks every deployment through a bastion must pass once it has ended: the bastion
+/// admits the engine no more, in the cloud and in its firewall, every grant is closed, and the
+/// seal is gone.
+fn assert_closed_and_purged(o: &Overture, cloud: &LocalCloud, project: &str, id: &str) {
+    let events = types(&o.events(id));
+    if let Some(granted) = events.iter().position(|t| t == "BastionAccessGranted") {
+        let revoked = events
+            .iter()
+            .position(|t| t == "BastionAccessRevoked")
+            .unwrap_or_else(|| panic!("the bastion was never closed: {events:?}"));
+        let purged = events.iter().position(|t| t == "SecretsPurged").expect("purged");
+        assert!(granted < revoked && revoked < purged, "{events:?}");
+        let group = cloud.security_group(project, "bastion");
+        assert_eq!(group["rules"], serde_json::json!([]), "no rule is left: {group}");
+        let bastion = cloud.server(project, "bastion");
+        let gateway = cloud.project(project)["network"]["gateway"]
+            .as_str()
+            .expect("gateway")
+            .to_owned();
+        let rules = in_namespace(
+            bastion["namespace"].as_str().expect("namespace"),
+            &["nft", "list", "ruleset"],
+        );
+        assert!(!rules.contains(&gateway), "the bastion's firewall still admits {gateway}: {rules}");
+    }
+    assert!(events.contains(&"SecretsPurged".to_owned()), "{events:?}");
+    let open = o.json(&["grants", "--open", "--json"]);
+    assert_eq!(open, serde_json::json!([]), "grants left open");
+    let seal = o.data_dir().join("seals").join(format!("{id}.json"));
+    assert!(!seal.exists(), "the sealed token and key are deleted");
+}
+
+#[test]
+fn hello_world_answers_on_both_servers_configured_through_the_bastion() {
+    let cloud = LocalCloud::up();
+    let (token_file, token) = cloud.token("acme");
+    let o = Overture::new();
+    let (code, status, output) =
+        deploy(&o, &cloud, &example().join("blueprint.yaml"), &token_file);
+    assert_eq!(code, 0, "{}", text(&output.stderr));
+    let id = status["id"].as_str().expect("id").to_owned();
+    assert_eq!(status["tenant"], "acme", "the tenant is the token's project");
+    for server in ["web-1", "web-2"] {
+        assert_eq!(
+            step(&status, &format!("check-{server}"))["outputs"]["greeting"],
+            format!("Hello, world, from {server}!")
+        );
+        let namespace = cloud.server("acme", server)["namespace"]
+            .as_str()
+            .expect("namespace")
+            .to_owned();
+        assert_eq!(
+            listening_programs(&namespace),
+            vec!["python3".to_owned(), "sshd".to_owned()],
+            "no agent: only sshd and the service listen on {server}"
+        );
+    }
+    assert_closed_and_purged(&o, &cloud, "acme", &id);
+
+    let grants = o.json(&["grants", "--json"]);
+    let kinds: Vec<&str> = grants
+        .as_array()
+        .expect("grants")
+        .iter()
+        .map(|g| g["kind"].as_str().expect("kind"))
+        .collect();
+    for kind in ["ssh-key", "token", "bastion-rule", "tcp-forwarding"] {
+        assert!(kinds.contains(&kind), "{kind} in the ledger: {grants}");
+    }
+
+    // Not the token, not the private key: nowhere in the data directory once it has ended.
+    assert_eq!(files_containing(&o.data_dir(), token.as_bytes()), Vec::<String>::new());
+    assert_eq!(
+        files_containing(&o.data_dir(), b"OPENSSH PRIVATE KEY"),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn a_failing_playbook_task_fails_the_deployment_and_still_closes_the_bastion() {
+    let cloud = LocalCloud::up();
+    let (token_file, _) = cloud.token("acme");
+    let o = Overture::new();
+    let playbook = "- hosts: all\n  gather_facts: false\n  tasks:\n    - ansible.builtin.fail: { msg: the release is broken }\n";
+    let file = blueprint(&o, without_checks, Some(playbook));
+    let (code, status, output) = deploy(&o, &cloud, &file, &token_file);
+    assert_eq!(code, 1, "{}", text(&output.stderr));
+    let configure = step(&status, "configure");
+    assert_eq!((configure["status"].clone(), configure["attempts"].clone()), ("failed".into(), 1.into()));
+    assert_closed_and_purged(&o, &cloud, "acme", status["id"].as_str().expect("id"));
+}
+
+#[test]
+fn a_server_that_never_boots_fails_at_once_with_bootstrap_timeout() {
+    let cloud = LocalCloud::up();
+    let (token_file, _) = cloud.token("acme");
+    cloud.fault("acme", &["never-boot", "--server", "web-2"]);
+    let o = Overture::new();
+    let file = blueprint(
+        &o,
+        |text| without_checks(text).replace("timeout: 2m }\n    timeout: 3m", "timeout: 4s }\n    timeout: 1m"),
+        None,
+    );
+    let (code, status, output) = deploy(&o, &cloud, &file, &token_file);
+    assert_eq!(code, 1, "{}", text(&output.stderr));
+    let booted = step(&status, "booted");
+    assert_eq!(booted["error_class"], "bootstrap-timeout");
+    assert_eq!(booted["attempts"], 1, "bootstrap-timeout is not retried");
+    assert_closed_and_purged(&o, &cloud, "acme", status["id"].as_str().expect("id"));
+}
+
+/// The example with the servers step's `backend-unreachable` waits shortened (the count stays).
+fn quick_backend_retries(text: String) -> String {
+    without_checks(text).replace(
+        "  servers:\n    run: servers\n",
+        "  servers:\n    run: servers\n    retry: { backend-unreachable: { times: 5, wait: 200ms } }\n",
+    )
+}
+
+#[test]
+fn the_api_answering_503_five_times_is_retried_through() {
+    let cloud = LocalCloud::up();
+    let (token_file, _) = cloud.token("acme");
+    cloud.fault("acme", &["backend-unreachable", "--times", "5"]);
+    let o = Overture::new();
+    let file = blueprint(&o, quick_backend_retries, None);
+    let (code, status, output) = deploy(&o, &cloud, &file, &token_file);
+    assert_eq!(code, 0, "{}", text(&output.stderr));
+    assert_eq!(step(&status, "servers")["attempts"], 6);
+    assert_closed_and_purged(&o, &cloud, "acme", status["id"].as_str().expect("id"));
+}
+
+#[test]
+fn the_api_answering_503_six_times_fails_after_six_attempts() {
+    let cloud = LocalCloud::up();
+    let (token_file, _) = cloud.token("acme");
+    cloud.fault("acme", &["backend-unreachable", "--times", "6"]);
+    let o = Overture::new();
+    let file = blueprint(&o, quick_backend_retries, None);
+    let (code, status, output) = deploy(&o, &cloud, &file, &token_file);
+    assert_eq!(code, 1, "{}", text(&output.stderr));
+    let servers = step(&status, "servers");
+    assert_eq!(servers["attempts"], 6);
+    assert_eq!(servers["error_class"], "backend-unreachable");
+    assert_closed_and_purged(&o, &cloud, "acme", status["id"].as_str().expect("id"));
+}
+
+#[test]
+fn a_server_made_unreachable_during_ansible_is_attempted_twice() {
+    let cloud = LocalCloud::up();
+    let (token_file, _) = cloud.token("acme");
+    let go_ahead = go_ahead_file();
+    let o = Overture::new();
+    let file = blueprint(&o, without_checks, Some(&waiting_playbook(&go_ahead)));
+    let deploying = Deploying::spawn(
+        deploy_command(&o, &cloud, &file, &token_file),
+        &["configure", "started"],
+    );
+    // Ansible is connected (or connecting) to both servers and waits for the go-ahead.
+    cloud.fault("acme", &["unreachable", "--server", &cloud.server("acme", "web-2")["name"].as_str().expect("name").to_owned()]);
+    std::fs::write(&go_ahead, "").expect("go ahead");
+    let id = deploying.id.clone();
+    let finished = deploying.wait();
+    let _ = std::fs::remove_file(&go_ahead);
+    assert_eq!(finished, 1);
+    let status = o.json(&["status", &id, "--json"]);
+    let configure = step(&status, "configure");
+    assert_eq!(configure["error_class"], "host-unreachable");
+    assert_eq!(configure["attempts"], 2, "host-unreachable is retried once");
+    assert_closed_and_purged(&o, &cloud, "acme", &id);
+}
+
+#[test]
+fn after_a_crash_with_the_bastion_open_resume_closes_it_and_purges() {
+    let cloud = LocalCloud::up();
+    let (token_file, token) = cloud.token("acme");
+    let go_ahead = go_ahead_file();
+    let o = Overture::new();
+    let file = blueprint(&o, without_checks, Some(&waiting_playbook(&go_ahead)));
+    let deploying = Deploying::spawn(
+        deploy_command(&o, &cloud, &file, &token_file),
+        &["configure", "started"],
+    );
+    let id = deploying.id.clone();
+    deploying.kill();
+    let open = o.json(&["grants", "--open", "--json"]);
+    assert!(
+        open.as_array().expect("grants").iter().any(|g| g["kind"] == "bastion-rule"),
+        "the crash left the bastion open: {open}"
+    );
+    assert_ne!(cloud.security_group("acme", "bastion")["rules"], serde_json::json!([]));
+
+    let without_token = o.command(&["resume"]).env_remove("OS_TOKEN").output().expect("resume");
+    assert_eq!(without_token.status.code(), Some(2), "{}", text(&without_token.stderr));
+    assert!(text(&without_token.stderr).contains(&id), "{}", text(&without_token.stderr));
+
+    std::fs::write(&go_ahead, "").expect("go ahead");
+    let resumed = o
+        .command(&["resume"])
+        .env("OS_TOKEN", &token)
+        .env("OS_AUTH_URL", &cloud.auth_url)
+        .output()
+        .expect("resume");
+    let _ = std::fs::remove_file(&go_ahead);
+    assert!(resumed.status.code() == Some(0), "{}", text(&resumed.stderr));
+    assert_closed_and_purged(&o, &cloud, "acme", &id);
+}
+
+#[test]
+fn a_missing_malformed_or_expired_token_is_refused_before_anything_is_recorded() {
+    let cloud = LocalCloud::up();
+    let o = Overture::new();
+    let file = example().join("blueprint.yaml");
+    let blueprint_path = file.to_str().expect("utf-8 path");
+
+    let missing = o
+        .command(&["deploy", blueprint_path])
+        .env_remove("OS_TOKEN")
+        .env("OS_AUTH_URL", &cloud.auth_url)
+        .output()
+        .expect("deploy");
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(text(&missing.stderr).contains("--token-file"), "{}", text(&missing.stderr));
+
+    let malformed = o.blueprint("token", "not a token\nat all\n");
+    let expired = cloud.expired_token("acme");
+    let absent = PathBuf::from("/nonexistent/token");
+    for (token_file, says) in [
+        (&malformed, "malformed"),
+        (&expired, "refused the token"),
+        (&absent, "cannot read"),
+    ] {
+        let output = o
+            .command(&["deploy", blueprint_path, "--token-file"])
+            .arg(token_file)
+            .env("OS_AUTH_URL", &cloud.auth_url)
+            .output()
+            .expect("deploy");
+        assert_eq!(output.status.code(), Some(2), "{says}: {}", text(&output.stderr));
+        let stderr = text(&output.stderr);
+        assert!(stderr.contains(says) && stderr.contains(&token_file.display().to_string()), "{stderr}");
+    }
+    assert_eq!(o.json(&["list", "--json"]), serde_json::json!([]), "nothing recorded");
+    assert!(cloud.project("acme")["servers"].as_array().expect("servers").is_empty());
+}
+
+#[test]
+fn a_blueprint_with_cloud_hosts_but_no_bastion_is_refused() {
+    let cloud = LocalCloud::up();
+    let (token_file, _) = cloud.token("acme");
+    let o = Overture::new();
+    let file = blueprint(
+        &o,
+        |text| {
+            let start = text.find("\nbastion:").expect("bastion");
+            let end = text.find("\nsteps:").expect("steps");
+            format!("{}{}", &text[..start], &text[end..])
+        },
+        None,
+    );
+    let (code, _, output) = deploy(&o, &cloud, &file, &token_file);
+    assert_eq!(code, 2);
+    assert!(text(&output.stderr).contains("bastion: host group `web`"), "{}", text(&output.stderr));
+    assert_eq!(o.json(&["list", "--json"]), serde_json::json!([]));
+}
+
+#[test]
+fn one_tenants_token_cannot_see_or_change_another_tenants_project() {
+    let cloud = LocalCloud::up();
+    let (_, token_a) = cloud.token("tenant-a");
+    let (_, token_b) = cloud.token("tenant-b");
+    let (code, body) = cloud.call(
+        "POST",
+        "/network/v2.0/security-groups",
+        &token_b,
+        Some(r#"{"security_group":{"name":"b-private"}}"#),
+    );
+    assert_eq!(code, 201, "{body}");
+    let group: Value = serde_json::from_str(&body).expect("JSON");
+    let group_id = group["security_group"]["id"].as_str().expect("id");
+
+    let (code, _) = cloud.call("GET", &format!("/network/v2.0/security-groups/{group_id}"), &token_a, None);
+    assert_eq!(code, 404, "A cannot see B's group");
+    let (code, _) = cloud.call("DELETE", &format!("/network/v2.0/security-groups/{group_id}"), &token_a, None);
+    assert_eq!(code, 404, "A cannot delete B's group");
+    let rule = format!(
+        r#"{{"security_group_rule":{{"security_group_id":"{group_id}","direction":"ingress","ethertype":"IPv4","protocol":"tcp","port_range_min":22,"port_range_max":22,"remote_ip_prefix":"0.0.0.0/0"}}}}"#
+    );
+    let (code, _) = cloud.call("POST", "/network/v2.0/security-group-rules", &token_a, Some(&rule));
+    assert!(code == 404 || code == 403, "A cannot open B's group: {code}");
+    let (code, body) = cloud.call("GET", "/network/v2.0/security-groups", &token_a, None);
+    assert_eq!(code, 200);
+    assert!(!body.contains(group_id), "A's listing does not show B's group");
+    let (code, _) = cloud.call("GET", "/compute/v2.1/servers", "not-a-token", None);
+    assert_eq!(code, 401);
+}
+
+#[test]
+fn a_deployment_of_one_tenant_cannot_open_or_reach_another_tenants_servers() {
+    let cloud = LocalCloud::up();
+    let (token_a, _) = cloud.token("tenant-a");
+    let (token_b, _) = cloud.token("tenant-b");
+
+    // B's servers, made by B's own deployment.
+    let b = Overture::new();
+    let servers_only = |text: String| {
+        let steps = text.find("\nsteps:").expect("steps");
+        let hosts = text.find("\nhosts:").expect("hosts");
+        let booted = text.find("\n  booted:").expect("booted");
+        format!("{}{}\n", &text[..hosts], &text[steps..booted])
+    };
+    let file = blueprint(&b, servers_only, None);
+    let (code, _, output) = deploy(&b, &cloud, &file, &token_b);
+    assert_eq!(code, 0, "{}", text(&output.stderr));
+    let b_web = cloud.server("tenant-b", "web-1")["address"].as_str().expect("address").to_owned();
+    let b_group = cloud.security_group("tenant-b", "bastion")["id"].as_str().expect("id").to_owned();
+
+    // A goes through its own bastion to B's server: the networks do not meet.
+    let a = Overture::new();
+    let into_b = |text: String| {
+        without_checks(text)
+            .replace("{{ steps.servers.outputs.web-1 }}", &b_web)
+            .replace("timeout: 2m }\n    timeout: 3m", "timeout: 4s }\n    timeout: 1m")
+    };
+    let file = blueprint(&a, into_b, None);
+    let (code, status, output) = deploy(&a, &cloud, &file, &token_a);
+    assert_eq!(code, 1, "{}", text(&output.stderr));
+    assert_eq!(step(&status, "booted")["error_class"], "bootstrap-timeout");
+    assert_closed_and_purged(&a, &cloud, "tenant-a", status["id"].as_str().expect("id"));
+
+    // A names B's bastion group as its own: the cloud refuses A's token there.
+    let a = Overture::new();
+    let open_b = |text: String| {
+        without_checks(text).replace(
+            "{{ steps.servers.outputs.security-group-bastion }}",
+            &b_group,
+        )
+    };
+    let file = blueprint(&a, open_b, None);
+    let (code, status, output) = deploy(&a, &cloud, &file, &token_a);
+    assert_eq!(code, 1, "{}", text(&output.stderr));
+    assert_eq!(step(&status, "booted")["status"], "failed");
+    assert_eq!(cloud.security_group("tenant-b", "bastion")["rules"], serde_json::json!([]));
+    assert_closed_and_purged(&a, &cloud, "tenant-a", status["id"].as_str().expect("id"));
+}
+
+#[test]
+fn a_step_of_another_tenant_cannot_read_a_running_deployments_workspace_or_key() {
+    let cloud = LocalCloud::up();
+    let (token_file, _) = cloud.token("tenant-a");
+    let go_ahead = go_ahead_file();
+    let o = Overture::new();
+    let file = blueprint(&o, without_checks, Some(&waiting_playbook(&go_ahead)));
+    let deploying = Deploying::spawn(
+        deploy_command(&o, &cloud, &file, &token_file),
+        &["configure", "started"],
+    );
+    // A's Ansible sandbox holds A's private key in its workspace while it waits.
+    let sandboxes = o.data_dir().join("sandboxes");
+    let workspace = std::fs::read_dir(&sandboxes)
+        .expect("sandboxes")
+        .flatten()
+        .map(|entry| entry.path())
+        .find(|path| path.to_string_lossy().contains("-configure-"))
+        .expect("A's configure sandbox");
+    assert!(
+        !files_containing(&workspace, b"PRIVATE KEY").is_empty(),
+        "the key is there to be found"
+    );
+
+    // B, another tenant on the same engine, knows the path and tries.
+    let probe = o.blueprint(
+        "probe.yaml",
+        r#"
+name: probe
+params: { target: {} }
+steps:
+  look:
+    run: script
+    with:
+      command: |
+        found=$(find "{{ params.target }}" -type f -exec cat {} + 2>/dev/null | grep -c 'PRIVATE KEY')
+        echo "found=${found:-0}" >> "$OVERTURE_OUTPUTS"
+        ls -d "{{ params.target }}" 2>/dev/null && echo visible=yes >> "$OVERTURE_OUTPUTS" || echo visible=no >> "$OVERTURE_OUTPUTS"
+"#,
+    );
+    let target = format!("target={}", workspace.display());
+    let (code, status, output) = o.deploy(&probe, &["--tenant", "tenant-b", "--param", &target]);
+    assert_eq!(code, 0, "{}", text(&output.stderr));
+    let outputs = &step(&status, "look")["outputs"];
+    assert_eq!(outputs["visible"], "no", "{outputs}");
+    assert_eq!(outputs["found"], "0", "{outputs}");
+
+    std::fs::write(&go_ahead, "").expect("go ahead");
+    assert_eq!(deploying.wait(), 0);
+    let _ = std::fs::remove_file(&go_ahead);
+}
