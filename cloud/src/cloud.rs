@@ -37,6 +37,15 @@ pub enum Failure {
     Broken(String),
 }
 
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Refused(refusal) => refusal.fmt(f),
+            Failure::Broken(message) => f.write_str(message),
+        }
+    }
+}
+
 impl From<StateError> for Failure {
     fn from(error: StateError) -> Self {
         Failure::Refused(error)
@@ -174,8 +183,8 @@ impl Cloud {
         let status = match &outcome {
             Ok(()) => Ok(pid),
             Err(failure) => {
-                tracing::error!(server = %server_id, "the server did not boot: {failure:?}");
-                Err(())
+                tracing::error!(server = %server_id, "the server did not boot: {failure}");
+                Err(failure.to_string())
             }
         };
         let _ = self.write(|state| state.finish_boot(&project_id, server_id, status, Self::now()));
@@ -234,9 +243,16 @@ impl Cloud {
         // The firewall is up before the server has an address: it is never open, not even briefly.
         self.enforce(project_id).await?;
         self.check_open()?;
-        network::wire(&self.journal, &spec.namespace, &veth, &bridge, spec.address, 24)
-            .await
-            .map_err(|e| broken(&e))?;
+        network::wire(
+            &self.journal,
+            &spec.namespace,
+            &veth,
+            &bridge,
+            spec.address,
+            24,
+        )
+        .await
+        .map_err(|e| broken(&e))?;
         let files = spec.clone();
         tokio::task::spawn_blocking(move || files.write_files())
             .await

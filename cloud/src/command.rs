@@ -160,8 +160,11 @@ mod tests {
 
     #[test]
     fn a_failure_keeps_the_command_and_its_stderr() {
-        let error = Invocation::new("sh", ["-c", "echo gone: No such file or directory >&2; exit 3"])
-            .run_blocking();
+        let error = Invocation::new(
+            "sh",
+            ["-c", "echo gone: No such file or directory >&2; exit 3"],
+        )
+        .run_blocking();
         match error {
             Err(error @ CommandError::Failed { .. }) => {
                 assert!(error.is_missing());

@@ -101,10 +101,12 @@ impl StateDir {
     /// The running cloud's `cloud.json`, if there is one.
     pub fn read_info(&self) -> Result<Option<CloudInfo>, CloudError> {
         match std::fs::read_to_string(self.info()) {
-            Ok(text) => serde_json::from_str(&text).map(Some).map_err(|e| CloudError::BadInfo {
-                path: self.info(),
-                message: e.to_string(),
-            }),
+            Ok(text) => serde_json::from_str(&text)
+                .map(Some)
+                .map_err(|e| CloudError::BadInfo {
+                    path: self.info(),
+                    message: e.to_string(),
+                }),
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(source) => Err(self.error(source)),
         }

@@ -144,7 +144,12 @@ mod tests {
     use crate::state::test_support::{t0, two_projects};
     use crate::state::{NewRule, NewServer};
 
-    fn rule(group: &str, prefix: Option<&str>, remote: Option<&str>, ports: Option<(i64, i64)>) -> NewRule {
+    fn rule(
+        group: &str,
+        prefix: Option<&str>,
+        remote: Option<&str>,
+        ports: Option<(i64, i64)>,
+    ) -> NewRule {
         NewRule {
             group_id: group.into(),
             direction: Some("ingress".into()),
@@ -170,8 +175,14 @@ mod tests {
             rule(&bastion.id, Some("10.77.1.1/32"), None, Some((22, 22))),
             rule(&web.id, None, Some(&bastion.id), Some((22, 22))),
             rule(&web.id, None, None, Some((8000, 8080))),
-            NewRule { direction: Some("egress".into()), ..rule(&web.id, Some("10.0.0.0/8"), None, None) },
-            NewRule { protocol: Some("udp".into()), ..rule(&web.id, Some("10.0.0.0/8"), None, Some((53, 53))) },
+            NewRule {
+                direction: Some("egress".into()),
+                ..rule(&web.id, Some("10.0.0.0/8"), None, None)
+            },
+            NewRule {
+                protocol: Some("udp".into()),
+                ..rule(&web.id, Some("10.0.0.0/8"), None, Some((53, 53)))
+            },
         ];
         for new in rules {
             assert!(state.create_rule(&a, new).is_ok());
@@ -195,15 +206,24 @@ mod tests {
             "table inet overture\ndelete table inet overture\ntable inet overture {\n\tchain input {\n\t\ttype filter hook input priority filter; policy accept;\n\t\tiif \"lo\" accept\n\t\tct state established,related accept\n\t\tip saddr 10.77.1.1/32 tcp dport 22 accept\n\t\tmeta l4proto tcp drop\n\t}\n}\n"
         );
         let web_rules = render(&decide(&state, project, &w));
-        assert!(web_rules.contains("\t\tip saddr { 10.77.1.2 } tcp dport 22 accept\n"), "{web_rules}");
-        assert!(web_rules.contains("\t\ttcp dport 8000-8080 accept\n"), "{web_rules}");
+        assert!(
+            web_rules.contains("\t\tip saddr { 10.77.1.2 } tcp dport 22 accept\n"),
+            "{web_rules}"
+        );
+        assert!(
+            web_rules.contains("\t\ttcp dport 8000-8080 accept\n"),
+            "{web_rules}"
+        );
         assert_eq!(web_rules.matches("accept\n").count(), 4, "{web_rules}");
     }
 
     #[test]
     fn an_unreachable_server_rejects_everything_even_open_connections() {
         let (mut state, a, _) = two_projects();
-        let new = NewServer { name: "x".into(), ..NewServer::default() };
+        let new = NewServer {
+            name: "x".into(),
+            ..NewServer::default()
+        };
         assert!(state.create_server(&a, new, t0()).is_ok());
         assert!(state.make_unreachable(&a, "x").is_ok());
         let Ok(project) = state.project(&a) else {

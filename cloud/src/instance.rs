@@ -196,7 +196,11 @@ mod tests {
     #[test]
     fn names_fit_the_kernel_limit_and_tell_their_owner() {
         let names = Names::new("ab12");
-        for name in [names.bridge(254), names.veth(9_999_999), names.namespace(42)] {
+        for name in [
+            names.bridge(254),
+            names.veth(9_999_999),
+            names.namespace(42),
+        ] {
             assert!(name.len() <= 15, "{name}");
             assert_eq!(Names::owner_of(&name), Some("ab12"));
         }

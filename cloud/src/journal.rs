@@ -122,7 +122,10 @@ impl Journal {
             source: e.into(),
         })?;
         line.push('\n');
-        let mut file = self.file.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut file = self
+            .file
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         // One write per line: a process killed mid-way leaves whole lines, or a torn last one.
         file.write_all(line.as_bytes())
             .map_err(|source| io_error(&self.path, source))
@@ -192,12 +195,16 @@ pub fn undo(path: &Path) -> Result<(), JournalError> {
                     Err(error) if error.is_missing() => {}
                     Err(error) => left.push(format!("namespace {name}: {error}")),
                 }
-                if let Err(error) = network::ignore_missing(network::delete_namespace(name).run_blocking()) {
+                if let Err(error) =
+                    network::ignore_missing(network::delete_namespace(name).run_blocking())
+                {
                     left.push(format!("namespace {name}: {error}"));
                 }
             }
             Resource::Link { name } => {
-                if let Err(error) = network::ignore_missing(network::delete_link(name).run_blocking()) {
+                if let Err(error) =
+                    network::ignore_missing(network::delete_link(name).run_blocking())
+                {
                     left.push(format!("link {name}: {error}"));
                 }
             }
@@ -257,7 +264,10 @@ mod tests {
             assert!(written.is_ok());
         }
         let found = outstanding(&path).unwrap_or_default();
-        assert_eq!(found, vec![Resource::Namespace { name: "n".into() }, link("b")]);
+        assert_eq!(
+            found,
+            vec![Resource::Namespace { name: "n".into() }, link("b")]
+        );
     }
 
     #[test]
@@ -270,8 +280,14 @@ mod tests {
         let _ = std::fs::write(&path, format!("{whole}\n{{\"op\":\"crea"));
         assert_eq!(outstanding(&path).unwrap_or_default(), vec![link("x")]);
         let _ = std::fs::write(&path, format!("garbage\n{whole}\n"));
-        assert!(matches!(outstanding(&path), Err(JournalError::Corrupt { line: 1, .. })));
-        assert_eq!(outstanding(&dir.path().join("none")).unwrap_or_default(), vec![]);
+        assert!(matches!(
+            outstanding(&path),
+            Err(JournalError::Corrupt { line: 1, .. })
+        ));
+        assert_eq!(
+            outstanding(&dir.path().join("none")).unwrap_or_default(),
+            vec![]
+        );
     }
 
     #[test]
@@ -285,10 +301,19 @@ mod tests {
         let Ok(journal) = Journal::open(&path) else {
             panic!("cannot open")
         };
-        assert!(journal.creating(&Resource::Claim { path: claim.clone() }).is_ok());
+        assert!(journal
+            .creating(&Resource::Claim {
+                path: claim.clone()
+            })
+            .is_ok());
         // A pid that cannot be this process: the start time does not match.
         let me = std::process::id();
-        assert!(journal.creating(&Resource::Process { pid: me, start_time: 1 }).is_ok());
+        assert!(journal
+            .creating(&Resource::Process {
+                pid: me,
+                start_time: 1
+            })
+            .is_ok());
         assert!(undo(&path).is_ok());
         assert!(!claim.exists());
         assert!(!path.exists());

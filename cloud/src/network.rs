@@ -159,9 +159,12 @@ pub async fn wire(
     )
     .run()
     .await?;
-    Invocation::new("ip", ["-n", namespace, "link", "set", SERVER_INTERFACE, "up"])
-        .run()
-        .await?;
+    Invocation::new(
+        "ip",
+        ["-n", namespace, "link", "set", SERVER_INTERFACE, "up"],
+    )
+    .run()
+    .await?;
     Ok(())
 }
 

@@ -131,11 +131,18 @@ impl ServerSpec {
             keys.push('\n');
         }
         write_private(&self.root().join(".ssh/authorized_keys"), &keys)?;
-        let host_key = ssh_key::PrivateKey::random(&mut rand_core::OsRng, ssh_key::Algorithm::Ed25519)
-            .and_then(|key| key.to_openssh(ssh_key::LineEnding::LF).map(|text| text.to_string()))
-            .map_err(|e| ServerError::HostKey(e.to_string()))?;
+        let host_key =
+            ssh_key::PrivateKey::random(&mut rand_core::OsRng, ssh_key::Algorithm::Ed25519)
+                .and_then(|key| {
+                    key.to_openssh(ssh_key::LineEnding::LF)
+                        .map(|text| text.to_string())
+                })
+                .map_err(|e| ServerError::HostKey(e.to_string()))?;
         write_private(&self.run().join("overture/ssh_host_ed25519_key"), &host_key)?;
-        write_private(&self.run().join("overture/sshd_config"), &self.sshd_config())?;
+        write_private(
+            &self.run().join("overture/sshd_config"),
+            &self.sshd_config(),
+        )?;
         Ok(())
     }
 
@@ -172,9 +179,7 @@ Subsystem sftp internal-sftp
             .into_iter()
             .map(str::to_owned)
             .collect();
-        let fixed = [
-            "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-        ];
+        let fixed = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"];
         args.extend(fixed.into_iter().map(str::to_owned));
         for (own, seen_as) in [
             ("root", "/root"),
@@ -340,16 +345,28 @@ mod tests {
 
     #[test]
     fn only_a_bastion_forwards_tcp() {
-        assert!(spec(true).sshd_config().contains("\nAllowTcpForwarding yes\n"));
-        assert!(spec(false).sshd_config().contains("\nAllowTcpForwarding no\n"));
-        assert!(spec(false).sshd_config().contains("\nListenAddress 10.250.1.2:22\n"));
+        assert!(spec(true)
+            .sshd_config()
+            .contains("\nAllowTcpForwarding yes\n"));
+        assert!(spec(false)
+            .sshd_config()
+            .contains("\nAllowTcpForwarding no\n"));
+        assert!(spec(false)
+            .sshd_config()
+            .contains("\nListenAddress 10.250.1.2:22\n"));
     }
 
     #[test]
     fn sshd_runs_in_the_namespace_with_the_servers_own_directories() {
         let command = spec(false).sshd_command().join(" ");
-        assert!(command.starts_with("netns exec ovcab12s1 bwrap --ro-bind / / "), "{command}");
-        assert!(command.contains(" --bind /state/servers/x/var-tmp /var/tmp "), "{command}");
+        assert!(
+            command.starts_with("netns exec ovcab12s1 bwrap --ro-bind / / "),
+            "{command}"
+        );
+        assert!(
+            command.contains(" --bind /state/servers/x/var-tmp /var/tmp "),
+            "{command}"
+        );
         assert!(command.contains(" --hostname web-1 --die-with-parent -- /usr/sbin/sshd -D -e -f /run/overture/sshd_config"), "{command}");
     }
 

@@ -228,7 +228,7 @@ fn a_server_made_unreachable_during_ansible_is_attempted_twice() {
         &["configure", "started"],
     );
     // Ansible is connected (or connecting) to both servers and waits for the go-ahead.
-    cloud.fault("acme", &["unreachable", "--server", &cloud.server("acme", "web-2")["name"].as_str().expect("name").to_owned()]);
+    cloud.fault("acme", &["unreachable", "--server", "web-2"]);
     std::fs::write(&go_ahead, "").expect("go ahead");
     let id = deploying.id.clone();
     let finished = deploying.wait();

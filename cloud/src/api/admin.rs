@@ -128,7 +128,7 @@ pub async fn issue_token(
 
 /// A fault to inject, as `POST /admin/faults` takes it.
 #[derive(Debug, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
 enum Fault {
     /// The next `times` Nova or Neutron calls of the project answer 503.
     BackendUnreachable { project: String, times: u32 },
@@ -144,7 +144,8 @@ pub async fn inject(Shared(cloud): Shared<Arc<Cloud>>, _: Admin, body: Bytes) ->
         Ok(fault) => fault,
         Err(message) => return error(StatusCode::BAD_REQUEST, &format!("{message}; kinds: backend-unreachable (with times), never-boot (with server), unreachable (with server)")),
     };
-    let project_named = |name: &str| cloud.read(|state| state.project_named(name).map(|p| p.id.clone()));
+    let project_named =
+        |name: &str| cloud.read(|state| state.project_named(name).map(|p| p.id.clone()));
     let outcome = match &fault {
         Fault::BackendUnreachable { project, times } => project_named(project)
             .and_then(|id| cloud.write(|state| state.fail_backend(&id, *times)))

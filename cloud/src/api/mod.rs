@@ -116,7 +116,11 @@ impl FromRequestParts<Arc<Cloud>> for Caller {
     async fn from_request_parts(parts: &mut Parts, cloud: &Arc<Cloud>) -> Result<Self, Response> {
         let token = header(parts, "x-auth-token").ok_or_else(unauthorized)?;
         cloud
-            .read(|state| state.token(token, Cloud::now()).map(|t| t.project_id.clone()))
+            .read(|state| {
+                state
+                    .token(token, Cloud::now())
+                    .map(|t| t.project_id.clone())
+            })
             .map(|project_id| Caller { project_id })
             .map_err(|_| unauthorized())
     }

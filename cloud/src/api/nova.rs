@@ -92,7 +92,11 @@ pub async fn create(Shared(cloud): Shared<Arc<Cloud>>, tenant: Tenant, body: Byt
     let new = NewServer {
         name: request.name,
         metadata: request.metadata,
-        groups: request.security_groups.into_iter().map(|g| g.name).collect(),
+        groups: request
+            .security_groups
+            .into_iter()
+            .map(|g| g.name)
+            .collect(),
         user_data,
     };
     match cloud.create_server(&tenant.project_id, new).await {
@@ -204,7 +208,7 @@ fn server_body(state: &State, project: &Project, server: &Server) -> Value {
             "OS-EXT-IPS:type": "fixed",
         }]})
     };
-    json!({
+    let mut body = json!({
         "id": server.id,
         "name": server.name,
         "status": server.status.as_str(),
@@ -216,5 +220,9 @@ fn server_body(state: &State, project: &Project, server: &Server) -> Value {
         "created": timestamp(server.created),
         "updated": timestamp(server.updated),
         "links": [],
-    })
+    });
+    if let (ServerStatus::Error, Some(why)) = (server.status, &server.fault) {
+        body["fault"] = json!({"code": 500, "message": why, "created": timestamp(server.updated)});
+    }
+    body
 }

@@ -61,6 +61,8 @@ pub struct Server {
     pub wired: bool,
     /// The host pid of the bubblewrap that runs its sshd.
     pub sshd_pid: Option<u32>,
+    /// Why it is in `ERROR`.
+    pub fault: Option<String>,
 }
 
 impl Server {
@@ -127,10 +129,15 @@ impl State {
             user_data: new.user_data,
             created: now,
             updated: now,
-            never_boot: project.faults.never_boot.contains(&new.name),
+            never_boot: project
+                .faults
+                .never_boot
+                .iter()
+                .any(|named| answers_to(&new.name, named)),
             unreachable: false,
             wired: false,
             sshd_pid: None,
+            fault: None,
         };
         project.servers.push(server.clone());
         self.next_slot += 1;
@@ -159,7 +166,11 @@ impl State {
     }
 
     /// The project's servers, oldest first; only those named exactly `name` if given.
-    pub fn servers(&self, project_id: &str, name: Option<&str>) -> Result<Vec<&Server>, StateError> {
+    pub fn servers(
+        &self,
+        project_id: &str,
+        name: Option<&str>,
+    ) -> Result<Vec<&Server>, StateError> {
         Ok(self
             .project(project_id)?
             .servers
@@ -185,12 +196,12 @@ impl State {
         Ok(())
     }
 
-    /// A server's boot ended: `ACTIVE` (with its sshd's pid, if one runs) or `ERROR`.
+    /// A server's boot ended: `ACTIVE` (with its sshd's pid, if one runs), or `ERROR` and why.
     pub fn finish_boot(
         &mut self,
         project_id: &str,
         id: Uuid,
-        outcome: Result<Option<u32>, ()>,
+        outcome: Result<Option<u32>, String>,
         now: DateTime<Utc>,
     ) -> Result<(), StateError> {
         let server = self.server_mut(project_id, id)?;
@@ -199,11 +210,23 @@ impl State {
                 server.status = ServerStatus::Active;
                 server.sshd_pid = pid;
             }
-            Err(()) => server.status = ServerStatus::Error,
+            Err(why) => {
+                server.status = ServerStatus::Error;
+                server.fault = Some(why);
+            }
         }
         server.updated = now;
         Ok(())
     }
+}
+
+/// Whether a server's name is `named`, or ends with `-named`: deployments prefix the names of
+/// their servers, which a fault set before the deployment cannot know.
+fn answers_to(name: &str, named: &str) -> bool {
+    name == named
+        || name
+            .strip_suffix(named)
+            .is_some_and(|prefix| prefix.ends_with('-'))
 }
 
 /// The ids of the groups a new server names (by id first, then by name).
@@ -219,7 +242,9 @@ fn resolve_groups(project: &Project, wanted: &[String]) -> Result<Vec<String>, S
                 let mut named = project.groups.iter().filter(|g| g.name == *reference);
                 match (named.next(), named.next()) {
                     (Some(group), None) => group.id.clone(),
-                    (Some(_), Some(_)) => return Err(StateError::AmbiguousGroup(reference.clone())),
+                    (Some(_), Some(_)) => {
+                        return Err(StateError::AmbiguousGroup(reference.clone()))
+                    }
                     (None, _) => return Err(StateError::UnknownServerGroup(reference.clone())),
                 }
             }
@@ -256,7 +281,10 @@ mod tests {
         assert_eq!((first.host, second.host, other.host), (2, 3, 2));
         assert_eq!((first.slot, second.slot, other.slot), (1, 2, 3));
         assert_eq!(first.status, ServerStatus::Build);
-        let default = state.project(&a).map(|p| p.groups[0].id.clone()).unwrap_or_default();
+        let default = state
+            .project(&a)
+            .map(|p| p.groups[0].id.clone())
+            .unwrap_or_default();
         assert_eq!(first.groups, vec![default]);
         assert!(state.remove_server(&a, first.id).is_ok());
         let third = state.create_server(&a, new("three", &[]), t0());
@@ -266,16 +294,25 @@ mod tests {
     #[test]
     fn a_server_names_only_its_projects_groups() {
         let (mut state, a, b) = two_projects();
-        let b_default = state.project(&b).map(|p| p.groups[0].id.clone()).unwrap_or_default();
+        let b_default = state
+            .project(&b)
+            .map(|p| p.groups[0].id.clone())
+            .unwrap_or_default();
         assert_eq!(
-            state.create_server(&a, new("x", &[&b_default]), t0()).map(|_| ()),
+            state
+                .create_server(&a, new("x", &[&b_default]), t0())
+                .map(|_| ()),
             Err(StateError::UnknownServerGroup(b_default))
         );
         assert_eq!(
-            state.create_server(&a, new("x", &["web"]), t0()).map(|_| ()),
+            state
+                .create_server(&a, new("x", &["web"]), t0())
+                .map(|_| ()),
             Err(StateError::UnknownServerGroup("web".into()))
         );
-        assert!(state.create_server(&a, new("x", &["default"]), t0()).is_ok());
+        assert!(state
+            .create_server(&a, new("x", &["default"]), t0())
+            .is_ok());
     }
 
     #[test]

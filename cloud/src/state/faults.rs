@@ -11,7 +11,7 @@ use super::{State, StateError};
 pub struct Faults {
     /// How many more Nova or Neutron calls answer 503.
     pub backend_unreachable: u32,
-    /// Servers created with one of these names never start their sshd.
+    /// Servers created with one of these names (or `PREFIX-` and one of them) never start sshd.
     pub never_boot: BTreeSet<String>,
 }
 
@@ -33,7 +33,7 @@ impl State {
         }
     }
 
-    /// Servers of that name created from now on never start their sshd.
+    /// Servers of that name (or `PREFIX-name`) created from now on never start their sshd.
     pub fn never_boot(&mut self, project_id: &str, name: &str) -> Result<(), StateError> {
         self.project_mut(project_id)?
             .faults
@@ -99,16 +99,28 @@ mod tests {
             ..NewServer::default()
         };
         assert_eq!(state.never_boot(&a, "web-1"), Ok(()));
-        let marked = state.create_server(&a, new("web-1"), t0()).map(|s| s.never_boot);
-        let other = state.create_server(&a, new("web-2"), t0()).map(|s| s.never_boot);
+        let marked = state
+            .create_server(&a, new("web-1"), t0())
+            .map(|s| s.never_boot);
+        let other = state
+            .create_server(&a, new("web-2"), t0())
+            .map(|s| s.never_boot);
         assert_eq!((marked, other), (Ok(true), Ok(false)));
+        let prefixed = state.create_server(&a, new("d1a2-web-1"), t0());
+        let glued = state.create_server(&a, new("d1a2web-1"), t0());
+        assert_eq!(
+            (prefixed.map(|s| s.never_boot), glued.map(|s| s.never_boot)),
+            (Ok(true), Ok(false))
+        );
         assert_eq!(state.make_unreachable(&a, "web-2").map(|s| s.len()), Ok(1));
         assert_eq!(
             state.make_unreachable(&a, "nope"),
             Err(StateError::ServerNotFound("nope".into()))
         );
         assert_eq!(state.clear_faults(&a), Ok(()));
-        let after = state.create_server(&a, new("web-1"), t0()).map(|s| s.never_boot);
+        let after = state
+            .create_server(&a, new("web-1"), t0())
+            .map(|s| s.never_boot);
         assert_eq!(after, Ok(false));
         let servers = state.servers(&a, None).unwrap_or_default();
         assert!(servers.iter().all(|s| !s.unreachable));

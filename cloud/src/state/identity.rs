@@ -180,7 +180,8 @@ mod tests {
             state.password_auth("nobody", &password, &by_name, t0()),
             Err(StateError::Unauthenticated)
         );
-        let Ok((value, token)) = state.password_auth("a", &password, &ProjectScope::Id(id.clone()), t0())
+        let Ok((value, token)) =
+            state.password_auth("a", &password, &ProjectScope::Id(id.clone()), t0())
         else {
             panic!("refused")
         };
@@ -196,7 +197,10 @@ mod tests {
     #[test]
     fn a_revoked_token_is_unknown() {
         let mut state = state();
-        let id = state.ensure_project("a").map(|p| p.id.clone()).unwrap_or_default();
+        let id = state
+            .ensure_project("a")
+            .map(|p| p.id.clone())
+            .unwrap_or_default();
         let Ok((value, _)) = state.issue_token(&id, t0(), Duration::hours(1)) else {
             panic!("refused")
         };
@@ -206,6 +210,9 @@ mod tests {
         let Ok((expired, _)) = state.issue_token(&id, t0(), Duration::seconds(-1)) else {
             panic!("refused")
         };
-        assert_eq!(state.token(&expired, t0()), Err(StateError::Unauthenticated));
+        assert_eq!(
+            state.token(&expired, t0()),
+            Err(StateError::Unauthenticated)
+        );
     }
 }

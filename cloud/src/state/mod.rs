@@ -83,7 +83,9 @@ pub enum StateError {
     #[error("Unable to find security_group with name or id '{0}'")]
     UnknownServerGroup(String),
     /// A server names a security group by a name several groups have.
-    #[error("Multiple security_group matches found for name '{0}', use an ID to be more specific.")]
+    #[error(
+        "Multiple security_group matches found for name '{0}', use an ID to be more specific."
+    )]
     AmbiguousGroup(String),
     /// The same rule exists already.
     #[error("Security group rule already exists. Rule id is {0}.")]

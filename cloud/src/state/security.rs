@@ -181,7 +181,11 @@ impl State {
         if at == 0 {
             return Err(StateError::DefaultGroup);
         }
-        if project.servers.iter().any(|s| s.groups.iter().any(|g| g == id)) {
+        if project
+            .servers
+            .iter()
+            .any(|s| s.groups.iter().any(|g| g == id))
+        {
             return Err(StateError::GroupInUse(id.to_owned()));
         }
         project.groups.remove(at);
@@ -265,7 +269,11 @@ impl State {
     }
 
     /// The project's rules, oldest first; only those of group `group_id` if given.
-    pub fn rules(&self, project_id: &str, group_id: Option<&str>) -> Result<Vec<&Rule>, StateError> {
+    pub fn rules(
+        &self,
+        project_id: &str,
+        group_id: Option<&str>,
+    ) -> Result<Vec<&Rule>, StateError> {
         Ok(self
             .project(project_id)?
             .rules
@@ -316,9 +324,9 @@ fn check_ports(
                 max.and_then(|v| u16::try_from(v).ok()),
             ))
         }
-        (Some(protocol), _, _) => invalid(format!(
-            "a port range is not valid for protocol {protocol}"
-        )),
+        (Some(protocol), _, _) => {
+            invalid(format!("a port range is not valid for protocol {protocol}"))
+        }
     }
 }
 
@@ -381,7 +389,9 @@ mod tests {
             state.create_rule(&a, by_number),
             Err(StateError::RuleExists(rule.id))
         );
-        assert!(state.create_rule(&a, ssh_from(&group.id, "10.1.2.0/24")).is_ok());
+        assert!(state
+            .create_rule(&a, ssh_from(&group.id, "10.1.2.0/24"))
+            .is_ok());
     }
 
     #[test]
@@ -390,7 +400,10 @@ mod tests {
         let Ok(group) = state.create_group(&a, "web", "") else {
             panic!("refused")
         };
-        let b_group = state.project(&b).map(|p| p.groups[0].id.clone()).unwrap_or_default();
+        let b_group = state
+            .project(&b)
+            .map(|p| p.groups[0].id.clone())
+            .unwrap_or_default();
         assert_eq!(
             state.create_rule(&a, ssh_from(&b_group, "10.0.0.1/32")),
             Err(StateError::GroupNotFound(b_group.clone()))
@@ -403,17 +416,41 @@ mod tests {
             Err(StateError::GroupNotFound(b_group))
         );
         let cases = [
-            NewRule { direction: Some("sideways".into()), ..ssh_from(&group.id, "10.0.0.1") },
-            NewRule { port_range_min: Some(30), ..ssh_from(&group.id, "10.0.0.1") },
-            NewRule { port_range_max: None, ..ssh_from(&group.id, "10.0.0.1") },
-            NewRule { protocol: None, ..ssh_from(&group.id, "10.0.0.1") },
-            NewRule { remote_ip_prefix: Some("10.0.0/8".into()), ..ssh_from(&group.id, "") },
-            NewRule { ethertype: Some("IPv6".into()), ..ssh_from(&group.id, "10.0.0.1") },
-            NewRule { remote_group_id: Some(group.id.clone()), ..ssh_from(&group.id, "10.0.0.1") },
+            NewRule {
+                direction: Some("sideways".into()),
+                ..ssh_from(&group.id, "10.0.0.1")
+            },
+            NewRule {
+                port_range_min: Some(30),
+                ..ssh_from(&group.id, "10.0.0.1")
+            },
+            NewRule {
+                port_range_max: None,
+                ..ssh_from(&group.id, "10.0.0.1")
+            },
+            NewRule {
+                protocol: None,
+                ..ssh_from(&group.id, "10.0.0.1")
+            },
+            NewRule {
+                remote_ip_prefix: Some("10.0.0/8".into()),
+                ..ssh_from(&group.id, "")
+            },
+            NewRule {
+                ethertype: Some("IPv6".into()),
+                ..ssh_from(&group.id, "10.0.0.1")
+            },
+            NewRule {
+                remote_group_id: Some(group.id.clone()),
+                ..ssh_from(&group.id, "10.0.0.1")
+            },
         ];
         for case in cases {
             assert!(
-                matches!(state.create_rule(&a, case.clone()), Err(StateError::Invalid(_))),
+                matches!(
+                    state.create_rule(&a, case.clone()),
+                    Err(StateError::Invalid(_))
+                ),
                 "{case:?}"
             );
         }
@@ -442,9 +479,18 @@ mod tests {
         let Ok(server) = state.create_server(&a, server, t0()) else {
             panic!("refused")
         };
-        assert_eq!(state.delete_group(&a, &web.id), Err(StateError::GroupInUse(web.id.clone())));
-        let default = state.groups(&a, Some("default")).map(|g| g[0].id.clone()).unwrap_or_default();
-        assert_eq!(state.delete_group(&a, &default), Err(StateError::DefaultGroup));
+        assert_eq!(
+            state.delete_group(&a, &web.id),
+            Err(StateError::GroupInUse(web.id.clone()))
+        );
+        let default = state
+            .groups(&a, Some("default"))
+            .map(|g| g[0].id.clone())
+            .unwrap_or_default();
+        assert_eq!(
+            state.delete_group(&a, &default),
+            Err(StateError::DefaultGroup)
+        );
         // Deleting a remote group takes the rules naming it along, as Neutron does.
         assert_eq!(state.delete_group(&a, &bastion.id), Ok(()));
         assert_eq!(state.rules(&a, None).map(|r| r.len()), Ok(0));

@@ -46,7 +46,11 @@ async fn a_shutdown_removes_everything_the_cloud_created() {
     let status = cloud.admin(Method::GET, "/admin/status", None).await;
     let pids = sshd_pids(&status.body);
     assert_eq!(pids.len(), 2, "{status:?}");
-    assert_eq!(leftovers(cloud.instance()).len(), 6, "2 bridges, 2 namespaces, 2 veths");
+    assert_eq!(
+        leftovers(cloud.instance()).len(),
+        6,
+        "2 bridges, 2 namespaces, 2 veths"
+    );
 
     let (instance, dir) = (cloud.instance().to_owned(), cloud.state_dir());
     cloud.shut_down().await;
@@ -132,7 +136,10 @@ async fn clean_up_after_a_killed_cloud_removes_everything_it_created() {
 
     serving.start_kill().expect("SIGKILL");
     serving.wait().await.expect("the cloud dies");
-    assert!(!leftovers(&info.instance).is_empty(), "a killed cloud cannot clean up");
+    assert!(
+        !leftovers(&info.instance).is_empty(),
+        "a killed cloud cannot clean up"
+    );
 
     overture_cloud::clean_up(&state).expect("the clean-up");
     assert_all_gone(&info.instance, &pids, &state);

@@ -23,7 +23,8 @@ async fn backend_unreachable_fails_the_next_n_calls_of_that_project_only() {
         .await;
     assert_eq!(fault.status, 200, "{fault:?}");
 
-    let unreachable = json!({"error": {"code": 503, "message": "The backend server is unreachable"}});
+    let unreachable =
+        json!({"error": {"code": 503, "message": "The backend server is unreachable"}});
     let first = cloud
         .as_tenant(&tenant, Method::GET, "/compute/v2.1/servers", None)
         .await;
@@ -33,7 +34,10 @@ async fn backend_unreachable_fails_the_next_n_calls_of_that_project_only() {
         .password_auth(&tenant.name, &tenant.password, &tenant.name)
         .await;
     assert_eq!(issued.status, 201);
-    assert_eq!(cloud.admin(Method::GET, "/admin/status", None).await.status, 200);
+    assert_eq!(
+        cloud.admin(Method::GET, "/admin/status", None).await.status,
+        200
+    );
     let elsewhere = cloud
         .as_tenant(&other, Method::GET, "/compute/v2.1/servers", None)
         .await;
@@ -62,14 +66,23 @@ async fn a_never_boot_server_is_active_with_an_address_and_no_sshd() {
     assert_eq!(fault.status, 200, "{fault:?}");
     let group = cloud.default_group(&tenant).await;
     let host = format!("{}/32", cloud.gateway(&tenant).await);
-    assert_eq!(cloud.ssh_rule(&tenant, &group, From::Prefix(&host)).await.status, 201);
+    assert_eq!(
+        cloud
+            .ssh_rule(&tenant, &group, From::Prefix(&host))
+            .await
+            .status,
+        201
+    );
 
     let key = Key::new();
     let broken = cloud.boot(&tenant, json!({"name": "web-1"}), &key).await;
     // Admitted, but nothing listens: the connection is reset at once.
     assert_eq!(reach_from_host(broken.address, 22).await, Reach::Refused);
     let status = cloud.admin(Method::GET, "/admin/status", None).await;
-    assert_eq!(status.body["projects"][0]["servers"][0]["sshd_pid"], json!(null));
+    assert_eq!(
+        status.body["projects"][0]["servers"][0]["sshd_pid"],
+        json!(null)
+    );
 
     let other = cloud.boot(&tenant, json!({"name": "web-2"}), &key).await;
     assert_eq!(reach_from_host(other.address, 22).await, Reach::Open);
@@ -88,11 +101,15 @@ async fn an_unreachable_server_refuses_everything_even_open_connections() {
     let tenant = cloud.tenant("tenant-a").await;
     let group = cloud.default_group(&tenant).await;
     let host = format!("{}/32", cloud.gateway(&tenant).await);
-    assert_eq!(cloud.ssh_rule(&tenant, &group, From::Prefix(&host)).await.status, 201);
+    assert_eq!(
+        cloud
+            .ssh_rule(&tenant, &group, From::Prefix(&host))
+            .await
+            .status,
+        201
+    );
     let key = Key::new();
-    let server = cloud
-        .boot(&tenant, json!({"name": "web-1"}), &key)
-        .await;
+    let server = cloud.boot(&tenant, json!({"name": "web-1"}), &key).await;
 
     let mut open = tokio::net::TcpStream::connect((server.address, 22))
         .await

@@ -16,7 +16,10 @@ async fn a_project_cannot_see_or_touch_another_projects_resources() {
     assert_eq!(rule.status, 201, "{rule:?}");
     let rule = text(&rule.body["security_group_rule"]["id"]);
     let server = cloud
-        .create_server(&a, json!({"name": "web-1", "security_groups": [{"name": "web"}]}))
+        .create_server(
+            &a,
+            json!({"name": "web-1", "security_groups": [{"name": "web"}]}),
+        )
         .await;
 
     // Another project's resources do not exist for B.
@@ -24,16 +27,30 @@ async fn a_project_cannot_see_or_touch_another_projects_resources() {
         (Method::GET, format!("/compute/v2.1/servers/{server}")),
         (Method::DELETE, format!("/compute/v2.1/servers/{server}")),
         (Method::GET, format!("/network/v2.0/security-groups/{web}")),
-        (Method::DELETE, format!("/network/v2.0/security-groups/{web}")),
-        (Method::GET, format!("/network/v2.0/security-group-rules/{rule}")),
-        (Method::DELETE, format!("/network/v2.0/security-group-rules/{rule}")),
+        (
+            Method::DELETE,
+            format!("/network/v2.0/security-groups/{web}"),
+        ),
+        (
+            Method::GET,
+            format!("/network/v2.0/security-group-rules/{rule}"),
+        ),
+        (
+            Method::DELETE,
+            format!("/network/v2.0/security-group-rules/{rule}"),
+        ),
     ];
     for (method, path) in not_found {
         let reply = cloud.as_tenant(&b, method.clone(), &path, None).await;
         assert_eq!(reply.status, 404, "{method} {path}: {reply:?}");
     }
     let shown = cloud
-        .as_tenant(&b, Method::GET, &format!("/compute/v2.1/servers/{server}"), None)
+        .as_tenant(
+            &b,
+            Method::GET,
+            &format!("/compute/v2.1/servers/{server}"),
+            None,
+        )
         .await;
     assert_eq!(
         shown.body,
@@ -65,7 +82,10 @@ async fn a_project_cannot_see_or_touch_another_projects_resources() {
     let groups = cloud
         .as_tenant(&b, Method::GET, "/network/v2.0/security-groups", None)
         .await;
-    assert_eq!(groups.body["security_groups"].as_array().map(Vec::len), Some(1));
+    assert_eq!(
+        groups.body["security_groups"].as_array().map(Vec::len),
+        Some(1)
+    );
 
     // Naming another project is forbidden.
     let foreign_group = cloud
@@ -82,8 +102,10 @@ async fn a_project_cannot_see_or_touch_another_projects_resources() {
             &b,
             Method::POST,
             "/network/v2.0/security-group-rules",
-            Some(json!({"security_group_rule": {"security_group_id": b_default,
-                "direction": "ingress", "tenant_id": a.id}})),
+            Some(
+                json!({"security_group_rule": {"security_group_id": b_default,
+                "direction": "ingress", "tenant_id": a.id}}),
+            ),
         )
         .await;
     assert_eq!(foreign_rule.status, 403, "{foreign_rule:?}");
@@ -101,6 +123,10 @@ async fn a_project_cannot_see_or_touch_another_projects_resources() {
         format!("/network/v2.0/security-groups/{web}"),
         format!("/network/v2.0/security-group-rules/{rule}"),
     ] {
-        assert_eq!(cloud.as_tenant(&a, Method::GET, &path, None).await.status, 200, "{path}");
+        assert_eq!(
+            cloud.as_tenant(&a, Method::GET, &path, None).await.status,
+            200,
+            "{path}"
+        );
     }
 }

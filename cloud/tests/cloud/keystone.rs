@@ -44,7 +44,10 @@ async fn a_token_is_issued_validated_and_revoked() {
         let cloud = &cloud;
         async move {
             let request = reqwest::Client::new()
-                .request(Method::GET, format!("{}/identity/v3/auth/tokens", cloud.url()))
+                .request(
+                    Method::GET,
+                    format!("{}/identity/v3/auth/tokens", cloud.url()),
+                )
                 .header("X-Auth-Token", auth)
                 .header("X-Subject-Token", subject.clone());
             let response = request.send().await.expect("an answer");
@@ -58,7 +61,10 @@ async fn a_token_is_issued_validated_and_revoked() {
         }
     };
     let (status, echoed, _) = validate(tenant.token.clone(), tenant.token.clone()).await;
-    assert_eq!((status, echoed.as_deref()), (200, Some(tenant.token.as_str())));
+    assert_eq!(
+        (status, echoed.as_deref()),
+        (200, Some(tenant.token.as_str()))
+    );
     assert_eq!(validate(tenant.token.clone(), second.clone()).await.0, 200);
 
     // Revoked: it is refused as a caller, and not found as a subject.
@@ -72,11 +78,17 @@ async fn a_token_is_issued_validated_and_revoked() {
     assert_eq!(revoked.status().as_u16(), 204);
     let (status, _, body) = validate(second.clone(), tenant.token.clone()).await;
     assert_eq!(status, 401);
-    assert_eq!(serde_json::from_str::<serde_json::Value>(&body).ok(), Some(unauthorized()));
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&body).ok(),
+        Some(unauthorized())
+    );
     let (status, _, body) = validate(tenant.token.clone(), second.clone()).await;
     assert_eq!(status, 404, "{body}");
     assert!(body.contains("Could not find token"), "{body}");
-    assert!(!body.contains(&second), "the answer echoes the token: {body}");
+    assert!(
+        !body.contains(&second),
+        "the answer echoes the token: {body}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -129,7 +141,12 @@ async fn bad_credentials_missing_expired_or_unknown_tokens_answer_401() {
         .await;
     assert_eq!(listed.status, 200, "{listed:?}");
     let elsewhere = cloud
-        .call(Some(&other.token), Method::GET, "/compute/v2.1/servers", None)
+        .call(
+            Some(&other.token),
+            Method::GET,
+            "/compute/v2.1/servers",
+            None,
+        )
         .await;
     assert_eq!(elsewhere.body, json!({"servers": []}));
 

@@ -14,7 +14,11 @@ async fn port_22_answers_the_host_only_while_a_rule_admits_its_address() {
     let tenant = cloud.tenant("tenant-a").await;
     let key = Key::new();
     let bastion = cloud
-        .boot(&tenant, json!({"name": "bastion", "metadata": {"role": "bastion"}}), &key)
+        .boot(
+            &tenant,
+            json!({"name": "bastion", "metadata": {"role": "bastion"}}),
+            &key,
+        )
         .await;
     assert_eq!(reach_from_host(bastion.address, 22).await, Reach::Silent);
 
@@ -23,7 +27,10 @@ async fn port_22_answers_the_host_only_while_a_rule_admits_its_address() {
     let rule = cloud.ssh_rule(&tenant, &group, From::Prefix(&host)).await;
     assert_eq!(rule.status, 201, "{rule:?}");
     let rule_id = text(&rule.body["security_group_rule"]["id"]);
-    assert_eq!(rule.body["security_group_rule"]["remote_ip_prefix"], host.as_str());
+    assert_eq!(
+        rule.body["security_group_rule"]["remote_ip_prefix"],
+        host.as_str()
+    );
     assert_eq!(reach_from_host(bastion.address, 22).await, Reach::Open);
     assert!(ssh(&key, bastion.address, "true").await.status.success());
 
@@ -42,7 +49,10 @@ async fn port_22_answers_the_host_only_while_a_rule_admits_its_address() {
             None,
         )
         .await;
-    assert_eq!(listed.body["security_group_rules"][0]["id"], rule_id.as_str());
+    assert_eq!(
+        listed.body["security_group_rules"][0]["id"],
+        rule_id.as_str()
+    );
 
     let deleted = cloud
         .as_tenant(
@@ -94,13 +104,18 @@ async fn a_group_rule_admits_the_groups_servers_and_no_one_else() {
         .await;
 
     // The web server was booted first: the bastion's arrival updated its firewall.
-    assert_eq!(reach_from_namespace(&bastion.namespace, web.address, 22).await, Reach::Open);
+    assert_eq!(
+        reach_from_namespace(&bastion.namespace, web.address, 22).await,
+        Reach::Open
+    );
     assert_eq!(reach_from_host(web.address, 22).await, Reach::Silent);
     let through = ssh_through(&key, bastion.address, web.address, "hostname").await;
     assert!(through.status.success(), "{through:?}");
     assert_eq!(String::from_utf8_lossy(&through.stdout).trim(), "web-1");
     // Only a bastion forwards: once the host may reach the web server, it still cannot jump.
-    let direct = cloud.ssh_rule(&tenant, &web_group, From::Prefix(&host)).await;
+    let direct = cloud
+        .ssh_rule(&tenant, &web_group, From::Prefix(&host))
+        .await;
     assert_eq!(direct.status, 201, "{direct:?}");
     let no_jump = ssh_through(&key, web.address, bastion.address, "true").await;
     assert!(!no_jump.status.success(), "{no_jump:?}");
@@ -127,7 +142,16 @@ async fn a_group_rule_admits_the_groups_servers_and_no_one_else() {
         .await;
     assert_eq!(deleted.status, 204);
     let table = std::process::Command::new("ip")
-        .args(["netns", "exec", &web.namespace, "nft", "list", "table", "inet", "overture"])
+        .args([
+            "netns",
+            "exec",
+            &web.namespace,
+            "nft",
+            "list",
+            "table",
+            "inet",
+            "overture",
+        ])
         .output()
         .expect("nft runs");
     let table = String::from_utf8_lossy(&table.stdout).into_owned();

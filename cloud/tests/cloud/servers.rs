@@ -31,13 +31,24 @@ async fn a_server_boots_takes_its_key_keeps_its_jobs_and_is_deleted_whole() {
     let gateway = cloud.gateway(&tenant).await;
     assert_eq!(
         address.octets()[..3],
-        gateway.parse::<std::net::Ipv4Addr>().expect("an address").octets()[..3],
+        gateway
+            .parse::<std::net::Ipv4Addr>()
+            .expect("an address")
+            .octets()[..3],
         "the server is on the project's /24"
     );
     let listed = cloud
-        .as_tenant(&tenant, Method::GET, "/compute/v2.1/servers?name=web-1", None)
+        .as_tenant(
+            &tenant,
+            Method::GET,
+            "/compute/v2.1/servers?name=web-1",
+            None,
+        )
         .await;
-    assert_eq!(listed.body, json!({"servers": [{"id": id, "name": "web-1", "links": []}]}));
+    assert_eq!(
+        listed.body,
+        json!({"servers": [{"id": id, "name": "web-1", "links": []}]})
+    );
 
     let group = cloud.default_group(&tenant).await;
     let host = format!("{gateway}/32");
@@ -63,7 +74,7 @@ async fn a_server_boots_takes_its_key_keeps_its_jobs_and_is_deleted_whole() {
         .into_iter()
         .filter(|pid| {
             std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|cmdline| cmdline.starts_with("sleep\0600"))
+                .is_ok_and(|cmdline| cmdline == "sleep\u{0}600\u{0}")
         })
         .collect();
     assert_eq!(sleeping.len(), 1, "the session's job runs on");
@@ -75,14 +86,28 @@ async fn a_server_boots_takes_its_key_keeps_its_jobs_and_is_deleted_whole() {
     assert!(said.lines().any(|l| l == "mine"), "{said}");
 
     let deleted = cloud
-        .as_tenant(&tenant, Method::DELETE, &format!("/compute/v2.1/servers/{id}"), None)
+        .as_tenant(
+            &tenant,
+            Method::DELETE,
+            &format!("/compute/v2.1/servers/{id}"),
+            None,
+        )
         .await;
     assert_eq!(deleted.status, 204, "{deleted:?}");
     assert!(!running(sleeping[0]), "the job died with its server");
     let bridge = format!("ovc{}b1", cloud.instance());
-    assert_eq!(leftovers(cloud.instance()), vec![bridge], "only the project's bridge remains");
+    assert_eq!(
+        leftovers(cloud.instance()),
+        vec![bridge],
+        "only the project's bridge remains"
+    );
     let gone = cloud
-        .as_tenant(&tenant, Method::GET, &format!("/compute/v2.1/servers/{id}"), None)
+        .as_tenant(
+            &tenant,
+            Method::GET,
+            &format!("/compute/v2.1/servers/{id}"),
+            None,
+        )
         .await;
     assert_eq!(gone.status, 404);
 }

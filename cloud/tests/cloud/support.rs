@@ -243,13 +243,21 @@ impl TestCloud {
         let deadline = Instant::now() + BOOT_LIMIT;
         loop {
             let reply = self
-                .as_tenant(tenant, Method::GET, &format!("/compute/v2.1/servers/{id}"), None)
+                .as_tenant(
+                    tenant,
+                    Method::GET,
+                    &format!("/compute/v2.1/servers/{id}"),
+                    None,
+                )
                 .await;
             assert_eq!(reply.status, 200, "{reply:?}");
             if reply.body["server"]["status"] != "BUILD" {
                 return reply.body["server"].clone();
             }
-            assert!(Instant::now() < deadline, "still BUILD after {BOOT_LIMIT:?}");
+            assert!(
+                Instant::now() < deadline,
+                "still BUILD after {BOOT_LIMIT:?}"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -525,7 +533,10 @@ pub fn running(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|stat| {
-            let state = stat[stat.rfind(')')? + 1..].split_whitespace().next()?.to_owned();
+            let state = stat[stat.rfind(')')? + 1..]
+                .split_whitespace()
+                .next()?
+                .to_owned();
             Some(state != "Z")
         })
         .unwrap_or(false)

@@ -11,8 +11,10 @@
 //! - [`bundle`]: reading the files a blueprint's steps take from its folder.
 //! - [`token`]: the user's cloud token, read and checked.
 //! - [`provision`]: `overture provision`, which a `servers` step runs inside its sandbox.
+//! - [`cloud`]: `overture cloud`, the local cloud for development and tests.
 
 mod bundle;
+mod cloud;
 mod engine;
 mod lock;
 mod logs;
@@ -184,6 +186,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Runs the local cloud (development and tests).
+    #[command(subcommand)]
+    Cloud(cloud::CloudCommand),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -262,6 +267,7 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> Result<(), Failure> {
     let data_dir = cli.data_dir;
     match cli.command {
+        Command::Cloud(command) => cloud::run(command).await,
         Command::Deploy {
             file,
             tenant,

@@ -60,8 +60,23 @@ impl Watch for Progress {
                     blueprint.steps.len()
                 )
             }
-            DeploymentEvent::CredentialsSealed { secrets, .. } => {
-                format!("sealed {} secret(s): {}", secrets.len(), secrets.join(", "))
+            DeploymentEvent::CredentialsSealed {
+                secrets,
+                ssh_public_key,
+                token,
+                ..
+            } => {
+                let mut sealed = Vec::new();
+                if !secrets.is_empty() {
+                    sealed.push(format!("{} secret(s) ({})", secrets.len(), secrets.join(", ")));
+                }
+                if ssh_public_key.is_some() {
+                    sealed.push("the deployment's SSH key".to_owned());
+                }
+                if token {
+                    sealed.push("the cloud token".to_owned());
+                }
+                format!("sealed {}", sealed.join(", "))
             }
             DeploymentEvent::BastionAccessGranted {
                 bastion, source, ..
