@@ -422,38 +422,23 @@ fn bastion_problems(blueprint: &BlueprintSnapshot) -> Vec<BlueprintProblem> {
             });
             continue;
         }
-        let template = match Template::parse(text) {
-            Ok(template) => template,
-            Err(error) => {
-                problems.push(BlueprintProblem {
-                    field,
-                    problem: error.to_string(),
-                });
-                continue;
-            }
+        let Some(template) = parsed_template(text, &field, &mut problems) else {
+            continue;
         };
         for reference in template.references() {
             let problem = match reference {
-                Reference::Param(name) if !blueprint.params.iter().any(|p| &p.name == name) => {
-                    Some(format!("`{reference}` refers to parameter `{name}`, which is not declared under `params`"))
-                }
                 Reference::Secret(_) => Some(format!(
                     "`{reference}`: the bastion is recorded in the deployment's history, so it cannot be a secret"
                 )),
-                Reference::Output { step, .. } if blueprint.step(step).is_none() => {
-                    Some(format!("`{reference}` refers to step `{step}`, which does not exist"))
-                }
-                Reference::Output { step, .. } => {
-                    sources.push(step.clone());
-                    None
-                }
-                _ => None,
+                _ => undeclared(blueprint, reference),
             };
-            if let Some(problem) = problem {
-                problems.push(BlueprintProblem {
+            match (problem, reference) {
+                (Some(problem), _) => problems.push(BlueprintProblem {
                     field: field.clone(),
                     problem,
-                });
+                }),
+                (None, Reference::Output { step, .. }) => sources.push(step.clone()),
+                (None, _) => {}
             }
         }
     }
@@ -511,33 +496,17 @@ fn reference_problems(blueprint: &BlueprintSnapshot) -> Vec<BlueprintProblem> {
                 .into_iter()
                 .chain(group.into_iter().flatten().map(String::as_str));
             for text in texts {
-                let template = match Template::parse(text) {
-                    Ok(template) => template,
-                    Err(error) => {
-                        problems.push(BlueprintProblem {
-                            field: field.clone(),
-                            problem: error.to_string(),
-                        });
-                        continue;
-                    }
+                let Some(template) = parsed_template(text, &field, &mut problems) else {
+                    continue;
                 };
                 for reference in template.references() {
-                    let problem = match reference {
-                        Reference::Param(name) if !blueprint.params.iter().any(|p| &p.name == name) => {
-                            Some(format!("`{reference}` refers to parameter `{name}`, which is not declared under `params`"))
-                        }
-                        Reference::Secret(name) if !blueprint.secrets.contains(name) => {
-                            Some(format!("`{reference}` refers to secret `{name}`, which is not listed under `secrets`"))
-                        }
-                        Reference::Output { step: source, .. } if blueprint.step(source).is_none() => {
-                            Some(format!("`{reference}` refers to step `{source}`, which does not exist"))
-                        }
+                    let problem = undeclared(blueprint, reference).or_else(|| match reference {
                         Reference::Output { step: source, .. } if !upstream.contains(source) => Some(format!(
                             "`{reference}` refers to step `{source}`, which `{}` does not need; add `{source}` to its needs",
                             step.name
                         )),
                         _ => None,
-                    };
+                    });
                     if let Some(problem) = problem {
                         problems.push(BlueprintProblem {
                             field: field.clone(),
@@ -549,6 +518,38 @@ fn reference_problems(blueprint: &BlueprintSnapshot) -> Vec<BlueprintProblem> {
         }
     }
     problems
+}
+
+/// The text's template, or `None` with the problem recorded under `field`.
+fn parsed_template(
+    text: &str,
+    field: &str,
+    problems: &mut Vec<BlueprintProblem>,
+) -> Option<Template> {
+    Template::parse(text)
+        .map_err(|error| {
+            problems.push(BlueprintProblem {
+                field: field.to_owned(),
+                problem: error.to_string(),
+            })
+        })
+        .ok()
+}
+
+/// What is wrong with a reference to a parameter, secret or step the blueprint does not have.
+fn undeclared(blueprint: &BlueprintSnapshot, reference: &Reference) -> Option<String> {
+    match reference {
+        Reference::Param(name) if !blueprint.params.iter().any(|p| &p.name == name) => Some(format!(
+            "`{reference}` refers to parameter `{name}`, which is not declared under `params`"
+        )),
+        Reference::Secret(name) if !blueprint.secrets.contains(name) => Some(format!(
+            "`{reference}` refers to secret `{name}`, which is not listed under `secrets`"
+        )),
+        Reference::Output { step, .. } if blueprint.step(step).is_none() => {
+            Some(format!("`{reference}` refers to step `{step}`, which does not exist"))
+        }
+        _ => None,
+    }
 }
 
 /// The folders (relative to the blueprint's) whose files the steps take, with the field naming

@@ -279,7 +279,8 @@ fn relative_path(value: &Value) -> Result<&str, String> {
     Ok(path)
 }
 
-fn plain(value: &Value) -> String {
+/// A setting's value as a user wrote it, for messages.
+pub(crate) fn plain(value: &Value) -> String {
     match value {
         Value::String(text) => text.clone(),
         other => other.to_string(),

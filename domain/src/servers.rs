@@ -21,6 +21,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::duration::parse_duration;
+use crate::kinds::plain;
 
 /// How long a `servers` step waits for its servers to be `ACTIVE`, unless it says.
 pub const DEFAULT_BOOT_WAIT: Duration = Duration::from_secs(300);
@@ -394,12 +395,6 @@ fn is_cidr(text: &str) -> bool {
         || (address.parse::<Ipv6Addr>().is_ok() && bits <= 128)
 }
 
-fn plain(value: &Value) -> String {
-    match value {
-        Value::String(text) => text.clone(),
-        other => other.to_string(),
-    }
-}
 
 #[cfg(test)]
 mod tests {

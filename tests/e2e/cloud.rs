@@ -57,6 +57,18 @@ fn waiting_playbook(path: &Path) -> String {
     )
 }
 
+/// Starts deploying the example (without its checks) with a playbook that waits for a go-ahead
+/// file on every server; returns once Ansible has started, with the go-ahead's path.
+fn configuring(o: &Overture, cloud: &LocalCloud, token_file: &Path) -> (Deploying, PathBuf) {
+    let go_ahead = go_ahead_file();
+    let file = blueprint(o, without_checks, Some(&waiting_playbook(&go_ahead)));
+    let deploying = Deploying::spawn(
+        deploy_command(o, cloud, &file, token_file),
+        &["configure", "started"],
+    );
+    (deploying, go_ahead)
+}
+
 /// A file path the servers can see (they see the host's files read-only, but have their own
 /// `/tmp`), unique to the test.
 fn go_ahead_file() -> PathBuf {
@@ -150,15 +162,43 @@ fn hello_world_answers_on_both_servers_configured_through_the_bastion() {
 #[test]
 fn a_failing_playbook_task_fails_the_deployment_and_still_closes_the_bastion() {
     let cloud = LocalCloud::up();
-    let (token_file, _) = cloud.token("acme");
+    let (token_file, token) = cloud.token("acme");
     let o = Overture::new();
-    let playbook = "- hosts: all\n  gather_facts: false\n  tasks:\n    - ansible.builtin.fail: { msg: the release is broken }\n";
-    let file = blueprint(&o, without_checks, Some(playbook));
-    let (code, status, output) = deploy(&o, &cloud, &file, &token_file);
-    assert_eq!(code, 1, "{}", text(&output.stderr));
+    // The failing task prints a secret parameter: it must be masked everywhere.
+    let playbook = "- hosts: all\n  gather_facts: false\n  tasks:\n    - ansible.builtin.fail: { msg: \"release {{ release_key }} is broken\" }\n";
+    let with_secret = |text: String| {
+        without_checks(text)
+            .replacen("\nhosts:", "\nsecrets: [release_key]\nhosts:", 1)
+            .replace(
+                "with: { playbook: playbook/site.yml, hosts: web }",
+                "with: { playbook: playbook/site.yml, hosts: web, vars: { release_key: \"{{ secrets.release_key }}\" } }",
+            )
+    };
+    let file = blueprint(&o, with_secret, Some(playbook));
+    let secret = "rk-5e3c7b1d9a";
+    let output = deploy_command(&o, &cloud, &file, &token_file)
+        .arg("--secret")
+        .arg("release_key=RELEASE_KEY")
+        .env("RELEASE_KEY", secret)
+        .output()
+        .expect("deploy");
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    let status: Value = serde_json::from_slice(&output.stdout).expect("status");
+    let id = status["id"].as_str().expect("id");
     let configure = step(&status, "configure");
-    assert_eq!((configure["status"].clone(), configure["attempts"].clone()), ("failed".into(), 1.into()));
-    assert_closed_and_purged(&o, &cloud, "acme", status["id"].as_str().expect("id"));
+    assert_eq!(configure["status"], "failed");
+    assert_eq!(configure["attempts"], 1, "a failed task is not retried");
+    assert_closed_and_purged(&o, &cloud, "acme", id);
+    let log = text(&o.run(&["logs", id, "configure"]).stdout);
+    assert!(log.contains("release *** is broken"), "the task ran and was masked: {log}");
+    for needle in [secret, token.as_str(), "OPENSSH PRIVATE KEY"] {
+        assert_eq!(
+            files_containing(&o.data_dir(), needle.as_bytes()),
+            Vec::<String>::new(),
+            "the data directory holds none of the deployment's secrets"
+        );
+        assert!(!text(&output.stderr).contains(needle) && !text(&output.stdout).contains(needle));
+    }
 }
 
 #[test]
@@ -220,13 +260,8 @@ fn the_api_answering_503_six_times_fails_after_six_attempts() {
 fn a_server_made_unreachable_during_ansible_is_attempted_twice() {
     let cloud = LocalCloud::up();
     let (token_file, _) = cloud.token("acme");
-    let go_ahead = go_ahead_file();
     let o = Overture::new();
-    let file = blueprint(&o, without_checks, Some(&waiting_playbook(&go_ahead)));
-    let deploying = Deploying::spawn(
-        deploy_command(&o, &cloud, &file, &token_file),
-        &["configure", "started"],
-    );
+    let (deploying, go_ahead) = configuring(&o, &cloud, &token_file);
     // Ansible is connected (or connecting) to both servers and waits for the go-ahead.
     cloud.fault("acme", &["unreachable", "--server", "web-2"]);
     std::fs::write(&go_ahead, "").expect("go ahead");
@@ -245,13 +280,8 @@ fn a_server_made_unreachable_during_ansible_is_attempted_twice() {
 fn after_a_crash_with_the_bastion_open_resume_closes_it_and_purges() {
     let cloud = LocalCloud::up();
     let (token_file, token) = cloud.token("acme");
-    let go_ahead = go_ahead_file();
     let o = Overture::new();
-    let file = blueprint(&o, without_checks, Some(&waiting_playbook(&go_ahead)));
-    let deploying = Deploying::spawn(
-        deploy_command(&o, &cloud, &file, &token_file),
-        &["configure", "started"],
-    );
+    let (deploying, go_ahead) = configuring(&o, &cloud, &token_file);
     let id = deploying.id.clone();
     deploying.kill();
     let open = o.json(&["grants", "--open", "--json"]);
@@ -419,13 +449,8 @@ fn a_deployment_of_one_tenant_cannot_open_or_reach_another_tenants_servers() {
 fn a_step_of_another_tenant_cannot_read_a_running_deployments_workspace_or_key() {
     let cloud = LocalCloud::up();
     let (token_file, _) = cloud.token("tenant-a");
-    let go_ahead = go_ahead_file();
     let o = Overture::new();
-    let file = blueprint(&o, without_checks, Some(&waiting_playbook(&go_ahead)));
-    let deploying = Deploying::spawn(
-        deploy_command(&o, &cloud, &file, &token_file),
-        &["configure", "started"],
-    );
+    let (deploying, go_ahead) = configuring(&o, &cloud, &token_file);
     // A's Ansible sandbox holds A's private key in its workspace while it waits.
     let sandboxes = o.data_dir().join("sandboxes");
     let workspace = std::fs::read_dir(&sandboxes)
