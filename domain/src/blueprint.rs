@@ -9,9 +9,7 @@ use std::fmt;
 use std::time::Duration;
 
 use indexmap::IndexMap;
-use overture_events::{
-    BastionSpec, BlueprintSnapshot, ErrorClass, ParamSpec, RetryRule, StepSpec,
-};
+use overture_events::{BastionSpec, BlueprintSnapshot, ErrorClass, ParamSpec, RetryRule, StepSpec};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
@@ -413,7 +411,10 @@ fn bastion_problems(blueprint: &BlueprintSnapshot) -> Vec<BlueprintProblem> {
         return problems;
     };
     let mut sources = Vec::new();
-    for (key, text) in [("host", &bastion.host), ("security_group", &bastion.security_group)] {
+    for (key, text) in [
+        ("host", &bastion.host),
+        ("security_group", &bastion.security_group),
+    ] {
         let field = format!("bastion.{key}");
         if text.trim().is_empty() {
             problems.push(BlueprintProblem {
@@ -539,15 +540,17 @@ fn parsed_template(
 /// What is wrong with a reference to a parameter, secret or step the blueprint does not have.
 fn undeclared(blueprint: &BlueprintSnapshot, reference: &Reference) -> Option<String> {
     match reference {
-        Reference::Param(name) if !blueprint.params.iter().any(|p| &p.name == name) => Some(format!(
-            "`{reference}` refers to parameter `{name}`, which is not declared under `params`"
-        )),
+        Reference::Param(name) if !blueprint.params.iter().any(|p| &p.name == name) => {
+            Some(format!(
+                "`{reference}` refers to parameter `{name}`, which is not declared under `params`"
+            ))
+        }
         Reference::Secret(name) if !blueprint.secrets.contains(name) => Some(format!(
             "`{reference}` refers to secret `{name}`, which is not listed under `secrets`"
         )),
-        Reference::Output { step, .. } if blueprint.step(step).is_none() => {
-            Some(format!("`{reference}` refers to step `{step}`, which does not exist"))
-        }
+        Reference::Output { step, .. } if blueprint.step(step).is_none() => Some(format!(
+            "`{reference}` refers to step `{step}`, which does not exist"
+        )),
         _ => None,
     }
 }

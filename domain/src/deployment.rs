@@ -368,7 +368,11 @@ pub fn actions(state: &DeploymentState) -> Vec<Action> {
         }
     }
     // Closing the bastion comes first: it needs the user's token, which the purge deletes.
-    if let Some(access) = state.bastion_access.as_ref().filter(|_| state.work_is_over()) {
+    if let Some(access) = state
+        .bastion_access
+        .as_ref()
+        .filter(|_| state.work_is_over())
+    {
         actions.push(Action::RevokeAccess(access.clone()));
     } else if state.may_purge() && !state.secrets_purged {
         actions.push(Action::PurgeSecrets);

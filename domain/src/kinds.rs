@@ -150,8 +150,12 @@ pub fn check_with(
                 )),
             },
             ("http", "url" | "body") => text(value).err(),
-            ("http", "via") => (value.as_str() != Some(VIA_BASTION))
-                .then(|| format!("`{}` is not a way through; the only one is `{VIA_BASTION}`", plain(value))),
+            ("http", "via") => (value.as_str() != Some(VIA_BASTION)).then(|| {
+                format!(
+                    "`{}` is not a way through; the only one is `{VIA_BASTION}`",
+                    plain(value)
+                )
+            }),
             ("http", "method") => match value.as_str() {
                 Some(method) if HTTP_METHODS.contains(&method) => None,
                 _ => Some(format!(

@@ -386,8 +386,15 @@ fn fold(view: &mut DeploymentView, event: DeploymentEvent, at: Timestamp) {
             ..
         } => {
             if let Some(key) = ssh_public_key {
-                let detail = "the deployment's SSH key: public half on its servers, private half sealed";
-                open_grant(view, GrantKind::SshKey, key_fingerprint(&key), detail.into(), at);
+                let detail =
+                    "the deployment's SSH key: public half on its servers, private half sealed";
+                open_grant(
+                    view,
+                    GrantKind::SshKey,
+                    key_fingerprint(&key),
+                    detail.into(),
+                    at,
+                );
             }
             if token {
                 let detail = "the user's cloud token, sealed under a key it derives";
@@ -401,8 +408,9 @@ fn fold(view: &mut DeploymentView, event: DeploymentEvent, at: Timestamp) {
             source,
             port,
         } => {
-            let detail =
-                format!("tcp/{port} from {source} to bastion {bastion} (security group {security_group})");
+            let detail = format!(
+                "tcp/{port} from {source} to bastion {bastion} (security group {security_group})"
+            );
             open_grant(view, GrantKind::BastionRule, rule, detail, at);
             let detail = format!("SSH forwarding through {bastion} to the deployment's hosts");
             open_grant(view, GrantKind::TcpForwarding, bastion, detail, at);
@@ -415,7 +423,13 @@ fn fold(view: &mut DeploymentView, event: DeploymentEvent, at: Timestamp) {
     }
 }
 
-fn open_grant(view: &mut DeploymentView, kind: GrantKind, reference: String, detail: String, at: Timestamp) {
+fn open_grant(
+    view: &mut DeploymentView,
+    kind: GrantKind,
+    reference: String,
+    detail: String,
+    at: Timestamp,
+) {
     view.grants.push(GrantView {
         kind,
         reference,
@@ -426,7 +440,11 @@ fn open_grant(view: &mut DeploymentView, kind: GrantKind, reference: String, det
 }
 
 fn close_grants(view: &mut DeploymentView, which: impl Fn(&GrantKind) -> bool, at: Timestamp) {
-    for grant in view.grants.iter_mut().filter(|g| g.is_open() && which(&g.kind)) {
+    for grant in view
+        .grants
+        .iter_mut()
+        .filter(|g| g.is_open() && which(&g.kind))
+    {
         grant.closed_at = Some(at);
     }
 }

@@ -395,7 +395,6 @@ fn is_cidr(text: &str) -> bool {
         || (address.parse::<Ipv6Addr>().is_ok() && bits <= 128)
 }
 
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;

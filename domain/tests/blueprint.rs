@@ -356,7 +356,11 @@ fn hosts_made_in_the_cloud_need_a_bastion() {
     let problems = parse(&text).expect_err("no bastion").0;
     assert_eq!(problems.len(), 1, "{problems:?}");
     assert_eq!(problems[0].field, "bastion");
-    assert!(problems[0].problem.contains("add `bastion:`"), "{}", problems[0]);
+    assert!(
+        problems[0].problem.contains("add `bastion:`"),
+        "{}",
+        problems[0]
+    );
 }
 
 #[test]

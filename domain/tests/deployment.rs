@@ -765,7 +765,10 @@ fn when_the_work_is_over_the_bastion_is_closed_before_the_secrets_are_purged() {
     history.insert(history.len() - 2, granted("r1"));
     history.push(succeeded("lint", 1));
     let open = given(history.clone());
-    assert_eq!(actions(open.state()), vec![Action::RevokeAccess(access("r1"))]);
+    assert_eq!(
+        actions(open.state()),
+        vec![Action::RevokeAccess(access("r1"))]
+    );
     assert_eq!(
         open.when(C::RecordSecretsPurged),
         Err(DeploymentError::StepsStillRunning),

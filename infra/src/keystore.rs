@@ -28,11 +28,11 @@ use async_trait::async_trait;
 use chacha20poly1305::aead::{Aead, AeadCore, KeyInit, OsRng, Payload};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
 use hkdf::Hkdf;
-use sha2::Sha256;
 use overture_domain::secret::{SecretString, SecretValues};
 use overture_events::DeploymentId;
 use secrecy::ExposeSecret;
 use serde::{Deserialize, Serialize};
+use sha2::Sha256;
 
 use crate::session::SessionTokens;
 
@@ -111,12 +111,12 @@ impl LocalKeyStore {
                 let derive = Hkdf::<Sha256>::new(Some(&master), token.expose_secret().as_bytes());
                 let info = format!("overture-seal-key-v1\0{tenant}\0{deployment}");
                 let mut key = Key::default();
-                derive
-                    .expand(info.as_bytes(), &mut key)
-                    .map_err(|_| KeyStoreError::Unreadable {
+                derive.expand(info.as_bytes(), &mut key).map_err(|_| {
+                    KeyStoreError::Unreadable {
                         path: path.to_path_buf(),
                         reason: "the seal key could not be derived".into(),
-                    })?;
+                    }
+                })?;
                 Ok(key)
             }
             (Lock::Token, None) => Err(KeyStoreError::Unreadable {
@@ -491,9 +491,7 @@ mod tests {
             "the value is encrypted at rest"
         );
 
-        let opened = store
-            .open_values(deployment, "acme", None)
-            .expect("opens");
+        let opened = store.open_values(deployment, "acme", None).expect("opens");
         assert_eq!(opened["api_key"].expose_secret(), "s3cr3t-value");
         assert!(
             store.open_values(deployment, "globex", None).is_err(),
@@ -559,7 +557,10 @@ mod tests {
         let deployment = DeploymentId::from_uuid(Uuid::now_v7());
         let token = SecretString::from("a1b2c3d4e5f6-users-token");
         let secrets: SecretValues = [
-            ("overture.ssh-key".to_owned(), SecretString::from("PRIVATE-KEY-BYTES")),
+            (
+                "overture.ssh-key".to_owned(),
+                SecretString::from("PRIVATE-KEY-BYTES"),
+            ),
             ("overture.token".to_owned(), token.clone()),
         ]
         .into();
@@ -573,7 +574,10 @@ mod tests {
         let opened = store
             .open_values(deployment, "acme", Some(&token))
             .expect("opens with the token");
-        assert_eq!(opened["overture.ssh-key"].expose_secret(), "PRIVATE-KEY-BYTES");
+        assert_eq!(
+            opened["overture.ssh-key"].expose_secret(),
+            "PRIVATE-KEY-BYTES"
+        );
 
         let refused = store
             .open_values(deployment, "acme", None)
@@ -587,7 +591,9 @@ mod tests {
             "another token does not open it"
         );
         assert!(
-            store.open_values(deployment, "globex", Some(&token)).is_err(),
+            store
+                .open_values(deployment, "globex", Some(&token))
+                .is_err(),
             "another tenant's binding does not open it"
         );
         let other = DeploymentId::from_uuid(Uuid::now_v7());

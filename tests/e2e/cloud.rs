@@ -21,7 +21,12 @@ fn deploy_command(o: &Overture, cloud: &LocalCloud, file: &Path, token_file: &Pa
 }
 
 /// Deploys `file` acting with the token in `token_file`.
-fn deploy(o: &Overture, cloud: &LocalCloud, file: &Path, token_file: &Path) -> (i32, Value, Output) {
+fn deploy(
+    o: &Overture,
+    cloud: &LocalCloud,
+    file: &Path,
+    token_file: &Path,
+) -> (i32, Value, Output) {
     let output = deploy_command(o, cloud, file, token_file)
         .output()
         .expect("run overture");
@@ -46,7 +51,11 @@ fn blueprint(o: &Overture, change: impl Fn(String) -> String, playbook: Option<&
 
 /// The example without its HTTP checks: enough for the failure paths.
 fn without_checks(text: String) -> String {
-    text.split("\n  check-web-1:").next().expect("text").to_owned() + "\n"
+    text.split("\n  check-web-1:")
+        .next()
+        .expect("text")
+        .to_owned()
+        + "\n"
 }
 
 /// A playbook whose first task waits on every server for `path` to exist.
@@ -91,10 +100,17 @@ fn assert_closed_and_purged(o: &Overture, cloud: &LocalCloud, project: &str, id:
             .iter()
             .position(|t| t == "BastionAccessRevoked")
             .unwrap_or_else(|| panic!("the bastion was never closed: {events:?}"));
-        let purged = events.iter().position(|t| t == "SecretsPurged").expect("purged");
+        let purged = events
+            .iter()
+            .position(|t| t == "SecretsPurged")
+            .expect("purged");
         assert!(granted < revoked && revoked < purged, "{events:?}");
         let group = cloud.security_group(project, "bastion");
-        assert_eq!(group["rules"], serde_json::json!([]), "no rule is left: {group}");
+        assert_eq!(
+            group["rules"],
+            serde_json::json!([]),
+            "no rule is left: {group}"
+        );
         let bastion = cloud.server(project, "bastion");
         let gateway = cloud.project(project)["network"]["gateway"]
             .as_str()
@@ -104,7 +120,10 @@ fn assert_closed_and_purged(o: &Overture, cloud: &LocalCloud, project: &str, id:
             bastion["namespace"].as_str().expect("namespace"),
             &["nft", "list", "ruleset"],
         );
-        assert!(!rules.contains(&gateway), "the bastion's firewall still admits {gateway}: {rules}");
+        assert!(
+            !rules.contains(&gateway),
+            "the bastion's firewall still admits {gateway}: {rules}"
+        );
     }
     assert!(events.contains(&"SecretsPurged".to_owned()), "{events:?}");
     let open = o.json(&["grants", "--open", "--json"]);
@@ -118,11 +137,13 @@ fn hello_world_answers_on_both_servers_configured_through_the_bastion() {
     let cloud = LocalCloud::up();
     let (token_file, token) = cloud.token("acme");
     let o = Overture::new();
-    let (code, status, output) =
-        deploy(&o, &cloud, &example().join("blueprint.yaml"), &token_file);
+    let (code, status, output) = deploy(&o, &cloud, &example().join("blueprint.yaml"), &token_file);
     assert_eq!(code, 0, "{}", text(&output.stderr));
     let id = status["id"].as_str().expect("id").to_owned();
-    assert_eq!(status["tenant"], "acme", "the tenant is the token's project");
+    assert_eq!(
+        status["tenant"], "acme",
+        "the tenant is the token's project"
+    );
     for server in ["web-1", "web-2"] {
         assert_eq!(
             step(&status, &format!("check-{server}"))["outputs"]["greeting"],
@@ -152,7 +173,10 @@ fn hello_world_answers_on_both_servers_configured_through_the_bastion() {
     }
 
     // Not the token, not the private key: nowhere in the data directory once it has ended.
-    assert_eq!(files_containing(&o.data_dir(), token.as_bytes()), Vec::<String>::new());
+    assert_eq!(
+        files_containing(&o.data_dir(), token.as_bytes()),
+        Vec::<String>::new()
+    );
     assert_eq!(
         files_containing(&o.data_dir(), b"OPENSSH PRIVATE KEY"),
         Vec::<String>::new()
@@ -190,7 +214,10 @@ fn a_failing_playbook_task_fails_the_deployment_and_still_closes_the_bastion() {
     assert_eq!(configure["attempts"], 1, "a failed task is not retried");
     assert_closed_and_purged(&o, &cloud, "acme", id);
     let log = text(&o.run(&["logs", id, "configure"]).stdout);
-    assert!(log.contains("release *** is broken"), "the task ran and was masked: {log}");
+    assert!(
+        log.contains("release *** is broken"),
+        "the task ran and was masked: {log}"
+    );
     for needle in [secret, token.as_str(), "OPENSSH PRIVATE KEY"] {
         assert_eq!(
             files_containing(&o.data_dir(), needle.as_bytes()),
@@ -209,7 +236,12 @@ fn a_server_that_never_boots_fails_at_once_with_bootstrap_timeout() {
     let o = Overture::new();
     let file = blueprint(
         &o,
-        |text| without_checks(text).replace("timeout: 2m }\n    timeout: 3m", "timeout: 4s }\n    timeout: 1m"),
+        |text| {
+            without_checks(text).replace(
+                "timeout: 2m }\n    timeout: 3m",
+                "timeout: 4s }\n    timeout: 1m",
+            )
+        },
         None,
     );
     let (code, status, output) = deploy(&o, &cloud, &file, &token_file);
@@ -286,14 +318,33 @@ fn after_a_crash_with_the_bastion_open_resume_closes_it_and_purges() {
     deploying.kill();
     let open = o.json(&["grants", "--open", "--json"]);
     assert!(
-        open.as_array().expect("grants").iter().any(|g| g["kind"] == "bastion-rule"),
+        open.as_array()
+            .expect("grants")
+            .iter()
+            .any(|g| g["kind"] == "bastion-rule"),
         "the crash left the bastion open: {open}"
     );
-    assert_ne!(cloud.security_group("acme", "bastion")["rules"], serde_json::json!([]));
+    assert_ne!(
+        cloud.security_group("acme", "bastion")["rules"],
+        serde_json::json!([])
+    );
 
-    let without_token = o.command(&["resume"]).env_remove("OS_TOKEN").output().expect("resume");
-    assert_eq!(without_token.status.code(), Some(2), "{}", text(&without_token.stderr));
-    assert!(text(&without_token.stderr).contains(&id), "{}", text(&without_token.stderr));
+    let without_token = o
+        .command(&["resume"])
+        .env_remove("OS_TOKEN")
+        .output()
+        .expect("resume");
+    assert_eq!(
+        without_token.status.code(),
+        Some(2),
+        "{}",
+        text(&without_token.stderr)
+    );
+    assert!(
+        text(&without_token.stderr).contains(&id),
+        "{}",
+        text(&without_token.stderr)
+    );
 
     std::fs::write(&go_ahead, "").expect("go ahead");
     let resumed = o
@@ -303,7 +354,11 @@ fn after_a_crash_with_the_bastion_open_resume_closes_it_and_purges() {
         .output()
         .expect("resume");
     let _ = std::fs::remove_file(&go_ahead);
-    assert!(resumed.status.code() == Some(0), "{}", text(&resumed.stderr));
+    assert!(
+        resumed.status.code() == Some(0),
+        "{}",
+        text(&resumed.stderr)
+    );
     assert_closed_and_purged(&o, &cloud, "acme", &id);
 }
 
@@ -321,7 +376,11 @@ fn a_missing_malformed_or_expired_token_is_refused_before_anything_is_recorded()
         .output()
         .expect("deploy");
     assert_eq!(missing.status.code(), Some(2));
-    assert!(text(&missing.stderr).contains("--token-file"), "{}", text(&missing.stderr));
+    assert!(
+        text(&missing.stderr).contains("--token-file"),
+        "{}",
+        text(&missing.stderr)
+    );
 
     let malformed = o.blueprint("token", "not a token\nat all\n");
     let expired = cloud.expired_token("acme");
@@ -337,12 +396,27 @@ fn a_missing_malformed_or_expired_token_is_refused_before_anything_is_recorded()
             .env("OS_AUTH_URL", &cloud.auth_url)
             .output()
             .expect("deploy");
-        assert_eq!(output.status.code(), Some(2), "{says}: {}", text(&output.stderr));
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{says}: {}",
+            text(&output.stderr)
+        );
         let stderr = text(&output.stderr);
-        assert!(stderr.contains(says) && stderr.contains(&token_file.display().to_string()), "{stderr}");
+        assert!(
+            stderr.contains(says) && stderr.contains(&token_file.display().to_string()),
+            "{stderr}"
+        );
     }
-    assert_eq!(o.json(&["list", "--json"]), serde_json::json!([]), "nothing recorded");
-    assert!(cloud.project("acme")["servers"].as_array().expect("servers").is_empty());
+    assert_eq!(
+        o.json(&["list", "--json"]),
+        serde_json::json!([]),
+        "nothing recorded"
+    );
+    assert!(cloud.project("acme")["servers"]
+        .as_array()
+        .expect("servers")
+        .is_empty());
 }
 
 #[test]
@@ -361,7 +435,11 @@ fn a_blueprint_with_cloud_hosts_but_no_bastion_is_refused() {
     );
     let (code, _, output) = deploy(&o, &cloud, &file, &token_file);
     assert_eq!(code, 2);
-    assert!(text(&output.stderr).contains("bastion: host group `web`"), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stderr).contains("bastion: host group `web`"),
+        "{}",
+        text(&output.stderr)
+    );
     assert_eq!(o.json(&["list", "--json"]), serde_json::json!([]));
 }
 
@@ -380,18 +458,39 @@ fn one_tenants_token_cannot_see_or_change_another_tenants_project() {
     let group: Value = serde_json::from_str(&body).expect("JSON");
     let group_id = group["security_group"]["id"].as_str().expect("id");
 
-    let (code, _) = cloud.call("GET", &format!("/network/v2.0/security-groups/{group_id}"), &token_a, None);
+    let (code, _) = cloud.call(
+        "GET",
+        &format!("/network/v2.0/security-groups/{group_id}"),
+        &token_a,
+        None,
+    );
     assert_eq!(code, 404, "A cannot see B's group");
-    let (code, _) = cloud.call("DELETE", &format!("/network/v2.0/security-groups/{group_id}"), &token_a, None);
+    let (code, _) = cloud.call(
+        "DELETE",
+        &format!("/network/v2.0/security-groups/{group_id}"),
+        &token_a,
+        None,
+    );
     assert_eq!(code, 404, "A cannot delete B's group");
     let rule = format!(
         r#"{{"security_group_rule":{{"security_group_id":"{group_id}","direction":"ingress","ethertype":"IPv4","protocol":"tcp","port_range_min":22,"port_range_max":22,"remote_ip_prefix":"0.0.0.0/0"}}}}"#
     );
-    let (code, _) = cloud.call("POST", "/network/v2.0/security-group-rules", &token_a, Some(&rule));
-    assert!(code == 404 || code == 403, "A cannot open B's group: {code}");
+    let (code, _) = cloud.call(
+        "POST",
+        "/network/v2.0/security-group-rules",
+        &token_a,
+        Some(&rule),
+    );
+    assert!(
+        code == 404 || code == 403,
+        "A cannot open B's group: {code}"
+    );
     let (code, body) = cloud.call("GET", "/network/v2.0/security-groups", &token_a, None);
     assert_eq!(code, 200);
-    assert!(!body.contains(group_id), "A's listing does not show B's group");
+    assert!(
+        !body.contains(group_id),
+        "A's listing does not show B's group"
+    );
     let (code, _) = cloud.call("GET", "/compute/v2.1/servers", "not-a-token", None);
     assert_eq!(code, 401);
 }
@@ -413,15 +512,24 @@ fn a_deployment_of_one_tenant_cannot_open_or_reach_another_tenants_servers() {
     let file = blueprint(&b, servers_only, None);
     let (code, _, output) = deploy(&b, &cloud, &file, &token_b);
     assert_eq!(code, 0, "{}", text(&output.stderr));
-    let b_web = cloud.server("tenant-b", "web-1")["address"].as_str().expect("address").to_owned();
-    let b_group = cloud.security_group("tenant-b", "bastion")["id"].as_str().expect("id").to_owned();
+    let b_web = cloud.server("tenant-b", "web-1")["address"]
+        .as_str()
+        .expect("address")
+        .to_owned();
+    let b_group = cloud.security_group("tenant-b", "bastion")["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
 
     // A goes through its own bastion to B's server: the networks do not meet.
     let a = Overture::new();
     let into_b = |text: String| {
         without_checks(text)
             .replace("{{ steps.servers.outputs.web-1 }}", &b_web)
-            .replace("timeout: 2m }\n    timeout: 3m", "timeout: 4s }\n    timeout: 1m")
+            .replace(
+                "timeout: 2m }\n    timeout: 3m",
+                "timeout: 4s }\n    timeout: 1m",
+            )
     };
     let file = blueprint(&a, into_b, None);
     let (code, status, output) = deploy(&a, &cloud, &file, &token_a);
@@ -441,7 +549,10 @@ fn a_deployment_of_one_tenant_cannot_open_or_reach_another_tenants_servers() {
     let (code, status, output) = deploy(&a, &cloud, &file, &token_a);
     assert_eq!(code, 1, "{}", text(&output.stderr));
     assert_eq!(step(&status, "booted")["status"], "failed");
-    assert_eq!(cloud.security_group("tenant-b", "bastion")["rules"], serde_json::json!([]));
+    assert_eq!(
+        cloud.security_group("tenant-b", "bastion")["rules"],
+        serde_json::json!([])
+    );
     assert_closed_and_purged(&a, &cloud, "tenant-a", status["id"].as_str().expect("id"));
 }
 
@@ -452,17 +563,27 @@ fn a_step_of_another_tenant_cannot_read_a_running_deployments_workspace_or_key()
     let o = Overture::new();
     let (deploying, go_ahead) = configuring(&o, &cloud, &token_file);
     // A's Ansible sandbox holds A's private key in its workspace while it waits.
+    // `StepStarted` is recorded just before the sandbox is made: wait for its workspace.
     let sandboxes = o.data_dir().join("sandboxes");
-    let workspace = std::fs::read_dir(&sandboxes)
-        .expect("sandboxes")
-        .flatten()
-        .map(|entry| entry.path())
-        .find(|path| path.to_string_lossy().contains("-configure-"))
-        .expect("A's configure sandbox");
-    assert!(
-        !files_containing(&workspace, b"PRIVATE KEY").is_empty(),
-        "the key is there to be found"
-    );
+    let started = std::time::Instant::now();
+    let workspace = loop {
+        let found = std::fs::read_dir(&sandboxes)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|entry| entry.path())
+            .find(|path| {
+                path.to_string_lossy().contains("-configure-")
+                    && !files_containing(path, b"PRIVATE KEY").is_empty()
+            });
+        match found {
+            Some(workspace) => break workspace,
+            None if started.elapsed() > std::time::Duration::from_secs(30) => {
+                panic!("A's configure sandbox never held its key")
+            }
+            None => std::thread::sleep(std::time::Duration::from_millis(50)),
+        }
+    };
 
     // B, another tenant on the same engine, knows the path and tries.
     let probe = o.blueprint(

@@ -24,7 +24,11 @@ impl LocalCloud {
             auth_url: String::new(),
         };
         let output = cloud.cli(&["up"]);
-        assert!(output.status.success(), "cloud up: {}", text(&output.stderr));
+        assert!(
+            output.status.success(),
+            "cloud up: {}",
+            text(&output.stderr)
+        );
         let described: Value = serde_json::from_slice(
             &std::fs::read(cloud.dir.path().join("cloud.json")).expect("cloud.json"),
         )
@@ -64,8 +68,15 @@ impl LocalCloud {
         args.push(&path);
         args.extend_from_slice(extra);
         let output = self.cli(&args);
-        assert!(output.status.success(), "cloud token: {}", text(&output.stderr));
-        let token = std::fs::read_to_string(&file).expect("token file").trim().to_owned();
+        assert!(
+            output.status.success(),
+            "cloud token: {}",
+            text(&output.stderr)
+        );
+        let token = std::fs::read_to_string(&file)
+            .expect("token file")
+            .trim()
+            .to_owned();
         (file, token)
     }
 
@@ -74,13 +85,21 @@ impl LocalCloud {
         let mut all = vec!["fault", "--project", project];
         all.extend_from_slice(args);
         let output = self.cli(&all);
-        assert!(output.status.success(), "cloud fault: {}", text(&output.stderr));
+        assert!(
+            output.status.success(),
+            "cloud fault: {}",
+            text(&output.stderr)
+        );
     }
 
     /// `overture cloud status --json`.
     pub fn status(&self) -> Value {
         let output = self.cli(&["status", "--json"]);
-        assert!(output.status.success(), "cloud status: {}", text(&output.stderr));
+        assert!(
+            output.status.success(),
+            "cloud status: {}",
+            text(&output.stderr)
+        );
         serde_json::from_slice(&output.stdout).expect("status JSON")
     }
 

@@ -184,7 +184,8 @@ async fn revoke(
     };
     if let Err(error) = revoked {
         tracing::warn!(%deployment, rule = access.rule, %error, "could not close the bastion; trying again later");
-        let later = ports.clock.now() + chrono::TimeDelta::from_std(REVOKE_RETRY).unwrap_or_default();
+        let later =
+            ports.clock.now() + chrono::TimeDelta::from_std(REVOKE_RETRY).unwrap_or_default();
         ports.work.wake_at(deployment, later).await.map_err(work)?;
         return Ok(false);
     }

@@ -68,7 +68,11 @@ impl Watch for Progress {
             } => {
                 let mut sealed = Vec::new();
                 if !secrets.is_empty() {
-                    sealed.push(format!("{} secret(s) ({})", secrets.len(), secrets.join(", ")));
+                    sealed.push(format!(
+                        "{} secret(s) ({})",
+                        secrets.len(),
+                        secrets.join(", ")
+                    ));
                 }
                 if ssh_public_key.is_some() {
                     sealed.push("the deployment's SSH key".to_owned());

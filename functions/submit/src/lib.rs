@@ -10,9 +10,9 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
+use overture_domain::blueprint::SERVERS_KIND;
 use overture_domain::blueprint::{self, BlueprintError, BlueprintProblem};
 use overture_domain::deployment::SealedCredentials;
-use overture_domain::blueprint::SERVERS_KIND;
 use overture_domain::secret::{SecretString, SecretValues, SSH_KEY_SECRET, TOKEN_SECRET};
 use overture_domain::{DeploymentCommand, DeploymentError};
 use overture_events::{BlueprintSnapshot, CloudAccount, DeploymentId};
@@ -119,10 +119,11 @@ pub async fn submit(
     if needs_cloud(&parsed.snapshot) && submission.cloud.is_none() {
         return Err(BlueprintError(vec![BlueprintProblem {
             field: "--token-file".into(),
-            problem: "this blueprint acts in a cloud (it makes servers or goes through a bastion); \
+            problem:
+                "this blueprint acts in a cloud (it makes servers or goes through a bastion); \
                       give your cloud token with --token-file FILE or the OS_TOKEN variable, and \
                       the cloud's identity URL with --auth-url or OS_AUTH_URL"
-                .into(),
+                    .into(),
         }])
         .into());
     }
