@@ -295,7 +295,9 @@ fn a_server_made_unreachable_during_ansible_is_attempted_twice() {
     let o = Overture::new();
     let (deploying, go_ahead) = configuring(&o, &cloud, &token_file);
     // Ansible is connected (or connecting) to both servers and waits for the go-ahead.
-    cloud.fault("acme", &["unreachable", "--server", "web-2"]);
+    let web_2 = cloud.server("acme", "web-2");
+    let name = web_2["name"].as_str().expect("name");
+    cloud.fault("acme", &["unreachable", "--server", name]);
     std::fs::write(&go_ahead, "").expect("go ahead");
     let id = deploying.id.clone();
     let finished = deploying.wait();
