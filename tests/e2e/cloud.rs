@@ -144,6 +144,12 @@ fn hello_world_answers_on_both_servers_configured_through_the_bastion() {
         status["tenant"], "acme",
         "the tenant is the token's project"
     );
+    let requested = &o.events(&id)[0];
+    assert_eq!(
+        requested["data"]["requested_by"], "acme",
+        "the requester is the token's user"
+    );
+    assert_eq!(requested["data"]["cloud"]["project"], "acme");
     for server in ["web-1", "web-2"] {
         assert_eq!(
             step(&status, &format!("check-{server}"))["outputs"]["greeting"],
@@ -307,6 +313,17 @@ fn a_server_made_unreachable_during_ansible_is_attempted_twice() {
     let configure = step(&status, "configure");
     assert_eq!(configure["error_class"], "host-unreachable");
     assert_eq!(configure["attempts"], 2, "host-unreachable is retried once");
+    let exits: Vec<Value> = o
+        .events(&id)
+        .iter()
+        .filter(|e| e["type"] == "StepAttemptFailed")
+        .map(|e| e["data"]["exit_code"].clone())
+        .collect();
+    assert_eq!(
+        exits,
+        vec![Value::from(4), Value::from(4)],
+        "ansible exited 4 both times"
+    );
     assert_closed_and_purged(&o, &cloud, "acme", &id);
 }
 
@@ -422,7 +439,7 @@ fn a_missing_malformed_or_expired_token_is_refused_before_anything_is_recorded()
 }
 
 #[test]
-fn a_blueprint_with_cloud_hosts_but_no_bastion_is_refused() {
+fn a_blueprint_with_cloud_hosts_but_no_bastion_or_an_unknown_host_group_is_refused() {
     let cloud = LocalCloud::up();
     let (token_file, _) = cloud.token("acme");
     let o = Overture::new();
@@ -442,7 +459,28 @@ fn a_blueprint_with_cloud_hosts_but_no_bastion_is_refused() {
         "{}",
         text(&output.stderr)
     );
+
+    let file = blueprint(
+        &o,
+        |text| text.replace("hosts: web }", "hosts: webs }"),
+        None,
+    );
+    let (code, _, output) = deploy(&o, &cloud, &file, &token_file);
+    assert_eq!(code, 2);
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("steps.configure.with.hosts")
+            && stderr.contains("`webs` is not a host group"),
+        "{stderr}"
+    );
     assert_eq!(o.json(&["list", "--json"]), serde_json::json!([]));
+    assert!(
+        cloud.project("acme")["servers"]
+            .as_array()
+            .expect("servers")
+            .is_empty(),
+        "nothing was made in the cloud"
+    );
 }
 
 #[test]

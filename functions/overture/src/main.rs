@@ -575,6 +575,11 @@ async fn deploy(
         (Some(checked), _) => checked.info.project.clone(),
         (None, tenant) => tenant.unwrap_or_else(|| "default".into()),
     };
+    // Acting with a token, the requester is whom the cloud says the token belongs to.
+    let requested_by = checked.as_ref().map_or_else(
+        || std::env::var("USER").unwrap_or_else(|_| "cli".into()),
+        |checked| checked.info.user.clone(),
+    );
     let cloud = checked.map(|checked| overture_submit::CloudSession {
         account: checked.info.account(),
         token: checked.token,
@@ -591,7 +596,7 @@ async fn deploy(
         source: file.display().to_string(),
         text,
         tenant,
-        requested_by: std::env::var("USER").unwrap_or_else(|_| "cli".into()),
+        requested_by,
         trigger: "cli".into(),
         params,
         secrets: secret_values,

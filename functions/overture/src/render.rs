@@ -250,7 +250,12 @@ fn describe(event: &DeploymentEvent) -> String {
                 .map(|key| format!("; ssh key: {key}"))
                 .unwrap_or_default();
             let token = if *token { "; the cloud token" } else { "" };
-            format!("secrets: {}{key}{token}", secrets.join(", "))
+            let secrets = if secrets.is_empty() {
+                "none".to_owned()
+            } else {
+                secrets.join(", ")
+            };
+            format!("secrets: {secrets}{key}{token}")
         }
         E::StepScheduled { step, attempt, .. } => format!("{step} #{attempt}"),
         E::StepStarted {
