@@ -608,7 +608,7 @@ mod tests {
 
     use super::*;
     use crate::step::SSH_KEY_FILE;
-    use crate::testing::{input, key_secrets, requested, sandbox_result, BASTION};
+    use crate::testing::{input, key_secrets, prepared_file, requested, sandbox_result, BASTION};
 
     fn expect(statuses: Option<Vec<u16>>, outputs: &[(&str, &str)]) -> Expectation {
         Expectation {
@@ -899,14 +899,7 @@ mod tests {
         assert!(prepared.network);
         assert!(!prepared.command.contains("s3cr3t-value"));
         assert!(prepared.env.is_empty() && prepared.secret_env.is_empty());
-        let file = |name: &str| {
-            let (_, content) = prepared
-                .files
-                .iter()
-                .find(|(path, _)| path.as_os_str() == name)
-                .expect(name);
-            String::from_utf8_lossy(content).into_owned()
-        };
+        let file = |name: &str| prepared_file(&prepared, name);
         let config = file(CONFIG_FILE);
         assert!(
             config.contains(r#"url = "http://api/servers/7""#),
@@ -945,15 +938,6 @@ mod tests {
         prepare(&input(&state, "call", &key_secrets()))
     }
 
-    fn file(prepared: &Prepared, name: &str) -> String {
-        let (_, content) = prepared
-            .files
-            .iter()
-            .find(|(path, _)| path.as_os_str() == name)
-            .unwrap_or_else(|| panic!("no {name}"));
-        String::from_utf8_lossy(content).into_owned()
-    }
-
     #[test]
     fn via_the_bastion_curl_calls_through_a_tunnel_that_ssh_opens_first() {
         let prepared = prepare_behind(
@@ -976,7 +960,7 @@ mod tests {
         assert!(command.contains(CALL), "{command}");
         assert!(command.ends_with("exit $code"), "{command}");
         assert!(!command.contains("PRIVATE KEY"));
-        let config = file(&prepared, CONFIG_FILE);
+        let config = prepared_file(&prepared, CONFIG_FILE);
         assert!(
             config.contains(r#"url = "http://10.0.0.5:8080/health?x=1""#),
             "{config}"
@@ -985,7 +969,7 @@ mod tests {
             config.contains(r#"unix-socket = "/work/tunnel.sock""#),
             "{config}"
         );
-        assert!(file(&prepared, SSH_KEY_FILE).contains("PRIVATE KEY"));
+        assert!(prepared_file(&prepared, SSH_KEY_FILE).contains("PRIVATE KEY"));
         assert!(prepared.collect.contains(&PathBuf::from(TUNNEL_LOG)));
     }
 
@@ -1001,7 +985,7 @@ mod tests {
         assert_eq!(prepared.command, format!("{CALL}\nexit $code"));
         assert!(prepared.command.ends_with("\nexit $code") && !prepared.command.contains("ssh"));
         assert_eq!(prepared.files.len(), 1, "the config alone: no key");
-        assert!(!file(&prepared, CONFIG_FILE).contains("unix-socket"));
+        assert!(!prepared_file(&prepared, CONFIG_FILE).contains("unix-socket"));
     }
 
     #[test]

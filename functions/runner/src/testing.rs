@@ -97,3 +97,13 @@ fn pairs<T: FromIterator<(String, String)>>(pairs: &[(&str, &str)]) -> T {
         .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
         .collect()
 }
+
+/// The text of a file a kind's `prepare` put in the sandbox.
+pub fn prepared_file(prepared: &crate::step::Prepared, name: &str) -> String {
+    let (_, content) = prepared
+        .files
+        .iter()
+        .find(|(path, _)| path.as_os_str() == name)
+        .unwrap_or_else(|| panic!("no {name} among the prepared files"));
+    String::from_utf8_lossy(content).into_owned()
+}

@@ -361,7 +361,9 @@ mod tests {
 
     use super::*;
     use crate::step::SSH_KEY_FILE;
-    use crate::testing::{input, key_secrets, requested, sandbox_result, BASTION, SSH_KEY};
+    use crate::testing::{
+        input, key_secrets, prepared_file, requested, sandbox_result, BASTION, SSH_KEY,
+    };
 
     /// Prepares the step `wait` of a blueprint whose parameter `ip` is 10.0.0.9.
     fn prepare_step(blueprint: &str) -> Result<Prepared, String> {
@@ -421,14 +423,7 @@ mod tests {
     #[test]
     fn behind_a_bastion_the_poll_waits_for_it_then_tries_each_host_through_it() {
         let prepared = prepare_behind("192.0.2.1:2222", &key_secrets()).expect("prepares");
-        let file = |name: &str| {
-            let (_, content) = prepared
-                .files
-                .iter()
-                .find(|(path, _)| path.as_os_str() == name)
-                .unwrap_or_else(|| panic!("no {name}"));
-            String::from_utf8_lossy(content).into_owned()
-        };
+        let file = |name: &str| prepared_file(&prepared, name);
         assert_eq!(file(BASTION_FILE), "192.0.2.1:2222\t192.0.2.1\t2222\n");
         assert_eq!(
             file(HOSTS_FILE),
