@@ -78,11 +78,12 @@ fn configuring(o: &Overture, cloud: &LocalCloud, token_file: &Path) -> (Deployin
     (deploying, go_ahead)
 }
 
-/// A file path the servers can see (they see the host's files read-only, but have their own
-/// `/tmp`), unique to the test.
+/// A file path the servers can see, unique to the test. A server sees the machine's files
+/// read-only but has its own `/tmp`, `/var/tmp`, `/root`, `/srv` and `/run`, so the path must be
+/// outside those wherever the tests run from.
 fn go_ahead_file() -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    std::fs::create_dir_all(dir).expect("target tmp");
+    let dir = Path::new("/var/lib/overture-e2e");
+    std::fs::create_dir_all(dir).expect("a folder the servers see");
     dir.join(format!("go-ahead-{}", uuid::Uuid::new_v4().simple()))
 }
 
