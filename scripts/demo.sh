@@ -9,6 +9,11 @@ overture=target/release/overture
 data=$(mktemp -d /tmp/overture-demo.XXXXXX)
 cloud="$data/cloud"
 
+# The newest deployment's id in the demo's data directory.
+newest() {
+    $overture --data-dir "$data" list --json | sed -n 's/.*"id": "\([0-9a-f-]*\)".*/\1/p' | head -n 1
+}
+
 echo "== overture cloud up (a local OpenStack-like cloud: servers are network namespaces)"
 $overture cloud up --dir "$cloud"
 trap '$overture cloud down --dir "$cloud" >/dev/null 2>&1 || true' EXIT
@@ -19,7 +24,7 @@ $overture cloud token --dir "$cloud" --project demo --out "$data/token"
 echo
 echo "== overture deploy examples/hello-world-cloud/blueprint.yaml --token-file (tenant: the token's project)"
 $overture --data-dir "$data" deploy examples/hello-world-cloud/blueprint.yaml --token-file "$data/token"
-cid=$($overture --data-dir "$data" list --json | sed -n 's/.*"id": "\([0-9a-f-]*\)".*/\1/p' | head -n 1)
+cid=$(newest)
 echo
 echo "== what each web server answers (through the bastion)"
 $overture --data-dir "$data" status "$cid" --json \
@@ -48,7 +53,7 @@ export DEMO_API_TOKEN="demo-token-$RANDOM$RANDOM"
 deployed=0
 $overture --data-dir "$data" deploy examples/hello-world/blueprint.yaml \
     --param name=Overture --secret api_token=DEMO_API_TOKEN || deployed=$?
-id=$($overture --data-dir "$data" list --json | sed -n 's/.*"id": "\([0-9a-f-]*\)".*/\1/p' | head -n 1)
+id=$(newest)
 
 echo
 echo "== overture status $id"
@@ -78,7 +83,7 @@ echo "(the secret token appears nowhere in $data)"
 echo
 echo "== overture deploy examples/terraform/blueprint.yaml (real terraform, built-in resources only)"
 $overture --data-dir "$data" deploy examples/terraform/blueprint.yaml --param environment=demo
-tf=$($overture --data-dir "$data" list --json | sed -n 's/.*"id": "\([0-9a-f-]*\)".*/\1/p' | head -n 1)
+tf=$(newest)
 echo
 echo "== overture logs $tf network (terraform's own output)"
 $overture --data-dir "$data" logs "$tf" network | tail -n 12

@@ -124,8 +124,6 @@ pub struct DeploymentState {
     pub destroy: Option<Destroy>,
     /// The cloud account the deployment acts for, when it was given a token.
     pub cloud: Option<CloudAccount>,
-    /// Whether the user's token is among the sealed secrets.
-    pub token_sealed: bool,
     /// The engine's rule on the bastion, while it is open.
     pub bastion_access: Option<BastionAccess>,
 }
@@ -572,12 +570,10 @@ impl Deployment {
             E::CredentialsSealed {
                 seal,
                 ssh_public_key,
-                token,
                 ..
             } => {
                 state.seal = Some(seal);
                 state.ssh_public_key = ssh_public_key;
-                state.token_sealed = token;
             }
             E::BastionAccessGranted {
                 rule,

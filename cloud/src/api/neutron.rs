@@ -72,6 +72,18 @@ fn forbidden() -> Response {
     )
 }
 
+/// The found value under `key` with `status`, or the refusal in this service's error shape.
+fn answer<T: serde::Serialize>(
+    status: StatusCode,
+    key: &str,
+    found: Result<T, StateError>,
+) -> Response {
+    match found {
+        Ok(value) => reply(status, json!({ key: value })),
+        Err(refusal) => failure(refusal.into()),
+    }
+}
+
 fn failure(failure: Failure) -> Response {
     let refusal = match failure {
         Failure::Refused(refusal) => refusal,
@@ -122,10 +134,7 @@ pub async fn create_group(
         let group = state.create_group(&tenant.project_id, &new.name, &new.description)?;
         Ok::<_, StateError>(group_body(state, &tenant.project_id, &group))
     });
-    match created {
-        Ok(group) => reply(StatusCode::CREATED, json!({"security_group": group})),
-        Err(refusal) => failure(refusal.into()),
-    }
+    answer(StatusCode::CREATED, "security_group", created)
 }
 
 /// `GET /network/v2.0/security-groups[?name=]`.
@@ -147,10 +156,7 @@ pub async fn list_groups(
                     .collect::<Vec<_>>()
             })
     });
-    match groups {
-        Ok(groups) => reply(StatusCode::OK, json!({"security_groups": groups})),
-        Err(refusal) => failure(refusal.into()),
-    }
+    answer(StatusCode::OK, "security_groups", groups)
 }
 
 /// `GET /network/v2.0/security-groups/{id}`.
@@ -164,10 +170,7 @@ pub async fn show_group(
             .group(&tenant.project_id, &id)
             .map(|g| group_body(state, &tenant.project_id, g))
     });
-    match group {
-        Ok(group) => reply(StatusCode::OK, json!({"security_group": group})),
-        Err(refusal) => failure(refusal.into()),
-    }
+    answer(StatusCode::OK, "security_group", group)
 }
 
 /// `DELETE /network/v2.0/security-groups/{id}`: 409 while a server uses it.
@@ -243,10 +246,7 @@ pub async fn list_rules(
                     .collect::<Vec<_>>()
             })
     });
-    match rules {
-        Ok(rules) => reply(StatusCode::OK, json!({"security_group_rules": rules})),
-        Err(refusal) => failure(refusal.into()),
-    }
+    answer(StatusCode::OK, "security_group_rules", rules)
 }
 
 /// `GET /network/v2.0/security-group-rules/{id}`.
@@ -260,10 +260,7 @@ pub async fn show_rule(
             .rule(&tenant.project_id, &id)
             .map(|r| rule_body(r, &tenant.project_id))
     });
-    match rule {
-        Ok(rule) => reply(StatusCode::OK, json!({"security_group_rule": rule})),
-        Err(refusal) => failure(refusal.into()),
-    }
+    answer(StatusCode::OK, "security_group_rule", rule)
 }
 
 /// `DELETE /network/v2.0/security-group-rules/{id}`: 204 once no server admits it any more.

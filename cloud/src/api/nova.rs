@@ -53,6 +53,18 @@ fn error(status: StatusCode, message: &str) -> Response {
     )
 }
 
+/// The found value under `key` with `status`, or the refusal in this service's error shape.
+fn answer<T: serde::Serialize>(
+    status: StatusCode,
+    key: &str,
+    found: Result<T, StateError>,
+) -> Response {
+    match found {
+        Ok(value) => reply(status, json!({ key: value })),
+        Err(refusal) => failure(refusal.into()),
+    }
+}
+
 fn failure(failure: Failure) -> Response {
     match failure {
         Failure::Refused(refusal) => {
@@ -130,10 +142,7 @@ pub async fn list(
                     .collect::<Vec<_>>()
             })
     });
-    match servers {
-        Ok(servers) => reply(StatusCode::OK, json!({"servers": servers})),
-        Err(refusal) => failure(refusal.into()),
-    }
+    answer(StatusCode::OK, "servers", servers)
 }
 
 /// `GET /compute/v2.1/servers/detail[?name=]`.
@@ -153,10 +162,7 @@ pub async fn list_detail(
             .map(|server| server_body(state, project, server))
             .collect())
     });
-    match servers {
-        Ok(servers) => reply(StatusCode::OK, json!({"servers": servers})),
-        Err(refusal) => failure(refusal.into()),
-    }
+    answer(StatusCode::OK, "servers", servers)
 }
 
 /// `GET /compute/v2.1/servers/{id}`.
@@ -170,10 +176,7 @@ pub async fn show(
         let server = state.server(&tenant.project_id, &id)?;
         Ok(server_body(state, project, server))
     });
-    match server {
-        Ok(server) => reply(StatusCode::OK, json!({"server": server})),
-        Err(refusal) => failure(refusal.into()),
-    }
+    answer(StatusCode::OK, "server", server)
 }
 
 /// `DELETE /compute/v2.1/servers/{id}`: 204 once its namespace, link and processes are gone.

@@ -418,7 +418,7 @@ async fn run_in_sandbox(
         attempt,
         kept,
     };
-    if let Some(failure) = open_bastion(&input, ports).await? {
+    if let Some(failure) = open_bastion(&input, ports, &masker).await? {
         return Ok(failure);
     }
     let prepared = match prepare(&input) {
@@ -486,12 +486,12 @@ async fn run_in_sandbox(
 async fn open_bastion(
     input: &StepInput<'_>,
     ports: &RunnerPorts<'_>,
+    masker: &Masker,
 ) -> Result<Option<Outcome>, RunnerError> {
     let state = input.state;
     if state.bastion_access.is_some() {
         return Ok(None);
     }
-    let masker = Masker::new(input.secrets.values());
     let failure = |class, message: String| {
         Some(Outcome::Failure {
             class,
