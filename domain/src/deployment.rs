@@ -97,6 +97,14 @@ pub enum Phase {
         /// When still-running steps are abandoned.
         deadline: Option<Timestamp>,
     },
+    /// A user cancelled it: nothing runs any more; the bastion is closed and the secrets purged
+    /// before it ends.
+    Cancelling {
+        /// Who asked.
+        requested_by: String,
+        /// Why.
+        reason: String,
+    },
     /// Ended.
     Finished(Outcome),
 }
@@ -207,7 +215,9 @@ impl DeploymentState {
                 .steps
                 .values()
                 .all(|s| s.status == StepStatus::Succeeded),
-            Phase::Failing { .. } => self.running_steps().next().is_none(),
+            Phase::Failing { .. } | Phase::Cancelling { .. } => {
+                self.running_steps().next().is_none()
+            }
             Phase::NotRequested | Phase::Finished(_) => false,
         }
     }
@@ -234,6 +244,11 @@ pub enum DeploymentCommand {
     },
     /// Move on: schedule steps whose needs succeeded, abandon at a passed deadline, finish.
     Advance { now: Timestamp },
+    /// A user cancels the deployment: running and waiting attempts are abandoned at once.
+    Cancel {
+        requested_by: String,
+        reason: String,
+    },
     /// An attempt is starting in a sandbox.
     StartAttempt {
         step: String,
@@ -432,6 +447,10 @@ impl Deployment {
                 Ok(std::iter::once(requested).chain(sealed).collect())
             }
             C::Advance { now } => Ok(advance(state, now)),
+            C::Cancel {
+                requested_by,
+                reason,
+            } => Ok(cancel(state, requested_by, reason)),
             C::StartAttempt {
                 step,
                 attempt,
@@ -478,7 +497,14 @@ impl Deployment {
                 if let Some(open) = &state.bastion_access {
                     return Err(DeploymentError::AccessAlreadyGranted(open.rule.clone()));
                 }
-                if state.running_steps().next().is_none() {
+                // An attempt abandoned while it opened the bastion still records its rule, so
+                // that the rule is closed with the others; only a deployment still running
+                // refuses a rule no step needs.
+                let late = matches!(
+                    state.phase,
+                    Phase::Failing { .. } | Phase::Cancelling { .. }
+                ) && !state.secrets_purged;
+                if state.running_steps().next().is_none() && !late {
                     return Err(DeploymentError::NoStepRunning);
                 }
                 Ok(vec![DeploymentEvent::BastionAccessGranted {
@@ -652,6 +678,15 @@ impl Deployment {
             E::SecretsPurged {} => state.secrets_purged = true,
             E::DeploymentSucceeded {} => state.phase = Phase::Finished(Outcome::Succeeded),
             E::DeploymentFailed { .. } => state.phase = Phase::Finished(Outcome::Failed),
+            E::CancellationRequested {
+                requested_by,
+                reason,
+            } => {
+                state.phase = Phase::Cancelling {
+                    requested_by,
+                    reason,
+                }
+            }
             E::DeploymentCancelled { .. } => state.phase = Phase::Finished(Outcome::Cancelled),
             E::DestroyRequested { steps } => {
                 state.destroy = Some(Destroy {
@@ -741,8 +776,45 @@ fn advance(state: &DeploymentState, now: Timestamp) -> Vec<DeploymentEvent> {
             }
             events
         }
+        Phase::Cancelling {
+            requested_by,
+            reason,
+        } => {
+            if state.work_is_over() && state.secrets_purged {
+                vec![DeploymentEvent::DeploymentCancelled {
+                    reason: reason.clone(),
+                    requested_by: requested_by.clone(),
+                }]
+            } else {
+                vec![]
+            }
+        }
         Phase::NotRequested | Phase::Finished(_) => vec![],
     }
+}
+
+/// The events of a user's cancel: every running or waiting attempt is abandoned at once, with
+/// no grace period (the user asked). Cancelling again changes nothing.
+fn cancel(state: &DeploymentState, requested_by: String, reason: String) -> Vec<DeploymentEvent> {
+    if matches!(state.phase, Phase::Cancelling { .. }) {
+        return vec![];
+    }
+    let why = format!("cancelled by {requested_by}");
+    let abandoned = state
+        .steps
+        .iter()
+        .filter(|(_, s)| s.status.is_waiting() || s.status == StepStatus::Running)
+        .map(|(name, s)| DeploymentEvent::StepAbandoned {
+            step: name.clone(),
+            attempt: s.attempt,
+            reason: why.clone(),
+        });
+    std::iter::once(DeploymentEvent::CancellationRequested {
+        requested_by,
+        reason,
+    })
+    .chain(abandoned)
+    .collect()
 }
 
 /// Starts tearing a finished deployment down, or carries on after a failure.

@@ -365,7 +365,7 @@ fn fold(view: &mut DeploymentView, event: DeploymentEvent, at: Timestamp) {
         }),
         E::DeploymentSucceeded {} => finish(view, DeploymentStatus::Succeeded, None, at),
         E::DeploymentFailed { reason } => finish(view, DeploymentStatus::Failed, Some(reason), at),
-        E::DeploymentCancelled { reason } => {
+        E::DeploymentCancelled { reason, .. } => {
             finish(view, DeploymentStatus::Cancelled, Some(reason), at)
         }
         E::DestroyRequested { .. } => set_destroy(view, DestroyStatus::Destroying, None, at),
@@ -419,7 +419,8 @@ fn fold(view: &mut DeploymentView, event: DeploymentEvent, at: Timestamp) {
         E::SecretsPurged {} => close_grants(view, |kind| !kind.closed_by_revocation(), at),
         E::DeploymentRequested { .. }
         | E::StepDestroyed { .. }
-        | E::FailureGracePeriodStarted { .. } => {}
+        | E::FailureGracePeriodStarted { .. }
+        | E::CancellationRequested { .. } => {}
     }
 }
 

@@ -23,6 +23,12 @@ pub const fn default_rule(class: ErrorClass) -> RetryRule {
             times: 1,
             wait_ms: 0,
         },
+        // Running the step again is what every durable execution engine does after a crash;
+        // a step that must never run twice opts out with `interrupted: { times: 0 }`.
+        ErrorClass::Interrupted => RetryRule {
+            times: 2,
+            wait_ms: 0,
+        },
         ErrorClass::StepFailed => RetryRule {
             times: 0,
             wait_ms: 0,
@@ -106,6 +112,10 @@ mod tests {
         assert_eq!(
             attempts_until_give_up(&step, ErrorClass::HostUnreachable),
             (2, vec![Duration::ZERO])
+        );
+        assert_eq!(
+            attempts_until_give_up(&step, ErrorClass::Interrupted),
+            (3, vec![Duration::ZERO; 2])
         );
         assert_eq!(
             attempts_until_give_up(&step, ErrorClass::StepFailed),

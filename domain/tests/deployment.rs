@@ -799,3 +799,174 @@ fn the_bastion_stays_open_while_a_step_still_runs() {
         "lint still runs"
     );
 }
+
+fn cancel() -> C {
+    C::Cancel {
+        requested_by: "ada".into(),
+        reason: "wrong version".into(),
+    }
+}
+
+fn cancellation_requested() -> E {
+    E::CancellationRequested {
+        requested_by: "ada".into(),
+        reason: "wrong version".into(),
+    }
+}
+
+fn abandoned_by_cancel(step: &str, attempt: u32) -> E {
+    E::StepAbandoned {
+        step: step.into(),
+        attempt,
+        reason: "cancelled by ada".into(),
+    }
+}
+
+#[test]
+fn a_cancel_abandons_running_and_waiting_attempts_at_once_with_no_grace_period() {
+    let mut history = running_lint();
+    history.extend([
+        attempt_failed("lint", 1, ErrorClass::StepFailed),
+        E::StepRetryScheduled {
+            step: "lint".into(),
+            attempt: 1,
+            next_attempt: 2,
+            delay_ms: 5_000,
+            not_before: t(6),
+        },
+    ]);
+    assert_eq!(
+        given(history).when(cancel()),
+        Ok(vec![
+            cancellation_requested(),
+            abandoned_by_cancel("unit", 1),
+            abandoned_by_cancel("lint", 2),
+        ]),
+        "unit was running, lint waited for its retry; package never starts"
+    );
+}
+
+#[test]
+fn a_cancelled_deployment_starts_nothing_and_closes_the_bastion_then_purges_then_ends() {
+    let mut history = running_lint();
+    history.push(granted("r1"));
+    history.extend([
+        cancellation_requested(),
+        abandoned_by_cancel("unit", 1),
+        abandoned_by_cancel("lint", 1),
+    ]);
+    let cancelling = given(history.clone());
+    assert_eq!(
+        actions(cancelling.state()),
+        vec![Action::RevokeAccess(access("r1"))]
+    );
+    assert_eq!(cancelling.when(C::Advance { now: t(9) }), Ok(vec![]));
+    assert_eq!(
+        given(history.clone()).when(start("package", 1, 9)),
+        Err(DeploymentError::AttemptNotScheduled {
+            step: "package".into(),
+            attempt: 1
+        })
+    );
+    assert_eq!(
+        given(history.clone()).when(success("unit", 1)),
+        Err(DeploymentError::AttemptNotRunning {
+            step: "unit".into(),
+            attempt: 1
+        }),
+        "a sandbox that finishes as it is killed records nothing"
+    );
+
+    history.push(E::BastionAccessRevoked { rule: "r1".into() });
+    assert_eq!(
+        actions(given(history.clone()).state()),
+        vec![Action::PurgeSecrets]
+    );
+    history.push(E::SecretsPurged {});
+    assert_eq!(
+        given(history.clone()).when(C::Advance { now: t(10) }),
+        Ok(vec![E::DeploymentCancelled {
+            reason: "wrong version".into(),
+            requested_by: "ada".into(),
+        }])
+    );
+}
+
+#[test]
+fn cancelling_twice_records_nothing_more_and_an_ended_deployment_refuses() {
+    let mut history = running_lint();
+    history.extend([
+        cancellation_requested(),
+        abandoned_by_cancel("unit", 1),
+        abandoned_by_cancel("lint", 1),
+    ]);
+    assert_eq!(given(history).when(cancel()), Ok(vec![]));
+    assert_eq!(
+        given(failed_at_build()).when(cancel()),
+        Err(DeploymentError::AlreadyFinished)
+    );
+    assert_eq!(given([]).when(cancel()), Err(DeploymentError::NotRequested));
+}
+
+#[test]
+fn a_failing_deployment_can_be_cancelled_before_its_grace_period_ends() {
+    let history = failing_with_lint_in_grace();
+    let events = given(history.clone()).when(cancel()).expect("cancelled");
+    assert_eq!(events[0], cancellation_requested());
+    assert!(
+        events.contains(&abandoned_by_cancel("lint", 1)),
+        "lint does not get the rest of its grace period: {events:?}"
+    );
+}
+
+#[test]
+fn a_rule_opened_by_an_attempt_abandoned_meanwhile_is_recorded_so_it_gets_closed() {
+    let mut history = running_lint();
+    history.extend([
+        cancellation_requested(),
+        abandoned_by_cancel("unit", 1),
+        abandoned_by_cancel("lint", 1),
+    ]);
+    assert_eq!(
+        given(history.clone()).when(C::RecordAccessGranted(access("r1"))),
+        Ok(vec![granted("r1")])
+    );
+    history.push(granted("r1"));
+    assert_eq!(
+        actions(given(history).state()),
+        vec![Action::RevokeAccess(access("r1"))]
+    );
+}
+
+#[test]
+fn an_interrupted_attempt_is_retried_twice_by_default_with_no_wait() {
+    let history = running_lint();
+    assert_eq!(
+        given(history).when(C::RecordFailure {
+            step: "unit".into(),
+            attempt: 1,
+            error_class: ErrorClass::Interrupted,
+            exit_code: None,
+            message: "the attempt was interrupted".into(),
+            duration_ms: 0,
+            now: t(3),
+        }),
+        Ok(vec![
+            E::StepAttemptFailed {
+                step: "unit".into(),
+                attempt: 1,
+                error_class: ErrorClass::Interrupted,
+                exit_code: None,
+                message: "the attempt was interrupted".into(),
+                duration_ms: 0,
+            },
+            E::StepRetryScheduled {
+                step: "unit".into(),
+                attempt: 1,
+                next_attempt: 2,
+                delay_ms: 0,
+                not_before: t(3),
+            }
+        ])
+    );
+}

@@ -110,17 +110,21 @@ pub enum ErrorClass {
     BootstrapTimeout,
     /// Ansible could not reach a host (exit code 4).
     HostUnreachable,
+    /// The attempt was cut short by the engine's death, a lost runner or an expired lease: not
+    /// the step's own doing.
+    Interrupted,
     /// Anything else.
     StepFailed,
 }
 
 impl ErrorClass {
     /// Every class, in the order the retry table lists them.
-    pub const ALL: [ErrorClass; 5] = [
+    pub const ALL: [ErrorClass; 6] = [
         ErrorClass::Terraform,
         ErrorClass::BackendUnreachable,
         ErrorClass::BootstrapTimeout,
         ErrorClass::HostUnreachable,
+        ErrorClass::Interrupted,
         ErrorClass::StepFailed,
     ];
 
@@ -131,6 +135,7 @@ impl ErrorClass {
             ErrorClass::BackendUnreachable => "backend-unreachable",
             ErrorClass::BootstrapTimeout => "bootstrap-timeout",
             ErrorClass::HostUnreachable => "host-unreachable",
+            ErrorClass::Interrupted => "interrupted",
             ErrorClass::StepFailed => "step-failed",
         }
     }

@@ -133,8 +133,21 @@ pub enum DeploymentEvent {
     DeploymentSucceeded {},
     /// A step failed for good.
     DeploymentFailed { reason: String },
-    /// A user cancelled the deployment.
-    DeploymentCancelled { reason: String },
+    /// A user asked to cancel the deployment: no step starts any more, and every running or
+    /// waiting attempt is abandoned at once (no grace period).
+    CancellationRequested {
+        /// Who asked.
+        requested_by: String,
+        /// Why, in their words.
+        reason: String,
+    },
+    /// A user cancelled the deployment; its bastion was closed and its secrets purged first.
+    DeploymentCancelled {
+        reason: String,
+        /// Who asked.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        requested_by: String,
+    },
     /// A user asked to tear the deployment down: these steps' resources are destroyed, in order.
     DestroyRequested { steps: Vec<String> },
     /// A step's resources were destroyed.
@@ -195,6 +208,7 @@ impl DeploymentEvent {
             Self::SecretsPurged {} => "SecretsPurged",
             Self::DeploymentSucceeded {} => "DeploymentSucceeded",
             Self::DeploymentFailed { .. } => "DeploymentFailed",
+            Self::CancellationRequested { .. } => "CancellationRequested",
             Self::DeploymentCancelled { .. } => "DeploymentCancelled",
             Self::DestroyRequested { .. } => "DestroyRequested",
             Self::StepDestroyed { .. } => "StepDestroyed",

@@ -18,8 +18,7 @@ steps:
   slow:
     run: script
     needs: [first]
-    # An interrupted attempt counts as step-failed; this step may be tried once more.
-    retry: {{ step-failed: {{ times: 1 }} }}
+    # No retry setting: an attempt cut short by the engine's death is run again by default.
     with: {{ command: 'if [ "$OVERTURE_ATTEMPT" = 1 ]; then sleep 120; fi; echo "v={{{{ steps.first.outputs.v }}}}" >> "$OVERTURE_OUTPUTS" # {slow}' }}
   last:
     run: script
@@ -79,6 +78,11 @@ steps:
         .iter()
         .find(|e| e["type"] == "StepAttemptFailed")
         .expect("interrupted attempt");
+    assert_eq!(interrupted["data"]["error_class"], "interrupted");
+    assert!(
+        interrupted["data"]["exit_code"].is_null(),
+        "the step did not exit: its engine died"
+    );
     assert!(interrupted["data"]["message"]
         .as_str()
         .expect("message")
@@ -165,4 +169,63 @@ fn resume_with_nothing_to_do_says_so() {
     let resumed = overture.run(&["resume"]);
     assert!(resumed.status.success(), "{}", text(&resumed.stderr));
     assert!(text(&resumed.stderr).contains("resuming 0 unfinished deployment(s)"));
+}
+
+#[test]
+fn a_step_that_opts_out_of_interrupted_retries_fails_and_resume_exits_1() {
+    let overture = Overture::new();
+    let slow = marker("run-once");
+    let file = overture.blueprint(
+        "once.yaml",
+        &format!(
+            r#"
+name: run-once
+steps:
+  charge:
+    run: script
+    # Charging a card must never run twice, even after a crash.
+    retry: {{ interrupted: {{ times: 0 }} }}
+    with: {{ command: 'sleep 120 # {slow}' }}
+"#
+        ),
+    );
+    let engine = overture.deploy_until(&file, &["charge", "started (attempt 1)"]);
+    let id = engine.id.clone();
+    engine.kill();
+
+    let resumed = overture.run(&["resume"]);
+    assert_eq!(
+        resumed.status.code(),
+        Some(1),
+        "a deployment resume carried on has failed: {}",
+        text(&resumed.stderr)
+    );
+    assert!(
+        text(&resumed.stdout).contains(&format!("{id} failed")),
+        "{}",
+        text(&resumed.stdout)
+    );
+    let events = overture.events(&id);
+    assert_eq!(
+        step_events(&events, "charge")
+            .iter()
+            .map(|(t, a)| format!("{t}#{a}"))
+            .collect::<Vec<_>>(),
+        [
+            "StepScheduled#1",
+            "StepStarted#1",
+            "StepAttemptFailed#1",
+            "StepFailed#0"
+        ],
+        "the step ran once, and was not run again"
+    );
+    let failed = events
+        .iter()
+        .find(|e| e["type"] == "StepFailed")
+        .expect("the step failed");
+    assert_eq!(failed["data"]["error_class"], "interrupted");
+    assert_eq!(
+        overture.json(&["status", &id, "--json"])["status"],
+        "failed"
+    );
 }

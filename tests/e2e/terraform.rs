@@ -683,8 +683,7 @@ secrets: [token]
 steps:
   infra:
     run: terraform
-    # An interrupted attempt counts as step-failed; this step may be tried once more.
-    retry: { step-failed: { times: 1 } }
+    # An attempt cut short by the engine's death is run again by default.
     with: { dir: infra, vars: { token: "{{ secrets.token }}" } }
 "#,
     );

@@ -501,11 +501,19 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                         .context("reading the log")?,
                 )
                 .await?;
+            let mut unsuccessful = 0;
             for id in unfinished {
                 let view = find_view(&engine, &id.to_string()).await?;
                 println!("{id} {}", view.status.as_str());
+                unsuccessful += usize::from(view.status != DeploymentStatus::Succeeded);
             }
-            Ok(())
+            if unsuccessful == 0 {
+                Ok(())
+            } else {
+                Err(Failure::Unsuccessful(format!(
+                    "{unsuccessful} of the deployments resumed did not succeed"
+                )))
+            }
         }
     }
 }

@@ -147,7 +147,11 @@ impl Watch for Progress {
             DeploymentEvent::SecretsPurged {} => "secrets purged".to_owned(),
             DeploymentEvent::DeploymentSucceeded {} => "deployment succeeded".to_owned(),
             DeploymentEvent::DeploymentFailed { reason } => format!("deployment FAILED: {reason}"),
-            DeploymentEvent::DeploymentCancelled { reason } => {
+            DeploymentEvent::CancellationRequested {
+                requested_by,
+                reason,
+            } => format!("cancelling (asked by {requested_by}): {reason}"),
+            DeploymentEvent::DeploymentCancelled { reason, .. } => {
                 format!("deployment cancelled: {reason}")
             }
             DeploymentEvent::DestroyRequested { steps } if steps.is_empty() => {

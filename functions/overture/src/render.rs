@@ -315,7 +315,11 @@ fn describe(event: &DeploymentEvent) -> String {
         } => format!("rule {rule}: tcp/{port} from {source} to {bastion}"),
         E::BastionAccessRevoked { rule } => format!("rule {rule}"),
         E::SecretsPurged {} | E::DeploymentSucceeded {} => String::new(),
-        E::DeploymentFailed { reason } | E::DeploymentCancelled { reason } => reason.clone(),
+        E::DeploymentFailed { reason } | E::DeploymentCancelled { reason, .. } => reason.clone(),
+        E::CancellationRequested {
+            requested_by,
+            reason,
+        } => format!("by {requested_by}: {reason}"),
         E::DestroyRequested { steps } => steps.join(", "),
         E::StepDestroyed { step, duration_ms } => format!("{step} in {}", human(*duration_ms)),
         E::StepDestroyFailed {

@@ -7,7 +7,7 @@
 //! the retry policy).
 //! While the attempt runs it keeps its job's lease alive and watches the log: once the attempt
 //! is abandoned it kills the sandbox. A job that finds its attempt already running was held by
-//! an engine that died; that attempt is recorded as interrupted and the retry policy decides.
+//! an engine that died; that attempt is recorded as `interrupted` and the retry policy decides.
 
 pub mod ansible;
 pub mod destroy;
@@ -219,7 +219,7 @@ pub enum AttemptReport {
     Succeeded,
     /// The attempt failed with this class.
     Failed(ErrorClass),
-    /// An earlier holder of this job died while the attempt ran; recorded as failed.
+    /// An earlier holder of this job died while the attempt ran; recorded as `interrupted`.
     Interrupted,
     /// The attempt was abandoned while it ran and its sandbox killed.
     Abandoned,
@@ -265,7 +265,7 @@ pub async fn run_attempt(
             &cause,
             step,
             attempt,
-            ErrorClass::StepFailed,
+            ErrorClass::Interrupted,
             None,
             message,
             0,
