@@ -8,7 +8,7 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 use crate::local_cloud::{example, in_namespace, listening_programs, LocalCloud};
-use crate::support::{files_containing, text, types, Deploying, Overture};
+use crate::support::{files_containing, gone_within, text, types, Deploying, Overture};
 
 /// `overture deploy FILE`, acting with the token in `token_file`.
 fn deploy_command(o: &Overture, cloud: &LocalCloud, file: &Path, token_file: &Path) -> Command {
@@ -652,4 +652,73 @@ steps:
     std::fs::write(&go_ahead, "").expect("go ahead");
     assert_eq!(deploying.wait(), 0);
     let _ = std::fs::remove_file(&go_ahead);
+}
+
+#[test]
+fn cancel_while_ansible_configures_kills_it_closes_the_bastion_and_purges() {
+    let cloud = LocalCloud::up();
+    let (token_file, _) = cloud.token("acme");
+    let o = Overture::new();
+    let (mut deploying, _go_ahead) = configuring(&o, &cloud, &token_file);
+    let id = deploying.id.clone();
+
+    let cancelled = o.run(&["cancel", &id, "--reason", "maintenance window over"]);
+    assert_eq!(cancelled.status.code(), Some(0), "{}", text(&cancelled.stderr));
+    assert_eq!(
+        deploying.wait_within(std::time::Duration::from_secs(30)),
+        1
+    );
+
+    let status = o.json(&["status", &id, "--json"]);
+    assert_eq!(status["status"], "cancelled", "{status}");
+    assert_eq!(step(&status, "configure")["status"], "abandoned");
+    assert_closed_and_purged(&o, &cloud, "acme", &id);
+    // The sandboxes are named after the deployment: ansible and its ssh processes are gone.
+    let left = gone_within(&id.replace('-', ""), std::time::Duration::from_secs(5));
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn after_a_crash_with_the_bastion_open_cancel_needs_the_token_to_close_it() {
+    let cloud = LocalCloud::up();
+    let (token_file, _) = cloud.token("acme");
+    let o = Overture::new();
+    let (deploying, _go_ahead) = configuring(&o, &cloud, &token_file);
+    let id = deploying.id.clone();
+    deploying.kill();
+
+    let without_token = o
+        .command(&["cancel", &id])
+        .env_remove("OS_TOKEN")
+        .output()
+        .expect("cancel");
+    assert_eq!(without_token.status.code(), Some(0));
+    assert!(
+        text(&without_token.stderr).contains("--token-file"),
+        "it says what is left to do: {}",
+        text(&without_token.stderr)
+    );
+    assert_ne!(
+        cloud.security_group("acme", "bastion")["rules"],
+        serde_json::json!([]),
+        "without the token the rule cannot be deleted"
+    );
+
+    let with_token = o
+        .command(&["cancel", &id, "--token-file"])
+        .arg(&token_file)
+        .env("OS_AUTH_URL", &cloud.auth_url)
+        .output()
+        .expect("cancel");
+    assert_eq!(
+        with_token.status.code(),
+        Some(0),
+        "{}",
+        text(&with_token.stderr)
+    );
+    assert_eq!(
+        o.json(&["status", &id, "--json"])["status"],
+        "cancelled"
+    );
+    assert_closed_and_purged(&o, &cloud, "acme", &id);
 }

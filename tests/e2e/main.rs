@@ -5,6 +5,7 @@
 //! - [`deploy`]: deployments that succeed, fail, and fail with a grace period.
 //! - [`logs`]: every attempt's output, masked, shown and followed by `overture logs`.
 //! - [`resume`]: killing the engine mid-step and carrying on.
+//! - [`cancel`]: `overture cancel` from another process, Ctrl-C, and a cancel with no engine.
 //! - [`secrets`]: a secret appears nowhere it should not.
 //! - [`input`]: bad input is refused with exit code 2 and nothing recorded.
 //! - [`sandbox`]: what a step can and cannot see.
@@ -19,6 +20,7 @@
 //!   ([`local_cloud`]): success, every failure path, a crash, isolation between tenants, tokens.
 
 mod ansible;
+mod cancel;
 mod cloud;
 mod deploy;
 mod http;

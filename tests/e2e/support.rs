@@ -271,6 +271,9 @@ pub struct Deploying {
     /// The deployment's id.
     pub id: String,
     child: Child,
+    /// Every progress line printed after the awaited one.
+    later: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    drain: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Deploying {
@@ -286,6 +289,8 @@ impl Deploying {
         let mut deploying = Deploying {
             id: String::new(),
             child,
+            later: Default::default(),
+            drain: None,
         };
         let stderr = deploying.child.stderr.take().expect("stderr");
         let mut lines = BufReader::new(stderr).lines();
@@ -300,7 +305,12 @@ impl Deploying {
                     "the deployment id is printed first"
                 );
                 // The engine goes on printing progress: keep its pipe drained so it never blocks.
-                std::thread::spawn(move || lines.for_each(drop));
+                let later = deploying.later.clone();
+                deploying.drain = Some(std::thread::spawn(move || {
+                    for line in lines.map_while(Result::ok) {
+                        later.lock().expect("progress lines").push(line);
+                    }
+                }));
                 return deploying;
             }
         }
@@ -314,6 +324,38 @@ impl Deploying {
             .expect("wait for overture deploy")
             .code()
             .unwrap_or(-1)
+    }
+
+    /// Waits at most `deadline` for the deployment to end; returns the exit code. An engine
+    /// still running then is a failure of the test (and is killed when dropped).
+    pub fn wait_within(&mut self, deadline: std::time::Duration) -> i32 {
+        let start = std::time::Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait for overture deploy") {
+                if let Some(drain) = self.drain.take() {
+                    drain.join().expect("progress drained");
+                }
+                return status.code().unwrap_or(-1);
+            }
+            assert!(
+                start.elapsed() < deadline,
+                "overture deploy still runs after {deadline:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// The progress lines printed after the one [`spawn`](Self::spawn) waited for; all of
+    /// them once [`wait_within`](Self::wait_within) has returned.
+    pub fn later_lines(&self) -> Vec<String> {
+        self.later.lock().expect("progress lines").clone()
+    }
+
+    /// Sends `signal` to the engine, as a user's Ctrl-C or a service manager would.
+    pub fn signal(&self, signal: i32) {
+        let pid = i32::try_from(self.child.id()).expect("pid");
+        // SAFETY: signals the child this test started, by its PID; it is not reaped yet.
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
     }
 
     /// Kills the engine with SIGKILL, as a crash would, and reaps it.

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use overture_domain::DeploymentState;
+use overture_domain::{DeploymentCommand, DeploymentError, DeploymentState};
 use overture_events::{DeploymentId, LogEntry};
 use overture_infra::clock::SystemClock;
 use overture_infra::keystore::LocalKeyStore;
@@ -23,7 +23,7 @@ use overture_infra::session::SessionTokens;
 use overture_infra::sqlite::{
     Database, EventLog, Job, JobQueue, Receipt, ReceivedJob, SqliteDeployments, SqliteReadModels,
 };
-use overture_kit::{Clock, DeploymentLog};
+use overture_kit::{execute, Cause, Clock, DeploymentLog};
 use overture_orchestrator::{orchestrate, OrchestratorPorts};
 use overture_runner::destroy::{DestroyOutcome, DestroyPorts, DestroyRefused, DestroyRequest};
 use overture_runner::{run_attempt, AttemptReport, KeepAlive, PortError, RunnerPorts};
@@ -223,6 +223,28 @@ impl Engine {
         overture_runner::destroy::destroy(request, &ports)
             .await
             .map_err(function_error)
+    }
+
+    /// Records a user's cancel of a deployment: its running and waiting attempts are abandoned
+    /// at once. Whoever drives the deployment then closes its bastion, purges its secrets and
+    /// records its end.
+    pub async fn cancel(
+        &self,
+        deployment: DeploymentId,
+        requested_by: &str,
+        reason: &str,
+    ) -> Result<Result<DeploymentState, DeploymentError>, EngineError> {
+        let cause = Cause::new(requested_by, deployment, Uuid::now_v7());
+        let command = DeploymentCommand::Cancel {
+            requested_by: requested_by.to_owned(),
+            reason: reason.to_owned(),
+        };
+        Ok(
+            execute(&self.deployments, deployment, "", &cause, |_| command.clone())
+                .await
+                .map_err(function_error)?
+                .map(|executed| executed.state),
+        )
     }
 
     fn orchestrator_ports(&self) -> OrchestratorPorts<'_> {

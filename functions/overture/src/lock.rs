@@ -3,6 +3,8 @@
 //! - [`EngineLock`]: every process that drives deployments holds `engine.lock` shared; `overture
 //!   resume` needs it exclusive, because only when no other engine is alive may it treat every
 //!   in-flight job and every running attempt as orphaned.
+//! - [`DriveLock`]: held by the process driving one deployment, so `overture cancel` knows
+//!   whether a live engine will carry its cancel out or it must do so itself.
 //! - [`DestroyLock`]: one `overture destroy` of a deployment at a time. The aggregate lets a
 //!   destroy whose process died carry on, so without it two processes at once would both run
 //!   `terraform destroy` on the same state.
@@ -67,21 +69,49 @@ pub enum DestroyLockError {
 impl DestroyLock {
     /// Takes the deployment's destroy lock (`locks/destroy-<id>.lock`), without waiting.
     pub fn take(data_dir: &Path, deployment: DeploymentId) -> Result<Self, DestroyLockError> {
-        let dir = data_dir.join("locks");
-        let io = |source| DestroyLockError::Io {
-            dir: dir.display().to_string(),
-            source,
-        };
-        std::fs::create_dir_all(&dir).map_err(io)?;
-        match try_flock(
-            &dir.join(format!("destroy-{deployment}.lock")),
-            libc::LOCK_EX,
-        ) {
+        match deployment_lock(data_dir, "destroy", deployment) {
             Ok(Some(file)) => Ok(Self { _file: file }),
             Ok(None) => Err(DestroyLockError::Busy(deployment)),
-            Err(source) => Err(io(source)),
+            Err((dir, source)) => Err(DestroyLockError::Io { dir, source }),
         }
     }
+}
+
+/// Held by the process driving a deployment (`deploy`, or `cancel` carrying its cancel out);
+/// released when dropped or when that process dies.
+#[derive(Debug)]
+pub struct DriveLock {
+    _file: File,
+}
+
+impl DriveLock {
+    /// Takes the deployment's drive lock (`locks/drive-<id>.lock`) without waiting: `None` when
+    /// a live process drives the deployment.
+    pub fn take(
+        data_dir: &Path,
+        deployment: DeploymentId,
+    ) -> Result<Option<Self>, std::io::Error> {
+        deployment_lock(data_dir, "drive", deployment)
+            .map(|file| file.map(|file| Self { _file: file }))
+            .map_err(|(_, source)| source)
+    }
+}
+
+/// Takes `locks/<purpose>-<id>.lock` exclusively without waiting: `None` when another process
+/// holds it; on failure, the folder and the error.
+fn deployment_lock(
+    data_dir: &Path,
+    purpose: &str,
+    deployment: DeploymentId,
+) -> Result<Option<File>, (String, std::io::Error)> {
+    let dir = data_dir.join("locks");
+    let io = |source| (dir.display().to_string(), source);
+    std::fs::create_dir_all(&dir).map_err(io)?;
+    try_flock(
+        &dir.join(format!("{purpose}-{deployment}.lock")),
+        libc::LOCK_EX,
+    )
+    .map_err(io)
 }
 
 /// Opens (creating) `path` and takes a `flock` of `mode` on it without waiting: `None` when

@@ -8,12 +8,14 @@
 //! - [`lock`]: the data directory's engine lock.
 //! - [`logs`]: `overture logs`, an attempt's output.
 //! - [`teardown`]: `overture destroy`.
+//! - [`cancel`]: `overture cancel`, and Ctrl-C on `overture deploy`.
 //! - [`bundle`]: reading the files a blueprint's steps take from its folder.
 //! - [`token`]: the user's cloud token, read and checked.
 //! - [`provision`]: `overture provision`, which a `servers` step runs inside its sandbox.
 //! - [`cloud`]: `overture cloud`, the local cloud for development and tests.
 
 mod bundle;
+mod cancel;
 mod cloud;
 mod engine;
 mod lock;
@@ -154,6 +156,20 @@ enum Command {
         /// sealed secrets were purged when it ended.
         #[arg(long = "secret", value_name = "NAME=ENV_VAR")]
         secrets: Vec<String>,
+        /// Print the final status as JSON on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cancel a running deployment: kill its running steps, start no other, close its bastion,
+    /// purge its secrets. Works from any process, and also when no engine runs it any more.
+    Cancel {
+        /// The deployment id.
+        id: String,
+        /// Why, recorded in `DeploymentCancelled`.
+        #[arg(long)]
+        reason: Option<String>,
+        #[command(flatten)]
+        token: token::TokenArgs,
         /// Print the final status as JSON on stdout.
         #[arg(long)]
         json: bool,
@@ -397,6 +413,12 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             };
             logs::show(&data_dir, &id, &step, which, follow).await
         }
+        Command::Cancel {
+            id,
+            reason,
+            token,
+            json,
+        } => cancel::cancel(&data_dir, &id, reason, &token, json).await,
         Command::Destroy { id, secrets, json } => {
             teardown::destroy(&data_dir, &id, &secrets, json).await
         }
@@ -584,10 +606,9 @@ async fn deploy(
         (None, tenant) => tenant.unwrap_or_else(|| "default".into()),
     };
     // Acting with a token, the requester is whom the cloud says the token belongs to.
-    let requested_by = checked.as_ref().map_or_else(
-        || std::env::var("USER").unwrap_or_else(|_| "cli".into()),
-        |checked| checked.info.user.clone(),
-    );
+    let requested_by = checked.as_ref().map_or_else(cancel::local_user, |checked| {
+        checked.info.user.clone()
+    });
     let cloud = checked.map(|checked| overture_submit::CloudSession {
         account: checked.info.account(),
         token: checked.token,
@@ -604,7 +625,7 @@ async fn deploy(
         source: file.display().to_string(),
         text,
         tenant,
-        requested_by,
+        requested_by: requested_by.clone(),
         trigger: "cli".into(),
         params,
         secrets: secret_values,
@@ -618,9 +639,12 @@ async fn deploy(
             other => Failure::Engine(other.into()),
         })?;
     eprintln!("deployment {id}");
-    engine
-        .drive(Some(id), parallelism, &mut Progress::new(), start)
-        .await?;
+    // Only a `cancel` racing this very line could find it free, and it would then drive the
+    // deployment beside this process: harmless, as every action is idempotent.
+    let _driving = lock::DriveLock::take(data_dir, id).context("taking the drive lock")?;
+    let mut progress = Progress::new();
+    let drive = engine.drive(Some(id), parallelism, &mut progress, start);
+    cancel::drive_cancelling_on_signal(&engine, id, &requested_by, drive).await?;
     let view = find_view(&engine, &id.to_string()).await?;
     if json {
         println!("{}", render::status_json(&view));
