@@ -75,8 +75,14 @@ fn assert_cancelled(o: &Overture, id: &str, marker: &str, by: Option<&str>, reas
 
     let events = o.events(id);
     let kinds = types(&events);
-    assert_eq!(kinds.last().map(String::as_str), Some("DeploymentCancelled"));
-    let purged = kinds.iter().position(|t| t == "SecretsPurged").expect("purged");
+    assert_eq!(
+        kinds.last().map(String::as_str),
+        Some("DeploymentCancelled")
+    );
+    let purged = kinds
+        .iter()
+        .position(|t| t == "SecretsPurged")
+        .expect("purged");
     let asked = kinds
         .iter()
         .position(|t| t == "CancellationRequested")
@@ -101,7 +107,10 @@ fn assert_cancelled(o: &Overture, id: &str, marker: &str, by: Option<&str>, reas
     );
 
     let left = gone_within(marker, Duration::from_secs(5));
-    assert!(left.is_empty(), "the running step's sandbox is killed: {left:?}");
+    assert!(
+        left.is_empty(),
+        "the running step's sandbox is killed: {left:?}"
+    );
     let seal = o.data_dir().join("seals").join(format!("{id}.json"));
     assert!(!seal.exists(), "the secrets are purged");
     assert_eq!(
@@ -122,11 +131,23 @@ fn cancel_from_another_process_ends_a_running_deployment_as_cancelled() {
         .env("USER", "ada")
         .output()
         .expect("cancel");
-    assert_eq!(cancelled.status.code(), Some(0), "{}", text(&cancelled.stderr));
+    assert_eq!(
+        cancelled.status.code(),
+        Some(0),
+        "{}",
+        text(&cancelled.stderr)
+    );
     let status: Value = serde_json::from_slice(&cancelled.stdout).expect("status JSON");
-    assert_eq!(status["status"], "cancelled", "cancel waits for the end: {status}");
+    assert_eq!(
+        status["status"], "cancelled",
+        "cancel waits for the end: {status}"
+    );
 
-    assert_eq!(deploying.wait_within(WITHIN), 1, "a cancelled deploy exits 1");
+    assert_eq!(
+        deploying.wait_within(WITHIN),
+        1,
+        "a cancelled deploy exits 1"
+    );
     assert!(
         deploying
             .later_lines()
@@ -194,7 +215,10 @@ steps:
         .iter()
         .any(|line| line.contains("cancelling"))
     {
-        assert!(start.elapsed() < WITHIN, "the first Ctrl-C is never answered");
+        assert!(
+            start.elapsed() < WITHIN,
+            "the first Ctrl-C is never answered"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     deploying.signal(libc::SIGINT);
@@ -206,8 +230,17 @@ steps:
             lines.iter().any(|line| line.contains("overture resume")),
             "it says who finishes the job: {lines:?}"
         );
+        // Unless the engine had ended it just before leaving, resume carries the cancel out,
+        // and a deployment it carried on that did not succeed makes it exit 1.
         let resumed = o.run(&["resume"]);
-        assert_eq!(resumed.status.code(), Some(1), "{}", text(&resumed.stderr));
+        let nothing_left = text(&resumed.stderr).contains("resuming 0 unfinished");
+        let expected = if nothing_left { 0 } else { 1 };
+        assert_eq!(
+            resumed.status.code(),
+            Some(expected),
+            "{}",
+            text(&resumed.stderr)
+        );
     } else {
         // The cancel was carried out before the second Ctrl-C arrived.
         assert_eq!(code, 1, "{lines:?}");
@@ -230,7 +263,12 @@ fn cancel_with_no_engine_running_carries_the_cancel_out_itself() {
         .env("USER", "grace")
         .output()
         .expect("cancel");
-    assert_eq!(cancelled.status.code(), Some(0), "{}", text(&cancelled.stderr));
+    assert_eq!(
+        cancelled.status.code(),
+        Some(0),
+        "{}",
+        text(&cancelled.stderr)
+    );
     assert_cancelled(
         &o,
         &id,

@@ -663,11 +663,13 @@ fn cancel_while_ansible_configures_kills_it_closes_the_bastion_and_purges() {
     let id = deploying.id.clone();
 
     let cancelled = o.run(&["cancel", &id, "--reason", "maintenance window over"]);
-    assert_eq!(cancelled.status.code(), Some(0), "{}", text(&cancelled.stderr));
     assert_eq!(
-        deploying.wait_within(std::time::Duration::from_secs(30)),
-        1
+        cancelled.status.code(),
+        Some(0),
+        "{}",
+        text(&cancelled.stderr)
     );
+    assert_eq!(deploying.wait_within(std::time::Duration::from_secs(30)), 1);
 
     let status = o.json(&["status", &id, "--json"]);
     assert_eq!(status["status"], "cancelled", "{status}");
@@ -716,9 +718,6 @@ fn after_a_crash_with_the_bastion_open_cancel_needs_the_token_to_close_it() {
         "{}",
         text(&with_token.stderr)
     );
-    assert_eq!(
-        o.json(&["status", &id, "--json"])["status"],
-        "cancelled"
-    );
+    assert_eq!(o.json(&["status", &id, "--json"])["status"], "cancelled");
     assert_closed_and_purged(&o, &cloud, "acme", &id);
 }

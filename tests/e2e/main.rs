@@ -7,6 +7,7 @@
 //! - [`resume`]: killing the engine mid-step and carrying on.
 //! - [`cancel`]: `overture cancel` from another process, Ctrl-C, and a cancel with no engine.
 //! - [`secrets`]: a secret appears nowhere it should not.
+//! - [`pipe`]: a reader that goes away ends a reading command quietly.
 //! - [`input`]: bad input is refused with exit code 2 and nothing recorded.
 //! - [`sandbox`]: what a step can and cannot see.
 //! - [`ansible`]: the `ansible` kind against a real sshd on loopback, and a closed port.
@@ -27,6 +28,7 @@ mod http;
 mod input;
 mod local_cloud;
 mod logs;
+mod pipe;
 mod resume;
 mod sandbox;
 mod secrets;

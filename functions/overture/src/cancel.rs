@@ -126,9 +126,9 @@ pub async fn cancel(
     engine.project().await?;
     let view = find_view(&engine, &id.to_string()).await?;
     if json {
-        println!("{}", render::status_json(&view));
+        outln!("{}", render::status_json(&view));
     } else {
-        print!("{}", render::status(&view));
+        out!("{}", render::status(&view));
     }
     Ok(())
 }
@@ -216,4 +216,3 @@ pub async fn drive_cancelling_on_signal(
 pub fn local_user() -> String {
     std::env::var("USER").unwrap_or_else(|_| "cli".into())
 }
-

@@ -187,7 +187,7 @@ async fn connect(dir: &Path) -> Result<Client, Failure> {
 
 async fn up(dir: &Path) -> Result<(), Failure> {
     if let Some(client) = live(dir).await? {
-        println!("# a cloud is already running in {}", dir.display());
+        outln!("# a cloud is already running in {}", dir.display());
         print_access(dir, &client.info);
         return Ok(());
     }
@@ -231,7 +231,7 @@ async fn up(dir: &Path) -> Result<(), Failure> {
     loop {
         if let Some(client) = live(dir).await? {
             if client.info.pid == child.id() {
-                println!(
+                outln!(
                     "# the cloud is up in {} (pid {})",
                     dir.display(),
                     client.info.pid
@@ -259,10 +259,10 @@ async fn up(dir: &Path) -> Result<(), Failure> {
 
 fn print_access(dir: &Path, info: &CloudInfo) {
     let dir_flag = format!(" --dir {}", dir.display());
-    println!("export OS_AUTH_URL={}", info.auth_url);
-    println!("# instance {}, servers on {}", info.instance, info.network);
-    println!("# a token for a project (created if missing): overture cloud token --project NAME{dir_flag}");
-    println!("# stop it and remove everything it made:       overture cloud down{dir_flag}");
+    outln!("export OS_AUTH_URL={}", info.auth_url);
+    outln!("# instance {}, servers on {}", info.instance, info.network);
+    outln!("# a token for a project (created if missing): overture cloud token --project NAME{dir_flag}");
+    outln!("# stop it and remove everything it made:       overture cloud down{dir_flag}");
 }
 
 fn log_tail(path: &Path) -> String {
@@ -273,7 +273,7 @@ fn log_tail(path: &Path) -> String {
 
 async fn down(dir: &Path) -> Result<(), Failure> {
     if !dir.is_dir() {
-        println!("no cloud in {}: nothing to do", dir.display());
+        outln!("no cloud in {}: nothing to do", dir.display());
         return Ok(());
     }
     let state = StateDir::new(dir);
@@ -313,17 +313,17 @@ async fn down(dir: &Path) -> Result<(), Failure> {
         .context("cleaning up")?
         .map_err(|e| Failure::Engine(e.into()))?;
     if was_running {
-        println!(
+        outln!(
             "the cloud in {} is down; nothing it created remains",
             dir.display()
         );
     } else if left_behind {
-        println!(
+        outln!(
             "the cloud in {} had stopped without cleaning up; what it left behind is removed",
             dir.display()
         );
     } else {
-        println!(
+        outln!(
             "no cloud was running in {}; nothing it created remains",
             dir.display()
         );
@@ -337,12 +337,12 @@ async fn status(dir: &Path, json: bool) -> Result<(), Failure> {
         .admin(reqwest::Method::GET, "/admin/status", None)
         .await?;
     if json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&status).unwrap_or_default()
         );
     } else {
-        print!("{}", render_status(&client.info, &status));
+        out!("{}", render_status(&client.info, &status));
     }
     Ok(())
 }
@@ -519,7 +519,7 @@ async fn token(
                 path.display()
             );
         }
-        None => println!("{token}"),
+        None => outln!("{token}"),
     }
     Ok(())
 }
@@ -566,7 +566,7 @@ async fn inject(dir: &Path, project: &str, fault: FaultCommand) -> Result<(), Fa
     let (code, answer) = client.admin(method, &path, body).await?;
     match code {
         200 | 204 => {
-            println!("{done}");
+            outln!("{done}");
             Ok(())
         }
         404 => {

@@ -239,12 +239,12 @@ impl Engine {
             requested_by: requested_by.to_owned(),
             reason: reason.to_owned(),
         };
-        Ok(
-            execute(&self.deployments, deployment, "", &cause, |_| command.clone())
-                .await
-                .map_err(function_error)?
-                .map(|executed| executed.state),
-        )
+        Ok(execute(&self.deployments, deployment, "", &cause, |_| {
+            command.clone()
+        })
+        .await
+        .map_err(function_error)?
+        .map(|executed| executed.state))
     }
 
     fn orchestrator_ports(&self) -> OrchestratorPorts<'_> {

@@ -87,10 +87,7 @@ pub struct DriveLock {
 impl DriveLock {
     /// Takes the deployment's drive lock (`locks/drive-<id>.lock`) without waiting: `None` when
     /// a live process drives the deployment.
-    pub fn take(
-        data_dir: &Path,
-        deployment: DeploymentId,
-    ) -> Result<Option<Self>, std::io::Error> {
+    pub fn take(data_dir: &Path, deployment: DeploymentId) -> Result<Option<Self>, std::io::Error> {
         deployment_lock(data_dir, "drive", deployment)
             .map(|file| file.map(|file| Self { _file: file }))
             .map_err(|(_, source)| source)

@@ -67,7 +67,7 @@ pub async fn show(
         };
         match latest_attempt(&engine, id, step, shown, true).await? {
             Some(next) => {
-                println!("--- attempt {next} ---");
+                outln!("--- attempt {next} ---");
                 name = LogName::Attempt(next);
             }
             None => return Ok(()),
@@ -170,6 +170,8 @@ fn is_running(state: &DeploymentState, step: &str, attempt: u32) -> bool {
 fn copy_new(file: &mut std::fs::File, out: &mut impl Write) -> std::io::Result<()> {
     let mut buffer = Vec::new();
     file.read_to_end(&mut buffer)?;
-    out.write_all(&buffer)?;
-    out.flush()
+    if let Err(error) = out.write_all(&buffer).and_then(|()| out.flush()) {
+        crate::end_on_write_error(&error);
+    }
+    Ok(())
 }

@@ -14,6 +14,20 @@
 //! - [`provision`]: `overture provision`, which a `servers` step runs inside its sandbox.
 //! - [`cloud`]: `overture cloud`, the local cloud for development and tests.
 
+/// `print!` for the program's results on stdout; see [`write_out`].
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::write_out(format_args!($($arg)*))
+    };
+}
+
+/// `println!` for the program's results on stdout; see [`write_out`].
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::write_out(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
 mod bundle;
 mod cancel;
 mod cloud;
@@ -241,6 +255,29 @@ impl From<engine::EngineError> for Failure {
     }
 }
 
+/// Writes to stdout. A reader that has gone away (`overture events ID | head -1`) ends the
+/// program as it ends every Unix tool, by SIGPIPE, quietly; Rust ignores SIGPIPE, so `print!`
+/// would panic instead.
+fn write_out(text: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    if let Err(error) = std::io::stdout().lock().write_fmt(text) {
+        end_on_write_error(&error);
+    }
+}
+
+/// Ends the program after stdout could not be written: by SIGPIPE when its reader went away.
+fn end_on_write_error(error: &std::io::Error) -> ! {
+    if error.kind() == std::io::ErrorKind::BrokenPipe {
+        // SAFETY: restores one signal's default action and raises it; no memory is involved.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+            libc::raise(libc::SIGPIPE);
+        }
+    }
+    eprintln!("error: cannot write to standard output: {error}");
+    std::process::exit(3)
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -318,9 +355,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 .map_err(anyhow::Error::from)?;
             let grants = render::grant_rows(&views, open);
             if json {
-                println!("{}", render::grants_json(&grants));
+                outln!("{}", render::grants_json(&grants));
             } else {
-                print!("{}", render::grants(&grants));
+                out!("{}", render::grants(&grants));
             }
             Ok(())
         }
@@ -329,9 +366,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             engine.project().await?;
             let view = find_view(&engine, &id).await?;
             if json {
-                println!("{}", render::status_json(&view));
+                outln!("{}", render::status_json(&view));
             } else {
-                print!("{}", render::status(&view));
+                out!("{}", render::status(&view));
             }
             Ok(())
         }
@@ -358,9 +395,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 .await
                 .map_err(anyhow::Error::from)?;
             if json {
-                println!("{}", render::list_json(&views));
+                outln!("{}", render::list_json(&views));
             } else {
-                print!("{}", render::list(&views));
+                out!("{}", render::list(&views));
             }
             Ok(())
         }
@@ -373,9 +410,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 .await
                 .map_err(anyhow::Error::from)?;
             if json {
-                println!("{}", render::json(&tenants));
+                outln!("{}", render::json(&tenants));
             } else {
-                print!("{}", render::tenants(&tenants));
+                out!("{}", render::tenants(&tenants));
             }
             Ok(())
         }
@@ -392,9 +429,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             }
             for envelope in &envelopes {
                 if json {
-                    println!("{}", render::json_line(envelope));
+                    outln!("{}", render::json_line(envelope));
                 } else {
-                    println!("{}", render::event_line(envelope));
+                    outln!("{}", render::event_line(envelope));
                 }
             }
             Ok(())
@@ -424,7 +461,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Validate { file } => {
             let (_, parsed) = read_blueprint(&file)?;
-            println!(
+            outln!(
                 "{}: valid blueprint `{}` with {} step(s)",
                 file.display(),
                 parsed.snapshot.name,
@@ -440,7 +477,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let path = Path::new(&target);
             if path.exists() {
                 let (_, parsed) = read_blueprint(path)?;
-                print!(
+                out!(
                     "{}",
                     graph::render(&parsed.snapshot.steps, format, |_| None)
                 );
@@ -455,7 +492,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 let Some(blueprint) = state.blueprint.as_ref() else {
                     return Err(no_such_deployment(id));
                 };
-                print!(
+                out!(
                     "{}",
                     graph::render(&blueprint.steps, format, |step| state
                         .steps
@@ -476,7 +513,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 .await
                 .map_err(anyhow::Error::from)?;
                 if differences.is_empty() {
-                    println!("read models match the log");
+                    outln!("read models match the log");
                     Ok(())
                 } else {
                     Err(Failure::Unsuccessful(format!(
@@ -492,7 +529,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 )
                 .await
                 .map_err(anyhow::Error::from)?;
-                println!("rebuilt the read models from {folded} events");
+                outln!("rebuilt the read models from {folded} events");
                 Ok(())
             }
         }
@@ -526,7 +563,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let mut unsuccessful = 0;
             for id in unfinished {
                 let view = find_view(&engine, &id.to_string()).await?;
-                println!("{id} {}", view.status.as_str());
+                outln!("{id} {}", view.status.as_str());
                 unsuccessful += usize::from(view.status != DeploymentStatus::Succeeded);
             }
             if unsuccessful == 0 {
@@ -606,9 +643,9 @@ async fn deploy(
         (None, tenant) => tenant.unwrap_or_else(|| "default".into()),
     };
     // Acting with a token, the requester is whom the cloud says the token belongs to.
-    let requested_by = checked.as_ref().map_or_else(cancel::local_user, |checked| {
-        checked.info.user.clone()
-    });
+    let requested_by = checked
+        .as_ref()
+        .map_or_else(cancel::local_user, |checked| checked.info.user.clone());
     let cloud = checked.map(|checked| overture_submit::CloudSession {
         account: checked.info.account(),
         token: checked.token,
@@ -647,9 +684,9 @@ async fn deploy(
     cancel::drive_cancelling_on_signal(&engine, id, &requested_by, drive).await?;
     let view = find_view(&engine, &id.to_string()).await?;
     if json {
-        println!("{}", render::status_json(&view));
+        outln!("{}", render::status_json(&view));
     } else {
-        print!("{}", render::status(&view));
+        out!("{}", render::status(&view));
     }
     match view.status {
         DeploymentStatus::Succeeded => Ok(()),

@@ -56,9 +56,9 @@ pub async fn destroy(
     engine.project().await?;
     let view = find_view(&engine, &id.to_string()).await?;
     if json {
-        println!("{}", render::status_json(&view));
+        outln!("{}", render::status_json(&view));
     } else {
-        print!("{}", render::status(&view));
+        out!("{}", render::status(&view));
     }
     match outcome {
         DestroyOutcome::Destroyed => Ok(()),
