@@ -126,17 +126,7 @@ fn cancel_from_another_process_ends_a_running_deployment_as_cancelled() {
     let mut deploying = deploying(&o, &marker);
     let id = deploying.id.clone();
 
-    let cancelled = o
-        .command(&["cancel", &id, "--reason", "wrong version", "--json"])
-        .env("USER", "ada")
-        .output()
-        .expect("cancel");
-    assert_eq!(
-        cancelled.status.code(),
-        Some(0),
-        "{}",
-        text(&cancelled.stderr)
-    );
+    let cancelled = cancel_as(&o, "ada", &[&id, "--reason", "wrong version", "--json"]);
     let status: Value = serde_json::from_slice(&cancelled.stdout).expect("status JSON");
     assert_eq!(
         status["status"], "cancelled",
@@ -258,17 +248,7 @@ fn cancel_with_no_engine_running_carries_the_cancel_out_itself() {
     let id = deploying.id.clone();
     deploying.kill();
 
-    let cancelled = o
-        .command(&["cancel", &id])
-        .env("USER", "grace")
-        .output()
-        .expect("cancel");
-    assert_eq!(
-        cancelled.status.code(),
-        Some(0),
-        "{}",
-        text(&cancelled.stderr)
-    );
+    cancel_as(&o, "grace", &[&id]);
     assert_cancelled(
         &o,
         &id,
@@ -282,6 +262,17 @@ fn cancel_with_no_engine_running_carries_the_cancel_out_itself() {
         "nothing is left for resume: {}",
         text(&resumed.stderr)
     );
+}
+
+/// `overture cancel ARGS` as the local user `user`; it must succeed.
+fn cancel_as(o: &Overture, user: &str, args: &[&str]) -> Output {
+    let output = o
+        .command(&[&["cancel"], args].concat())
+        .env("USER", user)
+        .output()
+        .expect("cancel");
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    output
 }
 
 fn refused(output: &Output, naming: &str) {

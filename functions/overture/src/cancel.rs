@@ -20,7 +20,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use crate::engine::{Engine, EngineError, Unwatched};
 use crate::lock::{DriveLock, EngineLock};
 use crate::token::TokenArgs;
-use crate::{find_view, no_such_deployment, parse_id, render, Failure};
+use crate::{find_view, no_such_deployment, parse_id, Failure};
 
 /// How long `cancel` waits for the engine driving the deployment to carry the cancel out.
 const WAIT_FOR_DRIVER: Duration = Duration::from_secs(60);
@@ -124,12 +124,7 @@ pub async fn cancel(
     }
 
     engine.project().await?;
-    let view = find_view(&engine, &id.to_string()).await?;
-    if json {
-        outln!("{}", render::status_json(&view));
-    } else {
-        out!("{}", render::status(&view));
-    }
+    crate::print_status(&engine, &id.to_string(), json).await?;
     Ok(())
 }
 

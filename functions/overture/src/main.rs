@@ -364,12 +364,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Status { id, json } => {
             let engine = Engine::open(&data_dir).await?;
             engine.project().await?;
-            let view = find_view(&engine, &id).await?;
-            if json {
-                outln!("{}", render::status_json(&view));
-            } else {
-                out!("{}", render::status(&view));
-            }
+            print_status(&engine, &id, json).await?;
             Ok(())
         }
         Command::List {
@@ -682,12 +677,7 @@ async fn deploy(
     let mut progress = Progress::new();
     let drive = engine.drive(Some(id), parallelism, &mut progress, start);
     cancel::drive_cancelling_on_signal(&engine, id, &requested_by, drive).await?;
-    let view = find_view(&engine, &id.to_string()).await?;
-    if json {
-        outln!("{}", render::status_json(&view));
-    } else {
-        out!("{}", render::status(&view));
-    }
+    let view = print_status(&engine, &id.to_string(), json).await?;
     match view.status {
         DeploymentStatus::Succeeded => Ok(()),
         _ => Err(Failure::Unsuccessful(String::new())),
@@ -758,6 +748,21 @@ fn no_such_deployment(id: DeploymentId) -> Failure {
     Failure::BadInput(format!(
         "no deployment {id} in this data directory (see `overture list`)"
     ))
+}
+
+/// Prints a deployment's status (`--json`: the status object) and returns it.
+async fn print_status(
+    engine: &Engine,
+    id: &str,
+    json: bool,
+) -> Result<overture_domain::projection::DeploymentView, Failure> {
+    let view = find_view(engine, id).await?;
+    if json {
+        outln!("{}", render::status_json(&view));
+    } else {
+        out!("{}", render::status(&view));
+    }
+    Ok(view)
 }
 
 async fn find_view(

@@ -15,7 +15,7 @@ use overture_runner::destroy::{DestroyOutcome, DestroyRefused, DestroyRequest};
 use crate::engine::{Engine, Watch};
 use crate::lock::{DestroyLock, EngineLock};
 use crate::progress::Progress;
-use crate::{find_view, no_such_deployment, parse_id, read_secrets, render, Failure};
+use crate::{no_such_deployment, parse_id, read_secrets, Failure};
 
 /// How many log entries one read for progress takes.
 const BATCH: usize = 1_000;
@@ -54,12 +54,7 @@ pub async fn destroy(
         .map_err(|refused| refusal(id, refused))?;
 
     engine.project().await?;
-    let view = find_view(&engine, &id.to_string()).await?;
-    if json {
-        outln!("{}", render::status_json(&view));
-    } else {
-        out!("{}", render::status(&view));
-    }
+    crate::print_status(&engine, &id.to_string(), json).await?;
     match outcome {
         DestroyOutcome::Destroyed => Ok(()),
         DestroyOutcome::Failed { step } => Err(Failure::Unsuccessful(format!(
