@@ -2,13 +2,20 @@
 //!
 //! - [`DeploymentLog`]: the port through which handlers load a deployment and append its events.
 //! - [`Clock`]: the port that tells the time, so handlers (and their tests) control it.
+//! - [`ReadStream`]: the port through which the audit trail reads a deployment's events as
+//!   recorded, envelopes and all.
 //! - [`execute`]: load, decide with the aggregate, append; on a conflicting writer, load again
 //!   and decide again. It keeps "the command was refused" (`Ok(Err(_))`) apart from "the
 //!   outcome could not be recorded" (`Err(_)`).
+//! - `contract` (feature `contract`): the tests every log adapter must pass, so the SQLite and
+//!   the DynamoDB logs cannot drift apart.
+
+#[cfg(feature = "contract")]
+pub mod contract;
 
 use async_trait::async_trait;
 use overture_domain::{Deployment, DeploymentCommand, DeploymentError, DeploymentState};
-use overture_events::{DeploymentEvent, DeploymentId, Timestamp};
+use overture_events::{DeploymentEvent, DeploymentId, Envelope, Timestamp};
 use uuid::Uuid;
 
 /// How often [`execute`] decides again after losing a race to another writer.
@@ -56,9 +63,23 @@ pub enum LogError {
         deployment: DeploymentId,
         expected: Option<u64>,
     },
+    /// The events of one command cannot be stored as one all-or-nothing append (too many, or
+    /// one too large for the store); recording it again will not help.
+    #[error("deployment {deployment}: {reason}")]
+    TooLarge {
+        deployment: DeploymentId,
+        reason: String,
+    },
     /// The log could not be read or written.
     #[error("the event log failed: {0}")]
     Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl LogError {
+    /// Whether trying the same call again later may succeed.
+    pub const fn is_retryable(&self) -> bool {
+        !matches!(self, LogError::TooLarge { .. })
+    }
 }
 
 /// Loads deployments and appends their events.
@@ -76,6 +97,17 @@ pub trait DeploymentLog: Send + Sync {
         events: Vec<DeploymentEvent>,
         cause: &Cause,
     ) -> Result<(), LogError>;
+}
+
+/// Reads a deployment's events as recorded.
+#[async_trait]
+pub trait ReadStream: Send + Sync {
+    /// Its events from revision `from` on, in order; none when the stream does not exist.
+    async fn read_stream(
+        &self,
+        deployment: DeploymentId,
+        from: u64,
+    ) -> Result<Vec<Envelope>, LogError>;
 }
 
 /// Tells the time.

@@ -11,8 +11,9 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use overture_domain::Deployment;
+use overture_events::Envelope;
 use overture_events::{DeploymentEvent, DeploymentId, LogEntry, Metadata};
-use overture_kit::{Cause, Clock, DeploymentLog, Loaded, LogError as PortLogError};
+use overture_kit::{Cause, Clock, DeploymentLog, Loaded, LogError as PortLogError, ReadStream};
 use overture_projector::{ReadLog, StoreError};
 use uuid::Uuid;
 
@@ -124,6 +125,20 @@ impl DeploymentLog for SqliteDeployments {
             }),
             Err(error) => Err(unavailable(error)),
         }
+    }
+}
+
+#[async_trait]
+impl ReadStream for SqliteDeployments {
+    async fn read_stream(
+        &self,
+        deployment: DeploymentId,
+        from: u64,
+    ) -> Result<Vec<Envelope>, PortLogError> {
+        self.log
+            .read_stream(&deployment.stream(), from)
+            .await
+            .map_err(unavailable)
     }
 }
 
