@@ -39,6 +39,13 @@ if ! command -v terraform >/dev/null; then
     exit 1
 fi
 
+# The local AWS emulator, for the AWS adapters' tests (they start it on 127.0.0.1 themselves).
+if ! command -v moto_server >/dev/null; then
+    echo "setup: installing moto[server] (the local AWS emulator)"
+    python3 -m pip install --quiet 'moto[server]'
+    hash -r
+fi
+
 if ! command -v cargo >/dev/null; then
     echo "setup: cargo is missing; install a Rust toolchain (1.85 or newer) with rustup first" >&2
     exit 1

@@ -1,0 +1,398 @@
+//! The event log on a DynamoDB table.
+//!
+//! One item per event, keyed by stream (partition key `stream`) and revision (sort key
+//! `revision`); the envelope's other fields are attributes: `id`, `type`, and `data` and
+//! `metadata` as JSON text. Items are only ever put, never updated or deleted.
+//!
+//! - **Appends** write all of a command's events in one `TransactWriteItems`, each `Put`
+//!   conditional on `attribute_not_exists(revision)`: of two writers at one revision exactly one
+//!   succeeds, and the other's cancelled transaction (reason `ConditionalCheckFailed`) becomes
+//!   the same typed [`LogError::Conflict`] as on SQLite. A transaction holds at most
+//!   [`MAX_EVENTS_PER_APPEND`] actions and an item at most 400 KB: a command beyond either is
+//!   refused whole ([`LogError::TooLarge`]), never split, so an append stays all or nothing.
+//! - **An expected revision ahead of the stream's end** would leave a gap. Events are never
+//!   deleted, so "revision n exists", once true, stays true: one consistent read of item n before
+//!   the write closes the hole without spending a transaction action on a condition check. It is
+//!   skipped when this client has itself folded the stream past n, as it has on the usual path
+//!   (load, decide, append).
+//! - **Reads** are strongly consistent and follow `LastEvaluatedKey`, so a stream larger than
+//!   one 1 MB page reads back whole.
+//! - **Loading** keeps each deployment's last fold and reads only what is new, as the SQLite
+//!   adapter does.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};
+use aws_sdk_dynamodb::operation::create_table::CreateTableError;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, Put,
+    ScalarAttributeType, StreamSpecification, StreamViewType, TransactWriteItem,
+};
+use aws_sdk_dynamodb::Client;
+use overture_domain::Deployment;
+use overture_events::{DeploymentEvent, DeploymentId, Envelope, Metadata};
+use overture_kit::{Cause, Clock, DeploymentLog, Loaded, LogError, ReadStream};
+use uuid::Uuid;
+
+/// The most events one append may hold: DynamoDB's limit of actions per transaction.
+pub const MAX_EVENTS_PER_APPEND: usize = 100;
+/// The largest item DynamoDB stores.
+pub const MAX_ITEM_BYTES: usize = 400 * 1024;
+
+const STREAM: &str = "stream";
+const REVISION: &str = "revision";
+const ID: &str = "id";
+const TYPE: &str = "type";
+const DATA: &str = "data";
+const METADATA: &str = "metadata";
+
+/// Why the table could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum DynamoError {
+    /// A call to DynamoDB failed.
+    #[error("DynamoDB table `{table}`: {operation} failed: {message}")]
+    Call {
+        /// The table.
+        table: String,
+        /// The API operation.
+        operation: &'static str,
+        /// What the SDK said, with its causes.
+        message: String,
+    },
+    /// An item of the table does not hold an event.
+    #[error("DynamoDB table `{table}`: the item of `{stream}` at revision {revision} is not an event: {reason}")]
+    Corrupt {
+        /// The table.
+        table: String,
+        /// The item's stream.
+        stream: String,
+        /// The item's revision, as stored.
+        revision: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+/// Deployments stored in a DynamoDB table of events.
+#[derive(Clone)]
+pub struct DynamoDeployments {
+    client: Client,
+    table: String,
+    clock: Arc<dyn Clock>,
+    folded: Arc<Mutex<HashMap<DeploymentId, Loaded>>>,
+}
+
+impl DynamoDeployments {
+    /// Deployments in `table`; `clock` stamps `recorded_at` on appended events.
+    pub fn new(client: Client, table: impl Into<String>, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            client,
+            table: table.into(),
+            clock,
+            folded: Arc::default(),
+        }
+    }
+
+    fn cached(&self, deployment: DeploymentId) -> Loaded {
+        self.folded
+            .lock()
+            .map(|cache| cache.get(&deployment).cloned())
+            .ok()
+            .flatten()
+            .unwrap_or_default()
+    }
+
+    fn call_failed<E: std::error::Error + 'static>(
+        &self,
+        operation: &'static str,
+        error: E,
+    ) -> DynamoError {
+        DynamoError::Call {
+            table: self.table.clone(),
+            operation,
+            message: DisplayErrorContext(error).to_string(),
+        }
+    }
+
+    /// Every event of `stream` from revision `from` on, page after page.
+    async fn query(&self, stream: &str, from: u64) -> Result<Vec<Envelope>, DynamoError> {
+        let mut envelopes = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .consistent_read(true)
+                .key_condition_expression("#s = :s AND #r >= :from")
+                .expression_attribute_names("#s", STREAM)
+                .expression_attribute_names("#r", REVISION)
+                .expression_attribute_values(":s", AttributeValue::S(stream.to_owned()))
+                .expression_attribute_values(":from", AttributeValue::N(from.to_string()))
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| self.call_failed("Query", e))?;
+            for item in page.items() {
+                envelopes.push(self.envelope(stream, item)?);
+            }
+            match page.last_evaluated_key() {
+                Some(key) if !key.is_empty() => start = Some(key.clone()),
+                _ => return Ok(envelopes),
+            }
+        }
+    }
+
+    /// Whether revision `revision` of `stream` is stored.
+    async fn exists(&self, stream: &str, revision: u64) -> Result<bool, DynamoError> {
+        let found = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .consistent_read(true)
+            .key(STREAM, AttributeValue::S(stream.to_owned()))
+            .key(REVISION, AttributeValue::N(revision.to_string()))
+            .projection_expression("#r")
+            .expression_attribute_names("#r", REVISION)
+            .send()
+            .await
+            .map_err(|e| self.call_failed("GetItem", e))?;
+        Ok(found.item().is_some())
+    }
+
+    fn envelope(
+        &self,
+        stream: &str,
+        item: &HashMap<String, AttributeValue>,
+    ) -> Result<Envelope, DynamoError> {
+        let revision_text = item
+            .get(REVISION)
+            .and_then(|v| v.as_n().ok())
+            .cloned()
+            .unwrap_or_default();
+        let corrupt = |reason: String| DynamoError::Corrupt {
+            table: self.table.clone(),
+            stream: stream.to_owned(),
+            revision: revision_text.clone(),
+            reason,
+        };
+        let text = |name: &str| {
+            item.get(name)
+                .and_then(|v| v.as_s().ok())
+                .ok_or_else(|| corrupt(format!("no text attribute `{name}`")))
+        };
+        let revision = revision_text
+            .parse::<u64>()
+            .map_err(|_| corrupt("its revision is not a whole number".into()))?;
+        let id = Uuid::try_parse(text(ID)?).map_err(|e| corrupt(format!("its id: {e}")))?;
+        let data = serde_json::from_str(text(DATA)?).map_err(|e| corrupt(format!("its data: {e}")))?;
+        let metadata: Metadata = serde_json::from_str(text(METADATA)?)
+            .map_err(|e| corrupt(format!("its metadata: {e}")))?;
+        Ok(Envelope {
+            stream: stream.to_owned(),
+            revision,
+            id,
+            event_type: text(TYPE)?.clone(),
+            data,
+            metadata,
+        })
+    }
+}
+
+fn unavailable(error: impl std::error::Error + Send + Sync + 'static) -> LogError {
+    LogError::Unavailable(Box::new(error))
+}
+
+/// Whether a failed transaction was cancelled because a condition did not hold.
+fn is_condition_failure(error: &SdkError<TransactWriteItemsError>) -> bool {
+    match error.as_service_error() {
+        Some(TransactWriteItemsError::TransactionCanceledException(cancelled)) => cancelled
+            .cancellation_reasons()
+            .iter()
+            .any(|reason| reason.code() == Some("ConditionalCheckFailed")),
+        _ => false,
+    }
+}
+
+#[async_trait]
+impl DeploymentLog for DynamoDeployments {
+    async fn load(&self, deployment: DeploymentId) -> Result<Loaded, LogError> {
+        let mut loaded = self.cached(deployment);
+        let from = loaded.revision.map_or(0, |r| r + 1);
+        let envelopes = self
+            .query(&deployment.stream(), from)
+            .await
+            .map_err(unavailable)?;
+        if envelopes.is_empty() {
+            return Ok(loaded);
+        }
+        for envelope in envelopes {
+            let event = DeploymentEvent::from_parts(&envelope.event_type, envelope.data)
+                .map_err(unavailable)?;
+            loaded.state = Deployment::apply(loaded.state, event);
+            loaded.revision = Some(envelope.revision);
+        }
+        if let Ok(mut cache) = self.folded.lock() {
+            let newer = cache
+                .get(&deployment)
+                .is_some_and(|c| c.revision >= loaded.revision);
+            if !newer {
+                cache.insert(deployment, loaded.clone());
+            }
+        }
+        Ok(loaded)
+    }
+
+    async fn append(
+        &self,
+        deployment: DeploymentId,
+        tenant: &str,
+        expected: Option<u64>,
+        events: Vec<DeploymentEvent>,
+        cause: &Cause,
+    ) -> Result<(), LogError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        if events.len() > MAX_EVENTS_PER_APPEND {
+            return Err(LogError::TooLarge {
+                deployment,
+                reason: format!(
+                    "a command's {} events exceed the {MAX_EVENTS_PER_APPEND} a DynamoDB \
+                     transaction can write at once",
+                    events.len()
+                ),
+            });
+        }
+        let stream = deployment.stream();
+        let conflict = LogError::Conflict {
+            deployment,
+            expected,
+        };
+        if let Some(last) = expected {
+            let seen = self.cached(deployment).revision.is_some_and(|r| r >= last);
+            if !seen && !self.exists(&stream, last).await.map_err(unavailable)? {
+                return Err(conflict);
+            }
+        }
+        let metadata = serde_json::to_string(&Metadata {
+            tenant: tenant.to_owned(),
+            actor: cause.actor.clone(),
+            correlation_id: cause.correlation_id,
+            causation_id: cause.causation_id,
+            recorded_at: self.clock.now(),
+        })
+        .map_err(unavailable)?;
+        let first = expected.map_or(0, |last| last + 1);
+        let mut writes = Vec::with_capacity(events.len());
+        for (revision, event) in (first..).zip(&events) {
+            let data = event.data().to_string();
+            let size = stream.len() + data.len() + metadata.len() + event.event_type().len() + 128;
+            if size > MAX_ITEM_BYTES {
+                return Err(LogError::TooLarge {
+                    deployment,
+                    reason: format!(
+                        "event `{}` takes {size} bytes; a DynamoDB item holds at most \
+                         {MAX_ITEM_BYTES}",
+                        event.event_type()
+                    ),
+                });
+            }
+            let put = Put::builder()
+                .table_name(&self.table)
+                .item(STREAM, AttributeValue::S(stream.clone()))
+                .item(REVISION, AttributeValue::N(revision.to_string()))
+                .item(ID, AttributeValue::S(Uuid::now_v7().to_string()))
+                .item(TYPE, AttributeValue::S(event.event_type().to_owned()))
+                .item(DATA, AttributeValue::S(data))
+                .item(METADATA, AttributeValue::S(metadata.clone()))
+                .condition_expression("attribute_not_exists(#r)")
+                .expression_attribute_names("#r", REVISION)
+                .build()
+                .map_err(unavailable)?;
+            writes.push(TransactWriteItem::builder().put(put).build());
+        }
+        match self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(writes))
+            .send()
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(error) if is_condition_failure(&error) => Err(conflict),
+            Err(error) => Err(unavailable(self.call_failed("TransactWriteItems", error))),
+        }
+    }
+}
+
+#[async_trait]
+impl ReadStream for DynamoDeployments {
+    async fn read_stream(
+        &self,
+        deployment: DeploymentId,
+        from: u64,
+    ) -> Result<Vec<Envelope>, LogError> {
+        self.query(&deployment.stream(), from)
+            .await
+            .map_err(unavailable)
+    }
+}
+
+/// Creates the events table (with its stream of new images, which delivers events to the
+/// functions) unless it exists. For development and tests; on AWS the stack makes it.
+pub async fn create_events_table(client: &Client, table: &str) -> Result<(), DynamoError> {
+    let key = |name: &str, kind| {
+        KeySchemaElement::builder()
+            .attribute_name(name)
+            .key_type(kind)
+            .build()
+    };
+    let attribute = |name: &str, kind| {
+        AttributeDefinition::builder()
+            .attribute_name(name)
+            .attribute_type(kind)
+            .build()
+    };
+    let failed = |message: String| DynamoError::Call {
+        table: table.to_owned(),
+        operation: "CreateTable",
+        message,
+    };
+    let created = client
+        .create_table()
+        .table_name(table)
+        .billing_mode(BillingMode::PayPerRequest)
+        .key_schema(key(STREAM, KeyType::Hash).map_err(|e| failed(e.to_string()))?)
+        .key_schema(key(REVISION, KeyType::Range).map_err(|e| failed(e.to_string()))?)
+        .attribute_definitions(
+            attribute(STREAM, ScalarAttributeType::S).map_err(|e| failed(e.to_string()))?,
+        )
+        .attribute_definitions(
+            attribute(REVISION, ScalarAttributeType::N).map_err(|e| failed(e.to_string()))?,
+        )
+        .stream_specification(
+            StreamSpecification::builder()
+                .stream_enabled(true)
+                .stream_view_type(StreamViewType::NewImage)
+                .build()
+                .map_err(|e| failed(e.to_string()))?,
+        )
+        .send()
+        .await;
+    match created {
+        Ok(_) => Ok(()),
+        Err(error)
+            if matches!(
+                error.as_service_error(),
+                Some(CreateTableError::ResourceInUseException(_))
+            ) =>
+        {
+            Ok(())
+        }
+        Err(error) => Err(failed(DisplayErrorContext(error).to_string())),
+    }
+}

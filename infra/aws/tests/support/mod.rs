@@ -1,0 +1,61 @@
+//! The local AWS emulator (moto server) for the tests: one per test binary, on 127.0.0.1.
+
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// How long moto may take to start answering.
+const START_WITHIN: Duration = Duration::from_secs(30);
+
+/// The endpoint of this test binary's emulator, started on first use.
+///
+/// It is started from a thread that lives as long as the test binary, with the parent-death
+/// signal set: tests end their own threads, but the emulator must outlive them all and still
+/// never outlive the binary.
+pub fn emulator() -> &'static str {
+    static ENDPOINT: OnceLock<String> = OnceLock::new();
+    ENDPOINT.get_or_init(|| {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let port = free_port();
+            let mut command = Command::new("moto_server");
+            command
+                .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            // SAFETY: prctl in the child before exec touches no memory of the parent's.
+            unsafe {
+                command.pre_exec(|| {
+                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) == 0 {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                });
+            }
+            let child = command
+                .spawn()
+                .expect("moto_server runs (scripts/setup.sh installs it: pip install 'moto[server]')");
+            sender.send(port).expect("the test waits for the port");
+            let _keep = child;
+            loop {
+                std::thread::park();
+            }
+        });
+        let port = receiver.recv().expect("moto started");
+        let start = Instant::now();
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(start.elapsed() < START_WITHIN, "moto_server never listened on {port}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        format!("http://127.0.0.1:{port}")
+    })
+}
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
+    listener.local_addr().expect("its address").port()
+}
