@@ -6,15 +6,18 @@
 
 use std::collections::BTreeMap;
 
-use overture_domain::blueprint;
+use esrs::manager::AggregateManager;
+use esrs::AggregateState;
+use overture_domain::{blueprint, DeploymentCommand, DeploymentError};
 use overture_events::{DeploymentEvent, DeploymentId, Timestamp};
 use uuid::Uuid;
 
+use crate::esrs_store::{EsrsDeploymentStore, EsrsStoreError};
 use crate::{Cause, DeploymentLog, LogError, ReadStream};
 
 /// A log adapter under test.
-pub trait Log: DeploymentLog + ReadStream {}
-impl<T: DeploymentLog + ReadStream> Log for T {}
+pub trait Log: DeploymentLog + ReadStream + Clone + 'static {}
+impl<T: DeploymentLog + ReadStream + Clone + 'static> Log for T {}
 
 /// Generates one `#[tokio::test]` per contract test. `$clients` is an expression (evaluated
 /// anew in each test) of a future yielding two clients of one store.
@@ -28,6 +31,7 @@ macro_rules! log_contract_tests {
             a_wrong_expected_revision_is_a_conflict_and_stores_nothing,
             a_hundred_events_are_appended_at_once,
             a_stream_over_a_megabyte_reads_back_whole,
+            esrs_commands_are_recorded_in_the_log_and_conflicts_are_typed,
         );
     };
     (@each $clients:expr; $($test:ident),* $(,)?) => {
@@ -235,5 +239,72 @@ pub async fn a_stream_over_a_megabyte_reads_back_whole<L: Log>(a: &L, b: &L) {
     assert_eq!(
         b.load(deployment).await.expect("load").revision,
         Some(u64::from(appends))
+    );
+}
+
+/// Through esrs's own `AggregateManager`: the same aggregate code on the same log, a refused
+/// command is a domain error, a stale writer gets the typed conflict, nothing is deleted.
+pub async fn esrs_commands_are_recorded_in_the_log_and_conflicts_are_typed<L: Log>(a: &L, b: &L) {
+    let id = Uuid::now_v7();
+    let deployment = DeploymentId::from_uuid(id);
+    let manager = AggregateManager::new(EsrsDeploymentStore::new(
+        a.clone(),
+        "acme",
+        Cause::new("esrs-test", deployment, id),
+    ));
+    let request = || {
+        let DeploymentEvent::DeploymentRequested { blueprint, .. } = requested() else {
+            unreachable!("requested() is a request")
+        };
+        DeploymentCommand::Request {
+            tenant: "acme".into(),
+            requested_by: "ada".into(),
+            trigger: "test".into(),
+            source: "inline".into(),
+            blueprint,
+            blueprint_hash: "h".into(),
+            params: BTreeMap::new(),
+            cloud: None,
+            sealed: None,
+        }
+    };
+
+    let state = manager
+        .handle_command(AggregateState::with_id(id), request())
+        .await
+        .expect("recorded")
+        .expect("accepted");
+    assert_eq!(state.tenant, "acme");
+    let envelopes = b.read_stream(deployment, 0).await.expect("read");
+    assert_eq!(envelopes.len(), 1);
+    assert_eq!(envelopes[0].event_type, "DeploymentRequested");
+    assert_eq!(envelopes[0].metadata.actor, "esrs-test");
+
+    let loaded = manager.load(id).await.expect("loads").expect("exists");
+    assert_eq!(*loaded.sequence_number(), 1);
+    let refused = manager
+        .handle_command(loaded, request())
+        .await
+        .expect("no store error");
+    assert_eq!(refused.err(), Some(DeploymentError::AlreadyRequested));
+
+    let stale = manager.load(id).await.expect("loads").expect("exists");
+    let fresh = manager.load(id).await.expect("loads").expect("exists");
+    let advance = || DeploymentCommand::Advance {
+        now: Timestamp::UNIX_EPOCH,
+    };
+    manager
+        .handle_command(fresh, advance())
+        .await
+        .expect("recorded")
+        .expect("accepted");
+    let lost = manager.handle_command(stale, advance()).await;
+    assert!(
+        matches!(lost, Err(EsrsStoreError::Log(LogError::Conflict { .. }))),
+        "{lost:?}"
+    );
+    assert!(
+        matches!(manager.delete(id).await, Err(EsrsStoreError::AppendOnly(_))),
+        "nothing is ever deleted"
     );
 }

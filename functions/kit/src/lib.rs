@@ -7,11 +7,14 @@
 //! - [`execute`]: load, decide with the aggregate, append; on a conflicting writer, load again
 //!   and decide again. It keeps "the command was refused" (`Ok(Err(_))`) apart from "the
 //!   outcome could not be recorded" (`Err(_)`).
+//! - `esrs_store` (feature `esrs`): any deployment log as an `esrs` event store.
 //! - `contract` (feature `contract`): the tests every log adapter must pass, so the SQLite and
 //!   the DynamoDB logs cannot drift apart.
 
 #[cfg(feature = "contract")]
 pub mod contract;
+#[cfg(feature = "esrs")]
+pub mod esrs_store;
 
 use async_trait::async_trait;
 use overture_domain::{Deployment, DeploymentCommand, DeploymentError, DeploymentState};

@@ -188,7 +188,8 @@ impl DynamoDeployments {
             .parse::<u64>()
             .map_err(|_| corrupt("its revision is not a whole number".into()))?;
         let id = Uuid::try_parse(text(ID)?).map_err(|e| corrupt(format!("its id: {e}")))?;
-        let data = serde_json::from_str(text(DATA)?).map_err(|e| corrupt(format!("its data: {e}")))?;
+        let data =
+            serde_json::from_str(text(DATA)?).map_err(|e| corrupt(format!("its data: {e}")))?;
         let metadata: Metadata = serde_json::from_str(text(METADATA)?)
             .map_err(|e| corrupt(format!("its metadata: {e}")))?;
         Ok(Envelope {

@@ -34,7 +34,8 @@ async fn a_command_beyond_one_transaction_is_refused_whole_and_stores_nothing() 
     let log = client().await;
     let deployment = DeploymentId::from_uuid(uuid::Uuid::now_v7());
     let cause = Cause::new("tester", deployment, uuid::Uuid::now_v7());
-    let events: Vec<DeploymentEvent> = (1..=u32::try_from(MAX_EVENTS_PER_APPEND + 1).expect("small"))
+    let events: Vec<DeploymentEvent> = (1..=u32::try_from(MAX_EVENTS_PER_APPEND + 1)
+        .expect("small"))
         .map(|attempt| DeploymentEvent::StepScheduled {
             step: "build".into(),
             attempt,

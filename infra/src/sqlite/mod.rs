@@ -7,7 +7,8 @@
 //! - [`log`]: the append-only event log and the projection checkpoints.
 //! - [`queue`]: the durable job queue for step jobs and timers.
 //! - [`deployments`]: the functions' deployment-log port on the log, with a fold cache.
-//! - [`esrs_store`]: the log as an `esrs::store::EventStore` of the Deployment aggregate.
+//! - [`EsrsDeploymentStore`]: the log as an `esrs::store::EventStore` of the Deployment
+//!   aggregate (the kit's store, on [`SqliteDeployments`]).
 //! - [`read_models`]: the read models' tables.
 //! - [`work`]: the orchestrator's work port on the queue, and the [`Job`]s it queues.
 //!
@@ -16,7 +17,6 @@
 //! `busy_timeout` makes the others wait for it instead of failing.
 
 pub mod deployments;
-pub mod esrs_store;
 pub mod log;
 pub mod queue;
 pub mod read_models;
@@ -31,11 +31,14 @@ use rusqlite::Connection;
 use tokio::sync::Notify;
 
 pub use deployments::SqliteDeployments;
-pub use esrs_store::{EsrsDeploymentStore, EsrsStoreError};
 pub use log::{EventLog, ExpectedRevision, LogError, NewEvent};
+pub use overture_kit::esrs_store::EsrsStoreError;
 pub use queue::{JobQueue, NewJob, QueueError, Receipt, ReceivedJob};
 pub use read_models::{ListFilter, SqliteReadModels};
 pub use work::Job;
+
+/// The SQLite log as an esrs event store.
+pub type EsrsDeploymentStore = overture_kit::esrs_store::EsrsDeploymentStore<SqliteDeployments>;
 
 /// How long a statement waits for another connection's write lock before it fails.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);

@@ -1,4 +1,5 @@
-//! The local AWS emulator (moto server) for the tests: one per test binary, on 127.0.0.1.
+//! The local AWS emulator (`scripts/aws-emulator.py`, moto's server) for the tests: one per
+//! test binary, on 127.0.0.1.
 
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::process::CommandExt;
@@ -20,9 +21,10 @@ pub fn emulator() -> &'static str {
         let (sender, receiver) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let port = free_port();
-            let mut command = Command::new("moto_server");
+            let launcher = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/aws-emulator.py");
+            let mut command = Command::new("python3");
             command
-                .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+                .args([launcher, "--port", &port.to_string()])
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null());
@@ -36,9 +38,9 @@ pub fn emulator() -> &'static str {
                     }
                 });
             }
-            let child = command
-                .spawn()
-                .expect("moto_server runs (scripts/setup.sh installs it: pip install 'moto[server]')");
+            let child = command.spawn().expect(
+                "the emulator runs (scripts/setup.sh installs moto: pip install 'moto[server]')",
+            );
             sender.send(port).expect("the test waits for the port");
             let _keep = child;
             loop {
@@ -48,7 +50,10 @@ pub fn emulator() -> &'static str {
         let port = receiver.recv().expect("moto started");
         let start = Instant::now();
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(start.elapsed() < START_WITHIN, "moto_server never listened on {port}");
+            assert!(
+                start.elapsed() < START_WITHIN,
+                "the emulator never listened on {port}"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         format!("http://127.0.0.1:{port}")

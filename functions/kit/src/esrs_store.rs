@@ -1,10 +1,10 @@
-//! The SQLite log as an `esrs` event store, so code written against `esrs` (its
-//! `AggregateManager`, its handlers) runs on the same log as the engine.
+//! Any deployment log (SQLite, DynamoDB) as an `esrs` event store, so code written against
+//! `esrs` (its `AggregateManager`, its handlers) runs on the same log as the engine.
 //!
 //! esrs numbers an aggregate's events from 1 and the log's revisions start at 0: sequence
 //! number n is revision n - 1. esrs does not carry metadata, so the store is made for one cause
 //! ([`EsrsDeploymentStore::new`]) and stamps it on what it persists. The engine itself loads
-//! through [`super::SqliteDeployments`], whose fold cache avoids re-reading whole streams.
+//! through the log's [`DeploymentLog`], whose adapters keep a fold cache.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -14,10 +14,9 @@ use esrs::store::{EventStore, EventStoreLockGuard, StoreEvent, UnlockOnDrop};
 use esrs::AggregateState;
 use overture_domain::Deployment;
 use overture_events::{DeploymentEvent, DeploymentId};
-use overture_kit::{Cause, DeploymentLog, LogError as PortLogError};
 use uuid::Uuid;
 
-use super::SqliteDeployments;
+use crate::{Cause, DeploymentLog, LogError as PortLogError, ReadStream};
 
 /// Why the esrs store failed.
 #[derive(Debug, thiserror::Error)]
@@ -33,18 +32,18 @@ pub enum EsrsStoreError {
     AppendOnly(Uuid),
 }
 
-/// The deployments of the SQLite log behind `esrs::store::EventStore`.
+/// The deployments of a log behind `esrs::store::EventStore`.
 #[derive(Clone)]
-pub struct EsrsDeploymentStore {
-    deployments: SqliteDeployments,
+pub struct EsrsDeploymentStore<L> {
+    deployments: L,
     tenant: String,
     cause: Cause,
     locks: Arc<Mutex<HashMap<Uuid, Arc<tokio::sync::Mutex<()>>>>>,
 }
 
-impl EsrsDeploymentStore {
+impl<L> EsrsDeploymentStore<L> {
     /// A store that appends for `tenant`, stamping `cause` on every event.
-    pub fn new(deployments: SqliteDeployments, tenant: impl Into<String>, cause: Cause) -> Self {
+    pub fn new(deployments: L, tenant: impl Into<String>, cause: Cause) -> Self {
         Self {
             deployments,
             tenant: tenant.into(),
@@ -58,7 +57,7 @@ struct HeldLock(#[allow(dead_code)] tokio::sync::OwnedMutexGuard<()>);
 impl UnlockOnDrop for HeldLock {}
 
 #[async_trait]
-impl EventStore for EsrsDeploymentStore {
+impl<L: DeploymentLog + ReadStream + Clone + 'static> EventStore for EsrsDeploymentStore<L> {
     type Aggregate = Deployment;
     type Error = EsrsStoreError;
 
@@ -79,13 +78,10 @@ impl EventStore for EsrsDeploymentStore {
         &self,
         aggregate_id: Uuid,
     ) -> Result<Vec<StoreEvent<DeploymentEvent>>, Self::Error> {
-        let stream = DeploymentId::from_uuid(aggregate_id).stream();
         let envelopes = self
             .deployments
-            .log()
-            .read_stream(&stream, 0)
-            .await
-            .map_err(|e| PortLogError::Unavailable(Box::new(e)))?;
+            .read_stream(DeploymentId::from_uuid(aggregate_id), 0)
+            .await?;
         envelopes
             .into_iter()
             .map(|envelope| {
