@@ -462,7 +462,7 @@ impl overture_orchestrator::PurgeSecrets for LocalKeyStore {
         deployment: DeploymentId,
     ) -> Result<(), overture_orchestrator::WorkError> {
         self.purge_values(deployment)
-            .map_err(|e| overture_orchestrator::WorkError(e.to_string()))?;
+            .map_err(overture_orchestrator::WorkError::unavailable)?;
         // Once the seal is gone the token has nothing left to open, and no call left to make.
         self.sessions.forget(deployment);
         Ok(())

@@ -65,8 +65,38 @@ pub const REVOKE_RETRY: std::time::Duration = std::time::Duration::from_secs(10)
 
 /// A port failed to carry out an action.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct WorkError(pub String);
+pub enum WorkError {
+    /// The store, the queue or the cloud failed in a way that may pass: carrying the action out
+    /// again later may succeed.
+    #[error("{0}")]
+    Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The action cannot be carried out as things stand (no token to act with, a token the
+    /// cloud refuses): only a person can change that.
+    #[error("{0}")]
+    Refused(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl WorkError {
+    /// A failure that may pass.
+    pub fn unavailable(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self::Unavailable(Box::new(error))
+    }
+
+    /// A failure that will not pass by itself.
+    pub fn refused(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self::Refused(Box::new(error))
+    }
+
+    /// Whether carrying the action out again later may succeed.
+    pub const fn is_retryable(&self) -> bool {
+        matches!(self, Self::Unavailable(_))
+    }
+}
+
+/// The deployment records no cloud account, so nothing can act in its cloud.
+#[derive(Debug, thiserror::Error)]
+#[error("deployment {0} has no cloud account to close its bastion with")]
+pub struct NoCloudAccount(pub DeploymentId);
 
 /// The ports [`orchestrate`] uses.
 pub struct OrchestratorPorts<'a> {
@@ -178,9 +208,7 @@ async fn revoke(
     let work = |source| OrchestratorError::Work { deployment, source };
     let revoked = match &state.cloud {
         Some(cloud) => ports.access.revoke(deployment, cloud, access).await,
-        None => Err(WorkError(
-            "the deployment has no cloud account to close its bastion with".into(),
-        )),
+        None => Err(WorkError::refused(NoCloudAccount(deployment))),
     };
     if let Err(error) = revoked {
         tracing::warn!(%deployment, rule = access.rule, %error, "could not close the bastion; trying again later");

@@ -37,10 +37,18 @@ pub trait ReadModelStore: Send + Sync {
     async fn clear(&self) -> Result<(), StoreError>;
 }
 
-/// A store or the log failed.
+/// A store or the log failed. Every such failure may pass (the projector is idempotent, so
+/// folding again later is always safe); the error says what failed.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct StoreError(pub String);
+pub struct StoreError(#[source] pub Box<dyn std::error::Error + Send + Sync>);
+
+impl StoreError {
+    /// Wraps what the store or the log said.
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self(Box::new(error))
+    }
+}
 
 /// Why the projector stopped.
 #[derive(Debug, thiserror::Error)]

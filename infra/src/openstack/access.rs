@@ -137,9 +137,11 @@ impl RevokeAccess for CloudAccess {
                 Err(other) => Err(AccessError::Cloud(other)),
             }
         };
-        revoked
-            .await
-            .map_err(|error| WorkError(error.to_string()))?;
+        revoked.await.map_err(|error| match &error {
+            AccessError::Cloud(cloud) if cloud.is_backend() => WorkError::unavailable(error),
+            AccessError::NoRoute { .. } => WorkError::unavailable(error),
+            _ => WorkError::refused(error),
+        })?;
         tracing::debug!(%deployment, rule = access.rule, "closed the bastion");
         Ok(())
     }
@@ -209,6 +211,7 @@ mod tests {
             )
             .await
             .expect_err("no token");
-        assert!(revoked.0.contains("OS_TOKEN"), "{revoked}");
+        assert!(revoked.to_string().contains("OS_TOKEN"), "{revoked}");
+        assert!(!revoked.is_retryable(), "only a person can give the token");
     }
 }

@@ -147,6 +147,6 @@ impl ReadLog for EventLog {
     async fn read_all(&self, after: u64, limit: usize) -> Result<Vec<LogEntry>, StoreError> {
         EventLog::read_all(self, after, limit)
             .await
-            .map_err(|e| StoreError(e.to_string()))
+            .map_err(StoreError::new)
     }
 }

@@ -29,8 +29,8 @@ pub struct ListFilter {
     pub status: Option<String>,
 }
 
-fn store_error(error: impl std::fmt::Display) -> StoreError {
-    StoreError(error.to_string())
+fn store_error(error: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+    StoreError::new(error)
 }
 
 fn decode<T: serde::de::DeserializeOwned>(json: &str) -> rusqlite::Result<T> {

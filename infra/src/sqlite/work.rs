@@ -53,7 +53,7 @@ impl QueueWork for JobQueue {
             .collect::<Result<Vec<_>, _>>()?;
         self.enqueue_all(jobs)
             .await
-            .map_err(|e| WorkError(e.to_string()))?;
+            .map_err(WorkError::unavailable)?;
         Ok(())
     }
 
@@ -65,9 +65,7 @@ impl QueueWork for JobQueue {
             &job,
             at,
         )?;
-        self.enqueue(job)
-            .await
-            .map_err(|e| WorkError(e.to_string()))?;
+        self.enqueue(job).await.map_err(WorkError::unavailable)?;
         Ok(())
     }
 }
@@ -78,7 +76,7 @@ fn new_job(
     job: &Job,
     due_at: Timestamp,
 ) -> Result<NewJob, WorkError> {
-    let body = serde_json::to_value(job).map_err(|e| WorkError(e.to_string()))?;
+    let body = serde_json::to_value(job).map_err(WorkError::refused)?;
     Ok(NewJob {
         key,
         deployment,
