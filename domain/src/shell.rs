@@ -13,13 +13,19 @@
 //! | inside `'...'`                              | `'"${V}"'`: close, value, reopen |
 //! | in a here-document with a quoted delimiter  | `${V}`, the here-document made unquoted with its `\`, `$` and `` ` `` escaped |
 //! | in a `#` comment                            | `${V}`, which the shell ignores  |
+//! | inside `$(( ))`                             | `${V}`, whose value the caller must check is a whole number |
 //!
 //! The contexts are found by a small lexer of POSIX `sh` over the template's text (quotes,
 //! backslashes, `$( )`, backticks with their own backslash rules, `${ }`, `$(( ))`, here-documents,
-//! comments, `case` patterns). Where a value cannot be given exactly or safely (inside `${ }`,
-//! `$(( ))` or `$'...'`, after a `\` or a bare `$`, in a here-document's delimiter, or in a command
-//! whose quoting does not close) the reference is refused with a [`QuotingError`] that says what
-//! to write instead, so a blueprint is refused before anything runs.
+//! comments, `case` patterns). Where a value cannot be given exactly or safely (inside `${ }` or
+//! `$'...'`, after a `\` or a bare `$`, in a here-document's delimiter, or in a command whose
+//! quoting does not close) the reference is refused with a [`QuotingError`] that says what to
+//! write instead, so a blueprint is refused before anything runs.
+//!
+//! Inside `$(( ))` the shell evaluates what a variable holds as arithmetic, and bash runs the
+//! commands of an array index in it (`a[$(...)]`). Values are only known when the step runs, so
+//! [`ShellCommand::numbers`] names the references there, and the runner refuses to run the step
+//! unless each of their values is a whole number.
 
 use std::ops::Range;
 
@@ -31,9 +37,6 @@ pub enum Unsafe {
     /// Inside `${ ... }`.
     #[error("is inside a `${{...}}` expansion, whose quoting sh and bash read differently; assign it to a variable first (`v={{{{ ... }}}}`) and use `$v` there")]
     ParameterExpansion,
-    /// Inside `$(( ... ))`.
-    #[error("is inside `$(( ))`, where the shell would evaluate the value as arithmetic (bash runs commands found in it); assign it to a variable first and check it is a number")]
-    Arithmetic,
     /// Inside `$'...'`.
     #[error("is inside `$'...'` quotes, which sh (dash) does not have; write '...' or \"...\" around it instead")]
     AnsiC,
@@ -83,14 +86,24 @@ pub struct QuotingError {
     pub why: Unsafe,
 }
 
-/// The command text of `template` for `/bin/sh -c`, with the `n`th reference (1-based, in order
-/// of appearance) replaced by an expansion of the variable `variable(n)` quoted for where it
+/// A `script` command ready for `/bin/sh -c`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShellCommand {
+    /// The command text, naming the variables instead of holding the values.
+    pub text: String,
+    /// The references (1-based, in order of appearance) inside `$(( ))`, whose values must be
+    /// whole numbers.
+    pub numbers: Vec<usize>,
+}
+
+/// The command of `template` for `/bin/sh -c`, with the `n`th reference (1-based, in order of
+/// appearance) replaced by an expansion of the variable `variable(n)` quoted for where it
 /// stands; the caller puts each value in that variable. Every reference that cannot be placed
 /// safely is an error.
 pub fn script_command(
     template: &Template,
     variable: impl Fn(usize) -> String,
-) -> Result<String, Vec<QuotingError>> {
+) -> Result<ShellCommand, Vec<QuotingError>> {
     let mut references = Vec::new();
     let mut items = Vec::new();
     for segment in template.segments() {
@@ -104,6 +117,7 @@ pub fn script_command(
     }
     let mut found = Findings {
         places: vec![None; references.len()],
+        numbers: Vec::new(),
         heredocs: Vec::new(),
         unfollowable: None,
     };
@@ -176,9 +190,9 @@ pub fn script_command(
                 match found.places[index] {
                     Some(Place::Word) => out.push_str(&format!("\"${{{name}}}\"")),
                     Some(Place::SingleQuoted) => out.push_str(&format!("'\"${{{name}}}\"'")),
-                    Some(Place::DoubleQuoted | Place::HereDoc | Place::Comment) => {
-                        out.push_str(&format!("${{{name}}}"))
-                    }
+                    Some(
+                        Place::DoubleQuoted | Place::HereDoc | Place::Comment | Place::Arithmetic,
+                    ) => out.push_str(&format!("${{{name}}}")),
                     Some(Place::Refused(why)) => refuse(index, why, &mut errors),
                     // The lexer visits every item; an unvisited one is a bug, refused to be safe.
                     None => refuse(
@@ -192,7 +206,10 @@ pub fn script_command(
         at += 1;
     }
     if errors.is_empty() {
-        Ok(out)
+        let mut numbers: Vec<usize> = found.numbers.iter().map(|index| index + 1).collect();
+        numbers.sort_unstable();
+        numbers.dedup();
+        Ok(ShellCommand { text: out, numbers })
     } else {
         Err(errors)
     }
@@ -213,6 +230,8 @@ enum Place {
     SingleQuoted,
     HereDoc,
     Comment,
+    /// Directly inside `$(( ))`, where double quotes are not arithmetic.
+    Arithmetic,
     Refused(Unsafe),
 }
 
@@ -238,6 +257,8 @@ struct HereDoc {
 /// What the lexer found.
 struct Findings {
     places: Vec<Option<Place>>,
+    /// References inside `$(( ))`, at any depth: what they expand to is evaluated as arithmetic.
+    numbers: Vec<usize>,
     heredocs: Vec<HereDoc>,
     unfollowable: Option<Unfollowable>,
 }
@@ -280,8 +301,10 @@ struct Lexer<'f> {
     pos: usize,
     found: &'f mut Findings,
     in_backticks: bool,
-    /// Set inside `${ }` and `$(( ))`: every reference there is refused.
+    /// Set inside `${ }`: every reference there is refused.
     refusing: Option<Unsafe>,
+    /// Set inside `$(( ))`.
+    arithmetic: bool,
     /// Here-documents whose bodies start at the next newline.
     pending: Vec<usize>,
 }
@@ -294,6 +317,7 @@ impl<'f> Lexer<'f> {
             found,
             in_backticks,
             refusing: None,
+            arithmetic: false,
             pending: Vec::new(),
         }
     }
@@ -313,6 +337,9 @@ impl<'f> Lexer<'f> {
     }
 
     fn place(&mut self, index: usize, place: Place) {
+        if self.arithmetic {
+            self.found.numbers.push(index);
+        }
         let place = match self.refusing {
             Some(why) => Place::Refused(why),
             None => place,
@@ -504,7 +531,10 @@ impl<'f> Lexer<'f> {
             }
             Some(Item::Char('(')) if self.peek_is(1, '(') => {
                 self.pos += 2;
-                self.refusing_in(Unsafe::Arithmetic, Lexer::arithmetic);
+                let outer = self.arithmetic;
+                self.arithmetic = true;
+                self.arithmetic_expression();
+                self.arithmetic = outer;
             }
             Some(Item::Char('(')) => {
                 self.pos += 1;
@@ -544,7 +574,7 @@ impl<'f> Lexer<'f> {
     }
 
     /// After `$((`, up to its `))`.
-    fn arithmetic(&mut self) {
+    fn arithmetic_expression(&mut self) {
         let mut depth = 0usize;
         while let Some(item) = self.next() {
             match item {
@@ -559,7 +589,7 @@ impl<'f> Lexer<'f> {
                 Item::Char('"') => self.double_quoted(),
                 Item::Char('$') => self.dollar(false),
                 Item::Char('`') => self.backticks(false),
-                Item::Ref(index) => self.place(index, Place::Word),
+                Item::Ref(index) => self.place(index, Place::Arithmetic),
                 Item::Char(_) => {}
             }
         }
@@ -610,9 +640,10 @@ impl<'f> Lexer<'f> {
                 _ => inside.push((at, item)),
             }
         }
-        let refusing = self.refusing;
+        let (refusing, arithmetic) = (self.refusing, self.arithmetic);
         let mut inner = Lexer::new(inside, self.found, true);
         inner.refusing = refusing;
+        inner.arithmetic = arithmetic;
         inner.code(Frame::Top);
     }
 
@@ -755,10 +786,11 @@ impl<'f> Lexer<'f> {
                     self.place(index, Place::HereDoc);
                 }
             } else {
-                let refusing = self.refusing;
+                let (refusing, arithmetic) = (self.refusing, self.arithmetic);
                 let in_backticks = self.in_backticks;
                 let mut inner = Lexer::new(body, self.found, in_backticks);
                 inner.refusing = refusing;
+                inner.arithmetic = arithmetic;
                 inner.heredoc_body();
             }
         }
@@ -785,6 +817,7 @@ mod tests {
     fn command(text: &str) -> Result<String, Vec<Unsafe>> {
         let template = Template::parse(text).expect("a template");
         script_command(&template, |n| format!("V{n}"))
+            .map(|command| command.text)
             .map_err(|errors| errors.into_iter().map(|e| e.why).collect())
     }
 
@@ -850,7 +883,6 @@ mod tests {
         let cases = [
             ("echo ${X:-{{ params.a }}}", Unsafe::ParameterExpansion),
             ("echo \"${X:-{{ params.a }}}\"", Unsafe::ParameterExpansion),
-            ("echo $(( {{ params.a }} + 1 ))", Unsafe::Arithmetic),
             ("echo $'a{{ params.a }}'", Unsafe::AnsiC),
             ("echo \\{{ params.a }}", Unsafe::Backslash),
             ("echo \"\\{{ params.a }}\"", Unsafe::Backslash),
@@ -888,6 +920,22 @@ mod tests {
         for (text, why) in cases {
             assert_eq!(command(text), Err(vec![why]), "{text}");
         }
+    }
+
+    #[test]
+    fn references_evaluated_as_arithmetic_are_named_to_be_checked() {
+        let template = Template::parse(
+            "echo {{ params.a }} $(( {{ params.b }} * $(echo '{{ params.c }}') )) \"$(( 1 + {{ params.d }} ))\"",
+        )
+        .expect("a template");
+        assert_eq!(
+            script_command(&template, |n| format!("V{n}")),
+            Ok(ShellCommand {
+                text: r#"echo "${V1}" $(( ${V2} * $(echo ''"${V3}"'') )) "$(( 1 + ${V4} ))""#
+                    .into(),
+                numbers: vec![2, 3, 4],
+            })
+        );
     }
 
     #[test]

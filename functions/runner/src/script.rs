@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 
 use overture_domain::shell::script_command;
 use overture_domain::template::Template;
+use secrecy::ExposeSecret;
 
 use crate::step::{Prepared, Resolved, StepInput, Verdict};
 use crate::SandboxResult;
@@ -35,13 +36,26 @@ pub fn prepare(input: &StepInput) -> Result<Prepared, String> {
     let mut secret_env = Vec::new();
     for (index, reference) in template.references().enumerate() {
         let name = variable(index + 1);
-        match input.lookup(reference)? {
+        let resolved = input.lookup(reference)?;
+        let value = match &resolved {
+            Resolved::Plain(value) => value,
+            Resolved::Secret(value) => value.expose_secret(),
+        };
+        // The shell evaluates what these expand to as arithmetic, where bash would run the
+        // commands of an array index; a whole number is all a user means there. The value is
+        // not shown: it may be a secret.
+        if command.numbers.contains(&(index + 1)) && value.trim().parse::<i64>().is_err() {
+            return Err(format!(
+                "`{reference}` is used inside `$(( ))`, so its value must be a whole number, and it is not"
+            ));
+        }
+        match resolved {
             Resolved::Plain(value) => env.push((name, value.to_owned())),
             Resolved::Secret(value) => secret_env.push((name, value.clone())),
         }
     }
     Ok(Prepared {
-        command,
+        command: command.text,
         env,
         secret_env,
         ..Prepared::default()
@@ -99,7 +113,6 @@ mod tests {
     use overture_domain::blueprint::parse;
     use overture_domain::secret::{SecretString, SecretValues};
     use overture_domain::Deployment;
-    use secrecy::ExposeSecret;
 
     #[test]
     fn references_become_variables_quoted_for_their_place_and_secrets_stay_out_of_the_command() {
@@ -388,6 +401,40 @@ mod tests {
                 .collect();
             let context = &CONTEXTS[(next() % CONTEXTS.len() as u64) as usize];
             check(shell, context, &value);
+        }
+    }
+
+    #[test]
+    fn a_value_evaluated_as_arithmetic_must_be_a_whole_number() {
+        let command = "echo $(( {{ params.v }} * 2 )) > out";
+        for value in ["21", " 21 ", "-21"] {
+            let expected = if value.contains('-') { "-42\n" } else { "42\n" };
+            for shell in shells() {
+                let (out, _, said) = run(shell, command, value);
+                assert_eq!(String::from_utf8_lossy(&out), expected, "{shell}: {said}");
+            }
+        }
+        for value in [
+            "a[$(touch pwned)]",
+            "1+1",
+            "x",
+            "",
+            "1 2",
+            "9999999999999999999999",
+        ] {
+            let blueprint = parse(&format!(
+                "name: x\nparams: {{ v: {{}} }}\nsteps:\n  a: {{ run: script, with: {{ command: '{command}' }} }}\n"
+            ))
+            .expect("valid")
+            .snapshot;
+            let state = requested(&blueprint, &[("v", value)]);
+            let problem = prepare(&input(&state, "a", &SecretValues::new()))
+                .err()
+                .unwrap_or_else(|| panic!("{value:?} accepted"));
+            assert_eq!(
+                problem,
+                "`{{ params.v }}` is used inside `$(( ))`, so its value must be a whole number, and it is not"
+            );
         }
     }
 
