@@ -71,6 +71,9 @@ pub enum Unfollowable {
     /// A `)` that closes nothing.
     #[error("a `)` closes nothing")]
     UnmatchedParen,
+    /// A place the lexer did not reach (a bug of this module, refused to be safe).
+    #[error("the quoting at this place was not followed")]
+    Lost,
     /// A `$'...'` holding `\'`: sh and bash end it in different places.
     #[error("a `$'...'` holds `\\'`, and sh and bash end it in different places")]
     AnsiCQuote,
@@ -141,7 +144,7 @@ pub fn script_command(
             return Err(errors);
         }
     }
-    // Quoted here-documents that hold references are made unquoted (see `emit`).
+    // Quoted here-documents that hold references are made unquoted, their text escaped (below).
     let mut converted = Vec::new();
     for heredoc in &found.heredocs {
         if !heredoc.quoted || heredoc.references.is_empty() {
@@ -195,11 +198,7 @@ pub fn script_command(
                     ) => out.push_str(&format!("${{{name}}}")),
                     Some(Place::Refused(why)) => refuse(index, why, &mut errors),
                     // The lexer visits every item; an unvisited one is a bug, refused to be safe.
-                    None => refuse(
-                        index,
-                        Unsafe::Unfollowable(Unfollowable::Unclosed("?")),
-                        &mut errors,
-                    ),
+                    None => refuse(index, Unsafe::Unfollowable(Unfollowable::Lost), &mut errors),
                 }
             }
         }
@@ -284,7 +283,7 @@ fn end_word(word: &mut Option<String>, command_start: &mut bool, cases: &mut usi
         Some(text) => {
             if *command_start && text == "case" {
                 *cases += 1;
-            } else if text == "esac" {
+            } else if *command_start && text == "esac" {
                 *cases = cases.saturating_sub(1);
             }
             *command_start = OPENERS.contains(&text);

@@ -169,9 +169,8 @@ fn a_reference_whose_quoting_cannot_hold_a_value_is_refused_before_anything_runs
     let message = text(&output.stderr);
     assert!(
         message.contains("unsafe.yaml")
-            && message.contains(
-                "steps.a.with.command: `{{ params.v }}` is inside a `${...}` expansion"
-            )
+            && message
+                .contains("steps.a.with.command: `{{ params.v }}` is inside a `${...}` expansion")
             && message.contains("assign it to a variable first"),
         "{message}"
     );
