@@ -147,7 +147,7 @@ mod tests {
 
     /// Values that would run a command, end a quote or change a word if they were pasted into
     /// a command instead of expanded: every one must reach the step byte for byte.
-    pub(crate) const HOSTILE: &[&str] = &[
+    const HOSTILE: &[&str] = &[
         "",
         "'",
         "\"",
@@ -178,7 +178,7 @@ mod tests {
 
     /// Every quoting context a user may put a reference in: the command (`@` standing for the
     /// reference) writes into the file `out`, which must then hold `before`, the value, `after`.
-    pub(crate) const CONTEXTS: &[(&str, &str, &str, &str)] = &[
+    const CONTEXTS: &[(&str, &str, &str, &str)] = &[
         ("unquoted", "printf %s @ > out", "", ""),
         ("unquoted, glued", "printf %s x@y > out", "x", "y"),
         ("double quotes", "printf %s \"<@>\" > out", "<", ">"),
@@ -279,7 +279,7 @@ mod tests {
 
     /// The shells to run the table with: `/bin/sh` (dash, as in the sandbox) and bash if it is
     /// installed.
-    pub(crate) fn shells() -> Vec<&'static str> {
+    fn shells() -> Vec<&'static str> {
         ["/bin/sh", "/usr/bin/dash", "/bin/bash"]
             .into_iter()
             .filter(|shell| std::path::Path::new(shell).exists())
