@@ -182,12 +182,33 @@ pub fn check_with(
             problem(key, text);
         }
     }
+    if kind == "script" {
+        if let Some(command) = with.get("command").and_then(Value::as_str) {
+            problems.extend(
+                script_quoting(command)
+                    .into_iter()
+                    .map(|p| (".command".to_owned(), p)),
+            );
+        }
+    }
     if kind == "servers" {
         // Its settings refer to each other (a server to its groups, a rule to a group), so they
         // are read as a whole.
         problems.extend(crate::servers::read(with).err().unwrap_or_default());
     }
     problems
+}
+
+/// What is wrong with where a `script` command's references stand in its shell quoting (see
+/// [`crate::shell`]). A command that is not a template is the reference checks' to report.
+fn script_quoting(command: &str) -> Vec<String> {
+    let Ok(template) = Template::parse(command) else {
+        return vec![];
+    };
+    match crate::shell::script_command(&template, |n| format!("OVERTURE_REF_{n}")) {
+        Ok(_) => vec![],
+        Err(errors) => errors.iter().map(ToString::to_string).collect(),
+    }
 }
 
 /// The statuses an `http` step accepts: `expect_status` as a number or a list, or any 2xx.
@@ -338,6 +359,11 @@ mod tests {
                 ".timeout",
             ),
             ("wait-ssh", json!({}), ""),
+            (
+                "script",
+                json!({"command": "cat <<{{ params.x }}\nx\n"}),
+                ".command",
+            ),
         ];
         for (kind, settings, field) in cases {
             let problems = check_with(kind, &with(settings.clone()), &groups);

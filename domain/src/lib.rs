@@ -7,6 +7,8 @@
 //!   its state calls for.
 //! - [`projection`]: the read models as folds over the log.
 //! - [`secret`]: secret values and masking them.
+//! - [`shell`]: where a `script` command's references stand in the shell's quoting, and the
+//!   command text that gives each its exact value.
 //! - [`servers`]: the settings of a `servers` step (the groups and servers it makes), read and checked.
 //!
 //! With the `esrs` feature, [`deployment::Deployment`] implements `esrs::Aggregate`.
@@ -20,6 +22,7 @@ pub mod projection;
 pub mod retry;
 pub mod secret;
 pub mod servers;
+pub mod shell;
 pub mod template;
 
 pub use deployment::{

@@ -80,6 +80,11 @@ impl Template {
         Ok(Self { segments })
     }
 
+    /// The text and the references, in order.
+    pub fn segments(&self) -> &[Segment] {
+        &self.segments
+    }
+
     /// The references, in the order they appear.
     pub fn references(&self) -> impl Iterator<Item = &Reference> {
         self.segments.iter().filter_map(|segment| match segment {

@@ -160,6 +160,33 @@ fn templates_must_refer_to_what_can_exist() {
 }
 
 #[test]
+fn a_reference_whose_quoting_cannot_hold_its_value_is_refused_naming_the_fix() {
+    // A block scalar keeps the command's newlines, so here-documents are what they seem.
+    let step = |command: &str| {
+        let indented = command.replace('\n', "\n        ");
+        format!("name: x\nparams: {{ p: {{}} }}\nsteps:\n  b:\n    run: script\n    with:\n      command: |\n        {indented}\n")
+    };
+    assert_problem(
+        &step("echo ${X:-{{ params.p }}}"),
+        "steps.b.with.command",
+        &[
+            "`{{ params.p }}` is inside a `${...}` expansion",
+            "assign it to a variable first",
+        ],
+    );
+    assert_problem(
+        &step("cat <<\\E{{ params.p }}\nx"),
+        "steps.b.with.command",
+        &["here-document's delimiter", "write the delimiter out"],
+    );
+    // Every quoting a shell teaches is fine, a quoted here-document included.
+    parse(&step(
+        "echo {{ params.p }} \"{{ params.p }}\" '{{ params.p }}' $(echo {{ params.p }})\ncat <<'EOF'\n{{ params.p }}\nEOF",
+    ))
+    .expect("every quoting context is accepted");
+}
+
+#[test]
 fn an_unknown_top_level_field() {
     let found = problems("name: x\nstpes: {}\nsteps:\n  a: { run: noop }\n");
     assert!(

@@ -10,6 +10,8 @@
 //! - [`pipe`]: a reader that goes away ends a reading command quietly.
 //! - [`input`]: bad input is refused with exit code 2 and nothing recorded.
 //! - [`sandbox`]: what a step can and cannot see.
+//! - [`quoting`]: hostile values in every quoting context of a script reach it exactly, and
+//!   never run.
 //! - [`ansible`]: the `ansible` kind against a real sshd on loopback, and a closed port.
 //! - [`http`]: `http` steps against a real HTTP server on loopback: retries, statuses, outputs,
 //!   secrets.
@@ -29,6 +31,7 @@ mod input;
 mod local_cloud;
 mod logs;
 mod pipe;
+mod quoting;
 mod resume;
 mod sandbox;
 mod secrets;

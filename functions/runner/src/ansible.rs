@@ -341,7 +341,12 @@ fn quote_yaml(text: &str, out: &mut String) {
             '\\' => out.push_str("\\\\"),
             '\n' => out.push_str("\\n"),
             '\t' => out.push_str("\\t"),
-            ' '..='~' | '\u{85}' | '\u{a0}'..='\u{d7ff}' | '\u{e000}'..='\u{fffd}' => out.push(c),
+            // U+0085 (NEL), U+2028 and U+2029 are line breaks to YAML 1.1, which a reader folds
+            // into a space inside quotes: they are escaped below with the rest.
+            ' '..='~'
+            | '\u{a0}'..='\u{2027}'
+            | '\u{202a}'..='\u{d7ff}'
+            | '\u{e000}'..='\u{fffd}' => out.push(c),
             c if u32::from(c) > 0xffff => out.push(c),
             // Writing to a String cannot fail.
             c => {
@@ -442,6 +447,8 @@ mod tests {
     use overture_domain::secret::{SecretString, SecretValues, SSH_KEY_SECRET};
     use overture_domain::DeploymentState;
     use overture_events::BlueprintSnapshot;
+
+    use std::process::Command;
 
     use super::*;
     use crate::testing::{input, requested, sandbox_result, BASTION, SSH_KEY as KEY};
@@ -733,11 +740,82 @@ PLAY RECAP *********************************************************************
 
     #[test]
     fn extra_vars_are_unsafe_yaml_that_keeps_every_character() {
-        let vars = json!({"a": "{{ 7 * 6 }}", "b": [1, true, null, "x\"y\\z\n\u{7f}é😀"], "c": {"d": 1.5}});
+        let vars = json!({"a": "{{ 7 * 6 }}", "b": [1, true, null, "x\"y\\z\n\u{7f}é😀\u{85}\u{2028}"], "c": {"d": 1.5}});
         assert_eq!(
             extra_vars(&vars),
-            "{\"a\": !unsafe \"{{ 7 * 6 }}\", \"b\": [1, true, null, !unsafe \"x\\\"y\\\\z\\n\\u007fé😀\"], \"c\": {\"d\": 1.5}}\n"
+            "{\"a\": !unsafe \"{{ 7 * 6 }}\", \"b\": [1, true, null, !unsafe \"x\\\"y\\\\z\\n\\u007fé😀\\u0085\\u2028\"], \"c\": {\"d\": 1.5}}\n"
         );
+    }
+
+    #[test]
+    fn ansible_reads_every_extra_var_back_exactly_and_evaluates_none() {
+        const VALUES: &[&str] = &[
+            "",
+            "{{ 7 * 6 }}",
+            "{% if true %}x{% endif %}",
+            "{# comment #}",
+            "{{ lookup('pipe', 'touch pwned') }}",
+            "$(touch pwned) `touch pwned`",
+            "it's \"quoted\"",
+            "a\\b\\\\c\\",
+            "line1\nline2\r\n",
+            "\ttab  spaced  ",
+            "[1, 2]",
+            "{\"a\": 1}",
+            "True",
+            "42",
+            "null",
+            "~",
+            "- item",
+            "key: value",
+            "&anchor *alias !tag",
+            "ünï©ødé 😀 \u{1} \u{7f} \u{85} \u{a0} \u{2028} \u{2029} \u{feff}",
+        ];
+        let dir = std::env::temp_dir().join(format!("overture-ansible-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let vars: serde_json::Map<String, Value> = VALUES
+            .iter()
+            .enumerate()
+            .map(|(i, value)| (format!("v{i}"), json!(value)))
+            .collect();
+        std::fs::write(dir.join("vars.yml"), extra_vars(&Value::Object(vars))).expect("vars");
+        let tasks: String = (0..VALUES.len())
+            .map(|i| {
+                format!(
+                    "    - ansible.builtin.copy: {{ content: \"{{{{ v{i} }}}}\", dest: \"{{{{ playbook_dir }}}}/o{i}\" }}\n"
+                )
+            })
+            .collect();
+        std::fs::write(
+            dir.join("play.yml"),
+            format!(
+                "- hosts: localhost\n  connection: local\n  gather_facts: false\n  tasks:\n{tasks}"
+            ),
+        )
+        .expect("playbook");
+        let ran = Command::new("ansible-playbook")
+            .args(["-i", "localhost,", "-e", "@vars.yml", "play.yml"])
+            .current_dir(&dir)
+            .env("ANSIBLE_NOCOLOR", "1")
+            .env("ANSIBLE_LOCAL_TEMP", dir.join("tmp"))
+            .env("ANSIBLE_REMOTE_TEMP", dir.join("tmp"))
+            .output()
+            .expect("run ansible-playbook");
+        let written: Vec<Vec<u8>> = (0..VALUES.len())
+            .map(|i| std::fs::read(dir.join(format!("o{i}"))).unwrap_or_default())
+            .collect();
+        let pwned = dir.join("pwned").exists();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            ran.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&ran.stdout),
+            String::from_utf8_lossy(&ran.stderr)
+        );
+        assert!(!pwned, "a value ran");
+        for (value, written) in VALUES.iter().zip(&written) {
+            assert_eq!(String::from_utf8_lossy(written), *value);
+        }
     }
 
     #[test]

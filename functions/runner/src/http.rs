@@ -886,6 +886,104 @@ mod tests {
     }
 
     #[test]
+    fn curl_sends_hostile_values_from_templates_exactly() {
+        // Header values may not hold a line break (refused above); a body may hold anything.
+        const HEADERS: &[&str] = &[
+            "it's \"quoted\"",
+            "a\\b\\\\c\\",
+            "$(touch pwned) `touch pwned` ${HOME}",
+            "{{ 7 * 6 }} {% x %}",
+            "\"; url = \"http://evil/\"; header = \"X-Evil: 1",
+            "@/etc/passwd",
+            "tab\there, vtab\u{b}there",
+            "ünï©ødé 😀",
+        ];
+        let body = "line 1\nit's \"quoted\" \\ \\\\ $(touch pwned) `x` {{ 7 * 6 }}\r\n\ttrailing\\";
+        let query = "a\"b\\c'$(x)`y`";
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+        let port = listener.local_addr().expect("address").port();
+        let server = std::thread::spawn(move || {
+            let (stream, _) = listener.accept().expect("curl connects");
+            let mut reader = BufReader::new(stream);
+            let mut head = Vec::new();
+            loop {
+                let mut line = Vec::new();
+                reader.read_until(b'\n', &mut line).expect("a request line");
+                if line == b"\r\n" || line.is_empty() {
+                    break;
+                }
+                head.push(
+                    String::from_utf8_lossy(line.strip_suffix(b"\r\n").unwrap_or(&line))
+                        .into_owned(),
+                );
+            }
+            let length = head
+                .iter()
+                .find_map(|l| l.strip_prefix("Content-Length: "))
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0);
+            let mut body = vec![0; length];
+            reader.read_exact(&mut body).expect("the body");
+            let answer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}";
+            reader
+                .get_mut()
+                .write_all(answer.as_bytes())
+                .expect("answer");
+            (head, body)
+        });
+
+        let headers: String = (0..HEADERS.len())
+            .map(|i| format!("X-V{i}: '{{{{ params.h{i} }}}}', "))
+            .collect();
+        let params: String = (0..HEADERS.len())
+            .map(|i| format!("h{i}: {{}}, "))
+            .collect();
+        let blueprint = parse(&format!(
+            "name: x\nparams: {{ {params} q: {{}}, b: {{}} }}\nsteps:\n  call:\n    run: http\n    with:\n      url: 'http://127.0.0.1:{port}/p?q={{{{ params.q }}}}'\n      method: POST\n      headers: {{ {headers} }}\n      body: '{{{{ params.b }}}}'\n"
+        ))
+        .expect("valid")
+        .snapshot;
+        let named: Vec<(String, &str)> = HEADERS
+            .iter()
+            .enumerate()
+            .map(|(i, value)| (format!("h{i}"), *value))
+            .chain([("q".to_owned(), query), ("b".to_owned(), body)])
+            .collect();
+        let named: Vec<(&str, &str)> = named.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+        let state = requested(&blueprint, &named);
+        let prepared = prepare(&input(&state, "call", &SecretValues::new())).expect("prepares");
+
+        let dir = std::env::temp_dir().join(format!("overture-http-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        for (path, content) in &prepared.files {
+            std::fs::write(dir.join(path), content).expect("a prepared file");
+        }
+        let ran = Command::new("/usr/bin/curl")
+            .args(["--disable", "--config", CONFIG_FILE])
+            .current_dir(&dir)
+            .output()
+            .expect("run /usr/bin/curl");
+        let pwned = dir.join("pwned").exists();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            ran.status.success(),
+            "{}",
+            String::from_utf8_lossy(&ran.stderr)
+        );
+        let (head, sent) = server.join().expect("the server");
+        assert!(!pwned, "a value ran");
+        assert_eq!(head[0], format!("POST /p?q={query} HTTP/1.1"));
+        for (i, value) in HEADERS.iter().enumerate() {
+            assert!(
+                head.contains(&format!("X-V{i}: {value}")),
+                "{value:?} not in {head:#?}"
+            );
+        }
+        assert!(!head.iter().any(|l| l.starts_with("X-Evil")), "{head:?}");
+        assert_eq!(String::from_utf8_lossy(&sent), body);
+    }
+
+    #[test]
     fn secrets_go_only_into_the_files_never_the_command() {
         let blueprint = parse(
             "name: x\nparams: { id: {} }\nsecrets: [token]\nsteps:\n  call:\n    run: http\n    with:\n      url: 'http://api/servers/{{ params.id }}'\n      method: PATCH\n      headers: { Authorization: 'Bearer {{ secrets.token }}', X-Empty: '' }\n      body: '{\"token\": \"{{ secrets.token }}\"}'\n",

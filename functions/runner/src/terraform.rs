@@ -353,6 +353,95 @@ mod tests {
     }
 
     #[test]
+    fn terraform_reads_every_var_back_exactly_and_evaluates_none() {
+        const VALUES: &[&str] = &[
+            "",
+            "${path.module}",
+            "$${x}",
+            "%{ if true }x%{ endif }",
+            "%%{",
+            "{{ params.v0 }}",
+            "$(touch pwned) `touch pwned`",
+            "it's \"quoted\"",
+            "a\\b\\\\c\\",
+            "\\n is not a newline",
+            "line1\nline2\r\n",
+            "\ttab  spaced  ",
+            "true",
+            "null",
+            "[1, 2]",
+            "ünï©ødé 😀 \u{1} \u{7f} \u{85} \u{2028}",
+        ];
+        let vars: String = (0..VALUES.len())
+            .map(|i| format!("v{i}: '{{{{ params.v{i} }}}}', "))
+            .collect();
+        let params: String = (0..VALUES.len()).map(|i| format!("v{i}: {{}}, ")).collect();
+        let blueprint = parse(&format!(
+            "name: x\nparams: {{ {params} }}\nsteps:\n  infra: {{ run: terraform, with: {{ dir: infra, vars: {{ {vars} nested: ['{{{{ params.v1 }}}}', {{ k: '{{{{ params.v2 }}}}' }}] }} }} }}\n"
+        ))
+        .expect("valid")
+        .snapshot;
+        let named: Vec<(String, &str)> = VALUES
+            .iter()
+            .enumerate()
+            .map(|(i, value)| (format!("v{i}"), *value))
+            .collect();
+        let named: Vec<(&str, &str)> = named.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+        let state = requested(&blueprint, &named);
+        let vars = var_file(&input(&state, "infra", &SecretValues::new())).expect("renders");
+
+        let dir = std::env::temp_dir().join(format!("overture-tf-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let mut main =
+            String::from("variable \"nested\" {}\noutput \"nested\" { value = var.nested }\n");
+        for i in 0..VALUES.len() {
+            main.push_str(&format!(
+                "variable \"v{i}\" {{ type = string }}\noutput \"v{i}\" {{ value = var.v{i} }}\n"
+            ));
+        }
+        std::fs::write(dir.join("main.tf"), main).expect("main.tf");
+        std::fs::write(dir.join("vars.json"), vars).expect("vars");
+        let terraform = |args: &[&str]| {
+            std::process::Command::new("terraform")
+                .args(args)
+                .current_dir(&dir)
+                .envs(ENV.iter().copied())
+                .output()
+                .expect("run terraform")
+        };
+        let mut ran = vec![
+            terraform(&["init", "-input=false", "-no-color"]),
+            terraform(&[
+                "apply",
+                "-auto-approve",
+                "-input=false",
+                "-no-color",
+                "-var-file=vars.json",
+            ]),
+        ];
+        ran.push(terraform(&["output", "-json"]));
+        let pwned = dir.join("pwned").exists();
+        let _ = std::fs::remove_dir_all(&dir);
+        for run in &ran {
+            assert!(
+                run.status.success(),
+                "{}{}",
+                String::from_utf8_lossy(&run.stdout),
+                String::from_utf8_lossy(&run.stderr)
+            );
+        }
+        assert!(!pwned, "a value ran");
+        let outputs: Value = serde_json::from_slice(&ran[2].stdout).expect("JSON outputs");
+        for (i, value) in VALUES.iter().enumerate() {
+            assert_eq!(outputs[format!("v{i}")]["value"], *value);
+        }
+        assert_eq!(
+            outputs["nested"]["value"],
+            serde_json::json!([VALUES[1], {"k": VALUES[2]}])
+        );
+    }
+
+    #[test]
     fn a_first_attempt_has_no_state_and_no_vars_make_an_empty_var_file() {
         let state = one_step_in("infra");
         let secrets = SecretValues::new();
