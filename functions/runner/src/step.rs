@@ -9,8 +9,11 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use overture_domain::blueprint::used_outputs;
 use overture_domain::kinds::uses_bastion;
-use overture_domain::secret::{Masker, SecretString, SecretValues, SSH_KEY_SECRET};
+use overture_domain::secret::{
+    secret_within, Masker, SecretString, SecretValues, SSH_KEY_SECRET, TOKEN_SECRET,
+};
 use overture_domain::template::{Reference, Template};
 use overture_domain::DeploymentState;
 use overture_events::{DeploymentId, ErrorClass, StepSpec};
@@ -442,6 +445,55 @@ pub fn sandbox_job(
         output_limit: OUTPUT_LIMIT,
         log: Some(Box::new(MaskingWriter::new(log, masker.clone()))),
     }
+}
+
+/// The outputs as they may be recorded (masked), or why they may not be.
+///
+/// An output that holds a secret's value is masked where it is shown and stored; but when a
+/// template of the blueprint uses it, masking would hand that step `***` in place of the value,
+/// so it is refused instead and the attempt fails. An output's name is recorded as it is, so it
+/// may never hold a secret. The message names the output and the secret, never the value.
+pub fn recordable(
+    outputs: BTreeMap<String, String>,
+    input: &StepInput,
+    masker: &Masker,
+) -> Result<BTreeMap<String, String>, String> {
+    let used = input
+        .state
+        .blueprint
+        .as_ref()
+        .map(|blueprint| used_outputs(blueprint, &input.spec.name))
+        .unwrap_or_default();
+    for (key, value) in &outputs {
+        let found = match secret_within(input.secrets, key) {
+            Some(secret) => Some((format!("the name of output `{}`", masker.mask(key)), secret)),
+            None if used.contains(key) => secret_within(input.secrets, value)
+                .map(|secret| (format!("output `{key}`, which another step uses,"), secret)),
+            None => None,
+        };
+        let Some((output, secret)) = found else {
+            continue;
+        };
+        let (what, instead) = match secret {
+            SSH_KEY_SECRET => (
+                "the deployment's SSH private key".to_owned(),
+                "outputs are recorded, so they must not hold it".to_owned(),
+            ),
+            TOKEN_SECRET => (
+                "the user's cloud token".to_owned(),
+                "outputs are recorded, so they must not hold it".to_owned(),
+            ),
+            user => (
+                format!("the value of secret `{user}`"),
+                format!("pass the secret to the next step with {{{{ secrets.{user} }}}} instead"),
+            ),
+        };
+        return Err(format!("{output} contains {what}; {instead}"));
+    }
+    Ok(outputs
+        .into_iter()
+        .map(|(key, value)| (key, masker.mask(&value)))
+        .collect())
 }
 
 /// A collected file's content, if the step left it.
