@@ -681,7 +681,13 @@ async fn what_the_kernel_could_not_hand_to_the_shell_is_refused_up_front() {
         .await
         .expect_err("refused");
     assert!(
-        matches!(error, SandboxError::EnvironmentTooLarge { limit: MAX_ENVIRONMENT, .. }),
+        matches!(
+            error,
+            SandboxError::EnvironmentTooLarge {
+                limit: MAX_ENVIRONMENT,
+                ..
+            }
+        ),
         "{error:?}"
     );
     assert!(

@@ -102,7 +102,10 @@ steps:
     assert_eq!(status["steps"]["producer"]["status"], "failed");
     assert!(
         status["steps"]["consumer"]["outputs"].is_null()
-            && status["steps"]["consumer"]["attempts"].as_u64().unwrap_or(0) == 0,
+            && status["steps"]["consumer"]["attempts"]
+                .as_u64()
+                .unwrap_or(0)
+                == 0,
         "the consumer never ran, so it never got `***-suffix`: {}",
         status["steps"]["consumer"]
     );

@@ -4,7 +4,8 @@
 //! prepare the sandbox command (see [`step`] and one module per kind), runs it through
 //! [`RunSandboxed`] with its output copied, masked, to the attempt's log ([`logs`]), has the kind
 //! judge the exit, and records `StepSucceeded` or `StepAttemptFailed` (the aggregate then applies
-//! the retry policy).
+//! the retry policy). A job the sandbox refuses to run as given ([`sandbox`]) is a failed
+//! attempt too; only the sandbox's own failure leaves the job to be retried after its lease.
 //! While the attempt runs it keeps its job's lease alive and watches the log: once the attempt
 //! is abandoned it kills the sandbox. A job that finds its attempt already running was held by
 //! an engine that died; that attempt is recorded as interrupted and the retry policy decides.
@@ -120,11 +121,8 @@ pub type Cancel<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 #[async_trait]
 pub trait RunSandboxed: Send + Sync {
     /// Runs `job`; kills it when `cancel` resolves.
-    async fn run<'a>(
-        &self,
-        job: SandboxJob,
-        cancel: Cancel<'a>,
-    ) -> Result<SandboxResult, RunError>;
+    async fn run<'a>(&self, job: SandboxJob, cancel: Cancel<'a>)
+        -> Result<SandboxResult, RunError>;
 }
 
 /// Opens a deployment's sealed secrets.

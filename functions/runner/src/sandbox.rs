@@ -165,7 +165,8 @@ mod tests {
         };
         let headline = outputs.content().expect_err("too large");
         assert!(
-            headline.starts_with("wrote 1.9 MiB (2000000 bytes) to $OVERTURE_OUTPUTS; at most 1 MiB"),
+            headline
+                .starts_with("wrote 1.9 MiB (2000000 bytes) to $OVERTURE_OUTPUTS; at most 1 MiB"),
             "{headline}"
         );
     }

@@ -166,7 +166,8 @@ mod tests {
         };
         assert_eq!(class, overture_events::ErrorClass::StepFailed);
         assert!(
-            headline.starts_with("wrote 1.9 MiB (2000000 bytes) to $OVERTURE_OUTPUTS; at most 1 MiB"),
+            headline
+                .starts_with("wrote 1.9 MiB (2000000 bytes) to $OVERTURE_OUTPUTS; at most 1 MiB"),
             "{headline}"
         );
     }

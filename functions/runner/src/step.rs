@@ -610,6 +610,54 @@ mod tests {
     }
 
     #[test]
+    fn an_output_holding_a_secret_is_refused_if_a_step_uses_it_and_masked_if_none_does() {
+        let blueprint = parse(
+            "name: x\nsecrets: [api_key]\nsteps:\n  a: { run: script, with: { command: 'true' } }\n  b: { run: script, needs: [a], with: { command: 'echo {{ steps.a.outputs.used }}' } }\n",
+        )
+        .expect("valid")
+        .snapshot;
+        let state = requested(&blueprint, &[]);
+        let mut secrets = key_secrets();
+        secrets.insert("api_key".into(), SecretString::from("k-123"));
+        let masker = Masker::new(secrets.values());
+        let input = input(&state, "a", &secrets);
+        let outputs = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+
+        assert_eq!(
+            recordable(outputs(&[("used", "k-123-suffix")]), &input, &masker),
+            Err("output `used`, which another step uses, contains the value of secret `api_key`; pass the secret to the next step with {{ secrets.api_key }} instead".into())
+        );
+        let key_line = crate::testing::SSH_KEY.lines().nth(1).expect("a key line");
+        let refused = recordable(outputs(&[("used", key_line)]), &input, &masker)
+            .expect_err("the key is refused");
+        assert!(
+            refused.contains("the deployment's SSH private key") && !refused.contains(key_line),
+            "{refused}"
+        );
+        assert_eq!(
+            recordable(
+                outputs(&[("shown", "k-123-suffix"), ("used", "plain")]),
+                &input,
+                &masker
+            ),
+            Ok(outputs(&[("shown", "***-suffix"), ("used", "plain")])),
+            "an output no step uses is only shown, masked"
+        );
+        let secrets: SecretValues = [("api_key".into(), SecretString::from("token"))].into();
+        let input = crate::testing::input(&state, "a", &secrets);
+        assert_eq!(
+            recordable(outputs(&[("a_token", "x")]), &input, &Masker::new(secrets.values())),
+            Err("the name of output `a_***` contains the value of secret `api_key`; pass the secret to the next step with {{ secrets.api_key }} instead".into()),
+            "a name is recorded as it is, so it may never hold a secret"
+        );
+    }
+
+    #[test]
     fn addresses_name_a_host_and_a_port() {
         let parsed = |address: &str| SshAddress::parse(address).map(|t| (t.host, t.port));
         assert_eq!(parsed("10.0.0.5"), Ok(("10.0.0.5".into(), 22)));

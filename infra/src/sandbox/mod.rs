@@ -5,7 +5,8 @@
 //!   [`Bubblewrap::run`].
 //! - [`request`](SandboxRequest): what is asked and what comes back ([`SandboxOutcome`],
 //!   [`Exit`]), and the checks a request passes first.
-//! - `args`: the bubblewrap command line (namespaces, mounts) and the step's environment.
+//! - `args`: the bubblewrap command line (namespaces, mounts, the command itself or, when it is
+//!   too long for an argument, the file holding it) and the step's environment.
 //! - `workspace`: the per-attempt directory on the host and the guard that removes it.
 //! - `output`: the tail-capped capture of stdout and stderr, which share one pipe.
 //! - `sys`: the Linux calls std and tokio lack (pidfds, memfd, pipes), and all the `unsafe`.

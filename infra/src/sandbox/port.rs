@@ -71,10 +71,7 @@ mod tests {
 
     #[test]
     fn only_what_the_step_asked_for_is_unrunnable() {
-        let refused = run_error(SandboxError::CommandTooLong {
-            bytes: 3,
-            limit: 2,
-        });
+        let refused = run_error(SandboxError::CommandTooLong { bytes: 3, limit: 2 });
         assert!(matches!(
             refused,
             RunError::Unrunnable(Unrunnable::CommandTooLong { bytes: 3, limit: 2 })

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use secrecy::SecretString;
 
-use super::error::SandboxError;
 use super::args::{SANDBOX_OUTPUTS, SANDBOX_PATH, SANDBOX_WORK};
+use super::error::SandboxError;
 use super::{MAX_COMMAND, MAX_ENVIRONMENT, MAX_VARIABLE};
 
 pub use overture_runner::{OutputsFile, ENGINE_PROGRAM};
@@ -175,7 +175,10 @@ impl SandboxRequest {
             ("HOME", SANDBOX_WORK.len()),
             ("OVERTURE_OUTPUTS", SANDBOX_OUTPUTS.len()),
         ];
-        let plain = self.env.iter().map(|(name, value)| (name.as_str(), value.len()));
+        let plain = self
+            .env
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.len()));
         let secret = self
             .secret_env
             .iter()
