@@ -7,7 +7,7 @@
 //! - [`resume`]: killing the engine mid-step and carrying on.
 //! - [`secrets`]: a secret appears nowhere it should not.
 //! - [`input`]: bad input is refused with exit code 2 and nothing recorded.
-//! - [`sandbox`]: what a step can and cannot see.
+//! - [`sandbox`]: what a step can and cannot see, and the sandbox's limits.
 //! - [`ansible`]: the `ansible` kind against a real sshd on loopback, and a closed port.
 //! - [`http`]: `http` steps against a real HTTP server on loopback: retries, statuses, outputs,
 //!   secrets.

@@ -1,4 +1,5 @@
-//! What a script step can see: only its own workspace and the variables it was given.
+//! What a script step can see: only its own workspace and the variables it was given; and what
+//! happens past the sandbox's limits: the attempt fails at once, saying which and by how much.
 
 use std::time::{Duration, Instant};
 
@@ -153,5 +154,43 @@ steps:
         progress.contains("attempt 1 failed (step-failed): wrote 1.9 MiB"),
         "{progress}"
     );
+    assert!(!progress.contains("WARN"), "{progress}");
+}
+
+#[test]
+fn an_output_too_large_for_a_variable_fails_the_step_that_uses_it_at_once_naming_the_variable() {
+    let overture = Overture::new();
+    let file = overture.blueprint(
+        "variable.yaml",
+        r#"
+name: variable
+steps:
+  producer:
+    run: script
+    with: { command: 'printf "big=%s\n" "$(head -c 200000 /dev/zero | tr "\0" y)" >> "$OVERTURE_OUTPUTS"' }
+  consumer:
+    run: script
+    needs: [producer]
+    with: { command: 'echo "{{ steps.producer.outputs.big }}" | wc -c' }
+"#,
+    );
+    let started = Instant::now();
+    let (code, status, output) = overture.deploy(&file, &[]);
+    let took = started.elapsed();
+    let progress = text(&output.stderr);
+    assert_eq!(code, 1, "{progress}");
+    assert!(took < Duration::from_secs(15), "{took:?}");
+    assert_eq!(status["steps"]["producer"]["status"], "succeeded");
+    let failure = only_failure(&overture, status["id"].as_str().expect("id"));
+    assert_eq!(failure["step"], "consumer");
+    assert_eq!(failure["error_class"], "step-failed");
+    let message = failure["message"].as_str().expect("message");
+    assert!(
+        message.starts_with(
+            "the step's variable `OVERTURE_REF_1` (`NAME=value`) is 195.3 KiB (200015 bytes); the kernel passes at most 127.9 KiB (131071 bytes) in one variable"
+        ),
+        "{message}"
+    );
+    assert!(!message.contains("yyyy"), "no value in the message");
     assert!(!progress.contains("WARN"), "{progress}");
 }

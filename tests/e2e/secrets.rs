@@ -1,4 +1,5 @@
-//! A secret given with `--secret` appears in no event, read model, progress line, error or file.
+//! A secret given with `--secret` appears in no event, read model, progress line, error or file,
+//! and no step is handed `***` in its place.
 
 use crate::support::{files_containing, text, Overture};
 

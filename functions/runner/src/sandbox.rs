@@ -46,9 +46,8 @@ pub enum Unrunnable {
     NulInCommand,
     /// One environment variable is longer than the kernel hands to a program.
     #[error(
-        "the step's variable `{name}` is {} (as `NAME=value`); the kernel passes at most {} in \
-         one variable: a value this large (a parameter, an output, a file's content) must reach \
-         the step another way",
+        "the step's variable `{name}` (`NAME=value`) is {}; the kernel passes at most {} in one \
+         variable: a value this large (a parameter, an output) must reach the step another way",
         size(*bytes), size(*limit)
     )]
     VariableTooLong {
