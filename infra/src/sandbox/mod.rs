@@ -56,9 +56,9 @@ use workspace::Workspace;
 /// The most the engine reads back from a step's `$OVERTURE_OUTPUTS` file; a step that writes
 /// more gets [`OutputsFile::TooLarge`](overture_runner::OutputsFile::TooLarge).
 pub const MAX_OUTPUTS_FILE: u64 = 1024 * 1024;
-/// The longest command a sandbox runs. A command longer than [`args::INLINE_COMMAND`] reaches
-/// the shell as a file, so only this bound applies; it keeps a command (recorded in the
-/// blueprint's event) from being a way to ship data.
+/// The longest command a sandbox runs. A command over 64 KiB reaches the shell as a file rather
+/// than an argument, so the kernel's limits do not apply to it; this bound keeps a command
+/// (recorded in the blueprint's event) from being a way to ship data.
 pub const MAX_COMMAND: usize = 1024 * 1024;
 /// The longest `NAME=value` of one variable: the kernel refuses a longer string at exec
 /// (`MAX_ARG_STRLEN`, 128 KiB counting its final NUL), and bubblewrap would fail to start the
