@@ -163,9 +163,7 @@ impl SandboxRequest {
         }
         Ok(())
     }
-}
 
-impl SandboxRequest {
     /// Checks the variables fit what the kernel hands to the shell, counting those the sandbox
     /// sets itself; sizes only, so no value is exposed beyond its length.
     fn validate_env_size(&self) -> Result<(), SandboxError> {
