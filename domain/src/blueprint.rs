@@ -648,6 +648,34 @@ pub fn attach_files(
     Ok(())
 }
 
+/// The outputs of step `source` that some template of the blueprint uses (in a step's settings,
+/// a host group or the bastion), by key.
+pub fn used_outputs(blueprint: &BlueprintSnapshot, source: &str) -> BTreeSet<String> {
+    let settings = blueprint
+        .steps
+        .iter()
+        .flat_map(|step| step.with.values().flat_map(strings_in));
+    let groups = blueprint.hosts.values().flatten().map(String::as_str);
+    let bastion = blueprint
+        .bastion
+        .iter()
+        .flat_map(|bastion| [bastion.host.as_str(), bastion.security_group.as_str()]);
+    settings
+        .chain(groups)
+        .chain(bastion)
+        .filter_map(|text| Template::parse(text).ok())
+        .flat_map(|template| {
+            template
+                .references()
+                .filter_map(|reference| match reference {
+                    Reference::Output { step, key } if step == source => Some(key.clone()),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 /// Every string inside a JSON value.
 pub fn strings_in(value: &serde_json::Value) -> Vec<&str> {
     match value {

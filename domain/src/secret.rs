@@ -86,6 +86,15 @@ impl Masker {
     }
 }
 
+/// The name of a secret whose value, in any form [`Masker`] hides, occurs in `text`: the text
+/// cannot be masked without being changed.
+pub fn secret_within<'a>(secrets: &'a SecretValues, text: &str) -> Option<&'a str> {
+    secrets
+        .iter()
+        .find(|(_, value)| Masker::new([*value]).mask(text) != text)
+        .map(|(name, _)| name.as_str())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,6 +129,25 @@ mod tests {
             "a } stays",
             "short lines are left alone"
         );
+    }
+
+    #[test]
+    fn the_secret_within_a_text_is_named() {
+        let secrets: SecretValues = [
+            ("api_key".to_owned(), SecretString::from("k-123")),
+            (
+                SSH_KEY_SECRET.to_owned(),
+                SecretString::from("-----BEGIN-----\nb3BlbnNzaC1rZXk\n-----END-----"),
+            ),
+        ]
+        .into();
+        assert_eq!(secret_within(&secrets, "k-123-suffix"), Some("api_key"));
+        assert_eq!(
+            secret_within(&secrets, "x b3BlbnNzaC1rZXk y"),
+            Some(SSH_KEY_SECRET),
+            "a line of a multi-line secret counts"
+        );
+        assert_eq!(secret_within(&secrets, "k-12 and 3"), None);
     }
 
     #[test]

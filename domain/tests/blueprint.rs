@@ -420,3 +420,17 @@ fn a_bastion_names_its_host_and_group_and_precedes_the_steps_that_use_it() {
         "{problems:?}"
     );
 }
+
+#[test]
+fn the_outputs_a_step_hands_on_are_those_some_template_uses() {
+    let blueprint = parse(
+        "name: x\nhosts:\n  web: ['{{ steps.infra.outputs.address }}']\nsteps:\n  infra: { run: noop }\n  conf: { run: script, needs: [infra], with: { command: 'echo {{ steps.infra.outputs.port }} {{ steps.infra.outputs.port }}' } }\n  check: { run: wait-ssh, needs: [infra], with: { hosts: web } }\n",
+    )
+    .expect("valid")
+    .snapshot;
+    assert_eq!(
+        overture_domain::blueprint::used_outputs(&blueprint, "infra"),
+        ["address".to_owned(), "port".to_owned()].into()
+    );
+    assert!(overture_domain::blueprint::used_outputs(&blueprint, "conf").is_empty());
+}

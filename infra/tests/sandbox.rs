@@ -10,7 +10,10 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use overture_infra::sandbox::{Bubblewrap, Exit, SandboxError, SandboxOutcome, SandboxRequest};
+use overture_infra::sandbox::{
+    Bubblewrap, Exit, OutputsFile, SandboxError, SandboxOutcome, SandboxRequest, MAX_COMMAND,
+    MAX_ENVIRONMENT, MAX_OUTPUTS_FILE, MAX_VARIABLE,
+};
 use secrecy::SecretString;
 use tempfile::TempDir;
 
@@ -149,7 +152,7 @@ async fn success_captures_stdout_stderr_and_the_outputs_file() {
     .await;
     assert_eq!(outcome.exit, Exit::Code(0));
     assert_eq!(text(&outcome.output), "to-stdout\nto-stderr\n");
-    assert_eq!(outcome.outputs_file, b"a=1\n");
+    assert_eq!(outcome.outputs_file, OutputsFile::Read(b"a=1\n".to_vec()));
     assert!(outcome.duration > Duration::ZERO);
 }
 
@@ -159,7 +162,7 @@ async fn exit_codes_and_signals_are_reported() {
     let failed = run(&sandbox, request("fail", "echo partial; exit 3")).await;
     assert_eq!(failed.exit, Exit::Code(3));
     assert_eq!(text(&failed.output), "partial\n");
-    assert!(failed.outputs_file.is_empty());
+    assert_eq!(failed.outputs_file, OutputsFile::Read(vec![]));
 
     let killed = run(&sandbox, request("signal", "kill -9 $$")).await;
     assert_eq!(killed.exit, Exit::Signal(9));
@@ -627,6 +630,101 @@ async fn unsafe_ids_and_file_paths_are_refused() {
         "a refused request touched the disk"
     );
     assert!(!Path::new("/etc/x").exists() && !root.path().join("x").exists());
+}
+
+#[tokio::test]
+async fn a_command_too_long_for_an_argument_runs_from_a_file() {
+    let (sandbox, _root) = sandbox();
+    // Far over the kernel's 128 KiB for one argument: bubblewrap could not even be started
+    // with it on its command line.
+    let payload = "x".repeat(900 * 1024);
+    let command = format!("v='{payload}'; echo \"${{#v}} $0\"");
+    let outcome = run(&sandbox, request("long-command", &command)).await;
+    assert_eq!(outcome.exit, Exit::Code(0), "{}", text(&outcome.output));
+    assert_eq!(
+        text(&outcome.output),
+        format!("{} /run/overture/command\n", payload.len())
+    );
+}
+
+#[tokio::test]
+async fn what_the_kernel_could_not_hand_to_the_shell_is_refused_up_front() {
+    let (sandbox, root) = sandbox();
+    let too_long = "x".repeat(MAX_COMMAND + 1);
+    let error = sandbox
+        .run(request("huge", &too_long), std::future::pending())
+        .await
+        .expect_err("refused");
+    assert!(
+        matches!(error, SandboxError::CommandTooLong { bytes, limit: MAX_COMMAND } if bytes == MAX_COMMAND + 1),
+        "{error:?}"
+    );
+
+    let mut big_variable = request("big-variable", "true");
+    big_variable.secret_env = vec![("BIG".into(), SecretString::from("y".repeat(MAX_VARIABLE)))];
+    let error = sandbox
+        .run(big_variable, std::future::pending())
+        .await
+        .expect_err("refused");
+    assert!(
+        matches!(&error, SandboxError::VariableTooLong { name, .. } if name == "BIG"),
+        "{error:?}"
+    );
+    assert!(!error.to_string().contains("yyyy"), "no value in {error}");
+
+    let mut many = request("many-variables", "true");
+    many.env = (0..MAX_ENVIRONMENT / (64 * 1024) + 1)
+        .map(|i| (format!("V{i}"), "z".repeat(64 * 1024)))
+        .collect();
+    let error = sandbox
+        .run(many, std::future::pending())
+        .await
+        .expect_err("refused");
+    assert!(
+        matches!(
+            error,
+            SandboxError::EnvironmentTooLarge {
+                limit: MAX_ENVIRONMENT,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(
+        !workspaces(&root).exists(),
+        "a refused request touched the disk"
+    );
+
+    // The largest variable allowed does reach the shell.
+    let mut largest = request("largest-variable", r#"echo "${#BIG}""#);
+    largest.env = vec![("BIG".into(), "y".repeat(MAX_VARIABLE - "BIG=".len()))];
+    let outcome = run(&sandbox, largest).await;
+    assert_eq!(
+        text(&outcome.output),
+        format!("{}\n", MAX_VARIABLE - "BIG=".len())
+    );
+}
+
+#[tokio::test]
+async fn an_outputs_file_over_the_limit_is_measured_not_read() {
+    let (sandbox, _root) = sandbox();
+    let outcome = run(
+        &sandbox,
+        request(
+            "big-outputs",
+            r#"head -c 2000000 /dev/zero | tr '\0' a > "$OVERTURE_OUTPUTS"; echo done"#,
+        ),
+    )
+    .await;
+    assert_eq!(outcome.exit, Exit::Code(0));
+    assert_eq!(text(&outcome.output), "done\n");
+    assert_eq!(
+        outcome.outputs_file,
+        OutputsFile::TooLarge {
+            bytes: 2_000_000,
+            limit: MAX_OUTPUTS_FILE
+        }
+    );
 }
 
 #[tokio::test]

@@ -9,7 +9,7 @@
 //! - [`secrets`]: a secret appears nowhere it should not.
 //! - [`pipe`]: a reader that goes away ends a reading command quietly.
 //! - [`input`]: bad input is refused with exit code 2 and nothing recorded.
-//! - [`sandbox`]: what a step can and cannot see.
+//! - [`sandbox`]: what a step can and cannot see, and the sandbox's limits.
 //! - [`quoting`]: hostile values in every quoting context of a script reach it exactly, and
 //!   never run.
 //! - [`ansible`]: the `ansible` kind against a real sshd on loopback, and a closed port.

@@ -1,4 +1,9 @@
-//! What a script step can see: only its own workspace and the variables it was given.
+//! What a script step can see: only its own workspace and the variables it was given; and what
+//! happens past the sandbox's limits: the attempt fails at once, saying which and by how much.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
 
 use crate::support::{text, Overture};
 
@@ -51,4 +56,141 @@ steps:
         "only the variables it was given"
     );
     assert!(!std::path::Path::new("/usr/overture-was-here").exists());
+}
+
+/// The failed attempt's `StepAttemptFailed` data, for a deployment with one failed step.
+fn only_failure(overture: &Overture, id: &str) -> Value {
+    let events = overture.events(id);
+    let failures: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "StepAttemptFailed")
+        .collect();
+    assert_eq!(failures.len(), 1, "{events:?}");
+    failures[0]["data"].clone()
+}
+
+#[test]
+fn a_command_too_long_for_an_argument_runs_and_one_over_the_limit_fails_at_once() {
+    let overture = Overture::new();
+    // 300 KB: more than the kernel takes as one argument, so it reaches the shell as a file.
+    let long = overture.blueprint(
+        "long.yaml",
+        &format!(
+            "name: long\nsteps:\n  big:\n    run: script\n    with: {{ command: 'v={}; echo \"n=${{#v}}\" >> \"$OVERTURE_OUTPUTS\"' }}\n",
+            "a".repeat(300_000)
+        ),
+    );
+    let (code, status, output) = overture.deploy(&long, &[]);
+    assert_eq!(code, 0, "{}", text(&output.stderr));
+    assert_eq!(status["steps"]["big"]["outputs"]["n"], "300000");
+
+    let huge = overture.blueprint(
+        "huge.yaml",
+        &format!(
+            "name: huge\nsteps:\n  big:\n    run: script\n    with: {{ command: 'echo {} > /dev/null' }}\n",
+            "a".repeat(3_000_000)
+        ),
+    );
+    let started = Instant::now();
+    let (code, status, output) = overture.deploy(&huge, &[]);
+    let took = started.elapsed();
+    let progress = text(&output.stderr);
+    assert_eq!(code, 1, "{progress}");
+    assert!(
+        took < Duration::from_secs(15),
+        "failed at once, not after the job's lease: {took:?}"
+    );
+    assert_eq!(status["steps"]["big"]["status"], "failed");
+    assert_eq!(status["steps"]["big"]["attempts"], 1);
+    let failure = only_failure(&overture, status["id"].as_str().expect("id"));
+    assert_eq!(failure["error_class"], "step-failed");
+    let message = failure["message"].as_str().expect("message");
+    assert!(
+        message.starts_with("the command is 2.8 MiB (")
+            && message.contains("; the sandbox accepts at most 1 MiB (1048576 bytes): "),
+        "{message}"
+    );
+    assert!(
+        progress.contains("attempt 1 failed (step-failed): the command is 2.8 MiB"),
+        "{progress}"
+    );
+    assert!(
+        !progress.contains("WARN") && !progress.contains("interrupted"),
+        "{progress}"
+    );
+}
+
+#[test]
+fn a_step_writing_more_than_1_mib_of_outputs_fails_at_once_saying_how_much() {
+    let overture = Overture::new();
+    let file = overture.blueprint(
+        "outputs.yaml",
+        r#"
+name: outputs
+steps:
+  chatty:
+    run: script
+    with: { command: 'echo starting; yes k=0123456789 | head -c 2000000 > "$OVERTURE_OUTPUTS"' }
+"#,
+    );
+    let started = Instant::now();
+    let (code, status, output) = overture.deploy(&file, &[]);
+    let took = started.elapsed();
+    let progress = text(&output.stderr);
+    assert_eq!(code, 1, "{progress}");
+    assert!(took < Duration::from_secs(15), "{took:?}");
+    let failure = only_failure(&overture, status["id"].as_str().expect("id"));
+    assert_eq!(failure["error_class"], "step-failed");
+    assert_eq!(failure["exit_code"], 0);
+    let message = failure["message"].as_str().expect("message");
+    assert!(
+        message.starts_with(
+            "wrote 1.9 MiB (2000000 bytes) to $OVERTURE_OUTPUTS; at most 1 MiB (1048576 bytes) is read"
+        ),
+        "{message}"
+    );
+    assert!(message.ends_with("last output:\nstarting"), "{message}");
+    assert!(
+        progress.contains("attempt 1 failed (step-failed): wrote 1.9 MiB"),
+        "{progress}"
+    );
+    assert!(!progress.contains("WARN"), "{progress}");
+}
+
+#[test]
+fn an_output_too_large_for_a_variable_fails_the_step_that_uses_it_at_once_naming_the_variable() {
+    let overture = Overture::new();
+    let file = overture.blueprint(
+        "variable.yaml",
+        r#"
+name: variable
+steps:
+  producer:
+    run: script
+    with: { command: 'printf "big=%s\n" "$(head -c 200000 /dev/zero | tr "\0" y)" >> "$OVERTURE_OUTPUTS"' }
+  consumer:
+    run: script
+    needs: [producer]
+    with: { command: 'echo "{{ steps.producer.outputs.big }}" | wc -c' }
+"#,
+    );
+    let started = Instant::now();
+    let (code, status, output) = overture.deploy(&file, &[]);
+    let took = started.elapsed();
+    let progress = text(&output.stderr);
+    assert_eq!(code, 1, "{progress}");
+    assert!(took < Duration::from_secs(15), "{took:?}");
+    assert_eq!(status["steps"]["producer"]["status"], "succeeded");
+    let failure = only_failure(&overture, status["id"].as_str().expect("id"));
+    assert_eq!(failure["step"], "consumer");
+    assert_eq!(failure["error_class"], "step-failed");
+    let message = failure["message"].as_str().expect("message");
+    assert!(
+        message.starts_with(
+            "the step's variable `OVERTURE_REF_1` (`NAME=value`) is 195.3 KiB (200015 bytes); the kernel passes at most 127.9 KiB (131071 bytes) in one variable"
+        ),
+        "{message}"
+    );
+    assert!(!message.contains("yyyy"), "no value in the message");
+    assert!(!progress.contains("WARN"), "{progress}");
 }

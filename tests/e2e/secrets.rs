@@ -1,4 +1,5 @@
-//! A secret given with `--secret` appears in no event, read model, progress line, error or file.
+//! A secret given with `--secret` appears in no event, read model, progress line, error or file,
+//! and no step is handed `***` in its place.
 
 use crate::support::{files_containing, text, Overture};
 
@@ -75,4 +76,81 @@ steps:
             .exists(),
         "the sealed secrets are purged"
     );
+}
+
+#[test]
+fn an_output_holding_a_secret_that_a_later_step_uses_fails_its_step_instead_of_handing_on_stars() {
+    let overture = Overture::new();
+    let file = overture.blueprint(
+        "handover.yaml",
+        r#"
+name: hands-on-a-secret
+secrets: [api_key]
+steps:
+  producer:
+    run: script
+    with: { command: 'echo "made {{ secrets.api_key }}-suffix"; echo "k={{ secrets.api_key }}-suffix" >> "$OVERTURE_OUTPUTS"' }
+  consumer:
+    run: script
+    needs: [producer]
+    with: { command: 'echo "got={{ steps.producer.outputs.k }}" >> "$OVERTURE_OUTPUTS"' }
+"#,
+    );
+    let (code, status, output) = overture.deploy_with_secret(&file, "api_key", SECRET);
+    let progress = text(&output.stderr);
+    assert_eq!(code, 1, "{progress}");
+    let id = status["id"].as_str().expect("id");
+    assert_eq!(status["steps"]["producer"]["status"], "failed");
+    assert!(
+        status["steps"]["consumer"]["outputs"].is_null()
+            && status["steps"]["consumer"]["attempts"]
+                .as_u64()
+                .unwrap_or(0)
+                == 0,
+        "the consumer never ran, so it never got `***-suffix`: {}",
+        status["steps"]["consumer"]
+    );
+
+    let events = overture.events(id);
+    assert!(
+        !events
+            .iter()
+            .any(|e| e["type"] == "StepStarted" && e["data"]["step"] == "consumer"),
+        "the consumer never started"
+    );
+    let failure = events
+        .iter()
+        .find(|e| e["type"] == "StepAttemptFailed")
+        .expect("the producer's attempt failed");
+    assert_eq!(failure["data"]["error_class"], "step-failed");
+    let message = failure["data"]["message"].as_str().expect("message");
+    let expected = "output `k`, which another step uses, contains the value of secret `api_key`; pass the secret to the next step with {{ secrets.api_key }} instead";
+    assert!(message.starts_with(expected), "{message}");
+    assert!(
+        message.ends_with("last output:\nmade ***-suffix"),
+        "{message}"
+    );
+    assert!(
+        progress.contains(&format!("attempt 1 failed (step-failed): {expected}")),
+        "{progress}"
+    );
+
+    let mut shown = vec![text(&output.stdout), progress];
+    for args in [
+        vec!["events", id, "--json"],
+        vec!["status", id, "--json"],
+        vec!["logs", id, "producer"],
+    ] {
+        let out = overture.run(&args);
+        shown.push(text(&out.stdout));
+        shown.push(text(&out.stderr));
+    }
+    for (i, printed) in shown.iter().enumerate() {
+        assert!(
+            !printed.contains(SECRET),
+            "output {i} shows the secret:\n{printed}"
+        );
+    }
+    let leaks = files_containing(&overture.data_dir(), SECRET.as_bytes());
+    assert!(leaks.is_empty(), "files holding the secret: {leaks:?}");
 }

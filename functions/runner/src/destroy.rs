@@ -21,7 +21,7 @@ use overture_kit::{execute, Cause, DeploymentLog};
 use crate::logs::{AttemptLogs, LogName};
 use crate::step::{collected, sandbox_job, StepInput};
 use crate::{
-    millis, sandbox_id, terraform, with_tail, KeepStepState, RunSandboxed, RunnerError,
+    millis, sandbox_id, terraform, with_tail, KeepStepState, RunError, RunSandboxed, RunnerError,
     SandboxExit, ACTOR,
 };
 
@@ -266,10 +266,16 @@ async fn destroy_step(
     let id = sandbox_id(deployment, step, LogName::Destroy);
     let job = sandbox_job(id, prepared, &input, LogName::Destroy, log, masker);
     // Nothing abandons a destroy: it runs until it ends or times out.
-    let result = ports
+    let result = match ports
         .sandbox
         .run(job, Box::pin(std::future::pending()))
-        .await?;
+        .await
+    {
+        Ok(result) => result,
+        // Refused before anything ran: running it again would be refused again.
+        Err(RunError::Unrunnable(refused)) => return Ok(failed(refused.to_string())),
+        Err(RunError::Failed(error)) => return Err(error.into()),
+    };
     if let Some(kept) = collected(&result.collected, terraform::STATE_FILE) {
         ports
             .kept

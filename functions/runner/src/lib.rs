@@ -4,7 +4,8 @@
 //! prepare the sandbox command (see [`step`] and one module per kind), runs it through
 //! [`RunSandboxed`] with its output copied, masked, to the attempt's log ([`logs`]), has the kind
 //! judge the exit, and records `StepSucceeded` or `StepAttemptFailed` (the aggregate then applies
-//! the retry policy).
+//! the retry policy). A job the sandbox refuses to run as given ([`sandbox`]) is a failed
+//! attempt too; only the sandbox's own failure leaves the job to be retried after its lease.
 //! While the attempt runs it keeps its job's lease alive and watches the log: once the attempt
 //! is abandoned it kills the sandbox. A job that finds its attempt already running was held by
 //! an engine that died; that attempt is recorded as `interrupted` and the retry policy decides.
@@ -13,6 +14,7 @@ pub mod ansible;
 pub mod destroy;
 pub mod http;
 pub mod logs;
+pub mod sandbox;
 pub mod script;
 pub mod servers;
 pub mod step;
@@ -33,6 +35,8 @@ use overture_events::{CloudAccount, DeploymentId, ErrorClass, StepSpec, Timestam
 use overture_kit::{execute, Cause, Clock, DeploymentLog, LogError};
 use serde::{Deserialize, Serialize};
 use step::{StepInput, Verdict};
+
+pub use sandbox::{OutputsFile, RunError, Unrunnable};
 
 /// The name the runner appends events under.
 pub const ACTOR: &str = "runner";
@@ -103,7 +107,7 @@ pub struct SandboxResult {
     /// Its stdout and stderr, the tail.
     pub output: Vec<u8>,
     /// What it wrote to `$OVERTURE_OUTPUTS`.
-    pub outputs_file: Vec<u8>,
+    pub outputs_file: OutputsFile,
     /// How long it ran.
     pub duration: Duration,
     /// The files of [`SandboxJob::collect`] it left.
@@ -117,11 +121,8 @@ pub type Cancel<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 #[async_trait]
 pub trait RunSandboxed: Send + Sync {
     /// Runs `job`; kills it when `cancel` resolves.
-    async fn run<'a>(
-        &self,
-        job: SandboxJob,
-        cancel: Cancel<'a>,
-    ) -> Result<SandboxResult, PortError>;
+    async fn run<'a>(&self, job: SandboxJob, cancel: Cancel<'a>)
+        -> Result<SandboxResult, RunError>;
 }
 
 /// Opens a deployment's sealed secrets.
@@ -437,7 +438,20 @@ async fn run_in_sandbox(
     let job = step::sandbox_job(sandbox_id, prepared, &input, name, log, &masker);
 
     let watch = watch_for_abandonment(ports.log, lease, deployment, &spec.name, attempt);
-    let result = ports.sandbox.run(job, Box::pin(watch)).await?;
+    let result = match ports.sandbox.run(job, Box::pin(watch)).await {
+        Ok(result) => result,
+        // Nothing ran, and running it again would be refused again: a failed attempt, which
+        // the retry policy sees as any other.
+        Err(RunError::Unrunnable(refused)) => {
+            return Ok(Outcome::Failure {
+                class: ErrorClass::StepFailed,
+                exit_code: None,
+                message: masker.mask(&refused.to_string()),
+                duration: Duration::ZERO,
+            })
+        }
+        Err(RunError::Failed(error)) => return Err(error.into()),
+    };
     if let Some(kept) = kept_file.and_then(|file| step::collected(&result.collected, file)) {
         ports
             .kept
@@ -454,12 +468,12 @@ async fn run_in_sandbox(
     };
     Ok(match result.exit {
         SandboxExit::Code(code) => match conclude(&input, code, &result) {
-            Verdict::Success(outputs) => Outcome::Success {
-                outputs: outputs
-                    .into_iter()
-                    .map(|(key, value)| (key, masker.mask(&value)))
-                    .collect(),
-                duration: result.duration,
+            Verdict::Success(outputs) => match step::recordable(outputs, &input, &masker) {
+                Ok(outputs) => Outcome::Success {
+                    outputs,
+                    duration: result.duration,
+                },
+                Err(headline) => failure(ErrorClass::StepFailed, Some(code), headline),
             },
             Verdict::Failure { class, headline } => failure(class, Some(code), headline),
         },

@@ -72,7 +72,11 @@ pub fn conclude(code: i32, result: &SandboxResult) -> Verdict {
     if code != 0 {
         return Verdict::failed(format!("exited with code {code}"));
     }
-    match parse_outputs(&String::from_utf8_lossy(&result.outputs_file)) {
+    match result
+        .outputs_file
+        .content()
+        .and_then(|content| parse_outputs(&String::from_utf8_lossy(content)))
+    {
         Ok(outputs) => Verdict::Success(outputs),
         Err(problem) => Verdict::failed(problem),
     }
@@ -92,6 +96,13 @@ pub fn parse_outputs(text: &str) -> Result<BTreeMap<String, String>, String> {
                 && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
         };
         match line.split_once('=') {
+            // No variable can carry a NUL byte to the steps that use the output.
+            Some((_, value)) if value.contains('\0') => {
+                return Err(format!(
+                    "line {} of $OVERTURE_OUTPUTS holds a NUL byte, which no output can carry",
+                    number + 1
+                ))
+            }
             Some((key, value)) if valid_key(key) => {
                 outputs.insert(key.to_owned(), value.to_owned());
             }
@@ -454,5 +465,26 @@ mod tests {
         assert!(parse_outputs("ok=1\n1bad=2")
             .expect_err("refused")
             .contains("line 2"));
+        assert!(parse_outputs("ok=1\nnul=a\0b")
+            .expect_err("refused")
+            .contains("line 2 of $OVERTURE_OUTPUTS holds a NUL byte"));
+    }
+
+    #[test]
+    fn an_outputs_file_too_large_to_read_fails_the_attempt_naming_its_size() {
+        let mut result = crate::testing::sandbox_result(0, "", &[]);
+        result.outputs_file = crate::OutputsFile::TooLarge {
+            bytes: 2_000_000,
+            limit: 1024 * 1024,
+        };
+        let Verdict::Failure { class, headline } = conclude(0, &result) else {
+            panic!("fails");
+        };
+        assert_eq!(class, overture_events::ErrorClass::StepFailed);
+        assert!(
+            headline
+                .starts_with("wrote 1.9 MiB (2000000 bytes) to $OVERTURE_OUTPUTS; at most 1 MiB"),
+            "{headline}"
+        );
     }
 }

@@ -234,7 +234,11 @@ pub fn conclude(input: &StepInput, code: i32, result: &SandboxResult) -> Verdict
             )
         }
     }
-    let outputs = match parse_outputs(&String::from_utf8_lossy(&result.outputs_file)) {
+    let outputs = match result
+        .outputs_file
+        .content()
+        .and_then(|content| parse_outputs(&String::from_utf8_lossy(content)))
+    {
         Ok(outputs) => outputs,
         Err(problem) => return Verdict::failed(problem),
     };
@@ -467,9 +471,10 @@ steps:
         let input = input(&state, "servers", &secrets);
 
         let mut done = sandbox_result(0, "", &[]);
-        done.outputs_file =
+        done.outputs_file = crate::OutputsFile::Read(
             b"bastion=10.0.0.2\nweb-1=10.0.0.3\nsecurity-group-bastion=g1\nsecurity-group-web=g2\n"
-                .to_vec();
+                .to_vec(),
+        );
         let Verdict::Success(outputs) = conclude(&input, 0, &done) else {
             panic!("succeeds");
         };
@@ -477,7 +482,7 @@ steps:
         assert_eq!(outputs["security-group-bastion"], "g1");
 
         let mut partial = sandbox_result(0, "", &[]);
-        partial.outputs_file = b"bastion=10.0.0.2\n".to_vec();
+        partial.outputs_file = crate::OutputsFile::Read(b"bastion=10.0.0.2\n".to_vec());
         let Verdict::Failure { class, headline } = conclude(&input, 0, &partial) else {
             panic!("fails");
         };

@@ -9,8 +9,11 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use overture_domain::blueprint::used_outputs;
 use overture_domain::kinds::uses_bastion;
-use overture_domain::secret::{Masker, SecretString, SecretValues, SSH_KEY_SECRET};
+use overture_domain::secret::{
+    secret_within, Masker, SecretString, SecretValues, SSH_KEY_SECRET, TOKEN_SECRET,
+};
 use overture_domain::template::{Reference, Template};
 use overture_domain::DeploymentState;
 use overture_events::{DeploymentId, ErrorClass, StepSpec};
@@ -444,6 +447,55 @@ pub fn sandbox_job(
     }
 }
 
+/// The outputs as they may be recorded (masked), or why they may not be.
+///
+/// An output that holds a secret's value is masked where it is shown and stored; but when a
+/// template of the blueprint uses it, masking would hand that step `***` in place of the value,
+/// so it is refused instead and the attempt fails. An output's name is recorded as it is, so it
+/// may never hold a secret. The message names the output and the secret, never the value.
+pub fn recordable(
+    outputs: BTreeMap<String, String>,
+    input: &StepInput,
+    masker: &Masker,
+) -> Result<BTreeMap<String, String>, String> {
+    let used = input
+        .state
+        .blueprint
+        .as_ref()
+        .map(|blueprint| used_outputs(blueprint, &input.spec.name))
+        .unwrap_or_default();
+    for (key, value) in &outputs {
+        let found = match secret_within(input.secrets, key) {
+            Some(secret) => Some((format!("the name of output `{}`", masker.mask(key)), secret)),
+            None if used.contains(key) => secret_within(input.secrets, value)
+                .map(|secret| (format!("output `{key}`, which another step uses,"), secret)),
+            None => None,
+        };
+        let Some((output, secret)) = found else {
+            continue;
+        };
+        let (what, instead) = match secret {
+            SSH_KEY_SECRET => (
+                "the deployment's SSH private key".to_owned(),
+                "outputs are recorded, so they must not hold it".to_owned(),
+            ),
+            TOKEN_SECRET => (
+                "the user's cloud token".to_owned(),
+                "outputs are recorded, so they must not hold it".to_owned(),
+            ),
+            user => (
+                format!("the value of secret `{user}`"),
+                format!("pass the secret to the next step with {{{{ secrets.{user} }}}} instead"),
+            ),
+        };
+        return Err(format!("{output} contains {what}; {instead}"));
+    }
+    Ok(outputs
+        .into_iter()
+        .map(|(key, value)| (key, masker.mask(&value)))
+        .collect())
+}
+
 /// A collected file's content, if the step left it.
 pub fn collected<'a>(collected: &'a [(PathBuf, Vec<u8>)], path: &str) -> Option<&'a [u8]> {
     collected
@@ -555,6 +607,54 @@ mod tests {
             .ssh_key_file()
             .expect_err("no key");
         assert!(problem.contains("no SSH key"), "{problem}");
+    }
+
+    #[test]
+    fn an_output_holding_a_secret_is_refused_if_a_step_uses_it_and_masked_if_none_does() {
+        let blueprint = parse(
+            "name: x\nsecrets: [api_key]\nsteps:\n  a: { run: script, with: { command: 'true' } }\n  b: { run: script, needs: [a], with: { command: 'echo {{ steps.a.outputs.used }}' } }\n",
+        )
+        .expect("valid")
+        .snapshot;
+        let state = requested(&blueprint, &[]);
+        let mut secrets = key_secrets();
+        secrets.insert("api_key".into(), SecretString::from("k-123"));
+        let masker = Masker::new(secrets.values());
+        let input = input(&state, "a", &secrets);
+        let outputs = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+
+        assert_eq!(
+            recordable(outputs(&[("used", "k-123-suffix")]), &input, &masker),
+            Err("output `used`, which another step uses, contains the value of secret `api_key`; pass the secret to the next step with {{ secrets.api_key }} instead".into())
+        );
+        let key_line = crate::testing::SSH_KEY.lines().nth(1).expect("a key line");
+        let refused = recordable(outputs(&[("used", key_line)]), &input, &masker)
+            .expect_err("the key is refused");
+        assert!(
+            refused.contains("the deployment's SSH private key") && !refused.contains(key_line),
+            "{refused}"
+        );
+        assert_eq!(
+            recordable(
+                outputs(&[("shown", "k-123-suffix"), ("used", "plain")]),
+                &input,
+                &masker
+            ),
+            Ok(outputs(&[("shown", "***-suffix"), ("used", "plain")])),
+            "an output no step uses is only shown, masked"
+        );
+        let secrets: SecretValues = [("api_key".into(), SecretString::from("token"))].into();
+        let input = crate::testing::input(&state, "a", &secrets);
+        assert_eq!(
+            recordable(outputs(&[("a_token", "x")]), &input, &Masker::new(secrets.values())),
+            Err("the name of output `a_***` contains the value of secret `api_key`; pass the secret to the next step with {{ secrets.api_key }} instead".into()),
+            "a name is recorded as it is, so it may never hold a secret"
+        );
     }
 
     #[test]

@@ -82,7 +82,7 @@ pub fn sandbox_result(code: i32, output: &str, collected: &[(&str, &str)]) -> Sa
     SandboxResult {
         exit: SandboxExit::Code(code),
         output: output.as_bytes().to_vec(),
-        outputs_file: vec![],
+        outputs_file: crate::OutputsFile::default(),
         duration: Duration::ZERO,
         collected: collected
             .iter()

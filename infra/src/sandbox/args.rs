@@ -13,7 +13,7 @@ use secrecy::zeroize::Zeroizing;
 use secrecy::ExposeSecret;
 
 use super::request::{SandboxRequest, ENGINE_PROGRAM};
-use super::workspace::{ETC_DIR, OUTPUTS_FILE, WORK_DIR};
+use super::workspace::{COMMAND_FILE, ETC_DIR, OUTPUTS_FILE, WORK_DIR};
 
 /// `PATH` inside the sandbox.
 pub(super) const SANDBOX_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
@@ -21,6 +21,12 @@ pub(super) const SANDBOX_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 pub(super) const SANDBOX_WORK: &str = "/work";
 /// Where `$OVERTURE_OUTPUTS` points inside the sandbox.
 pub(super) const SANDBOX_OUTPUTS: &str = "/run/overture/outputs";
+/// Where a command too long to be an argument is, inside the sandbox.
+pub(super) const SANDBOX_COMMAND: &str = "/run/overture/command";
+/// The longest command passed to the shell as an argument (`/bin/sh -c`), where `ps` shows it;
+/// a longer one goes in a file instead, since the kernel refuses an argument of 128 KiB or more
+/// (`MAX_ARG_STRLEN`), and bubblewrap would not even start.
+pub(super) const INLINE_COMMAND: usize = 64 * 1024;
 /// The sandbox's host name: says nothing about the host or the tenant.
 const HOSTNAME: &str = "sandbox";
 
@@ -199,6 +205,18 @@ pub(super) fn command_line(
             OsStr::new(SANDBOX_OUTPUTS),
         ],
     );
+    let inline = command_file(&request.command).is_none();
+    if !inline {
+        let script = workspace.join(COMMAND_FILE);
+        push(
+            &mut args,
+            [
+                OsStr::new("--ro-bind"),
+                script.as_os_str(),
+                OsStr::new(SANDBOX_COMMAND),
+            ],
+        );
+    }
     if let Some(program) = engine_program {
         // Read-only: the step runs the engine's code, it must not be able to change it.
         push(
@@ -214,8 +232,18 @@ pub(super) fn command_line(
     // Last of the mounts: after it, nothing more can be created in the root.
     push(&mut args, ["--remount-ro", "/"]);
 
-    push(&mut args, ["/bin/sh", "-c", &request.command]);
+    if inline {
+        push(&mut args, ["/bin/sh", "-c", &request.command]);
+    } else {
+        // The shell reads the file as it would the `-c` text; only `$0` differs.
+        push(&mut args, ["/bin/sh", SANDBOX_COMMAND]);
+    }
     args
+}
+
+/// The content of the workspace's command file, for a command too long to be an argument.
+pub(super) fn command_file(command: &str) -> Option<Vec<u8>> {
+    (command.len() > INLINE_COMMAND).then(|| command.as_bytes().to_vec())
 }
 
 /// The step's whole environment as NUL-separated `--setenv NAME VALUE` arguments, for
@@ -333,6 +361,38 @@ mod tests {
         );
         let remount = line.iter().position(|arg| arg == "--remount-ro");
         assert!(remount > Some(at), "{line:?}");
+    }
+
+    #[test]
+    fn a_long_command_is_read_from_a_file_instead_of_the_command_line() {
+        let layout = SystemLayout::detect();
+        let fds = Fds {
+            args: 3,
+            status: 4,
+            block: 5,
+        };
+        let mut long = request(false);
+        long.command = format!("echo {}", "a".repeat(INLINE_COMMAND));
+        let line: Vec<String> = command_line(&layout, Path::new("/ws/t"), &long, None, fds)
+            .into_iter()
+            .map(|arg| arg.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(line[line.len() - 2..], ["/bin/sh", SANDBOX_COMMAND]);
+        let at = line
+            .iter()
+            .position(|arg| arg == SANDBOX_COMMAND)
+            .expect("the file is bound");
+        assert_eq!(&line[at - 2..at], ["--ro-bind", "/ws/t/command"]);
+        assert!(line.iter().all(|arg| arg.len() < INLINE_COMMAND));
+        assert_eq!(
+            command_file(&long.command).as_deref(),
+            Some(long.command.as_bytes())
+        );
+
+        let short = line_with(false, None);
+        assert_eq!(short[short.len() - 3..], ["/bin/sh", "-c", "true"]);
+        assert!(!short.iter().any(|arg| arg == SANDBOX_COMMAND));
+        assert_eq!(command_file("true"), None);
     }
 
     #[test]

@@ -64,6 +64,32 @@ pub enum SandboxError {
     /// The command holds a NUL byte, which no argument vector can carry.
     #[error("the command contains a NUL byte")]
     InvalidCommand,
+    /// The command is longer than the sandbox accepts.
+    #[error("the command is {bytes} bytes; at most {limit} are accepted")]
+    CommandTooLong {
+        /// Its length.
+        bytes: usize,
+        /// The most accepted ([`MAX_COMMAND`](super::MAX_COMMAND)).
+        limit: usize,
+    },
+    /// One variable is longer than the kernel passes to a program (`E2BIG` at exec).
+    #[error("the variable {name} is {bytes} bytes as NAME=value; at most {limit} are accepted")]
+    VariableTooLong {
+        /// The variable's name (never its value).
+        name: String,
+        /// The length of `NAME=value`.
+        bytes: usize,
+        /// The most accepted ([`MAX_VARIABLE`](super::MAX_VARIABLE)).
+        limit: usize,
+    },
+    /// The variables together are more than the sandbox passes to a program.
+    #[error("the variables come to {bytes} bytes; at most {limit} are accepted")]
+    EnvironmentTooLarge {
+        /// The length of every `NAME=value` together.
+        bytes: usize,
+        /// The most accepted ([`MAX_ENVIRONMENT`](super::MAX_ENVIRONMENT)).
+        limit: usize,
+    },
     /// A workspace with this id exists already: ids must not be reused.
     #[error("sandbox workspace {} already exists", path.display())]
     WorkspaceExists {
@@ -86,12 +112,6 @@ pub enum SandboxError {
     CollectedTooLarge {
         /// The file, relative to `/work`.
         path: PathBuf,
-        /// The most the engine reads.
-        limit: u64,
-    },
-    /// The step wrote more to `$OVERTURE_OUTPUTS` than the engine will read.
-    #[error("the step wrote more than {limit} bytes to $OVERTURE_OUTPUTS")]
-    OutputsTooLarge {
         /// The most the engine reads.
         limit: u64,
     },

@@ -5,7 +5,8 @@
 //!   [`Bubblewrap::run`].
 //! - [`request`](SandboxRequest): what is asked and what comes back ([`SandboxOutcome`],
 //!   [`Exit`]), and the checks a request passes first.
-//! - `args`: the bubblewrap command line (namespaces, mounts) and the step's environment.
+//! - `args`: the bubblewrap command line (namespaces, mounts, the command itself or, when it is
+//!   too long for an argument, the file holding it) and the step's environment.
 //! - `workspace`: the per-attempt directory on the host and the guard that removes it.
 //! - `output`: the tail-capped capture of stdout and stderr, which share one pipe.
 //! - `sys`: the Linux calls std and tokio lack (pidfds, memfd, pipes), and all the `unsafe`.
@@ -45,15 +46,28 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 pub use error::SandboxError;
-pub use request::{Exit, OutputLog, SandboxOutcome, SandboxRequest, ENGINE_PROGRAM};
+pub use request::{Exit, OutputLog, OutputsFile, SandboxOutcome, SandboxRequest, ENGINE_PROGRAM};
 
 use args::{Fds, SystemLayout};
 use output::TailBuffer;
 use sys::Pidfd;
 use workspace::Workspace;
 
-/// The most the engine reads back from a step's `$OVERTURE_OUTPUTS` file.
+/// The most the engine reads back from a step's `$OVERTURE_OUTPUTS` file; a step that writes
+/// more gets [`OutputsFile::TooLarge`](overture_runner::OutputsFile::TooLarge).
 pub const MAX_OUTPUTS_FILE: u64 = 1024 * 1024;
+/// The longest command a sandbox runs. A command over 64 KiB reaches the shell as a file rather
+/// than an argument, so the kernel's limits do not apply to it; this bound keeps a command
+/// (recorded in the blueprint's event) from being a way to ship data.
+pub const MAX_COMMAND: usize = 1024 * 1024;
+/// The longest `NAME=value` of one variable: the kernel refuses a longer string at exec
+/// (`MAX_ARG_STRLEN`, 128 KiB counting its final NUL), and bubblewrap would fail to start the
+/// shell.
+pub const MAX_VARIABLE: usize = 128 * 1024 - 1;
+/// The most all of a step's variables may come to: the kernel's limit for arguments and
+/// environment together is a quarter of the stack limit (2 MiB by default), and the inline
+/// command needs its share.
+pub const MAX_ENVIRONMENT: usize = 1024 * 1024;
 /// The most the engine reads back of each file a request collects (a Terraform state, say).
 pub const MAX_COLLECTED_FILE: u64 = 64 * 1024 * 1024;
 
@@ -156,8 +170,10 @@ impl Bubblewrap {
         async {
             let files = std::mem::take(&mut request.files);
             let log = request.log.take();
+            let script = args::command_file(&request.command);
             let workspace =
-                Workspace::create(self.workspace_root.clone(), request.id.clone(), files).await?;
+                Workspace::create(self.workspace_root.clone(), request.id.clone(), files, script)
+                    .await?;
             let outcome = self.run_in(&workspace, &request, log, cancel).await;
             workspace.remove().await;
             match &outcome {

@@ -1,9 +1,11 @@
 //! The runner's sandbox port ([`RunSandboxed`]) on bubblewrap.
 
 use async_trait::async_trait;
-use overture_runner::{Cancel, PortError, RunSandboxed, SandboxExit, SandboxJob, SandboxResult};
+use overture_runner::{
+    Cancel, PortError, RunError, RunSandboxed, SandboxExit, SandboxJob, SandboxResult, Unrunnable,
+};
 
-use super::{Bubblewrap, Exit, SandboxRequest};
+use super::{Bubblewrap, Exit, SandboxError, SandboxRequest};
 
 #[async_trait]
 impl RunSandboxed for Bubblewrap {
@@ -11,7 +13,7 @@ impl RunSandboxed for Bubblewrap {
         &self,
         job: SandboxJob,
         cancel: Cancel<'a>,
-    ) -> Result<SandboxResult, PortError> {
+    ) -> Result<SandboxResult, RunError> {
         let request = SandboxRequest {
             id: job.id,
             command: job.command,
@@ -27,7 +29,7 @@ impl RunSandboxed for Bubblewrap {
         };
         let outcome = Bubblewrap::run(self, request, cancel)
             .await
-            .map_err(|e| PortError(e.to_string()))?;
+            .map_err(run_error)?;
         let exit = match outcome.exit {
             Exit::Code(code) => SandboxExit::Code(code),
             Exit::Signal(signal) => SandboxExit::Signal(signal),
@@ -41,5 +43,43 @@ impl RunSandboxed for Bubblewrap {
             duration: outcome.duration,
             collected: outcome.collected,
         })
+    }
+}
+
+/// Tells what the step asked for, which no retry can change, from the sandbox failing.
+fn run_error(error: SandboxError) -> RunError {
+    match error {
+        SandboxError::CommandTooLong { bytes, limit } => {
+            Unrunnable::CommandTooLong { bytes, limit }.into()
+        }
+        SandboxError::InvalidCommand => Unrunnable::NulInCommand.into(),
+        SandboxError::VariableTooLong { name, bytes, limit } => {
+            Unrunnable::VariableTooLong { name, bytes, limit }.into()
+        }
+        SandboxError::EnvironmentTooLarge { bytes, limit } => {
+            Unrunnable::EnvironmentTooLarge { bytes, limit }.into()
+        }
+        // The rest are the engine's or the machine's: bad ids and paths are the engine's own
+        // making, and the others may pass.
+        other => PortError(other.to_string()).into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_what_the_step_asked_for_is_unrunnable() {
+        let refused = run_error(SandboxError::CommandTooLong { bytes: 3, limit: 2 });
+        assert!(matches!(
+            refused,
+            RunError::Unrunnable(Unrunnable::CommandTooLong { bytes: 3, limit: 2 })
+        ));
+        assert!(!refused.retryable());
+        let failed = run_error(SandboxError::StillRunning {
+            grace: std::time::Duration::from_secs(10),
+        });
+        assert!(failed.retryable(), "{failed}");
     }
 }

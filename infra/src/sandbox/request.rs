@@ -9,9 +9,11 @@ use std::time::Duration;
 
 use secrecy::SecretString;
 
+use super::args::{SANDBOX_OUTPUTS, SANDBOX_PATH, SANDBOX_WORK};
 use super::error::SandboxError;
+use super::{MAX_COMMAND, MAX_ENVIRONMENT, MAX_VARIABLE};
 
-pub use overture_runner::ENGINE_PROGRAM;
+pub use overture_runner::{OutputsFile, ENGINE_PROGRAM};
 
 /// Variables the sandbox sets itself; a request may not set them too.
 pub(crate) const RESERVED_ENV: [&str; 3] = ["PATH", "HOME", "OVERTURE_OUTPUTS"];
@@ -117,8 +119,9 @@ pub struct SandboxOutcome {
     /// Standard output and standard error, interleaved as they arrived, cut to the last
     /// `output_limit` bytes.
     pub output: Vec<u8>,
-    /// What the step wrote to the file named by `$OVERTURE_OUTPUTS`; empty if nothing.
-    pub outputs_file: Vec<u8>,
+    /// What the step wrote to the file named by `$OVERTURE_OUTPUTS` (empty if nothing), or its
+    /// size if that was more than [`MAX_OUTPUTS_FILE`](super::MAX_OUTPUTS_FILE).
+    pub outputs_file: OutputsFile,
     /// From the start of bubblewrap until the step ended or was killed.
     pub duration: Duration,
     /// The files asked for in [`SandboxRequest::collect`] that the step left, as regular files.
@@ -131,6 +134,12 @@ impl SandboxRequest {
         validate_id(&self.id)?;
         if self.command.contains('\0') {
             return Err(SandboxError::InvalidCommand);
+        }
+        if self.command.len() > MAX_COMMAND {
+            return Err(SandboxError::CommandTooLong {
+                bytes: self.command.len(),
+                limit: MAX_COMMAND,
+            });
         }
         let mut seen = HashSet::new();
         let plain = self.env.iter().map(|(name, value)| (name, value.as_str()));
@@ -148,8 +157,48 @@ impl SandboxRequest {
                 return Err(invalid_env(name, "its value contains a NUL byte"));
             }
         }
+        self.validate_env_size()?;
         for path in self.files.iter().map(|(path, _)| path).chain(&self.collect) {
             validate_file_path(path)?;
+        }
+        Ok(())
+    }
+
+    /// Checks the variables fit what the kernel hands to the shell, counting those the sandbox
+    /// sets itself; sizes only, so no value is exposed beyond its length.
+    fn validate_env_size(&self) -> Result<(), SandboxError> {
+        use secrecy::ExposeSecret;
+        let fixed = [
+            ("PATH", SANDBOX_PATH.len()),
+            ("HOME", SANDBOX_WORK.len()),
+            ("OVERTURE_OUTPUTS", SANDBOX_OUTPUTS.len()),
+        ];
+        let plain = self
+            .env
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.len()));
+        let secret = self
+            .secret_env
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.expose_secret().len()));
+        let mut total = 0usize;
+        for (name, value) in fixed.into_iter().chain(plain).chain(secret) {
+            // As the shell receives it: `NAME=value`.
+            let bytes = name.len() + 1 + value;
+            if bytes > MAX_VARIABLE {
+                return Err(SandboxError::VariableTooLong {
+                    name: name.to_owned(),
+                    bytes,
+                    limit: MAX_VARIABLE,
+                });
+            }
+            total += bytes;
+        }
+        if total > MAX_ENVIRONMENT {
+            return Err(SandboxError::EnvironmentTooLarge {
+                bytes: total,
+                limit: MAX_ENVIRONMENT,
+            });
         }
         Ok(())
     }

@@ -4,6 +4,7 @@
 //! ```text
 //! <id>/work/      the step's /work: its inputs, its cwd and HOME (read-write)
 //! <id>/outputs    bound at /run/overture/outputs (read-write)
+//! <id>/command    a command too long for an argument, bound at /run/overture/command (read-only)
 //! <id>/etc/       passwd and group for the sandbox (read-only)
 //! ```
 
@@ -12,12 +13,16 @@ use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+use overture_runner::OutputsFile;
+
 use super::error::SandboxError;
 
 /// The step's working directory, inside the workspace.
 pub(super) const WORK_DIR: &str = "work";
 /// The file the step's `$OVERTURE_OUTPUTS` points at, inside the workspace.
 pub(super) const OUTPUTS_FILE: &str = "outputs";
+/// The file holding a command too long to pass as an argument, inside the workspace.
+pub(super) const COMMAND_FILE: &str = "command";
 /// The sandbox's own `/etc/passwd` and `/etc/group`, inside the workspace.
 pub(super) const ETC_DIR: &str = "etc";
 
@@ -36,16 +41,18 @@ pub(super) struct Workspace {
 }
 
 impl Workspace {
-    /// Creates `<root>/<id>/` and its contents, with `files` under `work/`; fails if the
-    /// directory exists. `id` and the file paths must have been validated.
+    /// Creates `<root>/<id>/` and its contents, with `files` under `work/` and `command`, if
+    /// given, at [`COMMAND_FILE`]; fails if the directory exists. `id` and the file paths must
+    /// have been validated.
     pub(super) async fn create(
         root: PathBuf,
         id: String,
         files: Vec<(PathBuf, Vec<u8>)>,
+        command: Option<Vec<u8>>,
     ) -> Result<Self, SandboxError> {
         let dir = root.join(&id);
         // If the caller stops waiting, the task still finishes and drops the guard it made.
-        tokio::task::spawn_blocking(move || create_blocking(&root, &id, &files))
+        tokio::task::spawn_blocking(move || create_blocking(&root, &id, &files, command))
             .await
             .map_err(|source| SandboxError::Workspace {
                 action: "create",
@@ -59,28 +66,28 @@ impl Workspace {
         &self.dir
     }
 
-    /// Reads back what the step wrote to `$OVERTURE_OUTPUTS`, refusing more than `limit` bytes.
-    pub(super) async fn read_outputs(&self, limit: u64) -> Result<Vec<u8>, SandboxError> {
+    /// Reads back what the step wrote to `$OVERTURE_OUTPUTS`; more than `limit` bytes is not
+    /// read, only measured.
+    pub(super) async fn read_outputs(&self, limit: u64) -> Result<OutputsFile, SandboxError> {
         let path = self.dir.join(OUTPUTS_FILE);
         let reading = path.clone();
-        let read = tokio::task::spawn_blocking(move || -> io::Result<Vec<u8>> {
+        let read = tokio::task::spawn_blocking(move || -> io::Result<OutputsFile> {
+            let file = File::open(&reading)?;
+            let bytes = file.metadata()?.len();
+            if bytes > limit {
+                return Ok(OutputsFile::TooLarge { bytes, limit });
+            }
             let mut content = Vec::new();
-            File::open(&reading)?
-                .take(limit.saturating_add(1))
-                .read_to_end(&mut content)?;
-            Ok(content)
+            file.take(limit).read_to_end(&mut content)?;
+            Ok(OutputsFile::Read(content))
         })
         .await
         .unwrap_or_else(|join| Err(io::Error::other(join)));
-        let content = read.map_err(|source| SandboxError::Workspace {
+        read.map_err(|source| SandboxError::Workspace {
             action: "read",
             path,
             source,
-        })?;
-        if u64::try_from(content.len()).map_or(true, |len| len > limit) {
-            return Err(SandboxError::OutputsTooLarge { limit });
-        }
-        Ok(content)
+        })
     }
 
     /// Reads back the files a step left at these paths under `/work`, each up to `limit` bytes.
@@ -168,6 +175,7 @@ fn create_blocking(
     root: &Path,
     id: &str,
     files: &[(PathBuf, Vec<u8>)],
+    command: Option<Vec<u8>>,
 ) -> Result<Workspace, SandboxError> {
     let private_dirs = {
         let mut builder = DirBuilder::new();
@@ -215,6 +223,10 @@ fn create_blocking(
     ] {
         let path = workspace.dir.join(name);
         write_new(&path, content.as_bytes()).map_err(failed("write", &path))?;
+    }
+    if let Some(command) = command {
+        let path = workspace.dir.join(COMMAND_FILE);
+        write_new(&path, &command).map_err(failed("write", &path))?;
     }
 
     let mut parents = DirBuilder::new();

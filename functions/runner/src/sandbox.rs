@@ -1,0 +1,172 @@
+//! What the sandbox port answers besides a plain result: a job it cannot run as given
+//! ([`Unrunnable`], which no retry mends, so the attempt fails), an infrastructure failure
+//! ([`RunError::Failed`], which the engine retries once the job's lease runs out), and the
+//! step's `$OVERTURE_OUTPUTS` file as it was read back ([`OutputsFile`]).
+
+use crate::PortError;
+
+/// Why [`RunSandboxed::run`](crate::RunSandboxed::run) returned no result.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The job cannot be run as given: the attempt fails, and running it again cannot help.
+    #[error(transparent)]
+    Unrunnable(#[from] Unrunnable),
+    /// The sandbox itself failed; the same job may succeed later.
+    #[error(transparent)]
+    Failed(#[from] PortError),
+}
+
+impl RunError {
+    /// Whether running the same job again can help.
+    pub fn retryable(&self) -> bool {
+        matches!(self, RunError::Failed(_))
+    }
+}
+
+/// A job the sandbox refuses before starting it, because of what the step asks for.
+///
+/// The messages go into events and progress lines: they name the limit and what to do, and
+/// never a value (a variable may hold a secret).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Unrunnable {
+    /// The command is longer than the sandbox accepts.
+    #[error(
+        "the command is {}; the sandbox accepts at most {}: have the step fetch large data \
+         instead of writing it into its command",
+        size(*bytes), size(*limit)
+    )]
+    CommandTooLong {
+        /// The command's length in bytes.
+        bytes: usize,
+        /// The most accepted.
+        limit: usize,
+    },
+    /// The command holds a NUL byte, which no program's arguments can carry.
+    #[error("the command contains a NUL byte (`\\0`), which a shell command cannot hold")]
+    NulInCommand,
+    /// One environment variable is longer than the kernel hands to a program.
+    #[error(
+        "the step's variable `{name}` (`NAME=value`) is {}; the kernel passes at most {} in one \
+         variable: a value this large (a parameter, an output) must reach the step another way",
+        size(*bytes), size(*limit)
+    )]
+    VariableTooLong {
+        /// The variable's name (never its value).
+        name: String,
+        /// The length of `NAME=value` in bytes.
+        bytes: usize,
+        /// The most accepted.
+        limit: usize,
+    },
+    /// The step's variables together are more than the sandbox hands to a program.
+    #[error(
+        "the step's variables come to {}; the sandbox passes at most {} in all",
+        size(*bytes), size(*limit)
+    )]
+    EnvironmentTooLarge {
+        /// The length of every `NAME=value` together, in bytes.
+        bytes: usize,
+        /// The most accepted.
+        limit: usize,
+    },
+}
+
+/// What the step left in the file named by `$OVERTURE_OUTPUTS`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OutputsFile {
+    /// Its content (empty when the step wrote nothing).
+    Read(Vec<u8>),
+    /// It was larger than the engine reads, so it was not read.
+    TooLarge {
+        /// Its size.
+        bytes: u64,
+        /// The most the engine reads.
+        limit: u64,
+    },
+}
+
+impl Default for OutputsFile {
+    fn default() -> Self {
+        OutputsFile::Read(Vec::new())
+    }
+}
+
+impl OutputsFile {
+    /// The content, or why there is none to read, for a failed attempt's headline.
+    pub fn content(&self) -> Result<&[u8], String> {
+        match self {
+            OutputsFile::Read(content) => Ok(content),
+            OutputsFile::TooLarge { bytes, limit } => Err(format!(
+                "wrote {} to $OVERTURE_OUTPUTS; at most {} is read: outputs are for short \
+                 values, keep large data in files",
+                size_u64(*bytes),
+                size_u64(*limit)
+            )),
+        }
+    }
+}
+
+/// A size for people: exact below 1 KiB, else in KiB or MiB with at most one decimal.
+pub fn size(bytes: usize) -> String {
+    size_u64(u64::try_from(bytes).unwrap_or(u64::MAX))
+}
+
+fn size_u64(bytes: u64) -> String {
+    const KIB: u64 = 1024;
+    const MIB: u64 = 1024 * KIB;
+    let scaled = |unit: u64, name: &str| {
+        // Tenths, rounded down, so a size just over a limit never reads as the limit itself.
+        let tenths = bytes.saturating_mul(10) / unit;
+        match tenths % 10 {
+            0 => format!("{} {name} ({bytes} bytes)", tenths / 10),
+            tenth => format!("{}.{tenth} {name} ({bytes} bytes)", tenths / 10),
+        }
+    };
+    if bytes < KIB {
+        format!("{bytes} bytes")
+    } else if bytes < MIB {
+        scaled(KIB, "KiB")
+    } else {
+        scaled(MIB, "MiB")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_read_in_the_largest_whole_unit_with_the_exact_count() {
+        assert_eq!(size(12), "12 bytes");
+        assert_eq!(size(1024 * 1024), "1 MiB (1048576 bytes)");
+        assert_eq!(size(3_000_000), "2.8 MiB (3000000 bytes)");
+        assert_eq!(size(128 * 1024 - 1), "127.9 KiB (131071 bytes)");
+    }
+
+    #[test]
+    fn only_an_infrastructure_failure_is_worth_a_retry() {
+        assert!(RunError::from(PortError("disk full".into())).retryable());
+        assert!(!RunError::from(Unrunnable::NulInCommand).retryable());
+    }
+
+    #[test]
+    fn a_refusal_names_the_limit_and_the_size() {
+        let message = Unrunnable::CommandTooLong {
+            bytes: 3_000_000,
+            limit: 1024 * 1024,
+        }
+        .to_string();
+        assert!(message.starts_with("the command is 2.8 MiB"), "{message}");
+        assert!(message.contains("at most 1 MiB"), "{message}");
+        let outputs = OutputsFile::TooLarge {
+            bytes: 2_000_000,
+            limit: 1024 * 1024,
+        };
+        let headline = outputs.content().expect_err("too large");
+        assert!(
+            headline
+                .starts_with("wrote 1.9 MiB (2000000 bytes) to $OVERTURE_OUTPUTS; at most 1 MiB"),
+            "{headline}"
+        );
+    }
+}
