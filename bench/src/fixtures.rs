@@ -191,6 +191,7 @@ impl Recorder {
                 step: step.name.clone(),
                 attempt: 1,
                 sandbox,
+                lease_until: None,
             };
             events.push(self.record(RUNNER, &started));
             events.push(self.step_succeeded(&step.name));

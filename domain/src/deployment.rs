@@ -69,6 +69,41 @@ pub struct StepState {
     pub not_before: Option<Timestamp>,
     /// What the successful attempt produced.
     pub outputs: BTreeMap<String, String>,
+    /// Until when the running attempt may go unheard from (see [`ATTEMPT_LEASE_MARGIN`]).
+    pub lease_until: Option<Timestamp>,
+}
+
+/// How much longer than its timeout an attempt's lease lasts: the time its runner needs to kill
+/// the sandbox and record the outcome. A running attempt whose lease has not ended is alive as
+/// far as anyone can tell, so a second delivery of its job must leave it be.
+pub const ATTEMPT_LEASE_MARGIN: TimeDelta = TimeDelta::minutes(1);
+
+/// How an attempt came to be cut short, not by anything the step did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Interruption {
+    /// Its lease ended and nobody recorded how it went: its runner is gone.
+    LeaseExpired,
+    /// The engine that ran it is known to have stopped (`resume` holds every engine's lock).
+    EngineStopped,
+    /// Its runner lost the job (another took it over) and stopped the attempt.
+    RunnerLostJob,
+}
+
+impl Interruption {
+    /// What the failed attempt's message says.
+    pub const fn message(&self) -> &'static str {
+        match self {
+            Interruption::LeaseExpired => {
+                "the attempt was interrupted: its runner was not heard from before its lease ended"
+            }
+            Interruption::EngineStopped => {
+                "the attempt was interrupted: the engine stopped while it ran"
+            }
+            Interruption::RunnerLostJob => {
+                "the attempt was interrupted: its runner lost the job and stopped it"
+            }
+        }
+    }
 }
 
 /// How a finished deployment ended.
@@ -263,6 +298,14 @@ pub enum DeploymentCommand {
         outputs: BTreeMap<String, String>,
         duration_ms: u64,
     },
+    /// A running attempt was cut short by something other than the step (class
+    /// `interrupted`); the retry policy decides what follows.
+    InterruptAttempt {
+        step: String,
+        attempt: u32,
+        why: Interruption,
+        now: Timestamp,
+    },
     /// An attempt failed; the retry policy decides what follows.
     RecordFailure {
         step: String,
@@ -320,6 +363,15 @@ pub enum DeploymentError {
     /// This attempt is not running, so its outcome cannot be recorded.
     #[error("attempt {attempt} of step `{step}` is not running")]
     AttemptNotRunning { step: String, attempt: u32 },
+    /// The attempt's lease has not ended: for all anyone knows, it still runs.
+    #[error(
+        "attempt {attempt} of step `{step}` may still be running: its lease lasts until {until}"
+    )]
+    LeaseNotExpired {
+        step: String,
+        attempt: u32,
+        until: Timestamp,
+    },
     /// Secrets may be purged only once no step can run any more and the bastion is closed.
     #[error("the secrets cannot be purged while steps may still run or the bastion is open")]
     StepsStillRunning,
@@ -471,6 +523,36 @@ impl Deployment {
                     duration_ms,
                 }])
             }
+            C::InterruptAttempt {
+                step,
+                attempt,
+                why,
+                now,
+            } => {
+                require_running(state, &step, attempt)?;
+                let lease = state.step(&step)?.lease_until;
+                if let (Interruption::LeaseExpired, Some(until)) = (why, lease) {
+                    if now < until {
+                        return Err(DeploymentError::LeaseNotExpired {
+                            step,
+                            attempt,
+                            until,
+                        });
+                    }
+                }
+                let class = ErrorClass::Interrupted;
+                let failed = DeploymentEvent::StepAttemptFailed {
+                    step: step.clone(),
+                    attempt,
+                    error_class: class,
+                    exit_code: None,
+                    message: why.message().to_owned(),
+                    duration_ms: 0,
+                };
+                Ok(std::iter::once(failed)
+                    .chain(after_failure(state, &step, attempt, class, now))
+                    .collect())
+            }
             C::RecordFailure {
                 step,
                 attempt,
@@ -584,6 +666,7 @@ impl Deployment {
                             attempt: 0,
                             not_before: None,
                             outputs: BTreeMap::new(),
+                            lease_until: None,
                         };
                         (s.name.clone(), fresh)
                     })
@@ -639,9 +722,12 @@ impl Deployment {
                     s.not_before = Some(not_before);
                 });
             }
-            E::StepStarted { step, .. } => set_step(&mut state, &step, &|s| {
+            E::StepStarted {
+                step, lease_until, ..
+            } => set_step(&mut state, &step, &|s| {
                 s.status = StepStatus::Running;
                 s.not_before = None;
+                s.lease_until = lease_until;
             }),
             E::StepSucceeded { step, outputs, .. } => set_step(&mut state, &step, &|s| {
                 s.status = StepStatus::Succeeded;
@@ -890,10 +976,22 @@ fn start(
             not_before,
         });
     }
+    let timeout = state
+        .blueprint
+        .as_ref()
+        .and_then(|b| b.step(&step))
+        .map_or(0, |spec| spec.timeout_ms);
+    // A timeout beyond what an instant can hold leaves the attempt without a lease.
+    let lease_until = i64::try_from(timeout)
+        .ok()
+        .and_then(TimeDelta::try_milliseconds)
+        .and_then(|timeout| timeout.checked_add(&ATTEMPT_LEASE_MARGIN))
+        .and_then(|lease| now.checked_add_signed(lease));
     Ok(vec![DeploymentEvent::StepStarted {
         step,
         attempt,
         sandbox,
+        lease_until,
     }])
 }
 

@@ -59,11 +59,13 @@ fn history(id: DeploymentId, tenant: &str, ending: E) -> Vec<Envelope> {
             step: "a".into(),
             attempt: 1,
             sandbox: "s".into(),
+            lease_until: None,
         },
         E::StepStarted {
             step: "b".into(),
             attempt: 1,
             sandbox: "s".into(),
+            lease_until: None,
         },
         E::StepSucceeded {
             step: "a".into(),

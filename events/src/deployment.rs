@@ -62,6 +62,11 @@ pub enum DeploymentEvent {
         step: String,
         attempt: u32,
         sandbox: String,
+        /// Until when the attempt may run without being heard from: its timeout and a margin.
+        /// Before then, a second delivery of its job finds it running, not interrupted.
+        /// Events recorded before leases existed have none.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lease_until: Option<Timestamp>,
     },
     /// An attempt succeeded; the step is done.
     StepSucceeded {

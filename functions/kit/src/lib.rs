@@ -8,6 +8,7 @@
 //!   and decide again. It keeps "the command was refused" (`Ok(Err(_))`) apart from "the
 //!   outcome could not be recorded" (`Err(_)`).
 //! - `esrs_store` (feature `esrs`): any deployment log as an `esrs` event store.
+//! - `memory` (feature `memory`): a deployment log in memory, for handlers' own tests.
 //! - `contract` (feature `contract`): the tests every log adapter must pass, so the SQLite and
 //!   the DynamoDB logs cannot drift apart.
 
@@ -15,6 +16,8 @@
 pub mod contract;
 #[cfg(feature = "esrs")]
 pub mod esrs_store;
+#[cfg(feature = "memory")]
+pub mod memory;
 
 use async_trait::async_trait;
 use overture_domain::{Deployment, DeploymentCommand, DeploymentError, DeploymentState};

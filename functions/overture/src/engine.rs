@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use overture_domain::deployment::Interruption;
 use overture_domain::{DeploymentCommand, DeploymentError, DeploymentState};
 use overture_events::{DeploymentId, LogEntry};
 use overture_infra::clock::SystemClock;
@@ -205,6 +206,32 @@ impl Engine {
             std::fs::remove_dir_all(&sandboxes).map_err(function_error)?;
         }
         Ok(released)
+    }
+
+    /// Records every attempt of the deployment that is still running as interrupted: the engine
+    /// that ran it has stopped. Only call this while holding the engine lock exclusively, when no
+    /// live engine can be running them.
+    pub async fn interrupt_running(&self, deployment: DeploymentId) -> Result<(), EngineError> {
+        let state = self.state(deployment).await?;
+        let cause = Cause::new("resume", deployment, Uuid::now_v7());
+        for (step, current) in state.running_steps() {
+            let command = DeploymentCommand::InterruptAttempt {
+                step: step.clone(),
+                attempt: current.attempt,
+                why: Interruption::EngineStopped,
+                now: self.clock.now(),
+            };
+            let recorded = execute(&self.deployments, deployment, "", &cause, |_| {
+                command.clone()
+            })
+            .await
+            .map_err(function_error)?;
+            // Refused only when its outcome was recorded meanwhile, which is just as good.
+            if let Err(refused) = recorded {
+                tracing::debug!(%deployment, step, %refused, "not interrupted");
+            }
+        }
+        Ok(())
     }
 
     /// Tears a finished deployment down: `terraform destroy` for each Terraform step that ran
@@ -415,7 +442,7 @@ impl Engine {
                     clock: self.clock.as_ref(),
                 };
                 match run_attempt(&attempt, cause, &ports, &lease).await {
-                    Ok(AttemptReport::NotYetDue(at)) => {
+                    Ok(AttemptReport::NotYetDue(at) | AttemptReport::StillRunning(at)) => {
                         if let Err(error) = self.queue.extend(&receipt, at).await {
                             tracing::warn!(key, %error, "could not postpone a job that is not due");
                         }

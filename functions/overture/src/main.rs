@@ -539,6 +539,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let unfinished = engine.unfinished().await?;
             hand_over_tokens(&engine, &unfinished, tokens).await?;
             let released = engine.recover().await?;
+            for id in &unfinished {
+                engine.interrupt_running(*id).await?;
+            }
             eprintln!("resuming {} unfinished deployment(s); {released} job(s) were held by a stopped engine", unfinished.len());
             for id in &unfinished {
                 engine.orchestrate(*id, uuid::Uuid::now_v7()).await?;

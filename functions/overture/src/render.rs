@@ -262,6 +262,7 @@ fn describe(event: &DeploymentEvent) -> String {
             step,
             attempt,
             sandbox,
+            ..
         } => format!("{step} #{attempt} in {sandbox}"),
         E::StepSucceeded {
             step,

@@ -326,6 +326,7 @@ mod tests {
             step: step.into(),
             attempt: 1,
             sandbox: "s".into(),
+            lease_until: None,
         };
         let scheduled = |step: &str| DeploymentEvent::StepScheduled {
             step: step.into(),

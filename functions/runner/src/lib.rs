@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use overture_domain::deployment::BastionAccess;
+use overture_domain::deployment::Interruption;
 use overture_domain::secret::{Masker, SecretString, SecretValues};
 use overture_domain::{DeploymentCommand, DeploymentError, DeploymentState, StepStatus};
 use overture_events::{CloudAccount, DeploymentId, ErrorClass, StepSpec, Timestamp};
@@ -228,6 +229,10 @@ pub enum AttemptReport {
     Obsolete(String),
     /// The attempt may not start yet; run the job again at this instant.
     NotYetDue(Timestamp),
+    /// The job came back while its attempt runs, and the attempt's lease has not ended: a
+    /// duplicate delivery, or a runner not yet known to be gone. Run the job again at this
+    /// instant, when the lease ends.
+    StillRunning(Timestamp),
 }
 
 /// Why a job could not be handled; the job should be tried again later.
@@ -259,23 +264,24 @@ pub async fn run_attempt(
     let current = loaded.state.steps.get(step);
 
     if current.is_some_and(|s| s.status == StepStatus::Running && s.attempt == attempt) {
-        let message = "the attempt was interrupted: the engine stopped while it ran".to_owned();
-        let recorded = record_failure(
+        // The job came back while its attempt runs: its runner died, or this is a duplicate
+        // delivery. Only the attempt's lease tells which.
+        let interrupted = interrupt(
             ports,
             deployment,
             &cause,
             step,
             attempt,
-            ErrorClass::Interrupted,
-            None,
-            message,
-            0,
+            Interruption::LeaseExpired,
         )
         .await?;
-        return Ok(recorded.map_or_else(
-            |refused| AttemptReport::Obsolete(refused.to_string()),
-            |()| AttemptReport::Interrupted,
-        ));
+        return Ok(match interrupted {
+            Ok(()) => AttemptReport::Interrupted,
+            Err(DeploymentError::LeaseNotExpired { until, .. }) => {
+                AttemptReport::StillRunning(until)
+            }
+            Err(refused) => AttemptReport::Obsolete(refused.to_string()),
+        });
     }
 
     let sandbox_id = sandbox_id(deployment, step, logs::LogName::Attempt(attempt));
@@ -309,6 +315,16 @@ pub async fn run_attempt(
 
     let recorded = match outcome {
         Outcome::Abandoned => return Ok(AttemptReport::Abandoned),
+        Outcome::LostJob => interrupt(
+            ports,
+            deployment,
+            &cause,
+            step,
+            attempt,
+            Interruption::RunnerLostJob,
+        )
+        .await?
+        .map(|()| AttemptReport::Interrupted),
         Outcome::Success { outputs, duration } => {
             let command = DeploymentCommand::RecordSuccess {
                 step: step.clone(),
@@ -355,6 +371,30 @@ enum Outcome {
         duration: Duration,
     },
     Abandoned,
+    /// The runner lost the job's lease and killed the sandbox.
+    LostJob,
+}
+
+/// Records the attempt as interrupted, or says why it is not.
+async fn interrupt(
+    ports: &RunnerPorts<'_>,
+    deployment: DeploymentId,
+    cause: &Cause,
+    step: &str,
+    attempt: u32,
+    why: Interruption,
+) -> Result<Result<(), DeploymentError>, LogError> {
+    let command = DeploymentCommand::InterruptAttempt {
+        step: step.to_owned(),
+        attempt,
+        why,
+        now: ports.clock.now(),
+    };
+    Ok(
+        execute(ports.log, deployment, "", cause, |_| command.clone())
+            .await?
+            .map(|_| ()),
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -437,7 +477,8 @@ async fn run_in_sandbox(
     let log = ports.logs.create(deployment, &spec.name, name)?;
     let job = step::sandbox_job(sandbox_id, prepared, &input, name, log, &masker);
 
-    let watch = watch_for_abandonment(ports.log, lease, deployment, &spec.name, attempt);
+    let lost_job = std::sync::atomic::AtomicBool::new(false);
+    let watch = watch_for_abandonment(ports.log, lease, deployment, &spec.name, attempt, &lost_job);
     let result = match ports.sandbox.run(job, Box::pin(watch)).await {
         Ok(result) => result,
         // Nothing ran, and running it again would be refused again: a failed attempt, which
@@ -490,6 +531,9 @@ async fn run_in_sandbox(
                 overture_domain::duration::format_duration(Duration::from_millis(spec.timeout_ms))
             ),
         ),
+        SandboxExit::Cancelled if lost_job.load(std::sync::atomic::Ordering::Relaxed) => {
+            Outcome::LostJob
+        }
         SandboxExit::Cancelled => Outcome::Abandoned,
     })
 }
@@ -595,13 +639,15 @@ fn conclude(input: &StepInput, code: i32, result: &SandboxResult) -> Verdict {
     }
 }
 
-/// Resolves once the attempt is no longer running (abandoned) or the job's lease was lost.
+/// Resolves once the attempt is no longer running (abandoned) or the job's lease was lost (and
+/// then sets `lost_job`).
 async fn watch_for_abandonment(
     log: &dyn DeploymentLog,
     lease: &dyn KeepAlive,
     deployment: DeploymentId,
     step: &str,
     attempt: u32,
+    lost_job: &std::sync::atomic::AtomicBool,
 ) {
     let mut ticks = tokio::time::interval(HEARTBEAT);
     ticks.tick().await;
@@ -609,6 +655,7 @@ async fn watch_for_abandonment(
         ticks.tick().await;
         if let Err(error) = lease.keep_alive().await {
             tracing::warn!(%deployment, step, attempt, %error, "lost the job's lease; stopping the attempt");
+            lost_job.store(true, std::sync::atomic::Ordering::Relaxed);
             return;
         }
         match log.load(deployment).await {

@@ -1,0 +1,372 @@
+//! The runner's handler, `run_attempt`, on in-memory fakes of its ports: what it records for a
+//! job, given the deployment's history, and what it tells the engine to do with the job.
+//!
+//! Time is the test's: the clock is fixed, and tokio's clock is paused (the heartbeat advances
+//! it), so nothing here waits for real.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::TimeDelta;
+use overture_domain::blueprint::parse;
+use overture_domain::deployment::{BastionAccess, Interruption, ATTEMPT_LEASE_MARGIN};
+use overture_domain::secret::SecretValues;
+use overture_events::{CloudAccount, DeploymentEvent as E, DeploymentId, ErrorClass, Timestamp};
+use overture_kit::memory::MemoryLog;
+use overture_kit::{Cause, Clock, DeploymentLog};
+use overture_runner::logs::{AttemptLogs, LogName};
+use overture_runner::step::SshAddress;
+use overture_runner::{
+    run_attempt, AttemptReport, Cancel, GrantAccess, GrantError, KeepAlive, KeepStepState,
+    OpenSeal, OutputsFile, PortError, RunAttempt, RunError, RunSandboxed, RunnerPorts, SandboxExit,
+    SandboxJob, SandboxResult, Unrunnable,
+};
+
+fn t(seconds: i64) -> Timestamp {
+    Timestamp::UNIX_EPOCH + TimeDelta::seconds(1_800_000_000 + seconds)
+}
+
+/// A deployment whose one step, `build`, is a script with a 1 min timeout.
+const BLUEPRINT: &str =
+    "name: x\nsteps:\n  build: { run: script, timeout: 1m, with: { command: 'make' } }\n";
+
+struct FixedClock(Mutex<Timestamp>);
+
+impl Clock for FixedClock {
+    fn now(&self) -> Timestamp {
+        *self.0.lock().expect("clock")
+    }
+}
+
+/// What the sandbox does with a job: answer at once, refuse it, or run until it is cancelled.
+enum Sandbox {
+    Exits(i32, &'static str),
+    Refuses,
+    RunsUntilCancelled,
+}
+
+struct FakeSandbox {
+    behaviour: Sandbox,
+    runs: AtomicUsize,
+}
+
+#[async_trait]
+impl RunSandboxed for FakeSandbox {
+    async fn run<'a>(
+        &self,
+        _job: SandboxJob,
+        cancel: Cancel<'a>,
+    ) -> Result<SandboxResult, RunError> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        let result = |exit, outputs: &str| SandboxResult {
+            exit,
+            output: Vec::new(),
+            outputs_file: OutputsFile::Read(outputs.as_bytes().to_vec()),
+            duration: Duration::from_millis(5),
+            collected: Vec::new(),
+        };
+        match self.behaviour {
+            Sandbox::Exits(code, outputs) => Ok(result(SandboxExit::Code(code), outputs)),
+            Sandbox::Refuses => Err(RunError::Unrunnable(Unrunnable::NulInCommand)),
+            Sandbox::RunsUntilCancelled => {
+                cancel.await;
+                Ok(result(SandboxExit::Cancelled, ""))
+            }
+        }
+    }
+}
+
+/// The ports these tests do not exercise: no secrets, nothing kept, no bastion, logs dropped.
+struct Quiet;
+
+#[async_trait]
+impl OpenSeal for Quiet {
+    async fn open(&self, _: DeploymentId, _: &str, _: &str) -> Result<SecretValues, PortError> {
+        Ok(SecretValues::new())
+    }
+}
+
+#[async_trait]
+impl KeepStepState for Quiet {
+    async fn load(&self, _: DeploymentId, _: &str, _: &str) -> Result<Option<Vec<u8>>, PortError> {
+        Ok(None)
+    }
+    async fn save(&self, _: DeploymentId, _: &str, _: &str, _: &[u8]) -> Result<(), PortError> {
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl GrantAccess for Quiet {
+    async fn grant(
+        &self,
+        _: DeploymentId,
+        _: &CloudAccount,
+        _: &SshAddress,
+        _: &str,
+    ) -> Result<BastionAccess, GrantError> {
+        Err(GrantError::Refused(
+            "no step of these tests goes through a bastion".into(),
+        ))
+    }
+}
+
+impl AttemptLogs for Quiet {
+    fn create(
+        &self,
+        _: DeploymentId,
+        _: &str,
+        _: LogName,
+    ) -> Result<Box<dyn Write + Send + Sync>, PortError> {
+        Ok(Box::new(std::io::sink()))
+    }
+}
+
+/// The job's lease: kept, or lost at the first heartbeat.
+struct Lease {
+    lost: AtomicBool,
+}
+
+#[async_trait]
+impl KeepAlive for Lease {
+    async fn keep_alive(&self) -> Result<(), PortError> {
+        if self.lost.load(Ordering::SeqCst) {
+            Err(PortError("another runner holds the job now".into()))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+struct Fixture {
+    log: MemoryLog,
+    deployment: DeploymentId,
+    clock: FixedClock,
+    sandbox: FakeSandbox,
+    lease: Lease,
+}
+
+impl Fixture {
+    /// `build`'s first attempt scheduled at t(0); the clock at t(1).
+    async fn new(sandbox: Sandbox) -> Self {
+        let fixture = Self {
+            log: MemoryLog::new(t(0)),
+            deployment: DeploymentId::from_uuid(uuid::Uuid::now_v7()),
+            clock: FixedClock(Mutex::new(t(1))),
+            sandbox: FakeSandbox {
+                behaviour: sandbox,
+                runs: AtomicUsize::new(0),
+            },
+            lease: Lease {
+                lost: AtomicBool::new(false),
+            },
+        };
+        let blueprint = parse(BLUEPRINT).expect("valid").snapshot;
+        fixture
+            .record(vec![
+                E::DeploymentRequested {
+                    tenant: "t".into(),
+                    requested_by: "u".into(),
+                    trigger: "cli".into(),
+                    source: "x.yaml".into(),
+                    blueprint,
+                    blueprint_hash: "h".into(),
+                    params: BTreeMap::new(),
+                    cloud: None,
+                },
+                E::StepScheduled {
+                    step: "build".into(),
+                    attempt: 1,
+                    not_before: t(0),
+                },
+            ])
+            .await;
+        fixture
+    }
+
+    /// Appends `events` as another function would.
+    async fn record(&self, events: Vec<E>) {
+        let expected = self.log.load(self.deployment).await.expect("load").revision;
+        let cause = Cause::new("test", self.deployment, uuid::Uuid::now_v7());
+        self.log
+            .append(self.deployment, "t", expected, events, &cause)
+            .await
+            .expect("append");
+    }
+
+    fn set_now(&self, now: Timestamp) {
+        *self.clock.0.lock().expect("clock") = now;
+    }
+
+    async fn run(&self) -> AttemptReport {
+        let ports = RunnerPorts {
+            log: &self.log,
+            sandbox: &self.sandbox,
+            seals: &Quiet,
+            kept: &Quiet,
+            access: &Quiet,
+            logs: &Quiet,
+            clock: &self.clock,
+        };
+        let job = RunAttempt {
+            deployment: self.deployment,
+            step: "build".into(),
+            attempt: 1,
+        };
+        run_attempt(&job, uuid::Uuid::now_v7(), &ports, &self.lease)
+            .await
+            .expect("the job is handled")
+    }
+
+    fn events(&self) -> Vec<E> {
+        self.log.events(self.deployment)
+    }
+
+    fn types(&self) -> Vec<&'static str> {
+        self.events().iter().map(E::event_type).collect()
+    }
+}
+
+fn started_elsewhere(lease_until: Timestamp) -> E {
+    E::StepStarted {
+        step: "build".into(),
+        attempt: 1,
+        sandbox: "elsewhere".into(),
+        lease_until: Some(lease_until),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_attempt_runs_in_the_sandbox_under_a_lease_and_its_outputs_are_recorded() {
+    let fixture = Fixture::new(Sandbox::Exits(0, "version=1.2\n")).await;
+    assert_eq!(fixture.run().await, AttemptReport::Succeeded);
+    let events = fixture.events();
+    let lease_until = t(1) + TimeDelta::minutes(1) + ATTEMPT_LEASE_MARGIN;
+    assert!(
+        matches!(&events[2], E::StepStarted { lease_until: Some(until), .. } if *until == lease_until),
+        "the lease is the step's timeout and a margin: {events:?}"
+    );
+    assert!(
+        matches!(&events[3], E::StepSucceeded { outputs, .. } if outputs["version"] == "1.2"),
+        "{events:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_delivered_again_while_its_attempt_runs_leaves_it_be_until_its_lease_ends() {
+    let fixture = Fixture::new(Sandbox::Exits(0, "")).await;
+    fixture.record(vec![started_elsewhere(t(121))]).await;
+
+    assert_eq!(
+        fixture.run().await,
+        AttemptReport::StillRunning(t(121)),
+        "a duplicate delivery: the attempt may well be running elsewhere"
+    );
+    assert_eq!(
+        fixture.types().last(),
+        Some(&"StepStarted"),
+        "nothing recorded"
+    );
+    assert_eq!(
+        fixture.sandbox.runs.load(Ordering::SeqCst),
+        0,
+        "not run twice"
+    );
+
+    fixture.set_now(t(121));
+    assert_eq!(fixture.run().await, AttemptReport::Interrupted);
+    let events = fixture.events();
+    assert!(
+        matches!(&events[3], E::StepAttemptFailed { error_class: ErrorClass::Interrupted, exit_code: None, message, .. } if message == Interruption::LeaseExpired.message()),
+        "{events:?}"
+    );
+    assert!(
+        matches!(
+            &events[4],
+            E::StepRetryScheduled {
+                next_attempt: 2,
+                ..
+            }
+        ),
+        "interrupted attempts are retried by default: {events:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_runner_that_loses_its_job_stops_the_attempt_and_records_it_interrupted() {
+    let fixture = Fixture::new(Sandbox::RunsUntilCancelled).await;
+    fixture.lease.lost.store(true, Ordering::SeqCst);
+    assert_eq!(fixture.run().await, AttemptReport::Interrupted);
+    let events = fixture.events();
+    assert!(
+        matches!(&events[3], E::StepAttemptFailed { error_class: ErrorClass::Interrupted, message, .. } if message == Interruption::RunnerLostJob.message()),
+        "{events:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_attempt_cancelled_while_it_runs_is_killed_and_records_nothing_more() {
+    let fixture = Fixture::new(Sandbox::RunsUntilCancelled).await;
+    let cancel = async {
+        // Once the attempt has started, a user cancels the deployment.
+        while !fixture.types().contains(&"StepStarted") {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        fixture
+            .record(vec![
+                E::CancellationRequested {
+                    requested_by: "ada".into(),
+                    reason: "wrong version".into(),
+                },
+                E::StepAbandoned {
+                    step: "build".into(),
+                    attempt: 1,
+                    reason: "cancelled by ada".into(),
+                },
+            ])
+            .await;
+    };
+    let (report, ()) = tokio::join!(fixture.run(), cancel);
+    assert_eq!(report, AttemptReport::Abandoned);
+    assert_eq!(
+        fixture.types().last(),
+        Some(&"StepAbandoned"),
+        "the killed attempt records no outcome of its own"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_the_sandbox_refuses_fails_the_attempt_at_once_as_step_failed() {
+    let fixture = Fixture::new(Sandbox::Refuses).await;
+    assert_eq!(
+        fixture.run().await,
+        AttemptReport::Failed(ErrorClass::StepFailed)
+    );
+    let events = fixture.events();
+    assert!(
+        matches!(&events[3], E::StepAttemptFailed { error_class: ErrorClass::StepFailed, message, .. } if message.contains("NUL")),
+        "{events:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_for_an_attempt_that_already_ended_is_obsolete() {
+    let fixture = Fixture::new(Sandbox::Exits(0, "")).await;
+    fixture
+        .record(vec![
+            started_elsewhere(t(121)),
+            E::StepSucceeded {
+                step: "build".into(),
+                attempt: 1,
+                outputs: BTreeMap::new(),
+                duration_ms: 1,
+            },
+        ])
+        .await;
+    assert!(matches!(fixture.run().await, AttemptReport::Obsolete(_)));
+    assert_eq!(fixture.sandbox.runs.load(Ordering::SeqCst), 0);
+}
