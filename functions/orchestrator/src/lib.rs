@@ -21,13 +21,22 @@ pub const ACTOR: &str = "orchestrator";
 pub trait QueueWork: Send + Sync {
     /// Queue these attempts to run once their `not_before` has passed; an attempt queued
     /// already is left as it is, so queuing the same attempts again is cheap and harmless.
+    /// `cause` (the event the orchestrator was moving the deployment on for) travels with each
+    /// job, so the runner's events name it as their causation.
     async fn run_attempts(
         &self,
         deployment: DeploymentId,
         attempts: &[WaitingAttempt],
+        cause: uuid::Uuid,
     ) -> Result<(), WorkError>;
-    /// Have the orchestrator called for this deployment at `at`; likewise idempotent.
-    async fn wake_at(&self, deployment: DeploymentId, at: Timestamp) -> Result<(), WorkError>;
+    /// Have the orchestrator called for this deployment at `at`, with `cause`; likewise
+    /// idempotent.
+    async fn wake_at(
+        &self,
+        deployment: DeploymentId,
+        at: Timestamp,
+        cause: uuid::Uuid,
+    ) -> Result<(), WorkError>;
 }
 
 /// An attempt waiting to start.
@@ -165,7 +174,11 @@ pub async fn orchestrate(
                         not_before,
                     });
                 }
-                Action::WakeAt(at) => ports.work.wake_at(deployment, at).await.map_err(work)?,
+                Action::WakeAt(at) => ports
+                    .work
+                    .wake_at(deployment, at, cause.causation_id)
+                    .await
+                    .map_err(work)?,
                 Action::RevokeAccess(access) => {
                     again |= revoke(deployment, &state, &access, &cause, ports).await?;
                 }
@@ -184,7 +197,7 @@ pub async fn orchestrate(
         if !waiting.is_empty() {
             ports
                 .work
-                .run_attempts(deployment, &waiting)
+                .run_attempts(deployment, &waiting, cause.causation_id)
                 .await
                 .map_err(work)?;
         }
@@ -214,7 +227,11 @@ async fn revoke(
         tracing::warn!(%deployment, rule = access.rule, %error, "could not close the bastion; trying again later");
         let later =
             ports.clock.now() + chrono::TimeDelta::from_std(REVOKE_RETRY).unwrap_or_default();
-        ports.work.wake_at(deployment, later).await.map_err(work)?;
+        ports
+            .work
+            .wake_at(deployment, later, cause.causation_id)
+            .await
+            .map_err(work)?;
         return Ok(false);
     }
     let rule = access.rule.clone();

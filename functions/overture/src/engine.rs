@@ -419,7 +419,13 @@ impl Engine {
                 tracing::error!(key, %error, "dropping a job that cannot be read");
                 true
             }
-            Ok(Job::Wake { deployment }) => match self.orchestrate(deployment, cause).await {
+            Ok(Job::Wake {
+                deployment,
+                cause: timer_cause,
+            }) => match self
+                .orchestrate(deployment, timer_cause.unwrap_or(cause))
+                .await
+            {
                 Ok(_) => true,
                 Err(error) => {
                     tracing::warn!(key, %error, "timer failed; it will be retried after its lease");
@@ -441,7 +447,7 @@ impl Engine {
                     logs: &self.logs,
                     clock: self.clock.as_ref(),
                 };
-                match run_attempt(&attempt, cause, &ports, &lease).await {
+                match run_attempt(&attempt, &ports, &lease).await {
                     Ok(AttemptReport::NotYetDue(at) | AttemptReport::StillRunning(at)) => {
                         if let Err(error) = self.queue.extend(&receipt, at).await {
                             tracing::warn!(key, %error, "could not postpone a job that is not due");

@@ -60,6 +60,10 @@ pub struct RunAttempt {
     pub step: String,
     /// The 1-based attempt.
     pub attempt: u32,
+    /// The event that led to the attempt's scheduling: the causation of the runner's events.
+    /// Jobs queued before it was carried have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<uuid::Uuid>,
 }
 
 /// One command to run in a fresh sandbox.
@@ -249,7 +253,6 @@ pub enum RunnerError {
 /// Runs one attempt and records its outcome.
 pub async fn run_attempt(
     job: &RunAttempt,
-    cause: uuid::Uuid,
     ports: &RunnerPorts<'_>,
     lease: &dyn KeepAlive,
 ) -> Result<AttemptReport, RunnerError> {
@@ -257,9 +260,10 @@ pub async fn run_attempt(
         deployment,
         step,
         attempt,
+        cause,
     } = job;
     let (deployment, attempt) = (*deployment, *attempt);
-    let cause = Cause::new(ACTOR, deployment, cause);
+    let cause = Cause::new(ACTOR, deployment, cause.unwrap_or_else(uuid::Uuid::now_v7));
     let loaded = ports.log.load(deployment).await?;
     let current = loaded.state.steps.get(step);
 

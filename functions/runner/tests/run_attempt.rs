@@ -17,7 +17,7 @@ use overture_domain::deployment::{BastionAccess, Interruption, ATTEMPT_LEASE_MAR
 use overture_domain::secret::SecretValues;
 use overture_events::{CloudAccount, DeploymentEvent as E, DeploymentId, ErrorClass, Timestamp};
 use overture_kit::memory::MemoryLog;
-use overture_kit::{Cause, Clock, DeploymentLog};
+use overture_kit::{Cause, Clock, DeploymentLog, ReadStream};
 use overture_runner::logs::{AttemptLogs, LogName};
 use overture_runner::step::SshAddress;
 use overture_runner::{
@@ -145,6 +145,8 @@ impl KeepAlive for Lease {
 struct Fixture {
     log: MemoryLog,
     deployment: DeploymentId,
+    /// The event that scheduled the attempt, as the job carries it.
+    cause: uuid::Uuid,
     clock: FixedClock,
     sandbox: FakeSandbox,
     lease: Lease,
@@ -156,6 +158,7 @@ impl Fixture {
         let fixture = Self {
             log: MemoryLog::new(t(0)),
             deployment: DeploymentId::from_uuid(uuid::Uuid::now_v7()),
+            cause: uuid::Uuid::now_v7(),
             clock: FixedClock(Mutex::new(t(1))),
             sandbox: FakeSandbox {
                 behaviour: sandbox,
@@ -216,8 +219,9 @@ impl Fixture {
             deployment: self.deployment,
             step: "build".into(),
             attempt: 1,
+            cause: Some(self.cause),
         };
-        run_attempt(&job, uuid::Uuid::now_v7(), &ports, &self.lease)
+        run_attempt(&job, &ports, &self.lease)
             .await
             .expect("the job is handled")
     }
@@ -254,6 +258,18 @@ async fn an_attempt_runs_in_the_sandbox_under_a_lease_and_its_outputs_are_record
         matches!(&events[3], E::StepSucceeded { outputs, .. } if outputs["version"] == "1.2"),
         "{events:?}"
     );
+    let recorded = fixture
+        .log
+        .read_stream(fixture.deployment, 2)
+        .await
+        .expect("read");
+    for envelope in recorded {
+        assert_eq!(envelope.metadata.actor, "runner");
+        assert_eq!(
+            envelope.metadata.causation_id, fixture.cause,
+            "the runner's events name the event that scheduled the attempt"
+        );
+    }
 }
 
 #[tokio::test(start_paused = true)]

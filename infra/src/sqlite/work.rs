@@ -5,6 +5,7 @@ use overture_events::{DeploymentId, Timestamp};
 use overture_orchestrator::{QueueWork, WaitingAttempt, WorkError};
 use overture_runner::RunAttempt;
 use serde::{Deserialize, Serialize};
+use uuid::Uuid;
 
 use super::{JobQueue, NewJob};
 
@@ -18,6 +19,9 @@ pub enum Job {
     Wake {
         /// The deployment.
         deployment: DeploymentId,
+        /// The event that set the timer (none in jobs queued before it was carried).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cause: Option<Uuid>,
     },
 }
 
@@ -34,6 +38,7 @@ impl QueueWork for JobQueue {
         &self,
         deployment: DeploymentId,
         attempts: &[WaitingAttempt],
+        cause: Uuid,
     ) -> Result<(), WorkError> {
         let jobs = attempts
             .iter()
@@ -42,6 +47,7 @@ impl QueueWork for JobQueue {
                     deployment,
                     step: waiting.step.clone(),
                     attempt: waiting.attempt,
+                    cause: Some(cause),
                 });
                 new_job(
                     format!("run/{deployment}/{}/{}", waiting.step, waiting.attempt),
@@ -57,8 +63,16 @@ impl QueueWork for JobQueue {
         Ok(())
     }
 
-    async fn wake_at(&self, deployment: DeploymentId, at: Timestamp) -> Result<(), WorkError> {
-        let job = Job::Wake { deployment };
+    async fn wake_at(
+        &self,
+        deployment: DeploymentId,
+        at: Timestamp,
+        cause: Uuid,
+    ) -> Result<(), WorkError> {
+        let job = Job::Wake {
+            deployment,
+            cause: Some(cause),
+        };
         let job = new_job(
             format!("wake/{deployment}/{}", at.timestamp_millis()),
             deployment,
