@@ -462,7 +462,7 @@ fn bastion_problems(blueprint: &BlueprintSnapshot) -> Vec<BlueprintProblem> {
         });
     }
     for step in &blueprint.steps {
-        if !kinds::uses_bastion(&step.kind, &step.with) {
+        if sources.is_empty() || !kinds::uses_bastion(&step.kind, &step.with) {
             continue;
         }
         let upstream = graph::ancestors(&blueprint.steps, &step.name);
@@ -497,7 +497,9 @@ fn referenced_steps(text: &str) -> Vec<String> {
 fn reference_problems(blueprint: &BlueprintSnapshot) -> Vec<BlueprintProblem> {
     let mut problems = Vec::new();
     for step in &blueprint.steps {
-        let upstream = graph::ancestors(&blueprint.steps, &step.name);
+        // Worked out only for steps that use outputs: computing it for every step made
+        // validating a long chain of steps quadratic (20,000 steps took minutes).
+        let mut upstream = None;
         for (key, value) in &step.with {
             let field = format!("steps.{}.with.{key}", step.name);
             // A step naming a host group uses the group's addresses, and their templates.
@@ -514,10 +516,16 @@ fn reference_problems(blueprint: &BlueprintSnapshot) -> Vec<BlueprintProblem> {
                 };
                 for reference in template.references() {
                     let problem = undeclared(blueprint, reference).or_else(|| match reference {
-                        Reference::Output { step: source, .. } if !upstream.contains(source) => Some(format!(
+                        Reference::Output { step: source, .. }
+                            if !upstream
+                                .get_or_insert_with(|| graph::ancestors(&blueprint.steps, &step.name))
+                                .contains(source) =>
+                        {
+                            Some(format!(
                             "`{reference}` refers to step `{source}`, which `{}` does not need; add `{source}` to its needs",
                             step.name
-                        )),
+                        ))
+                        }
                         _ => None,
                     });
                     if let Some(problem) = problem {
