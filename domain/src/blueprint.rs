@@ -226,6 +226,11 @@ pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
                 "a host group needs at least one address:port".into(),
             );
         }
+        for (i, address) in addresses.iter().enumerate() {
+            if let Some(problem_text) = kinds::address_problem(address) {
+                problem(format!("hosts.{group}[{i}]"), problem_text);
+            }
+        }
         hosts.insert(group.clone(), addresses.clone());
     }
 

@@ -292,12 +292,25 @@ pub fn host_list<'a>(
         Value::Array(items) if !items.is_empty() => items
             .iter()
             .map(|item| {
-                item.as_str()
-                    .ok_or_else(|| "each host must be text: address or address:port".to_owned())
+                let address = item
+                    .as_str()
+                    .ok_or_else(|| "each host must be text: address or address:port".to_owned())?;
+                address_problem(address).map_or(Ok(address), Err)
             })
             .collect(),
         _ => Err("give a host group's name or a list of address:port".to_owned()),
     }
+}
+
+/// What is wrong with a host's address as written: a control or text-direction character,
+/// which no address has and which would reach terminals in every message naming the host.
+pub fn address_problem(address: &str) -> Option<String> {
+    address.chars().any(crate::text::is_unprintable).then(|| {
+        format!(
+            "`{}` holds a control character; write an address, address:port or [ipv6]:port",
+            crate::text::escaped(address)
+        )
+    })
 }
 
 /// The folder (relative to the blueprint's) whose files a step takes into its sandbox.
