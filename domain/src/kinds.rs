@@ -205,7 +205,9 @@ pub fn url_problem(url: &str) -> Option<String> {
     if lower.starts_with("http://") || lower.starts_with("https://") {
         return None;
     }
-    Some(match scheme_of(url) {
+    // A scheme is short; a long "scheme" may be the start of a secret the URL was rendered
+    // from, which the runner's masking would not catch in part.
+    Some(match scheme_of(url).filter(|scheme| scheme.len() <= 10) {
         Some(scheme) => format!(
             "the URL's scheme is `{}`; an `http` step calls only http:// and https:// URLs",
             crate::text::escaped(scheme)
@@ -486,6 +488,7 @@ mod tests {
         assert!(url_problem("api.example.com/x")
             .is_some_and(|p| p.contains("does not start with http://")));
         assert!(url_problem("x\u{1b}:y").is_some_and(|p| !p.contains('\u{1b}')));
+        assert!(url_problem("averylongsecretvalue:x").is_some_and(|p| !p.contains("avery")));
     }
 
     #[test]

@@ -521,5 +521,8 @@ fn a_host_address_with_a_control_character_is_refused() {
     let text = "name: x\nhosts:\n  web: [\"10.0.0.1\\e[31m\"]\nsteps:\n  a: { run: wait-ssh, with: { hosts: [\"h\\a:22\"] } }\n";
     assert_problem(text, "hosts.web[0]", &["control character"]);
     assert_problem(text, "steps.a.with.hosts", &["control character"]);
-    assert!(!parse(text).expect_err("refused").to_string().contains('\u{1b}'));
+    assert!(!parse(text)
+        .expect_err("refused")
+        .to_string()
+        .contains('\u{1b}'));
 }

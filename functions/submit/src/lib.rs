@@ -1,11 +1,11 @@
 //! The submit function: turns a user's request into a recorded deployment.
 //!
-//! [`submit`] validates the tenant ([`tenant_problem`]), the blueprint, the files its steps take and the parameters, checks every
-//! declared secret was given (and nothing else), makes the deployment's own SSH key when a step
-//! logs in to servers, seals the secret values, the private key and the user's cloud token through
-//! [`SealSecrets`] (under a key the token derives, when there is one), and appends
-//! `DeploymentRequested` (and `CredentialsSealed`, which names what was sealed and carries the
-//! public key). Nothing is recorded for a request it refuses.
+//! [`submit`] validates the tenant ([`tenant_problem`]), the blueprint, the files its steps take
+//! and the parameters, checks every declared secret was given (and nothing else), makes the
+//! deployment's own SSH key when a step logs in to servers, seals the secret values, the private
+//! key and the user's cloud token through [`SealSecrets`] (under a key the token derives, when
+//! there is one), and appends `DeploymentRequested` (and `CredentialsSealed`, which names what
+//! was sealed and carries the public key). Nothing is recorded for a request it refuses.
 
 use std::collections::BTreeMap;
 
