@@ -466,12 +466,15 @@ fn bastion_problems(blueprint: &BlueprintSnapshot) -> Vec<BlueprintProblem> {
             problem: format!("`{}` is not a user name", bastion.user),
         });
     }
+    let mut dependents = graph::Dependents::new(&blueprint.steps);
     for step in &blueprint.steps {
-        if sources.is_empty() || !kinds::uses_bastion(&step.kind, &step.with) {
+        if !kinds::uses_bastion(&step.kind, &step.with) {
             continue;
         }
-        let upstream = graph::ancestors(&blueprint.steps, &step.name);
-        for source in sources.iter().filter(|source| !upstream.contains(*source)) {
+        for source in sources
+            .iter()
+            .filter(|source| !dependents.needs(&step.name, source))
+        {
             problems.push(BlueprintProblem {
                 field: format!("steps.{}.needs", step.name),
                 problem: format!(
@@ -501,10 +504,8 @@ fn referenced_steps(text: &str) -> Vec<String> {
 /// Checks every template in every step's settings refers to something that will exist.
 fn reference_problems(blueprint: &BlueprintSnapshot) -> Vec<BlueprintProblem> {
     let mut problems = Vec::new();
+    let mut dependents = graph::Dependents::new(&blueprint.steps);
     for step in &blueprint.steps {
-        // Worked out only for steps that use outputs: computing it for every step made
-        // validating a long chain of steps quadratic (20,000 steps took minutes).
-        let mut upstream = None;
         for (key, value) in &step.with {
             let field = format!("steps.{}.with.{key}", step.name);
             // A step naming a host group uses the group's addresses, and their templates.
@@ -522,14 +523,12 @@ fn reference_problems(blueprint: &BlueprintSnapshot) -> Vec<BlueprintProblem> {
                 for reference in template.references() {
                     let problem = undeclared(blueprint, reference).or_else(|| match reference {
                         Reference::Output { step: source, .. }
-                            if !upstream
-                                .get_or_insert_with(|| graph::ancestors(&blueprint.steps, &step.name))
-                                .contains(source) =>
+                            if !dependents.needs(&step.name, source) =>
                         {
                             Some(format!(
-                            "`{reference}` refers to step `{source}`, which `{}` does not need; add `{source}` to its needs",
-                            step.name
-                        ))
+                                "`{reference}` refers to step `{source}`, which `{}` does not need; add `{source}` to its needs",
+                                step.name
+                            ))
                         }
                         _ => None,
                     });
