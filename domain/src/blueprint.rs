@@ -14,9 +14,11 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use crate::duration::{format_duration, parse_duration};
-use crate::graph;
+use crate::graph::{self, Cycle};
 use crate::kinds;
+use crate::shape;
 use crate::template::{Reference, Template};
+use crate::text::{check_name, escaped};
 
 /// How long running steps may go on after another failed for good, unless the blueprint says.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(120);
@@ -24,7 +26,7 @@ pub const DEFAULT_GRACE: Duration = Duration::from_secs(120);
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// The longest step name: it names sandboxes and log folders, which have length limits.
-pub const MAX_STEP_NAME: usize = 63;
+pub const MAX_STEP_NAME: usize = crate::text::MAX_NAME;
 
 /// The most a blueprint's steps may take from its folder, in all: the files are recorded in the
 /// deployment's history.
@@ -39,9 +41,11 @@ pub struct BlueprintProblem {
     pub problem: String,
 }
 
+/// Both parts are [escaped]: they quote what the user wrote (names, keys, values), and an
+/// error must not be able to write a raw escape sequence to the terminal that shows it.
 impl fmt::Display for BlueprintProblem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.field, self.problem)
+        write!(f, "{}: {}", escaped(&self.field), escaped(&self.problem))
     }
 }
 
@@ -138,8 +142,14 @@ struct RawRetry {
     wait: Option<String>,
 }
 
-/// Parses and validates a blueprint's YAML text.
+/// Parses and validates a blueprint's YAML text. A text too large or too deep, or with a key
+/// given twice, is refused before it is read: which of two equal keys was meant is unknown, so
+/// the rest is not checked until that is settled.
 pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
+    let shape = shape::check(text);
+    if !shape.is_empty() {
+        return Err(BlueprintError(shape));
+    }
     let raw: RawBlueprint = serde_yaml_ng::from_str(text).map_err(yaml_problem)?;
     let mut problems = Vec::new();
     let mut problem = |field: String, text: String| {
@@ -149,14 +159,8 @@ pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
         })
     };
 
-    if !is_slug(&raw.name) {
-        problem(
-            "name".into(),
-            format!(
-                "`{}` must be lowercase letters, digits and '-', starting with a letter or digit",
-                raw.name
-            ),
-        );
+    if let Err(error) = check_name(&raw.name) {
+        problem("name".into(), format!("the blueprint's name {error}"));
     }
 
     let mut params = Vec::new();
@@ -210,10 +214,10 @@ pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
 
     let mut hosts = BTreeMap::new();
     for (group, addresses) in &raw.hosts {
-        if !is_slug(group) {
+        if let Err(error) = check_name(group) {
             problem(
                 format!("hosts.{group}"),
-                "a host group's name must be lowercase letters, digits and '-', starting with a letter or digit".into(),
+                format!("a host group's name {error}"),
             );
         }
         if addresses.is_empty() {
@@ -221,6 +225,11 @@ pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
                 format!("hosts.{group}"),
                 "a host group needs at least one address:port".into(),
             );
+        }
+        for (i, address) in addresses.iter().enumerate() {
+            if let Some(problem_text) = kinds::address_problem(address) {
+                problem(format!("hosts.{group}[{i}]"), problem_text);
+            }
         }
         hosts.insert(group.clone(), addresses.clone());
     }
@@ -231,14 +240,8 @@ pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
     let mut steps = Vec::new();
     for (name, step) in &raw.steps {
         let field = |rest: &str| format!("steps.{name}{rest}");
-        if !is_slug(name) {
-            problem(field(""), "a step name must be lowercase letters, digits and '-', starting with a letter or digit".into());
-        }
-        if name.len() > MAX_STEP_NAME {
-            problem(
-                field(""),
-                format!("a step name is at most {MAX_STEP_NAME} characters; shorten it"),
-            );
+        if let Err(error) = check_name(name) {
+            problem(field(""), format!("the step name {error}"));
         }
         let with: BTreeMap<String, serde_json::Value> = step
             .with
@@ -345,14 +348,28 @@ pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
         });
     }
 
-    if let Some(cycle) = graph::find_cycle(&steps) {
-        problem(
-            "steps".into(),
-            format!(
-                "the needs form a cycle: {}; remove one of these needs",
-                cycle.join(" → ")
+    for cycle in graph::find_cycles(&steps) {
+        match cycle {
+            Cycle::SelfNeed(step) => problem(
+                format!("steps.{step}.needs"),
+                format!("step `{step}` needs itself; remove `{step}` from its needs"),
             ),
-        );
+            Cycle::Round { path, others } => problem(
+                "steps".into(),
+                format!(
+                    "the needs form a cycle: {}; remove one of these needs{}",
+                    path.join(" → "),
+                    if others.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            " (steps {} are on other cycles with them)",
+                            others.join(", ")
+                        )
+                    }
+                ),
+            ),
+        }
     }
 
     let snapshot = BlueprintSnapshot {
@@ -449,12 +466,15 @@ fn bastion_problems(blueprint: &BlueprintSnapshot) -> Vec<BlueprintProblem> {
             problem: format!("`{}` is not a user name", bastion.user),
         });
     }
+    let mut dependents = graph::Dependents::new(&blueprint.steps);
     for step in &blueprint.steps {
         if !kinds::uses_bastion(&step.kind, &step.with) {
             continue;
         }
-        let upstream = graph::ancestors(&blueprint.steps, &step.name);
-        for source in sources.iter().filter(|source| !upstream.contains(*source)) {
+        for source in sources
+            .iter()
+            .filter(|source| !dependents.needs(&step.name, source))
+        {
             problems.push(BlueprintProblem {
                 field: format!("steps.{}.needs", step.name),
                 problem: format!(
@@ -484,8 +504,8 @@ fn referenced_steps(text: &str) -> Vec<String> {
 /// Checks every template in every step's settings refers to something that will exist.
 fn reference_problems(blueprint: &BlueprintSnapshot) -> Vec<BlueprintProblem> {
     let mut problems = Vec::new();
+    let mut dependents = graph::Dependents::new(&blueprint.steps);
     for step in &blueprint.steps {
-        let upstream = graph::ancestors(&blueprint.steps, &step.name);
         for (key, value) in &step.with {
             let field = format!("steps.{}.with.{key}", step.name);
             // A step naming a host group uses the group's addresses, and their templates.
@@ -502,10 +522,14 @@ fn reference_problems(blueprint: &BlueprintSnapshot) -> Vec<BlueprintProblem> {
                 };
                 for reference in template.references() {
                     let problem = undeclared(blueprint, reference).or_else(|| match reference {
-                        Reference::Output { step: source, .. } if !upstream.contains(source) => Some(format!(
-                            "`{reference}` refers to step `{source}`, which `{}` does not need; add `{source}` to its needs",
-                            step.name
-                        )),
+                        Reference::Output { step: source, .. }
+                            if !dependents.needs(&step.name, source) =>
+                        {
+                            Some(format!(
+                                "`{reference}` refers to step `{source}`, which `{}` does not need; add `{source}` to its needs",
+                                step.name
+                            ))
+                        }
                         _ => None,
                     });
                     if let Some(problem) = problem {

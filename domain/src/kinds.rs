@@ -149,7 +149,10 @@ pub fn check_with(
                     plain(value)
                 )),
             },
-            ("http", "url" | "body") => text(value).err(),
+            ("http", "url") => text(value)
+                .err()
+                .or_else(|| literal_url_problem(value.as_str().unwrap_or_default())),
+            ("http", "body") => text(value).err(),
             ("http", "via") => (value.as_str() != Some(VIA_BASTION)).then(|| {
                 format!(
                     "`{}` is not a way through; the only one is `{VIA_BASTION}`",
@@ -211,6 +214,64 @@ fn script_quoting(command: &str) -> Vec<String> {
     }
 }
 
+/// The URL schemes an `http` step may call.
+pub const HTTP_SCHEMES: [&str; 2] = ["http", "https"];
+
+/// What is wrong with a rendered `http` URL: anything but `http://` or `https://` at its start
+/// (curl would read `file://` and others, or guess a scheme for a URL without one). Checked
+/// when the attempt starts, because a templated URL is known only then; the message quotes
+/// the scheme alone, not the URL, which may hold a secret.
+pub fn url_problem(url: &str) -> Option<String> {
+    let lower = url.get(..8).unwrap_or(url).to_ascii_lowercase();
+    if lower.starts_with("http://") || lower.starts_with("https://") {
+        return None;
+    }
+    // A scheme is short; a long "scheme" may be the start of a secret the URL was rendered
+    // from, which the runner's masking would not catch in part.
+    Some(match scheme_of(url).filter(|scheme| scheme.len() <= 10) {
+        Some(scheme) => format!(
+            "the URL's scheme is `{}`; an `http` step calls only http:// and https:// URLs",
+            crate::text::escaped(scheme)
+        ),
+        None => "the URL does not start with http:// or https://; an `http` step calls only those"
+            .to_owned(),
+    })
+}
+
+/// What is wrong with the scheme of a URL as written in a blueprint, as far as the text before
+/// its first template tells; a URL that starts with a template is checked when it is rendered
+/// ([`url_problem`]).
+fn literal_url_problem(url: &str) -> Option<String> {
+    let templated = url.find("{{");
+    let prefix = &url[..templated.unwrap_or(url.len())];
+    let could_grow_into_a_scheme =
+        templated.is_some() && !prefix.contains(':') && prefix.chars().all(is_scheme_char);
+    if could_grow_into_a_scheme {
+        return None;
+    }
+    match scheme_of(prefix) {
+        Some(scheme) if HTTP_SCHEMES.iter().any(|s| s.eq_ignore_ascii_case(scheme)) => None,
+        Some(scheme) => Some(format!(
+            "`{url}` has the scheme `{scheme}`; an `http` step calls only http:// and https:// URLs"
+        )),
+        None => Some(format!(
+            "`{url}` does not start with http:// or https://; write the scheme, like `https://api.example.com/`"
+        )),
+    }
+}
+
+/// The scheme of a URL (RFC 3986: a letter, then letters, digits, `+`, `-` or `.`, before `:`).
+fn scheme_of(url: &str) -> Option<&str> {
+    let (scheme, _) = url.split_once(':')?;
+    let mut chars = scheme.chars();
+    (chars.next().is_some_and(|c| c.is_ascii_alphabetic()) && chars.all(is_scheme_char))
+        .then_some(scheme)
+}
+
+fn is_scheme_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')
+}
+
 /// The statuses an `http` step accepts: `expect_status` as a number or a list, or any 2xx.
 pub fn expected_statuses(value: &Value) -> Result<Vec<u16>, String> {
     let status = |v: &Value| {
@@ -254,12 +315,25 @@ pub fn host_list<'a>(
         Value::Array(items) if !items.is_empty() => items
             .iter()
             .map(|item| {
-                item.as_str()
-                    .ok_or_else(|| "each host must be text: address or address:port".to_owned())
+                let address = item
+                    .as_str()
+                    .ok_or_else(|| "each host must be text: address or address:port".to_owned())?;
+                address_problem(address).map_or(Ok(address), Err)
             })
             .collect(),
         _ => Err("give a host group's name or a list of address:port".to_owned()),
     }
+}
+
+/// What is wrong with a host's address as written: a control or text-direction character,
+/// which no address has and which would reach terminals in every message naming the host.
+pub fn address_problem(address: &str) -> Option<String> {
+    address.chars().any(crate::text::is_unprintable).then(|| {
+        format!(
+            "`{}` holds a control character; write an address, address:port or [ipv6]:port",
+            crate::text::escaped(address)
+        )
+    })
 }
 
 /// The folder (relative to the blueprint's) whose files a step takes into its sandbox.
@@ -396,6 +470,51 @@ mod tests {
                 "{kind} {settings}"
             );
         }
+    }
+
+    #[test]
+    fn an_http_url_must_be_http_or_https_as_far_as_it_is_written() {
+        let problem = |url: &str| {
+            check_with("http", &with(json!({ "url": url })), &BTreeMap::new())
+                .into_iter()
+                .map(|(_, text)| text)
+                .next()
+        };
+        for good in [
+            "http://x/",
+            "HTTPS://x",
+            "{{ params.api }}/servers",
+            "http{{ params.s }}://x",
+            "https://{{ params.host }}/",
+        ] {
+            assert_eq!(problem(good), None, "{good}");
+        }
+        for (bad, words) in [
+            ("file:///etc/passwd", "scheme `file`"),
+            ("ftp://{{ params.host }}/", "scheme `ftp`"),
+            ("gopher:{{ params.rest }}", "scheme `gopher`"),
+            ("example.com/x", "does not start with http:// or https://"),
+            (
+                "/{{ params.path }}",
+                "does not start with http:// or https://",
+            ),
+        ] {
+            let found = problem(bad).unwrap_or_default();
+            assert!(found.contains(words), "{bad}: {found}");
+        }
+    }
+
+    #[test]
+    fn a_rendered_url_is_checked_without_quoting_it() {
+        assert_eq!(url_problem("https://api/x"), None);
+        assert_eq!(url_problem("Http://api"), None);
+        let found = url_problem("file:///etc/secret-token").unwrap_or_default();
+        assert!(found.contains("scheme is `file`"), "{found}");
+        assert!(!found.contains("secret-token"), "{found}");
+        assert!(url_problem("api.example.com/x")
+            .is_some_and(|p| p.contains("does not start with http://")));
+        assert!(url_problem("x\u{1b}:y").is_some_and(|p| !p.contains('\u{1b}')));
+        assert!(url_problem("averylongsecretvalue:x").is_some_and(|p| !p.contains("avery")));
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! Overture's rules, free of I/O: nothing here reads a clock, a file or the network.
 //!
-//! - [`blueprint`]: reading and validating blueprints ([`duration`] and [`template`] help).
+//! - [`blueprint`]: reading and validating blueprints ([`duration`] and [`template`] help;
+//!   [`shape`] checks the text's size, depth and duplicate keys before it is read).
+//! - [`text`]: the name rule (blueprints, steps, tenants) and escaping user text for display.
 //! - [`graph`]: the workflow DAG: cycles, ancestry, drawings.
 //! - [`retry`]: the retry policy per error class.
 //! - [`deployment`]: the Deployment aggregate (commands, events, state) and the [`deployment::actions`]
@@ -22,8 +24,10 @@ pub mod projection;
 pub mod retry;
 pub mod secret;
 pub mod servers;
+pub mod shape;
 pub mod shell;
 pub mod template;
+pub mod text;
 
 pub use deployment::{
     Action, Deployment, DeploymentCommand, DeploymentError, DeploymentState, StepStatus,

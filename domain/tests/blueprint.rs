@@ -434,3 +434,136 @@ fn the_outputs_a_step_hands_on_are_those_some_template_uses() {
     );
     assert!(overture_domain::blueprint::used_outputs(&blueprint, "conf").is_empty());
 }
+
+// Issue 9: each defect, given the input a user would write.
+
+#[test]
+fn a_step_given_twice_is_refused_with_both_lines() {
+    let text = "name: x\nsteps:\n  a: { run: noop }\n  b: { run: noop }\n  a: { run: script, with: { command: 'true' } }\n";
+    let found = problems(text);
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert_problem(
+        text,
+        "steps.a",
+        &["given twice", "lines 3 and 5", "remove or rename one"],
+    );
+}
+
+#[test]
+fn any_key_given_twice_is_refused_with_both_lines() {
+    assert_problem(
+        "name: x\nsteps:\n  a: { run: noop }\nname: y\n",
+        "name",
+        &["lines 1 and 4"],
+    );
+    assert_problem(
+        "name: x\nsteps:\n  a:\n    run: script\n    with:\n      command: 'true'\n      command: 'false'\n",
+        "steps.a.with.command",
+        &["lines 6 and 7"],
+    );
+    assert_problem(
+        "name: x\nsecrets: [k]\nsteps:\n  a: { run: noop, retry: { step-failed: { times: 1, times: 2 } } }\n",
+        "steps.a.retry.step-failed.times",
+        &["line", "4 and 4"],
+    );
+}
+
+#[test]
+fn control_characters_in_names_are_refused_and_never_shown_raw() {
+    // YAML's double quotes write ESC as `\e` and BEL as `\a`.
+    let text = "name: \"demo\\e[2J\"\nsteps:\n  \"ok\\a\": { run: noop }\n  b: { run: noop, needs: [\"x\\e]0;owned\\a\"] }\n";
+    let error = parse(text).expect_err("refused");
+    let fields: Vec<&str> = error.0.iter().map(|p| p.field.as_str()).collect();
+    assert!(fields.contains(&"name"), "{fields:?}");
+    assert!(fields.contains(&"steps.ok\u{7}"), "{fields:?}");
+    assert!(fields.contains(&"steps.b.needs"), "{fields:?}");
+    let shown = error.to_string();
+    assert!(
+        !shown.contains('\u{1b}') && !shown.contains('\u{7}'),
+        "{shown:?}"
+    );
+    assert!(shown.contains(r"`demo\u{1b}[2J`"), "{shown}");
+    assert!(shown.contains(r"steps.ok\u{7}:"), "{shown}");
+}
+
+#[test]
+fn an_unknown_field_with_an_escape_sequence_is_shown_escaped() {
+    let error =
+        parse("name: x\n\"\\e[31mred\": 1\nsteps:\n  a: { run: noop }\n").expect_err("refused");
+    let shown = error.to_string();
+    assert!(shown.contains(r"\u{1b}[31mred"), "{shown}");
+    assert!(!shown.contains('\u{1b}'), "{shown:?}");
+}
+
+#[test]
+fn an_http_url_of_another_scheme_is_refused() {
+    assert_problem(
+        "name: x\nsteps:\n  a: { run: http, with: { url: 'file:///etc/passwd' } }\n",
+        "steps.a.with.url",
+        &["scheme `file`", "http:// and https://"],
+    );
+    assert_problem(
+        "name: x\nparams: { host: {} }\nsteps:\n  a: { run: http, with: { url: 'gopher://{{ params.host }}/' } }\n",
+        "steps.a.with.url",
+        &["scheme `gopher`"],
+    );
+    parse("name: x\nparams: { api: {} }\nsteps:\n  a: { run: http, with: { url: '{{ params.api }}/x' } }\n")
+        .expect("a URL that is a template is checked when it is rendered");
+}
+
+#[test]
+fn a_step_needing_itself_is_reported_beside_another_cycle() {
+    let text = "name: x\nsteps:\n  a: { run: noop, needs: [a] }\n  b: { run: noop, needs: [c] }\n  c: { run: noop, needs: [b] }\n";
+    assert_problem(text, "steps.a.needs", &["`a` needs itself"]);
+    assert_problem(text, "steps", &["cycle", "b → c → b"]);
+    assert_eq!(problems(text).len(), 2);
+}
+
+#[test]
+fn two_separate_cycles_are_both_reported() {
+    let text = "name: x\nsteps:\n  a: { run: noop, needs: [b] }\n  b: { run: noop, needs: [a] }\n  c: { run: noop, needs: [d] }\n  d: { run: noop, needs: [c] }\n";
+    assert_problem(text, "steps", &["a → b → a"]);
+    assert_problem(text, "steps", &["c → d → c"]);
+}
+
+#[test]
+fn deep_nesting_is_refused_naming_the_limit() {
+    for text in [
+        "[".repeat(200_000),
+        "{".repeat(200_000),
+        format!(
+            "name: x\nsteps:\n  a: {{ run: noop, with: {{ command: {} }} }}\n",
+            "[".repeat(100_000)
+        ),
+    ] {
+        let found = problems(&text);
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert!(found[0].1.contains("at most 64 deep"), "{:?}", found[0]);
+    }
+    let indented: String = (0..200)
+        .map(|i| format!("{}k{i}:\n", "  ".repeat(i)))
+        .collect();
+    let found = problems(&indented);
+    assert!(found[0].1.contains("at most 64 deep"), "{found:#?}");
+}
+
+#[test]
+fn a_blueprint_over_a_mebibyte_is_refused() {
+    let text = format!(
+        "name: x\ndescription: \"{}\"\nsteps:\n  a: {{ run: noop }}\n",
+        "d".repeat(1024 * 1024)
+    );
+    let found = problems(&text);
+    assert!(found[0].1.contains("1 MiB"), "{found:#?}");
+}
+
+#[test]
+fn a_host_address_with_a_control_character_is_refused() {
+    let text = "name: x\nhosts:\n  web: [\"10.0.0.1\\e[31m\"]\nsteps:\n  a: { run: wait-ssh, with: { hosts: [\"h\\a:22\"] } }\n";
+    assert_problem(text, "hosts.web[0]", &["control character"]);
+    assert_problem(text, "steps.a.with.hosts", &["control character"]);
+    assert!(!parse(text)
+        .expect_err("refused")
+        .to_string()
+        .contains('\u{1b}'));
+}

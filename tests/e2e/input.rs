@@ -186,3 +186,214 @@ fn validate_accepts_the_examples() {
     }
     assert!(checked >= 1, "no example found in {examples}");
 }
+
+// Issue 9: input that used to slip through, or to take long to refuse.
+
+/// Refused like [`assert_refused`], and without a single raw control character in what the
+/// terminal would show.
+fn assert_refused_printably(overture: &Overture, command: std::process::Command, words: &[&str]) {
+    let mut command = command;
+    let output = command.output().expect("run overture");
+    let message = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "must exit 2: {message}");
+    for word in words {
+        assert!(message.contains(word), "`{word}` missing from:\n{message}");
+    }
+    let raw: Vec<char> = message
+        .chars()
+        .filter(|c| c.is_control() && *c != '\n')
+        .collect();
+    assert!(
+        raw.is_empty(),
+        "raw control characters {raw:?} in:\n{message:?}"
+    );
+    nothing_recorded(overture);
+}
+
+#[test]
+fn a_key_given_twice_is_refused_with_both_lines() {
+    let overture = Overture::new();
+    let file = overture.blueprint(
+        "twice.yaml",
+        "name: twice\nsteps:\n  a: { run: noop }\n  b: { run: noop }\n  a: { run: script, with: { command: 'true' } }\n",
+    );
+    let path = file.to_str().expect("path");
+    for command in ["validate", "deploy"] {
+        assert_refused(
+            &overture,
+            &[command, path],
+            &[
+                "twice.yaml: steps.a: `a` is given twice, on lines 3 and 5",
+                "remove or rename one",
+            ],
+        );
+    }
+    let nested = overture.blueprint(
+        "nested.yaml",
+        "name: n\nsteps:\n  a:\n    run: script\n    with:\n      command: 'echo 1'\n      command: 'echo 2'\n",
+    );
+    assert_refused(
+        &overture,
+        &["validate", nested.to_str().expect("path")],
+        &["nested.yaml: steps.a.with.command", "lines 6 and 7"],
+    );
+    nothing_recorded(&overture);
+}
+
+#[test]
+fn control_characters_in_names_are_refused_and_never_printed_raw() {
+    let overture = Overture::new();
+    // YAML's double quotes write ESC as `\e` and BEL as `\a`.
+    let file = overture.blueprint(
+        "escapes.yaml",
+        "name: \"demo\\e[2J\\e]0;owned\\a\"\nsteps:\n  \"build\\e[31m\": { run: noop }\n  b: { run: noop, needs: [\"x\\a\"] }\n",
+    );
+    let path = file.to_str().expect("path");
+    for command in ["validate", "deploy"] {
+        assert_refused_printably(
+            &overture,
+            overture.command(&[command, path]),
+            &[
+                r"escapes.yaml: name: the blueprint's name `demo\u{1b}[2J\u{1b}]0;owned\u{7}` holds the control character `\u{1b}`",
+                r"escapes.yaml: steps.build\u{1b}[31m: the step name",
+                r"unknown step `x\u{7}`",
+            ],
+        );
+    }
+    // A parameter name is user text too.
+    let valid = overture.blueprint("p.yaml", "name: p\nsteps:\n  a: { run: noop }\n");
+    let mut command = overture.command(&["deploy", valid.to_str().expect("path")]);
+    command.arg("--param").arg("who\u{1b}[31m=x");
+    assert_refused_printably(&overture, command, &[r"--param who\u{1b}[31m"]);
+}
+
+#[test]
+fn a_tenant_is_held_to_the_name_rule() {
+    let overture = Overture::new();
+    let file = overture.blueprint("t.yaml", "name: t\nsteps:\n  a: { run: noop }\n");
+    let path = file.to_str().expect("path");
+    for tenant in ["", "../../x", "acme\u{1b}[2J", "Acme"] {
+        let mut command = overture.command(&["deploy", path]);
+        command.arg("--tenant").arg(tenant);
+        assert_refused_printably(
+            &overture,
+            command,
+            &[
+                "--tenant: the tenant",
+                "use lowercase letters, digits and '-', starting with a letter or digit",
+            ],
+        );
+    }
+    let (code, status, output) = overture.deploy(&file, &["--tenant", "team-7"]);
+    assert_eq!(code, 0, "{}", text(&output.stderr));
+    assert_eq!(status["tenant"], "team-7");
+    let (code, status, _) = overture.deploy(&file, &[]);
+    assert_eq!(
+        (code, &status["tenant"]),
+        (0, &serde_json::json!("default"))
+    );
+}
+
+#[test]
+fn an_http_url_of_another_scheme_is_refused_when_written_and_failed_when_rendered() {
+    let overture = Overture::new();
+    let file = overture.blueprint(
+        "file.yaml",
+        "name: f\nsteps:\n  read: { run: http, with: { url: 'file:///etc/passwd' } }\n",
+    );
+    assert_refused(
+        &overture,
+        &["validate", file.to_str().expect("path")],
+        &[
+            "file.yaml: steps.read.with.url: `file:///etc/passwd` has the scheme `file`",
+            "http:// and https://",
+        ],
+    );
+    nothing_recorded(&overture);
+
+    // A URL that is a template can only be checked once rendered: the attempt fails, uncalled.
+    let templated = overture.blueprint(
+        "templated.yaml",
+        "name: f\nparams: { api: {} }\nsteps:\n  read: { run: http, with: { url: '{{ params.api }}/passwd' } }\n",
+    );
+    let (code, status, output) = overture.deploy(&templated, &["--param", "api=file:///etc"]);
+    assert_eq!(code, 1, "{}", text(&output.stderr));
+    assert_eq!(status["steps"]["read"]["status"], "failed");
+    assert_eq!(status["steps"]["read"]["error_class"], "step-failed");
+    let id = status["id"].as_str().expect("id");
+    let failed: Vec<_> = overture
+        .events(id)
+        .into_iter()
+        .filter(|e| e["type"] == "StepAttemptFailed")
+        .collect();
+    assert_eq!(failed.len(), 1);
+    let message = failed[0]["data"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("`with.url`: the URL's scheme is `file`; an `http` step calls only http:// and https:// URLs"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_step_needing_itself_is_reported_beside_another_cycle() {
+    let overture = Overture::new();
+    let file = overture.blueprint(
+        "cycles.yaml",
+        "name: c\nsteps:\n  a: { run: noop, needs: [a] }\n  b: { run: noop, needs: [c] }\n  c: { run: noop, needs: [b] }\n",
+    );
+    assert_refused(
+        &overture,
+        &["validate", file.to_str().expect("path")],
+        &[
+            "cycles.yaml: steps.a.needs: step `a` needs itself; remove `a` from its needs",
+            "cycles.yaml: steps: the needs form a cycle: b → c → b; remove one of these needs",
+        ],
+    );
+}
+
+#[test]
+fn a_deep_or_huge_blueprint_is_refused_naming_the_limit() {
+    let overture = Overture::new();
+    let indented: String = (0..500)
+        .map(|i| format!("{}k{i}:\n", " ".repeat(i)))
+        .collect();
+    let cases = [
+        ("brackets.yaml", "[".repeat(200_000)),
+        ("braces.yaml", "{".repeat(200_000)),
+        ("indented.yaml", indented),
+        (
+            "inside.yaml",
+            format!(
+                "name: x\nsteps:\n  a: {{ run: script, with: {{ command: {} }} }}\n",
+                "[".repeat(200_000)
+            ),
+        ),
+    ];
+    for (name, text) in cases {
+        let file = overture.blueprint(name, &text);
+        assert_refused(
+            &overture,
+            &["validate", file.to_str().expect("path")],
+            &[name, "nest more than 64 deep", "at most 64 deep"],
+        );
+    }
+    let huge = overture.blueprint(
+        "huge.yaml",
+        &format!(
+            "name: x\ndescription: \"{}\"\nsteps:\n  a: {{ run: noop }}\n",
+            "d".repeat(2 * 1024 * 1024)
+        ),
+    );
+    let path = huge.to_str().expect("path");
+    for command in ["validate", "deploy"] {
+        assert_refused(
+            &overture,
+            &[command, path],
+            &[
+                "huge.yaml",
+                "more than the 1048576 (1 MiB) a blueprint may have",
+            ],
+        );
+    }
+    nothing_recorded(&overture);
+}

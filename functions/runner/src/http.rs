@@ -255,6 +255,10 @@ impl Call {
                 .text_setting("url")
                 .ok_or("the step has no `with.url` text")?,
         )?;
+        // Validation saw only the URL's written start; a template may have rendered any scheme.
+        if let Some(problem) = kinds::url_problem(&url) {
+            return Err(format!("`with.url`: {problem}"));
+        }
         let method = match input.setting("method") {
             None => "GET",
             Some(value) => value
@@ -1087,10 +1091,37 @@ mod tests {
     }
 
     #[test]
+    fn a_url_rendered_to_another_scheme_fails_the_attempt_without_calling() {
+        let blueprint = parse(
+            "name: x\nparams: { api: {} }\nsteps:\n  call: { run: http, with: { url: '{{ params.api }}/x' } }\n",
+        )
+        .expect("valid: the scheme is known only once rendered")
+        .snapshot;
+        for (api, wanted) in [
+            ("file:///etc", "`with.url`: the URL's scheme is `file`"),
+            (
+                "dict://10.0.0.5:11211",
+                "`with.url`: the URL's scheme is `dict`",
+            ),
+            (
+                "10.0.0.5",
+                "`with.url`: the URL does not start with http:// or https://",
+            ),
+        ] {
+            let state = requested(&blueprint, &[("api", api)]);
+            let problem = prepare(&input(&state, "call", &SecretValues::new()))
+                .err()
+                .unwrap_or_else(|| panic!("{api}: prepared"));
+            assert!(problem.starts_with(wanted), "{api}: {problem}");
+        }
+        let state = requested(&blueprint, &[("api", "HTTPS://api.example.com")]);
+        assert!(prepare(&input(&state, "call", &SecretValues::new())).is_ok());
+    }
+
+    #[test]
     fn only_an_http_url_to_a_host_goes_through_the_bastion() {
         for (url, wanted) in [
             ("https://10.0.0.5/", "the URL does not start with http://"),
-            ("ftp://10.0.0.5/", "the URL does not start with http://"),
             ("http://a b/", "the URL's `a b` is not a host or host:port"),
             (
                 "http://10.0.0.5:0/",

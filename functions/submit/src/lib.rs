@@ -1,11 +1,11 @@
 //! The submit function: turns a user's request into a recorded deployment.
 //!
-//! [`submit`] validates the blueprint, the files its steps take and the parameters, checks every
-//! declared secret was given (and nothing else), makes the deployment's own SSH key when a step
-//! logs in to servers, seals the secret values, the private key and the user's cloud token through
-//! [`SealSecrets`] (under a key the token derives, when there is one), and appends
-//! `DeploymentRequested` (and `CredentialsSealed`, which names what was sealed and carries the
-//! public key). Nothing is recorded for a request it refuses.
+//! [`submit`] validates the tenant ([`tenant_problem`]), the blueprint, the files its steps take
+//! and the parameters, checks every declared secret was given (and nothing else), makes the
+//! deployment's own SSH key when a step logs in to servers, seals the secret values, the private
+//! key and the user's cloud token through [`SealSecrets`] (under a key the token derives, when
+//! there is one), and appends `DeploymentRequested` (and `CredentialsSealed`, which names what
+//! was sealed and carries the public key). Nothing is recorded for a request it refuses.
 
 use std::collections::BTreeMap;
 
@@ -14,6 +14,7 @@ use overture_domain::blueprint::SERVERS_KIND;
 use overture_domain::blueprint::{self, BlueprintError, BlueprintProblem};
 use overture_domain::deployment::SealedCredentials;
 use overture_domain::secret::{SecretString, SecretValues, SSH_KEY_SECRET, TOKEN_SECRET};
+use overture_domain::text::{check_name, check_project_name};
 use overture_domain::{DeploymentCommand, DeploymentError};
 use overture_events::{BlueprintSnapshot, CloudAccount, DeploymentId};
 use overture_kit::{execute, Cause, DeploymentLog, LogError};
@@ -112,7 +113,14 @@ pub async fn submit(
     submission: Submission,
     ports: &SubmitPorts<'_>,
 ) -> Result<DeploymentId, SubmitError> {
-    let mut parsed = blueprint::parse(&submission.text)?;
+    let tenant = tenant_problem(&submission.tenant, submission.cloud.is_some());
+    let mut parsed = blueprint::parse(&submission.text).map_err(|mut error| {
+        error.0.splice(0..0, tenant.clone());
+        error
+    })?;
+    if let Some(problem) = tenant {
+        return Err(BlueprintError(vec![problem]).into());
+    }
     blueprint::attach_files(&mut parsed, submission.files)?;
     let params = blueprint::resolve_params(&parsed.snapshot, &submission.params)?;
     check_secrets(&parsed.snapshot.secrets, &submission.secrets)?;
@@ -185,6 +193,26 @@ pub async fn submit(
     })
     .await??;
     Ok(deployment)
+}
+
+/// What is wrong with the tenant, if anything. Checked here rather than in the CLI so that every
+/// way in gets the rule. A tenant given by the user (`--tenant`) follows the name rule of
+/// blueprints ([`check_name`]); with a cloud token the tenant is the token's project, named by
+/// the cloud, so it only has to be safe to show and to store ([`check_project_name`]).
+pub fn tenant_problem(tenant: &str, from_cloud: bool) -> Option<BlueprintProblem> {
+    if from_cloud {
+        check_project_name(tenant).err().map(|error| BlueprintProblem {
+            field: "--token-file".into(),
+            problem: format!(
+                "the tenant is the token's project, whose name {error}; use a token of another project, or ask the cloud's administrators to rename it"
+            ),
+        })
+    } else {
+        check_name(tenant).err().map(|error| BlueprintProblem {
+            field: "--tenant".into(),
+            problem: format!("the tenant {error}"),
+        })
+    }
 }
 
 /// A new Ed25519 key for one deployment: the private half in OpenSSH format, and the public half.
