@@ -265,6 +265,24 @@ fn control_characters_in_names_are_refused_and_never_printed_raw() {
     let mut command = overture.command(&["deploy", valid.to_str().expect("path")]);
     command.arg("--param").arg("who\u{1b}[31m=x");
     assert_refused_printably(&overture, command, &[r"--param who\u{1b}[31m"]);
+    // So are the options' own words, whatever is wrong with them.
+    let mut command = overture.command(&["deploy", valid.to_str().expect("path")]);
+    command.arg("--param").arg("\u{1b}[2J");
+    assert_refused_printably(
+        &overture,
+        command,
+        &[r"--param `\u{1b}[2J`: expected NAME=VALUE"],
+    );
+    let mut command = overture.command(&["deploy", valid.to_str().expect("path")]);
+    command
+        .arg("--secret")
+        .arg("k=UNSET\u{7}")
+        .env_remove("UNSET\u{7}");
+    assert_refused_printably(
+        &overture,
+        command,
+        &[r"the environment variable UNSET\u{7}"],
+    );
 }
 
 #[test]

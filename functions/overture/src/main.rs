@@ -50,6 +50,7 @@ use overture_domain::blueprint;
 use overture_domain::graph::{self, GraphFormat};
 use overture_domain::projection::DeploymentStatus;
 use overture_domain::secret::{SecretString, SecretValues};
+use overture_domain::text::escaped;
 use overture_events::DeploymentId;
 use overture_infra::sqlite::ListFilter;
 use overture_submit::{Submission, SubmitError};
@@ -632,9 +633,10 @@ async fn deploy(
     let tenant = match (&checked, tenant) {
         (Some(checked), Some(tenant)) if tenant != checked.info.project => {
             return Err(Failure::BadInput(format!(
-                "--tenant {tenant}: the token is for project `{}`, and a deployment's tenant is \
+                "--tenant {}: the token is for project `{}`, and a deployment's tenant is \
                  its token's project; leave out --tenant",
-                checked.info.project
+                escaped(&tenant),
+                escaped(&checked.info.project)
             )))
         }
         (Some(checked), _) => checked.info.project.clone(),
@@ -688,12 +690,18 @@ async fn deploy(
 }
 
 fn read_blueprint(file: &Path) -> Result<(String, blueprint::ParsedBlueprint), Failure> {
-    let text = std::fs::read_to_string(file).map_err(|e| {
-        Failure::BadInput(format!(
-            "{}: cannot read the blueprint: {e}",
-            file.display()
-        ))
-    })?;
+    use std::io::Read;
+    let unreadable = |e: std::io::Error| {
+        Failure::BadInput(format!("{}: cannot read the blueprint: {e}", shown(file)))
+    };
+    // One byte past the limit is enough to refuse it: a huge file is never read whole.
+    let limit = u64::try_from(overture_domain::shape::MAX_BLUEPRINT_BYTES + 1).unwrap_or(u64::MAX);
+    let mut bytes = Vec::new();
+    std::fs::File::open(file)
+        .and_then(|f| f.take(limit).read_to_end(&mut bytes))
+        .map_err(unreadable)?;
+    let text = String::from_utf8(bytes)
+        .map_err(|e| unreadable(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
     let bad = |problems| Failure::BadInput(problems_in(file, &problems));
     let mut parsed = blueprint::parse(&text).map_err(bad)?;
     let files = bundle::read_files(file, &parsed.snapshot).map_err(bad)?;
@@ -705,9 +713,14 @@ fn problems_in(file: &Path, problems: &blueprint::BlueprintError) -> String {
     problems
         .0
         .iter()
-        .map(|p| format!("{}: {p}", file.display()))
+        .map(|p| format!("{}: {p}", shown(file)))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// A path as shown in messages: control characters escaped, like every user text.
+fn shown(file: &Path) -> String {
+    escaped(&file.display().to_string()).into_owned()
 }
 
 fn parse_pairs(
@@ -720,7 +733,8 @@ fn parse_pairs(
         .map(|pair| match pair.split_once('=') {
             Some((name, value)) if !name.is_empty() => Ok((name.to_owned(), value.to_owned())),
             _ => Err(Failure::BadInput(format!(
-                "{option} `{pair}`: expected {shape}"
+                "{option} `{}`: expected {shape}",
+                escaped(pair)
             ))),
         })
         .collect()
@@ -733,10 +747,19 @@ fn read_secrets(secrets: &[String]) -> Result<SecretValues, Failure> {
             .split_once('=')
             .filter(|(n, v)| !n.is_empty() && !v.is_empty())
         else {
-            return Err(Failure::BadInput(format!("--secret `{pair}`: expected NAME=ENV_VAR, naming the environment variable that holds the value")));
+            return Err(Failure::BadInput(format!(
+                "--secret `{}`: expected NAME=ENV_VAR, naming the environment variable that holds \
+                 the value",
+                escaped(pair)
+            )));
         };
-        let value = std::env::var(variable)
-            .map_err(|_| Failure::BadInput(format!("--secret {name}={variable}: the environment variable {variable} is not set; export it first")))?;
+        let value = std::env::var(variable).map_err(|_| {
+            let (name, variable) = (escaped(name), escaped(variable));
+            Failure::BadInput(format!(
+                "--secret {name}={variable}: the environment variable {variable} is not set; \
+                     export it first"
+            ))
+        })?;
         values.insert(name.to_owned(), SecretString::from(value));
     }
     Ok(values)
