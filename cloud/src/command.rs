@@ -46,6 +46,8 @@ impl CommandError {
             CommandError::Failed { stderr, .. } => {
                 stderr.contains("No such file or directory")
                     || stderr.contains("Cannot find device")
+                    // A veth end the kernel removed with its peer's namespace meanwhile.
+                    || stderr.contains("No such device")
                     || stderr.contains("does not exist")
             }
             CommandError::Spawn { .. } => false,
