@@ -9,8 +9,8 @@
 //! - a deployment made with the user's cloud token is sealed under a key derived (HKDF-SHA256)
 //!   from that token, salted with the store's master key and bound to the tenant and the
 //!   deployment. The token itself is not kept anywhere readable, so neither the engine alone nor
-//!   someone reading the data directory can open the seal: only a process holding the user's
-//!   token ([`SessionTokens`]) can;
+//!   someone reading the data directory can open the seal: only with the user's token, kept
+//!   by the [`TokenCustody`] the store is given (embedded: the running process's memory);
 //! - any other deployment is sealed under the master key (`keys/master.key`, created on first
 //!   use, mode 0600).
 //!
@@ -34,13 +34,14 @@ use secrecy::ExposeSecret;
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
-use crate::session::SessionTokens;
+use overture_kit::TokenCustody;
+use std::sync::Arc;
 
 /// Secret values sealed in a directory.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct LocalKeyStore {
     root: PathBuf,
-    sessions: SessionTokens,
+    custody: Arc<dyn TokenCustody>,
 }
 
 /// What a seal's key comes from.
@@ -87,11 +88,11 @@ struct SealedValue {
 
 impl LocalKeyStore {
     /// A key store under `root` (the data directory's `keys/` and `seals/`), opening token-locked
-    /// seals with the tokens `sessions` holds.
-    pub fn new(root: impl Into<PathBuf>, sessions: SessionTokens) -> Self {
+    /// seals with the tokens `custody` keeps.
+    pub fn new(root: impl Into<PathBuf>, custody: Arc<dyn TokenCustody>) -> Self {
         Self {
             root: root.into(),
-            sessions,
+            custody,
         }
     }
 
@@ -406,9 +407,12 @@ impl overture_submit::SealSecrets for LocalKeyStore {
         let seal = self
             .seal_values(deployment, tenant, secrets, token)
             .map_err(|e| overture_submit::SealError(e.to_string()))?;
-        // The process that submits goes on to run the deployment, and needs the token to.
+        // Whoever runs the deployment from here on needs the token to.
         if let Some(token) = token {
-            self.sessions.remember(deployment, token.clone());
+            self.custody
+                .keep(deployment, tenant, token)
+                .await
+                .map_err(|e| overture_submit::SealError(e.to_string()))?;
         }
         Ok(seal)
     }
@@ -422,10 +426,14 @@ impl overture_runner::OpenSeal for LocalKeyStore {
         tenant: &str,
         seal: &str,
     ) -> Result<SecretValues, overture_runner::PortError> {
-        let token = seal
-            .starts_with(TOKEN_SEAL)
-            .then(|| self.sessions.token(deployment))
-            .flatten();
+        let token = if seal.starts_with(TOKEN_SEAL) {
+            self.custody
+                .token(deployment, tenant)
+                .await
+                .map_err(|e| overture_runner::PortError(e.to_string()))?
+        } else {
+            None
+        };
         self.open_values(deployment, tenant, token.as_ref())
             .map_err(|e| overture_runner::PortError(e.to_string()))
     }
@@ -464,7 +472,12 @@ impl overture_orchestrator::PurgeSecrets for LocalKeyStore {
         self.purge_values(deployment)
             .map_err(overture_orchestrator::WorkError::unavailable)?;
         // Once the seal is gone the token has nothing left to open, and no call left to make.
-        self.sessions.forget(deployment);
+        self.custody.forget(deployment).await.map_err(|e| match e {
+            e @ overture_kit::CustodyError::Unavailable(_) => {
+                overture_orchestrator::WorkError::unavailable(e)
+            }
+            e => overture_orchestrator::WorkError::refused(e),
+        })?;
         Ok(())
     }
 }
@@ -472,12 +485,13 @@ impl overture_orchestrator::PurgeSecrets for LocalKeyStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::session::SessionTokens;
     use uuid::Uuid;
 
     #[test]
     fn sealed_values_open_only_for_their_tenant_and_deployment_and_are_gone_after_a_purge() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = LocalKeyStore::new(dir.path(), SessionTokens::new());
+        let store = LocalKeyStore::new(dir.path(), Arc::new(SessionTokens::new()));
         let deployment = DeploymentId::from_uuid(Uuid::now_v7());
         let secrets: SecretValues =
             [("api_key".to_owned(), SecretString::from("s3cr3t-value"))].into();
@@ -508,7 +522,7 @@ mod tests {
     #[test]
     fn a_step_state_is_sealed_to_its_step_and_survives_the_purge() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = LocalKeyStore::new(dir.path(), SessionTokens::new());
+        let store = LocalKeyStore::new(dir.path(), Arc::new(SessionTokens::new()));
         let deployment = DeploymentId::from_uuid(Uuid::now_v7());
         assert_eq!(
             store
@@ -553,7 +567,7 @@ mod tests {
     #[test]
     fn a_seal_locked_by_the_token_opens_with_that_token_and_that_binding_only() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = LocalKeyStore::new(dir.path(), SessionTokens::new());
+        let store = LocalKeyStore::new(dir.path(), Arc::new(SessionTokens::new()));
         let deployment = DeploymentId::from_uuid(Uuid::now_v7());
         let token = SecretString::from("a1b2c3d4e5f6-users-token");
         let secrets: SecretValues = [
@@ -610,7 +624,7 @@ mod tests {
         use overture_submit::SealSecrets;
         let dir = tempfile::tempdir().expect("tempdir");
         let sessions = SessionTokens::new();
-        let store = LocalKeyStore::new(dir.path(), sessions.clone());
+        let store = LocalKeyStore::new(dir.path(), Arc::new(sessions.clone()));
         let deployment = DeploymentId::from_uuid(Uuid::now_v7());
         let token = SecretString::from("ffee-users-token");
         let secrets: SecretValues = [("db".to_owned(), SecretString::from("pw"))].into();

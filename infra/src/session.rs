@@ -1,4 +1,5 @@
-//! The users' cloud tokens, held in memory while their deployments run.
+//! The users' cloud tokens, held in memory while their deployments run: the embedded engine's
+//! [`TokenCustody`].
 //!
 //! A deployment that acts in a cloud is sealed under a key derived from its user's token (see
 //! [`crate::keystore`]), and every cloud call on its behalf carries that token. The token is never
@@ -8,8 +9,10 @@
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
 
+use async_trait::async_trait;
 use overture_domain::secret::SecretString;
 use overture_events::DeploymentId;
+use overture_kit::{CustodyError, TokenCustody};
 
 /// The tokens of the deployments this process runs, by deployment.
 #[derive(Clone, Debug, Default)]
@@ -46,5 +49,31 @@ impl SessionTokens {
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(&deployment);
+    }
+}
+
+#[async_trait]
+impl TokenCustody for SessionTokens {
+    async fn keep(
+        &self,
+        deployment: DeploymentId,
+        _tenant: &str,
+        token: &SecretString,
+    ) -> Result<(), CustodyError> {
+        self.remember(deployment, token.clone());
+        Ok(())
+    }
+
+    async fn token(
+        &self,
+        deployment: DeploymentId,
+        _tenant: &str,
+    ) -> Result<Option<SecretString>, CustodyError> {
+        Ok(SessionTokens::token(self, deployment))
+    }
+
+    async fn forget(&self, deployment: DeploymentId) -> Result<(), CustodyError> {
+        SessionTokens::forget(self, deployment);
+        Ok(())
     }
 }

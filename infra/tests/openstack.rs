@@ -486,7 +486,7 @@ async fn a_plan_made_twice_makes_everything_once_and_the_bastion_opens_for_the_e
     );
     let tokens = SessionTokens::new();
     tokens.remember(deployment, token.clone());
-    let access = CloudAccess::new(tokens);
+    let access = CloudAccess::new(std::sync::Arc::new(tokens));
     let info = client.info();
     let account = CloudAccount {
         auth_url: cloud.auth_url(),
@@ -554,7 +554,7 @@ async fn a_plan_made_twice_makes_everything_once_and_the_bastion_opens_for_the_e
     // A token of another project opens nothing of this one.
     let other = SessionTokens::new();
     other.remember(deployment, cloud.token("tenant-b", 3600).await);
-    let refused = CloudAccess::new(other)
+    let refused = CloudAccess::new(std::sync::Arc::new(other))
         .grant(deployment, &account, &bastion, &group)
         .await
         .expect_err("another project's token");

@@ -4,6 +4,7 @@
 //! - [`Clock`]: the port that tells the time, so handlers (and their tests) control it.
 //! - [`ReadStream`]: the port through which the audit trail reads a deployment's events as
 //!   recorded, envelopes and all.
+//! - [`TokenCustody`]: the port that keeps a user's cloud token while their deployment runs.
 //! - [`execute`]: load, decide with the aggregate, append; on a conflicting writer, load again
 //!   and decide again. It keeps "the command was refused" (`Ok(Err(_))`) apart from "the
 //!   outcome could not be recorded" (`Err(_)`).
@@ -20,6 +21,7 @@ pub mod esrs_store;
 pub mod memory;
 
 use async_trait::async_trait;
+use overture_domain::secret::SecretString;
 use overture_domain::{Deployment, DeploymentCommand, DeploymentError, DeploymentState};
 use overture_events::{DeploymentEvent, DeploymentId, Envelope, Timestamp};
 use uuid::Uuid;
@@ -114,6 +116,53 @@ pub trait ReadStream: Send + Sync {
         deployment: DeploymentId,
         from: u64,
     ) -> Result<Vec<Envelope>, LogError>;
+}
+
+/// Keeps the user's cloud token while their deployment runs: every call in their cloud and
+/// every seal locked by the token needs it, and the process that was handed the token may not
+/// live as long as the deployment (on AWS, no function does).
+///
+/// Embedded, the token stays in the memory of the process that runs the deployment; on AWS it
+/// is kept encrypted under KMS, bound to the tenant and the deployment. Either way it is let go
+/// of once the deployment's secrets are purged.
+#[async_trait]
+pub trait TokenCustody: Send + Sync {
+    /// Keeps `token` for `deployment` of `tenant`, replacing what was kept.
+    async fn keep(
+        &self,
+        deployment: DeploymentId,
+        tenant: &str,
+        token: &SecretString,
+    ) -> Result<(), CustodyError>;
+    /// The token kept for `deployment` of `tenant`, if any.
+    async fn token(
+        &self,
+        deployment: DeploymentId,
+        tenant: &str,
+    ) -> Result<Option<SecretString>, CustodyError>;
+    /// Lets go of the deployment's token; letting go of none succeeds.
+    async fn forget(&self, deployment: DeploymentId) -> Result<(), CustodyError>;
+}
+
+/// The token could not be kept, read back or let go of; never carries the token.
+#[derive(Debug, thiserror::Error)]
+pub enum CustodyError {
+    /// The store or the key service failed in a way that may pass.
+    #[error("the token's custody failed: {0}")]
+    Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// What is kept does not open for this tenant and deployment (moved, or tampered with).
+    #[error("the kept token of deployment {deployment} does not open for tenant `{tenant}`")]
+    Refused {
+        deployment: DeploymentId,
+        tenant: String,
+    },
+}
+
+impl CustodyError {
+    /// Whether trying the same call again later may succeed.
+    pub const fn is_retryable(&self) -> bool {
+        matches!(self, CustodyError::Unavailable(_))
+    }
 }
 
 /// Tells the time.

@@ -109,7 +109,7 @@ pub async fn cancel(
                 ),
                 (_, token) => {
                     if let Some(token) = token {
-                        engine.sessions.remember(id, token.token);
+                        engine.custody.remember(id, token.token);
                     }
                     let from = engine
                         .log

@@ -85,7 +85,7 @@ pub struct Engine {
     pub read_models: SqliteReadModels,
     keys: LocalKeyStore,
     /// The users' cloud tokens this process was given, by deployment.
-    pub sessions: SessionTokens,
+    pub custody: Arc<SessionTokens>,
     access: CloudAccess,
     /// Every attempt's output.
     pub logs: LogFiles,
@@ -106,16 +106,16 @@ impl Engine {
             .map_err(|e| dir_error(e.to_string()))?;
         let log = EventLog::new(db.clone());
         let clock = Arc::new(SystemClock);
-        let sessions = SessionTokens::new();
+        let custody = Arc::new(SessionTokens::new());
         Ok(Arc::new(Self {
             data_dir: data_dir.to_path_buf(),
             deployments: SqliteDeployments::new(log.clone(), clock.clone()),
             log,
             queue: JobQueue::new(db.clone()),
             read_models: SqliteReadModels::new(db),
-            keys: LocalKeyStore::new(data_dir, sessions.clone()),
-            access: CloudAccess::new(sessions.clone()),
-            sessions,
+            keys: LocalKeyStore::new(data_dir, custody.clone()),
+            access: CloudAccess::new(custody.clone()),
+            custody,
             logs: LogFiles::new(data_dir.join("logs")),
             sandbox: Bubblewrap::new(data_dir.join("sandboxes"))
                 .with_engine_program(std::env::current_exe().map_err(function_error)?),

@@ -592,7 +592,7 @@ async fn hand_over_tokens(
             .iter()
             .find(|t| t.info.project_id == cloud.project_id)
         {
-            Some(checked) => engine.sessions.remember(*id, checked.token.clone()),
+            Some(checked) => engine.custody.remember(*id, checked.token.clone()),
             None => missing.push(format!("{id} (project {})", cloud.project)),
         }
     }

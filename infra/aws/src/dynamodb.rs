@@ -386,14 +386,15 @@ pub async fn create_events_table(client: &Client, table: &str) -> Result<(), Dyn
         .await;
     match created {
         Ok(_) => Ok(()),
-        Err(error)
-            if matches!(
-                error.as_service_error(),
-                Some(CreateTableError::ResourceInUseException(_))
-            ) =>
-        {
-            Ok(())
-        }
+        Err(error) if already_exists(&error) => Ok(()),
         Err(error) => Err(failed(DisplayErrorContext(error).to_string())),
     }
+}
+
+/// Whether a table could not be created because it exists.
+pub(crate) fn already_exists(error: &SdkError<CreateTableError>) -> bool {
+    matches!(
+        error.as_service_error(),
+        Some(CreateTableError::ResourceInUseException(_))
+    )
 }

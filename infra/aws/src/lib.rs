@@ -4,6 +4,9 @@
 //!   AWS emulator in development and tests).
 //! - [`dynamodb`]: the event log on a DynamoDB table ([`dynamodb::DynamoDeployments`]), keeping
 //!   the same contract as the SQLite log (`overture_kit::contract`).
+//! - [`custody`]: the users' cloud tokens while their deployments run, encrypted under KMS and
+//!   bound to tenant and deployment ([`custody::KmsTokenCustody`]).
 
 pub mod config;
+pub mod custody;
 pub mod dynamodb;

@@ -11,12 +11,14 @@ use overture_runner::step::SshAddress;
 use overture_runner::{GrantAccess, GrantError};
 
 use super::{Cloud, CloudError, NewRule, RuleSource};
-use crate::session::SessionTokens;
+use std::sync::Arc;
+
+use overture_kit::TokenCustody;
 
 /// Opens and closes bastions for the engine with the tokens of the deployments it runs.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct CloudAccess {
-    tokens: SessionTokens,
+    custody: Arc<dyn TokenCustody>,
 }
 
 /// Why the engine could not act in a deployment's cloud.
@@ -44,12 +46,15 @@ enum AccessError {
     /// The cloud refused or failed.
     #[error(transparent)]
     Cloud(#[from] CloudError),
+    /// The token's custody failed.
+    #[error(transparent)]
+    Custody(#[from] overture_kit::CustodyError),
 }
 
 impl CloudAccess {
-    /// Acts with the tokens in `tokens`.
-    pub fn new(tokens: SessionTokens) -> Self {
-        Self { tokens }
+    /// Acts with the tokens `custody` keeps.
+    pub fn new(custody: Arc<dyn TokenCustody>) -> Self {
+        Self { custody }
     }
 
     /// A client for the deployment's project, with the token this process holds for it.
@@ -59,8 +64,9 @@ impl CloudAccess {
         account: &CloudAccount,
     ) -> Result<Cloud, AccessError> {
         let token = self
-            .tokens
-            .token(deployment)
+            .custody
+            .token(deployment, &account.project)
+            .await?
             .ok_or(AccessError::NoToken(deployment))?;
         let cloud = Cloud::connect(&account.auth_url, token).await?;
         if cloud.info().project_id != account.project_id {
@@ -177,7 +183,7 @@ mod tests {
 
     #[tokio::test]
     async fn without_a_token_the_user_is_told_how_to_give_one() {
-        let access = CloudAccess::new(SessionTokens::new());
+        let access = CloudAccess::new(Arc::new(crate::session::SessionTokens::new()));
         let deployment = DeploymentId::from_uuid(uuid::Uuid::nil());
         let account = CloudAccount {
             auth_url: "http://127.0.0.1:9/identity/v3".into(),

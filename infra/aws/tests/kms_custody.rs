@@ -1,0 +1,163 @@
+//! The users' tokens in KMS custody, against the local AWS emulator: kept by one client, read
+//! back by another, bound to their tenant and deployment, gone once forgotten, and nowhere in
+//! the table in clear.
+
+mod support;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use overture_aws::custody::{create_custody_table, KmsTokenCustody};
+use overture_domain::secret::SecretString;
+use overture_events::DeploymentId;
+use overture_kit::{CustodyError, TokenCustody};
+use secrecy::ExposeSecret;
+
+const TABLE: &str = "overture-custody";
+const TOKEN: &str = "gAAAAAB-users-keystone-token-7f3a";
+
+struct Custody {
+    custody: KmsTokenCustody,
+    dynamodb: aws_sdk_dynamodb::Client,
+}
+
+/// A client of its own (as another function would be) on the emulator's key and table.
+async fn custody() -> Custody {
+    let config = overture_aws::config::for_endpoint(support::emulator(), "eu-west-1").await;
+    let dynamodb = aws_sdk_dynamodb::Client::new(&config);
+    let kms = aws_sdk_kms::Client::new(&config);
+    create_custody_table(&dynamodb, TABLE)
+        .await
+        .expect("the custody table");
+    let alias = "alias/overture-tokens";
+    let existing = kms
+        .describe_key()
+        .key_id(alias)
+        .send()
+        .await
+        .ok()
+        .and_then(|found| found.key_metadata().map(|m| m.key_id().to_owned()));
+    if existing.is_none() {
+        let key = kms.create_key().send().await.expect("a KMS key");
+        let id = key.key_metadata().expect("metadata").key_id().to_owned();
+        // Another test may have made the alias meanwhile; either key will do.
+        let _ = kms
+            .create_alias()
+            .alias_name(alias)
+            .target_key_id(id)
+            .send()
+            .await;
+    }
+    Custody {
+        custody: KmsTokenCustody::new(kms, dynamodb.clone(), TABLE, alias),
+        dynamodb,
+    }
+}
+
+fn deployment() -> DeploymentId {
+    DeploymentId::from_uuid(uuid::Uuid::now_v7())
+}
+
+#[tokio::test]
+async fn a_token_kept_by_one_function_is_read_back_by_another_and_forgotten_at_the_end() {
+    let (submit, runner) = (custody().await, custody().await);
+    let id = deployment();
+    submit
+        .custody
+        .keep(id, "acme", &SecretString::from(TOKEN))
+        .await
+        .expect("kept");
+    let token = runner
+        .custody
+        .token(id, "acme")
+        .await
+        .expect("read")
+        .expect("there is one");
+    assert_eq!(token.expose_secret(), TOKEN);
+
+    runner.custody.forget(id).await.expect("forgotten");
+    assert!(submit
+        .custody
+        .token(id, "acme")
+        .await
+        .expect("read")
+        .is_none());
+    runner
+        .custody
+        .forget(id)
+        .await
+        .expect("forgetting twice is harmless");
+}
+
+#[tokio::test]
+async fn a_kept_token_opens_for_its_own_tenant_and_deployment_only() {
+    let custody = custody().await;
+    let id = deployment();
+    custody
+        .custody
+        .keep(id, "acme", &SecretString::from(TOKEN))
+        .await
+        .expect("kept");
+    let other_tenant = custody.custody.token(id, "globex").await;
+    assert!(
+        matches!(&other_tenant, Err(error @ CustodyError::Refused { .. }) if !error.is_retryable()),
+        "{other_tenant:?}"
+    );
+
+    // The ciphertext copied to another deployment's item does not open there.
+    let item = custody
+        .dynamodb
+        .get_item()
+        .table_name(TABLE)
+        .key("deployment", AttributeValue::S(id.to_string()))
+        .send()
+        .await
+        .expect("read the item");
+    let mut copied = item.item().expect("kept").clone();
+    let elsewhere = deployment();
+    copied.insert(
+        "deployment".into(),
+        AttributeValue::S(elsewhere.to_string()),
+    );
+    custody
+        .dynamodb
+        .put_item()
+        .table_name(TABLE)
+        .set_item(Some(copied))
+        .send()
+        .await
+        .expect("copy");
+    let moved = custody.custody.token(elsewhere, "acme").await;
+    assert!(
+        matches!(moved, Err(CustodyError::Refused { .. })),
+        "{moved:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_table_holds_no_token_in_clear() {
+    let custody = custody().await;
+    let id = deployment();
+    custody
+        .custody
+        .keep(id, "acme", &SecretString::from(TOKEN))
+        .await
+        .expect("kept");
+    let scanned = custody
+        .dynamodb
+        .scan()
+        .table_name(TABLE)
+        .send()
+        .await
+        .expect("scan");
+    let dump = format!("{:?}", scanned.items());
+    assert!(!dump.contains(TOKEN), "the token is in the table: {dump}");
+    let raw = scanned
+        .items()
+        .iter()
+        .filter_map(|item| item.get("sealed_token").and_then(|v| v.as_b().ok()))
+        .any(|blob| {
+            blob.as_ref()
+                .windows(TOKEN.len())
+                .any(|w| w == TOKEN.as_bytes())
+        });
+    assert!(!raw, "the sealed token holds the token's bytes");
+}
