@@ -27,14 +27,12 @@ use std::path::{Path, PathBuf};
 use async_trait::async_trait;
 use chacha20poly1305::aead::{Aead, AeadCore, KeyInit, OsRng, Payload};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
-use hkdf::Hkdf;
 use overture_domain::secret::{SecretString, SecretValues};
 use overture_events::DeploymentId;
-use secrecy::ExposeSecret;
 use serde::{Deserialize, Serialize};
-use sha2::Sha256;
 
 use overture_kit::TokenCustody;
+use overture_seal::SealKey;
 use std::sync::Arc;
 
 /// Secret values sealed in a directory.
@@ -77,11 +75,12 @@ struct SealedFile {
     tenant: String,
     #[serde(default)]
     lock: Lock,
-    values: BTreeMap<String, SealedValue>,
+    values: BTreeMap<String, SealedValueText>,
 }
 
+/// A sealed value as the seal file keeps it: nonce and ciphertext in hex.
 #[derive(Serialize, Deserialize)]
-struct SealedValue {
+struct SealedValueText {
     nonce: String,
     ciphertext: String,
 }
@@ -96,7 +95,7 @@ impl LocalKeyStore {
         }
     }
 
-    /// The key a deployment's values are sealed under.
+    /// The key a deployment's values are sealed under (see [`overture_seal::SealKey`]).
     fn seal_key(
         &self,
         lock: Lock,
@@ -104,21 +103,12 @@ impl LocalKeyStore {
         tenant: &str,
         deployment: DeploymentId,
         path: &Path,
-    ) -> Result<Key, KeyStoreError> {
-        let master = self.master_key()?;
+    ) -> Result<SealKey, KeyStoreError> {
+        let master: [u8; overture_seal::ROOT_KEY_BYTES] = self.master_key()?.into();
         match (lock, token) {
-            (Lock::MasterKey, _) => Ok(master),
+            (Lock::MasterKey, _) => Ok(SealKey::derive(&master, None, tenant, deployment)),
             (Lock::Token, Some(token)) => {
-                let derive = Hkdf::<Sha256>::new(Some(&master), token.expose_secret().as_bytes());
-                let info = format!("overture-seal-key-v1\0{tenant}\0{deployment}");
-                let mut key = Key::default();
-                derive.expand(info.as_bytes(), &mut key).map_err(|_| {
-                    KeyStoreError::Unreadable {
-                        path: path.to_path_buf(),
-                        reason: "the seal key could not be derived".into(),
-                    }
-                })?;
-                Ok(key)
+                Ok(SealKey::derive(&master, Some(token), tenant, deployment))
             }
             (Lock::Token, None) => Err(KeyStoreError::Unreadable {
                 path: path.to_path_buf(),
@@ -186,28 +176,21 @@ impl LocalKeyStore {
         } else {
             Lock::MasterKey
         };
-        let cipher = ChaCha20Poly1305::new(&self.seal_key(lock, token, tenant, deployment, &path)?);
+        let key = self.seal_key(lock, token, tenant, deployment, &path)?;
         let mut values = BTreeMap::new();
         for (name, value) in secrets {
-            let nonce = ChaCha20Poly1305::generate_nonce(&mut OsRng);
-            let aad = associated_data(tenant, deployment, name);
-            let ciphertext = cipher
-                .encrypt(
-                    &nonce,
-                    Payload {
-                        msg: value.expose_secret().as_bytes(),
-                        aad: aad.as_bytes(),
-                    },
-                )
-                .map_err(|_| KeyStoreError::Unreadable {
-                    path: path.clone(),
-                    reason: "encryption failed".into(),
+            let sealed =
+                overture_seal::seal_value(&key, tenant, deployment, name, value).map_err(|e| {
+                    KeyStoreError::Unreadable {
+                        path: path.clone(),
+                        reason: e.to_string(),
+                    }
                 })?;
             values.insert(
                 name.clone(),
-                SealedValue {
-                    nonce: hex::encode(nonce),
-                    ciphertext: hex::encode(ciphertext),
+                SealedValueText {
+                    nonce: hex::encode(sealed.nonce),
+                    ciphertext: hex::encode(sealed.ciphertext),
                 },
             );
         }
@@ -247,32 +230,18 @@ impl LocalKeyStore {
         let file: SealedFile =
             serde_json::from_slice(&bytes).map_err(|e| unreadable(e.to_string()))?;
         let key = self.seal_key(file.lock, token, tenant, deployment, &path)?;
-        let cipher = ChaCha20Poly1305::new(&key);
         let mut secrets = SecretValues::new();
         for (name, sealed) in file.values {
-            let nonce = hex::decode(&sealed.nonce).map_err(|e| unreadable(e.to_string()))?;
-            if nonce.len() != 12 {
-                return Err(unreadable(format!("the nonce of `{name}` is not 12 bytes")));
-            }
+            let nonce = hex::decode(&sealed.nonce)
+                .ok()
+                .and_then(|nonce| <[u8; overture_seal::NONCE_BYTES]>::try_from(nonce).ok())
+                .ok_or_else(|| unreadable(format!("the nonce of `{name}` is not 12 bytes")))?;
             let ciphertext =
                 hex::decode(&sealed.ciphertext).map_err(|e| unreadable(e.to_string()))?;
-            let aad = associated_data(tenant, deployment, &name);
-            let plain = cipher
-                .decrypt(
-                    Nonce::from_slice(&nonce),
-                    Payload {
-                        msg: &ciphertext,
-                        aad: aad.as_bytes(),
-                    },
-                )
-                .map_err(|_| {
-                    unreadable(format!(
-                        "`{name}` does not open for tenant `{tenant}` and deployment {deployment}"
-                    ))
-                })?;
-            let text = String::from_utf8(plain)
-                .map_err(|_| unreadable(format!("`{name}` is not UTF-8")))?;
-            secrets.insert(name, SecretString::from(text));
+            let sealed = overture_seal::SealedValue { nonce, ciphertext };
+            let value = overture_seal::open_value(&key, tenant, deployment, &name, &sealed)
+                .map_err(|e| unreadable(e.to_string()))?;
+            secrets.insert(name, value);
         }
         Ok(secrets)
     }
@@ -367,10 +336,6 @@ impl LocalKeyStore {
 
 fn step_state_associated_data(tenant: &str, deployment: DeploymentId, step: &str) -> String {
     format!("overture-step-state-v1\0{tenant}\0{deployment}\0{step}")
-}
-
-fn associated_data(tenant: &str, deployment: DeploymentId, name: &str) -> String {
-    format!("overture-seal-v1\0{tenant}\0{deployment}\0{name}")
 }
 
 fn write_private(path: &Path, bytes: &[u8]) -> Result<(), KeyStoreError> {
@@ -486,6 +451,7 @@ impl overture_orchestrator::PurgeSecrets for LocalKeyStore {
 mod tests {
     use super::*;
     use crate::session::SessionTokens;
+    use secrecy::ExposeSecret;
     use uuid::Uuid;
 
     #[test]

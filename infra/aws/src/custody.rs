@@ -16,10 +16,7 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::primitives::Blob as DynamoBlob;
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ScalarAttributeType,
-};
+use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_kms::operation::decrypt::DecryptError;
 use aws_sdk_kms::primitives::Blob;
 use overture_domain::secret::SecretString;
@@ -195,32 +192,5 @@ pub async fn create_custody_table(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
 ) -> Result<(), crate::dynamodb::DynamoError> {
-    let failed = |message: String| crate::dynamodb::DynamoError::Call {
-        table: table.to_owned(),
-        operation: "CreateTable",
-        message,
-    };
-    let key = KeySchemaElement::builder()
-        .attribute_name(DEPLOYMENT)
-        .key_type(KeyType::Hash)
-        .build()
-        .map_err(|e| failed(e.to_string()))?;
-    let attribute = AttributeDefinition::builder()
-        .attribute_name(DEPLOYMENT)
-        .attribute_type(ScalarAttributeType::S)
-        .build()
-        .map_err(|e| failed(e.to_string()))?;
-    let created = client
-        .create_table()
-        .table_name(table)
-        .billing_mode(BillingMode::PayPerRequest)
-        .key_schema(key)
-        .attribute_definitions(attribute)
-        .send()
-        .await;
-    match created {
-        Ok(_) => Ok(()),
-        Err(error) if crate::dynamodb::already_exists(&error) => Ok(()),
-        Err(error) => Err(failed(DisplayErrorContext(error).to_string())),
-    }
+    crate::dynamodb::create_table_keyed_by(client, table, DEPLOYMENT).await
 }

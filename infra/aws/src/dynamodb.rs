@@ -391,8 +391,44 @@ pub async fn create_events_table(client: &Client, table: &str) -> Result<(), Dyn
     }
 }
 
+/// Creates a table whose items are keyed by the text attribute `key` alone, unless it exists.
+pub async fn create_table_keyed_by(
+    client: &Client,
+    table: &str,
+    key: &str,
+) -> Result<(), DynamoError> {
+    let failed = |message: String| DynamoError::Call {
+        table: table.to_owned(),
+        operation: "CreateTable",
+        message,
+    };
+    let schema = KeySchemaElement::builder()
+        .attribute_name(key)
+        .key_type(KeyType::Hash)
+        .build()
+        .map_err(|e| failed(e.to_string()))?;
+    let attribute = AttributeDefinition::builder()
+        .attribute_name(key)
+        .attribute_type(ScalarAttributeType::S)
+        .build()
+        .map_err(|e| failed(e.to_string()))?;
+    let created = client
+        .create_table()
+        .table_name(table)
+        .billing_mode(BillingMode::PayPerRequest)
+        .key_schema(schema)
+        .attribute_definitions(attribute)
+        .send()
+        .await;
+    match created {
+        Ok(_) => Ok(()),
+        Err(error) if already_exists(&error) => Ok(()),
+        Err(error) => Err(failed(DisplayErrorContext(error).to_string())),
+    }
+}
+
 /// Whether a table could not be created because it exists.
-pub(crate) fn already_exists(error: &SdkError<CreateTableError>) -> bool {
+fn already_exists(error: &SdkError<CreateTableError>) -> bool {
     matches!(
         error.as_service_error(),
         Some(CreateTableError::ResourceInUseException(_))

@@ -6,7 +6,10 @@
 //!   the same contract as the SQLite log (`overture_kit::contract`).
 //! - [`custody`]: the users' cloud tokens while their deployments run, encrypted under KMS and
 //!   bound to tenant and deployment ([`custody::KmsTokenCustody`]).
+//! - [`seals`]: a deployment's sealed secrets, KMS data keys combined with the user's token
+//!   ([`seals::KmsSeals`]).
 
 pub mod config;
 pub mod custody;
 pub mod dynamodb;
+pub mod seals;

@@ -27,25 +27,7 @@ async fn custody() -> Custody {
     create_custody_table(&dynamodb, TABLE)
         .await
         .expect("the custody table");
-    let alias = "alias/overture-tokens";
-    let existing = kms
-        .describe_key()
-        .key_id(alias)
-        .send()
-        .await
-        .ok()
-        .and_then(|found| found.key_metadata().map(|m| m.key_id().to_owned()));
-    if existing.is_none() {
-        let key = kms.create_key().send().await.expect("a KMS key");
-        let id = key.key_metadata().expect("metadata").key_id().to_owned();
-        // Another test may have made the alias meanwhile; either key will do.
-        let _ = kms
-            .create_alias()
-            .alias_name(alias)
-            .target_key_id(id)
-            .send()
-            .await;
-    }
+    let alias = support::kms_key(&kms).await;
     Custody {
         custody: KmsTokenCustody::new(kms, dynamodb.clone(), TABLE, alias),
         dynamodb,
@@ -148,16 +130,8 @@ async fn the_table_holds_no_token_in_clear() {
         .send()
         .await
         .expect("scan");
-    let dump = format!("{:?}", scanned.items());
-    assert!(!dump.contains(TOKEN), "the token is in the table: {dump}");
-    let raw = scanned
-        .items()
-        .iter()
-        .filter_map(|item| item.get("sealed_token").and_then(|v| v.as_b().ok()))
-        .any(|blob| {
-            blob.as_ref()
-                .windows(TOKEN.len())
-                .any(|w| w == TOKEN.as_bytes())
-        });
-    assert!(!raw, "the sealed token holds the token's bytes");
+    assert!(
+        !support::holds_bytes(scanned.items(), TOKEN.as_bytes()),
+        "the table holds the token in clear"
+    );
 }

@@ -64,3 +64,44 @@ fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
     listener.local_addr().expect("its address").port()
 }
+
+/// The emulator's KMS key for the tests (made on first use), by its alias.
+#[allow(dead_code)] // Not every test binary seals.
+pub async fn kms_key(kms: &aws_sdk_kms::Client) -> &'static str {
+    const ALIAS: &str = "alias/overture-tests";
+    if kms.describe_key().key_id(ALIAS).send().await.is_err() {
+        let key = kms.create_key().send().await.expect("a KMS key");
+        let id = key.key_metadata().expect("metadata").key_id().to_owned();
+        // Another test may have made the alias meanwhile; either key will do.
+        let _ = kms
+            .create_alias()
+            .alias_name(ALIAS)
+            .target_key_id(id)
+            .send()
+            .await;
+    }
+    ALIAS
+}
+
+/// Whether any text or binary attribute of `items`, however nested, holds `needle`'s bytes.
+#[allow(dead_code)] // Not every test binary scans.
+pub fn holds_bytes(
+    items: &[std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>],
+    needle: &[u8],
+) -> bool {
+    use aws_sdk_dynamodb::types::AttributeValue as V;
+    fn walk(value: &V, needle: &[u8]) -> bool {
+        let has = |bytes: &[u8]| bytes.windows(needle.len()).any(|w| w == needle);
+        match value {
+            V::S(text) => has(text.as_bytes()),
+            V::B(blob) => has(blob.as_ref()),
+            V::M(map) => map.values().any(|v| walk(v, needle)),
+            V::L(list) => list.iter().any(|v| walk(v, needle)),
+            _ => false,
+        }
+    }
+    items
+        .iter()
+        .flat_map(|item| item.values())
+        .any(|value| walk(value, needle))
+}
