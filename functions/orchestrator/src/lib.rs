@@ -6,6 +6,10 @@
 //! bastion once no step can run any more, and then purge the secrets. Every action is
 //! idempotent, so handling the same event twice is harmless.
 
+pub mod stream;
+
+pub use stream::on_stream_records;
+
 use async_trait::async_trait;
 use overture_domain::deployment::actions;
 use overture_domain::deployment::BastionAccess;

@@ -1,0 +1,178 @@
+//! The orchestrator's trigger on AWS, `on_stream_records`, fed a DynamoDB stream batch from a
+//! JSON fixture in the shape AWS delivers, on in-memory fakes of its ports.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use overture_domain::blueprint::parse;
+use overture_domain::deployment::BastionAccess;
+use overture_events::{CloudAccount, DeploymentEvent, DeploymentId, Timestamp};
+use overture_kit::memory::MemoryLog;
+use overture_kit::{Cause, Clock, DeploymentLog, Loaded, LogError};
+use overture_orchestrator::{
+    on_stream_records, OrchestratorPorts, PurgeSecrets, QueueWork, RevokeAccess, WaitingAttempt,
+    WorkError,
+};
+
+const DEPLOYMENT: &str = "01a20800-0000-7000-8000-000000000001";
+/// The id of the fixture's last event of that deployment.
+const LAST_EVENT: &str = "01a20800-0000-7000-8000-0000000000a1";
+
+fn batch() -> aws_lambda_events::event::dynamodb::Event {
+    serde_json::from_str(include_str!("fixtures/stream-records.json")).expect("the fixture")
+}
+
+fn deployment() -> DeploymentId {
+    DEPLOYMENT.parse().expect("an id")
+}
+
+/// The queue: what was queued, with its cause.
+#[derive(Default)]
+struct Queued(Mutex<Vec<(DeploymentId, Vec<WaitingAttempt>, uuid::Uuid)>>);
+
+#[async_trait]
+impl QueueWork for Queued {
+    async fn run_attempts(
+        &self,
+        deployment: DeploymentId,
+        attempts: &[WaitingAttempt],
+        cause: uuid::Uuid,
+    ) -> Result<(), WorkError> {
+        self.0
+            .lock()
+            .expect("queue")
+            .push((deployment, attempts.to_vec(), cause));
+        Ok(())
+    }
+    async fn wake_at(&self, _: DeploymentId, _: Timestamp, _: uuid::Uuid) -> Result<(), WorkError> {
+        Ok(())
+    }
+}
+
+struct Nothing;
+
+#[async_trait]
+impl PurgeSecrets for Nothing {
+    async fn purge(&self, _: DeploymentId) -> Result<(), WorkError> {
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl RevokeAccess for Nothing {
+    async fn revoke(
+        &self,
+        _: DeploymentId,
+        _: &CloudAccount,
+        _: &BastionAccess,
+    ) -> Result<(), WorkError> {
+        Ok(())
+    }
+}
+
+impl Clock for Nothing {
+    fn now(&self) -> Timestamp {
+        Timestamp::UNIX_EPOCH
+    }
+}
+
+/// A log that cannot be reached.
+struct Unreachable;
+
+#[derive(Debug, thiserror::Error)]
+#[error("the table is throttled")]
+struct Throttled;
+
+#[async_trait]
+impl DeploymentLog for Unreachable {
+    async fn load(&self, _: DeploymentId) -> Result<Loaded, LogError> {
+        Err(LogError::Unavailable(Box::new(Throttled)))
+    }
+    async fn append(
+        &self,
+        _: DeploymentId,
+        _: &str,
+        _: Option<u64>,
+        _: Vec<DeploymentEvent>,
+        _: &Cause,
+    ) -> Result<(), LogError> {
+        Err(LogError::Unavailable(Box::new(Throttled)))
+    }
+}
+
+async fn requested_log() -> MemoryLog {
+    let log = MemoryLog::new(Timestamp::UNIX_EPOCH);
+    let blueprint = parse("name: x\nsteps:\n  build: { run: noop }\n")
+        .expect("valid")
+        .snapshot;
+    let requested = DeploymentEvent::DeploymentRequested {
+        tenant: "acme".into(),
+        requested_by: "ada".into(),
+        trigger: "cli".into(),
+        source: "x.yaml".into(),
+        blueprint,
+        blueprint_hash: "h".into(),
+        params: BTreeMap::new(),
+        cloud: None,
+    };
+    let cause = Cause::new("test", deployment(), uuid::Uuid::now_v7());
+    log.append(deployment(), "acme", None, vec![requested], &cause)
+        .await
+        .expect("requested");
+    log
+}
+
+#[tokio::test]
+async fn each_deployment_of_a_batch_is_moved_on_once_caused_by_its_last_event() {
+    let log = requested_log().await;
+    let queued = Queued::default();
+    let ports = OrchestratorPorts {
+        log: &log,
+        work: &queued,
+        secrets: &Nothing,
+        access: &Nothing,
+        clock: &Nothing,
+    };
+    let response = on_stream_records(&batch(), &ports).await;
+    assert!(response.batch_item_failures.is_empty(), "{response:?}");
+
+    let queued = queued.0.lock().expect("queue");
+    assert_eq!(
+        queued.len(),
+        1,
+        "moved on once, not once per record: {queued:?}"
+    );
+    let (id, attempts, cause) = &queued[0];
+    assert_eq!(*id, deployment());
+    assert_eq!(attempts[0].step, "build");
+    assert_eq!(cause.to_string(), LAST_EVENT);
+    let types: Vec<_> = log
+        .events(deployment())
+        .iter()
+        .map(DeploymentEvent::event_type)
+        .collect();
+    assert_eq!(types, ["DeploymentRequested", "StepScheduled"]);
+}
+
+#[tokio::test]
+async fn a_deployment_that_cannot_be_moved_on_is_delivered_again_from_its_first_record() {
+    let ports = OrchestratorPorts {
+        log: &Unreachable,
+        work: &Queued::default(),
+        secrets: &Nothing,
+        access: &Nothing,
+        clock: &Nothing,
+    };
+    let response = on_stream_records(&batch(), &ports).await;
+    let failed: Vec<_> = response
+        .batch_item_failures
+        .iter()
+        .map(|failure| failure.item_identifier.clone())
+        .collect();
+    assert_eq!(
+        failed,
+        [Some("111100000000000000000001".to_owned())],
+        "the foreign item is not retried; the deployment is, from its first record"
+    );
+}
