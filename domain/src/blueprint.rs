@@ -381,6 +381,7 @@ pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
         steps,
         hosts,
         files: BTreeMap::new(),
+        stored_files: BTreeMap::new(),
         bastion: raw.bastion.map(|bastion| BastionSpec {
             host: bastion.host,
             security_group: bastion.security_group,
