@@ -56,16 +56,19 @@ enum Sandbox {
 struct FakeSandbox {
     behaviour: Sandbox,
     runs: AtomicUsize,
+    /// The files of the last job it was given.
+    files: Mutex<Vec<(std::path::PathBuf, Vec<u8>)>>,
 }
 
 #[async_trait]
 impl RunSandboxed for FakeSandbox {
     async fn run<'a>(
         &self,
-        _job: SandboxJob,
+        job: SandboxJob,
         cancel: Cancel<'a>,
     ) -> Result<SandboxResult, RunError> {
         self.runs.fetch_add(1, Ordering::SeqCst);
+        *self.files.lock().expect("files") = job.files;
         let result = |exit, outputs: &str| SandboxResult {
             exit,
             output: Vec::new(),
@@ -183,6 +186,7 @@ impl Fixture {
             sandbox: FakeSandbox {
                 behaviour: sandbox,
                 runs: AtomicUsize::new(0),
+                files: Mutex::default(),
             },
             lease: Lease {
                 lost: AtomicBool::new(false),
@@ -434,6 +438,50 @@ async fn terraform_blueprint() -> (BlueprintSnapshot, MemoryPayloads, String) {
         },
     );
     (blueprint, payloads, sha256)
+}
+
+impl Fixture {
+    /// The text the sandbox was given at `path` under `/work`.
+    fn sandbox_file(&self, path: &str) -> Option<String> {
+        self.sandbox
+            .files
+            .lock()
+            .expect("files")
+            .iter()
+            .find(|(at, _)| at.as_os_str() == path)
+            .map(|(_, text)| String::from_utf8_lossy(text).into_owned())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_step_runs_the_files_it_fetched_by_the_recorded_hash() {
+    let (blueprint, payloads, _) = terraform_blueprint().await;
+    let fixture = Fixture::with(Sandbox::Exits(1, ""), blueprint, payloads).await;
+    fixture.run().await;
+    assert_eq!(fixture.sandbox.runs.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        fixture.sandbox_file("config/main.tf").as_deref(),
+        Some("resource \"terraform_data\" \"x\" {}\n")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deployment_recorded_with_its_files_inline_runs_them_as_recorded() {
+    // As recorded before the payload store: the text in `files`, nothing in the store.
+    let mut blueprint =
+        parse("name: x\nsteps:\n  build: { run: terraform, timeout: 1m, with: { dir: infra } }\n")
+            .expect("valid")
+            .snapshot;
+    blueprint
+        .files
+        .insert("infra/main.tf".into(), "# recorded inline\n".into());
+    let fixture = Fixture::with(Sandbox::Exits(1, ""), blueprint, MemoryPayloads::default()).await;
+    fixture.run().await;
+    assert_eq!(fixture.sandbox.runs.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        fixture.sandbox_file("config/main.tf").as_deref(),
+        Some("# recorded inline\n")
+    );
 }
 
 #[tokio::test(start_paused = true)]
