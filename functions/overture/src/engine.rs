@@ -18,8 +18,8 @@ use overture_events::{DeploymentId, LogEntry};
 use overture_infra::clock::SystemClock;
 use overture_infra::keystore::LocalKeyStore;
 use overture_infra::logs::LogFiles;
-use overture_infra::payloads::DirPayloads;
 use overture_infra::openstack::CloudAccess;
+use overture_infra::payloads::DirPayloads;
 use overture_infra::sandbox::Bubblewrap;
 use overture_infra::session::SessionTokens;
 use overture_infra::sqlite::{
