@@ -53,8 +53,8 @@ impl StepInput<'_> {
         self.setting(key).and_then(Value::as_str)
     }
 
-    /// The files the blueprint recorded under `dir` (relative to its folder), with paths
-    /// relative to `dir`.
+    /// Those of the step's [`files`](Self::files) under `dir` (relative to the blueprint's
+    /// folder), with paths relative to `dir`.
     pub fn files_under(&self, dir: &str) -> Vec<(String, &str)> {
         self.files
             .iter()
