@@ -51,7 +51,7 @@ async fn payloads_are_whole_files_nobody_else_may_write() {
                 .into_owned()
         })
         .collect();
-    assert_eq!(names, [hash.clone()], "no temporary file is left");
+    assert_eq!(names, [hash.as_str()], "no temporary file is left");
     let mode = |path: &std::path::Path| {
         std::fs::metadata(path)
             .expect("metadata")
