@@ -3,7 +3,8 @@
 //! A deployment carries this snapshot in its `DeploymentRequested` event, so the log alone is
 //! enough to audit or replay it even after the blueprint file has changed. The files its steps
 //! take are recorded by content hash ([`StoredFile`]), their bytes in the payload store, so the
-//! event stays small; deployments requested before that carry them inline ([`BlueprintSnapshot::files`]).
+//! event stays small; deployments requested before that carry them inline
+//! ([`BlueprintSnapshot::files`]).
 
 use std::collections::BTreeMap;
 use std::fmt;
