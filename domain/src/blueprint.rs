@@ -28,8 +28,8 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 /// The longest step name: it names sandboxes and log folders, which have length limits.
 pub const MAX_STEP_NAME: usize = crate::text::MAX_NAME;
 
-/// The most a blueprint's steps may take from its folder, in all: the files are recorded in the
-/// deployment's history.
+/// The most a blueprint's steps may take from its folder, in all: the files are kept with the
+/// deployment, by size and hash in its history and their text in the payload store.
 pub const MAX_FILES_BYTES: usize = 1024 * 1024;
 
 /// One thing wrong with a blueprint.
@@ -381,6 +381,7 @@ pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
         steps,
         hosts,
         files: BTreeMap::new(),
+        stored_files: BTreeMap::new(),
         bastion: raw.bastion.map(|bastion| BastionSpec {
             host: bastion.host,
             security_group: bastion.security_group,

@@ -1,7 +1,10 @@
 //! The blueprint as a deployment records it: validated, with durations in milliseconds.
 //!
 //! A deployment carries this snapshot in its `DeploymentRequested` event, so the log alone is
-//! enough to audit or replay it even after the blueprint file has changed.
+//! enough to audit or replay it even after the blueprint file has changed. The files its steps
+//! take are recorded by content hash ([`StoredFile`]), their bytes in the payload store, so the
+//! event stays small; deployments requested before that carry them inline
+//! ([`BlueprintSnapshot::files`]).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -31,12 +34,28 @@ pub struct BlueprintSnapshot {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub hosts: BTreeMap<String, Vec<String>>,
     /// The files steps take from the blueprint's folder (Terraform configurations, playbooks),
-    /// by path relative to that folder, as they were when the deployment was requested.
+    /// by path relative to that folder, as they were when the deployment was requested, inline.
+    /// Only deployments requested before [`stored_files`](Self::stored_files) carry them here;
+    /// they are read as they were recorded.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub files: BTreeMap<String, String>,
+    /// The same files as deployments record them now: by path, each one's size and SHA-256,
+    /// its text kept in the payload store under that hash (a DynamoDB item holds 400 KB, the
+    /// files may come to 1 MiB).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub stored_files: BTreeMap<String, StoredFile>,
     /// The server through which the engine reaches the hosts, if they are behind one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bastion: Option<BastionSpec>,
+}
+
+/// A file of the blueprint's folder, recorded by content: its text is in the payload store.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredFile {
+    /// Its length in bytes.
+    pub size: u64,
+    /// The SHA-256 of its bytes, lowercase hex: its name in the payload store.
+    pub sha256: String,
 }
 
 /// A tenant's bastion: the one server that admits SSH from outside, through which the engine

@@ -284,6 +284,72 @@ mod tests {
         );
     }
 
+    /// `DeploymentRequested` as recorded before the payload store: the files' text inline.
+    fn requested_before_payloads() -> serde_json::Value {
+        serde_json::json!({
+            "tenant": "acme",
+            "requested_by": "ada",
+            "trigger": "cli",
+            "source": "b.yaml",
+            "blueprint": {
+                "name": "b",
+                "params": [],
+                "secrets": [],
+                "grace_ms": 120000,
+                "steps": [{
+                    "name": "infra",
+                    "kind": "terraform",
+                    "with": { "dir": "infra" },
+                    "needs": [],
+                    "timeout_ms": 600000
+                }],
+                "files": { "infra/main.tf": "resource \"terraform_data\" \"x\" {}\n" }
+            },
+            "blueprint_hash": "ab",
+            "params": {}
+        })
+    }
+
+    #[test]
+    fn a_deployment_requested_before_payloads_reads_back_unchanged() {
+        let data = requested_before_payloads();
+        let event = DeploymentEvent::from_parts("DeploymentRequested", data.clone())
+            .expect("the old shape reads");
+        let DeploymentEvent::DeploymentRequested { blueprint, .. } = &event else {
+            panic!("{event:?}");
+        };
+        assert_eq!(
+            blueprint.files["infra/main.tf"],
+            "resource \"terraform_data\" \"x\" {}\n"
+        );
+        assert!(blueprint.stored_files.is_empty());
+        assert_eq!(
+            event.data(),
+            data,
+            "written back exactly as it was recorded"
+        );
+    }
+
+    #[test]
+    fn a_deployment_requested_now_names_its_files_by_size_and_hash() {
+        let mut data = requested_before_payloads();
+        let blueprint = data["blueprint"].as_object_mut().expect("object");
+        blueprint.remove("files");
+        blueprint.insert(
+            "stored_files".into(),
+            serde_json::json!({ "infra/main.tf": { "size": 35, "sha256": "9f".repeat(32) } }),
+        );
+        let event = DeploymentEvent::from_parts("DeploymentRequested", data.clone())
+            .expect("the new shape reads");
+        let DeploymentEvent::DeploymentRequested { blueprint, .. } = &event else {
+            panic!("{event:?}");
+        };
+        assert!(blueprint.files.is_empty());
+        assert_eq!(blueprint.stored_files["infra/main.tf"].size, 35);
+        assert_eq!(event.data(), data);
+        assert!(!event.data().to_string().contains("terraform_data"));
+    }
+
     #[test]
     fn an_unknown_type_is_a_schema_error_naming_it() {
         let error = DeploymentEvent::from_parts("StepExploded", serde_json::json!({}))

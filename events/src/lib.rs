@@ -13,7 +13,9 @@ pub mod deployment;
 pub mod envelope;
 pub mod ids;
 
-pub use blueprint::{BastionSpec, BlueprintSnapshot, ErrorClass, ParamSpec, RetryRule, StepSpec};
+pub use blueprint::{
+    BastionSpec, BlueprintSnapshot, ErrorClass, ParamSpec, RetryRule, StepSpec, StoredFile,
+};
 pub use deployment::CloudAccount;
 pub use deployment::DeploymentEvent;
 pub use envelope::{Envelope, LogEntry, Metadata};

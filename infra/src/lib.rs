@@ -7,6 +7,8 @@
 //! - [`keystore`]: secret values (and what steps keep between attempts) sealed at rest in the
 //!   data directory.
 //! - [`logs`]: every attempt's output, as files in the data directory.
+//! - [`payloads`]: large non-secret bytes (a blueprint's files) by content hash, as files in
+//!   the data directory.
 //! - [`openstack`]: the OpenStack client (Keystone tokens, Nova servers, Neutron security groups),
 //!   and the engine's ports that open and close a bastion with it.
 //! - [`session`]: the users' cloud tokens, in memory while their deployments run.
@@ -16,6 +18,7 @@ pub mod clock;
 pub mod keystore;
 pub mod logs;
 pub mod openstack;
+pub mod payloads;
 pub mod sandbox;
 pub mod session;
 pub mod sqlite;

@@ -763,3 +763,55 @@ resource "terraform_data" "slow" {{
     let found = files_containing(&overture.data_dir(), SECRET.as_bytes());
     assert!(found.is_empty(), "the secret is in {found:?}");
 }
+
+#[test]
+fn the_configuration_is_recorded_by_hash_and_destroy_refuses_a_changed_copy() {
+    let overture = Overture::new();
+    let file = two_steps(&overture);
+    let (code, status, output) = overture.deploy(&file, &[]);
+    assert_eq!(code, 0, "{}", text(&output.stderr));
+    let id = id_of(&status);
+
+    let events = overture.events(&id);
+    let blueprint = &events[0]["data"]["blueprint"];
+    assert!(
+        blueprint.get("files").is_none(),
+        "no file's text in the event"
+    );
+    let payloads = overture.data_dir().join("payloads");
+    for dir in ["net", "app"] {
+        let stored = &blueprint["stored_files"][format!("{dir}/main.tf")];
+        let text =
+            std::fs::read_to_string(file.parent().expect("folder").join(dir).join("main.tf"))
+                .expect("main.tf");
+        assert_eq!(stored["size"], text.len(), "{dir}");
+        let kept = std::fs::read_to_string(payloads.join(stored["sha256"].as_str().expect("hash")))
+            .expect("the payload");
+        assert_eq!(kept, text, "{dir}");
+    }
+
+    // Someone changes the kept copy of `app`'s configuration: destroy will not run it.
+    let app = payloads.join(
+        blueprint["stored_files"]["app/main.tf"]["sha256"]
+            .as_str()
+            .expect("hash"),
+    );
+    let original = std::fs::read(&app).expect("payload");
+    std::fs::write(&app, "resource \"terraform_data\" \"other\" {}\n").expect("tamper");
+    let failed = overture.run(&["destroy", &id]);
+    assert_eq!(failed.status.code(), Some(1), "{}", text(&failed.stderr));
+    let events = overture.events(&id);
+    let last = events.last().expect("events");
+    assert_eq!(last["type"], "StepDestroyFailed");
+    assert_eq!(last["data"]["step"], "app");
+    let message = last["data"]["message"].as_str().expect("message");
+    assert!(
+        message.contains("app/main.tf") && message.contains("changed or damaged"),
+        "{message}"
+    );
+
+    std::fs::write(&app, original).expect("restore");
+    destroyed(&overture, &id, "app");
+    let check = overture.run(&["replay", "--check"]);
+    assert!(check.status.success(), "{}", text(&check.stderr));
+}

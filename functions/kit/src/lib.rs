@@ -12,6 +12,8 @@
 //! - `memory` (feature `memory`): a deployment log in memory, for handlers' own tests.
 //! - `contract` (feature `contract`): the tests every log adapter must pass, so the SQLite and
 //!   the DynamoDB logs cannot drift apart.
+//! - [`payload`]: the port that keeps large, non-secret bytes (a blueprint's files) by content
+//!   hash outside the log; `payload_contract` (feature `payload-contract`) its adapters' tests.
 
 #[cfg(feature = "contract")]
 pub mod contract;
@@ -19,6 +21,9 @@ pub mod contract;
 pub mod esrs_store;
 #[cfg(feature = "memory")]
 pub mod memory;
+pub mod payload;
+#[cfg(feature = "payload-contract")]
+pub mod payload_contract;
 
 use async_trait::async_trait;
 use overture_domain::secret::SecretString;

@@ -19,6 +19,7 @@ use overture_infra::clock::SystemClock;
 use overture_infra::keystore::LocalKeyStore;
 use overture_infra::logs::LogFiles;
 use overture_infra::openstack::CloudAccess;
+use overture_infra::payloads::DirPayloads;
 use overture_infra::sandbox::Bubblewrap;
 use overture_infra::session::SessionTokens;
 use overture_infra::sqlite::{
@@ -89,6 +90,8 @@ pub struct Engine {
     access: CloudAccess,
     /// Every attempt's output.
     pub logs: LogFiles,
+    /// The blueprints' files, by content hash (`payloads/` in the data directory).
+    pub payloads: DirPayloads,
     sandbox: Bubblewrap,
     clock: Arc<SystemClock>,
 }
@@ -117,6 +120,7 @@ impl Engine {
             access: CloudAccess::new(custody.clone()),
             custody,
             logs: LogFiles::new(data_dir.join("logs")),
+            payloads: DirPayloads::new(data_dir.join("payloads")),
             sandbox: Bubblewrap::new(data_dir.join("sandboxes"))
                 .with_engine_program(std::env::current_exe().map_err(function_error)?),
             clock,
@@ -130,6 +134,7 @@ impl Engine {
             &SubmitPorts {
                 log: &self.deployments,
                 seals: &self.keys,
+                payloads: &self.payloads,
             },
         )
         .await
@@ -246,6 +251,7 @@ impl Engine {
             sandbox: &self.sandbox,
             kept: &self.keys,
             logs: &self.logs,
+            payloads: &self.payloads,
         };
         overture_runner::destroy::destroy(request, &ports)
             .await
@@ -446,6 +452,7 @@ impl Engine {
                     access: &self.access,
                     logs: &self.logs,
                     clock: self.clock.as_ref(),
+                    payloads: &self.payloads,
                 };
                 match run_attempt(&attempt, &ports, &lease).await {
                     Ok(AttemptReport::NotYetDue(at) | AttemptReport::StillRunning(at)) => {

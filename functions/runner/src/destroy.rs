@@ -16,13 +16,14 @@ use overture_domain::secret::{Masker, SecretValues};
 use overture_domain::template::{Reference, Template};
 use overture_domain::{Deployment, DeploymentCommand, DeploymentError, DeploymentState};
 use overture_events::{DeploymentId, StepSpec};
+use overture_kit::payload::StorePayloads;
 use overture_kit::{execute, Cause, DeploymentLog};
 
 use crate::logs::{AttemptLogs, LogName};
 use crate::step::{collected, sandbox_job, StepInput};
 use crate::{
-    millis, sandbox_id, terraform, with_tail, KeepStepState, RunError, RunSandboxed, RunnerError,
-    SandboxExit, ACTOR,
+    fetch_files, millis, sandbox_id, terraform, with_tail, KeepStepState, RunError, RunSandboxed,
+    RunnerError, SandboxExit, ACTOR,
 };
 
 /// The ports [`destroy`] uses.
@@ -35,6 +36,8 @@ pub struct DestroyPorts<'a> {
     pub kept: &'a dyn KeepStepState,
     /// The destroy logs.
     pub logs: &'a dyn AttemptLogs,
+    /// The blueprint's files (the Terraform configurations), by hash.
+    pub payloads: &'a dyn StorePayloads,
 }
 
 /// Who asks for a deployment to be destroyed, with what.
@@ -250,6 +253,11 @@ async fn destroy_step(
     let Some(spec) = state.blueprint.as_ref().and_then(|b| b.step(step)) else {
         return Ok(failed(format!("the blueprint has no step `{step}`")));
     };
+    // Destroy runs the configuration the deployment recorded, fetched by its hash.
+    let files = match fetch_files(state, spec, ports.payloads).await? {
+        Ok(files) => files,
+        Err(problem) => return Ok(failed(problem)),
+    };
     let input = StepInput {
         state,
         spec,
@@ -257,6 +265,7 @@ async fn destroy_step(
         deployment,
         attempt: state.steps.get(step).map_or(0, |s| s.attempt),
         kept: ports.kept.load(deployment, &state.tenant, step).await?,
+        files: &files,
     };
     let prepared = match terraform::prepare_destroy(&input) {
         Ok(prepared) => prepared,

@@ -6,12 +6,16 @@
 //! judge the exit, and records `StepSucceeded` or `StepAttemptFailed` (the aggregate then applies
 //! the retry policy). A job the sandbox refuses to run as given ([`sandbox`]) is a failed
 //! attempt too; only the sandbox's own failure leaves the job to be retried after its lease.
+//! The files a step takes are fetched from the payload store by the hash the deployment
+//! recorded ([`files`]); one that cannot be had as recorded fails the attempt, while an
+//! unavailable store leaves the job to be retried.
 //! While the attempt runs it keeps its job's lease alive and watches the log: once the attempt
 //! is abandoned it kills the sandbox. A job that finds its attempt already running was held by
 //! an engine that died; that attempt is recorded as `interrupted` and the retry policy decides.
 
 pub mod ansible;
 pub mod destroy;
+pub mod files;
 pub mod http;
 pub mod logs;
 pub mod sandbox;
@@ -33,6 +37,7 @@ use overture_domain::deployment::Interruption;
 use overture_domain::secret::{Masker, SecretString, SecretValues};
 use overture_domain::{DeploymentCommand, DeploymentError, DeploymentState, StepStatus};
 use overture_events::{CloudAccount, DeploymentId, ErrorClass, StepSpec, Timestamp};
+use overture_kit::payload::StorePayloads;
 use overture_kit::{execute, Cause, Clock, DeploymentLog, LogError};
 use serde::{Deserialize, Serialize};
 use step::{StepInput, Verdict};
@@ -216,6 +221,8 @@ pub struct RunnerPorts<'a> {
     pub logs: &'a dyn logs::AttemptLogs,
     /// The time.
     pub clock: &'a dyn Clock,
+    /// The blueprint's files, by hash.
+    pub payloads: &'a dyn StorePayloads,
 }
 
 /// What became of a job.
@@ -248,6 +255,9 @@ pub enum RunnerError {
     /// The sandbox or the seal failed.
     #[error("{0}")]
     Port(#[from] PortError),
+    /// The payload store could not give a file the step takes (it was unavailable).
+    #[error(transparent)]
+    Files(#[from] files::FileError),
 }
 
 /// Runs one attempt and records its outcome.
@@ -455,6 +465,17 @@ async fn run_in_sandbox(
         }
         None => None,
     };
+    let files = match fetch_files(state, spec, ports.payloads).await? {
+        Ok(files) => files,
+        Err(problem) => {
+            return Ok(Outcome::Failure {
+                class: ErrorClass::StepFailed,
+                exit_code: None,
+                message: masker.mask(&problem),
+                duration: Duration::ZERO,
+            })
+        }
+    };
     let input = StepInput {
         state,
         spec,
@@ -462,6 +483,7 @@ async fn run_in_sandbox(
         deployment,
         attempt,
         kept,
+        files: &files,
     };
     if let Some(failure) = open_bastion(&input, ports, &masker).await? {
         return Ok(failure);
@@ -540,6 +562,23 @@ async fn run_in_sandbox(
         }
         SandboxExit::Cancelled => Outcome::Abandoned,
     })
+}
+
+/// The files the step takes; `Ok(Err(problem))` when one cannot be had as recorded (asking
+/// again will not change that), `Err` when the store was unavailable.
+async fn fetch_files(
+    state: &DeploymentState,
+    spec: &StepSpec,
+    payloads: &dyn StorePayloads,
+) -> Result<Result<std::collections::BTreeMap<String, String>, String>, RunnerError> {
+    let Some(blueprint) = &state.blueprint else {
+        return Ok(Ok(Default::default()));
+    };
+    match files::step_files(blueprint, spec, payloads).await {
+        Ok(files) => Ok(Ok(files)),
+        Err(error) if error.is_retryable() => Err(error.into()),
+        Err(error) => Ok(Err(error.to_string())),
+    }
 }
 
 /// Opens the bastion for the engine before the first attempt that goes through it, and records

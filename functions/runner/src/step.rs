@@ -37,6 +37,9 @@ pub struct StepInput<'a> {
     pub attempt: u32,
     /// What the step's earlier attempts kept between sandboxes (a Terraform state), if any.
     pub kept: Option<Vec<u8>>,
+    /// The files the step takes from the blueprint's folder, by path relative to it, fetched
+    /// and checked ([`crate::files::step_files`]).
+    pub files: &'a BTreeMap<String, String>,
 }
 
 impl StepInput<'_> {
@@ -50,14 +53,10 @@ impl StepInput<'_> {
         self.setting(key).and_then(Value::as_str)
     }
 
-    /// The files the blueprint recorded under `dir` (relative to its folder), with paths
-    /// relative to `dir`.
+    /// Those of the step's [`files`](Self::files) under `dir` (relative to the blueprint's
+    /// folder), with paths relative to `dir`.
     pub fn files_under(&self, dir: &str) -> Vec<(String, &str)> {
-        let Some(blueprint) = &self.state.blueprint else {
-            return vec![];
-        };
-        blueprint
-            .files
+        self.files
             .iter()
             .filter_map(|(path, text)| {
                 let relative = if dir.is_empty() {

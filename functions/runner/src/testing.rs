@@ -73,6 +73,12 @@ pub fn input<'a>(
         deployment: DeploymentId::from_uuid(uuid::Uuid::nil()),
         attempt: 1,
         kept: None,
+        // The fixtures record their files inline, as deployments did before the payload store.
+        files: &state
+            .blueprint
+            .as_ref()
+            .expect("a requested deployment")
+            .files,
     }
 }
 

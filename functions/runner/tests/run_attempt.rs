@@ -15,8 +15,12 @@ use chrono::TimeDelta;
 use overture_domain::blueprint::parse;
 use overture_domain::deployment::{BastionAccess, Interruption, ATTEMPT_LEASE_MARGIN};
 use overture_domain::secret::SecretValues;
-use overture_events::{CloudAccount, DeploymentEvent as E, DeploymentId, ErrorClass, Timestamp};
+use overture_events::{
+    BlueprintSnapshot, CloudAccount, DeploymentEvent as E, DeploymentId, ErrorClass, StoredFile,
+    Timestamp,
+};
 use overture_kit::memory::MemoryLog;
+use overture_kit::payload::{MemoryPayloads, PayloadError, StorePayloads};
 use overture_kit::{Cause, Clock, DeploymentLog, ReadStream};
 use overture_runner::logs::{AttemptLogs, LogName};
 use overture_runner::step::SshAddress;
@@ -52,16 +56,19 @@ enum Sandbox {
 struct FakeSandbox {
     behaviour: Sandbox,
     runs: AtomicUsize,
+    /// The files of the last job it was given.
+    files: Mutex<Vec<(std::path::PathBuf, Vec<u8>)>>,
 }
 
 #[async_trait]
 impl RunSandboxed for FakeSandbox {
     async fn run<'a>(
         &self,
-        _job: SandboxJob,
+        job: SandboxJob,
         cancel: Cancel<'a>,
     ) -> Result<SandboxResult, RunError> {
         self.runs.fetch_add(1, Ordering::SeqCst);
+        *self.files.lock().expect("files") = job.files;
         let result = |exit, outputs: &str| SandboxResult {
             exit,
             output: Vec::new(),
@@ -150,11 +157,27 @@ struct Fixture {
     clock: FixedClock,
     sandbox: FakeSandbox,
     lease: Lease,
+    /// The blueprint's files.
+    payloads: MemoryPayloads,
 }
 
 impl Fixture {
     /// `build`'s first attempt scheduled at t(0); the clock at t(1).
     async fn new(sandbox: Sandbox) -> Self {
+        Self::with(
+            sandbox,
+            parse(BLUEPRINT).expect("valid").snapshot,
+            MemoryPayloads::default(),
+        )
+        .await
+    }
+
+    /// As [`Fixture::new`], of `blueprint` whose files are in `payloads`.
+    async fn with(
+        sandbox: Sandbox,
+        blueprint: BlueprintSnapshot,
+        payloads: MemoryPayloads,
+    ) -> Self {
         let fixture = Self {
             log: MemoryLog::new(t(0)),
             deployment: DeploymentId::from_uuid(uuid::Uuid::now_v7()),
@@ -163,12 +186,13 @@ impl Fixture {
             sandbox: FakeSandbox {
                 behaviour: sandbox,
                 runs: AtomicUsize::new(0),
+                files: Mutex::default(),
             },
             lease: Lease {
                 lost: AtomicBool::new(false),
             },
+            payloads,
         };
-        let blueprint = parse(BLUEPRINT).expect("valid").snapshot;
         fixture
             .record(vec![
                 E::DeploymentRequested {
@@ -214,6 +238,7 @@ impl Fixture {
             access: &Quiet,
             logs: &Quiet,
             clock: &self.clock,
+            payloads: &self.payloads,
         };
         let job = RunAttempt {
             deployment: self.deployment,
@@ -221,9 +246,17 @@ impl Fixture {
             attempt: 1,
             cause: Some(self.cause),
         };
-        run_attempt(&job, &ports, &self.lease)
+        self.try_run(&ports, &job)
             .await
             .expect("the job is handled")
+    }
+
+    async fn try_run(
+        &self,
+        ports: &RunnerPorts<'_>,
+        job: &RunAttempt,
+    ) -> Result<AttemptReport, overture_runner::RunnerError> {
+        run_attempt(job, ports, &self.lease).await
     }
 
     fn events(&self) -> Vec<E> {
@@ -385,4 +418,123 @@ async fn a_job_for_an_attempt_that_already_ended_is_obsolete() {
         .await;
     assert!(matches!(fixture.run().await, AttemptReport::Obsolete(_)));
     assert_eq!(fixture.sandbox.runs.load(Ordering::SeqCst), 0);
+}
+
+/// A `build` step running the Terraform configuration in `infra`, its `main.tf` recorded by hash
+/// and stored in the payload store returned.
+async fn terraform_blueprint() -> (BlueprintSnapshot, MemoryPayloads, String) {
+    let mut blueprint =
+        parse("name: x\nsteps:\n  build: { run: terraform, timeout: 1m, with: { dir: infra } }\n")
+            .expect("valid")
+            .snapshot;
+    let payloads = MemoryPayloads::default();
+    let text = "resource \"terraform_data\" \"x\" {}\n";
+    let sha256 = payloads.put(text.as_bytes()).await.expect("put");
+    blueprint.stored_files.insert(
+        "infra/main.tf".into(),
+        StoredFile {
+            size: text.len() as u64,
+            sha256: sha256.clone(),
+        },
+    );
+    (blueprint, payloads, sha256)
+}
+
+impl Fixture {
+    /// The text the sandbox was given at `path` under `/work`.
+    fn sandbox_file(&self, path: &str) -> Option<String> {
+        self.sandbox
+            .files
+            .lock()
+            .expect("files")
+            .iter()
+            .find(|(at, _)| at.as_os_str() == path)
+            .map(|(_, text)| String::from_utf8_lossy(text).into_owned())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_step_runs_the_files_it_fetched_by_the_recorded_hash() {
+    let (blueprint, payloads, _) = terraform_blueprint().await;
+    let fixture = Fixture::with(Sandbox::Exits(1, ""), blueprint, payloads).await;
+    fixture.run().await;
+    assert_eq!(fixture.sandbox.runs.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        fixture.sandbox_file("config/main.tf").as_deref(),
+        Some("resource \"terraform_data\" \"x\" {}\n")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deployment_recorded_with_its_files_inline_runs_them_as_recorded() {
+    // As recorded before the payload store: the text in `files`, nothing in the store.
+    let mut blueprint =
+        parse("name: x\nsteps:\n  build: { run: terraform, timeout: 1m, with: { dir: infra } }\n")
+            .expect("valid")
+            .snapshot;
+    blueprint
+        .files
+        .insert("infra/main.tf".into(), "# recorded inline\n".into());
+    let fixture = Fixture::with(Sandbox::Exits(1, ""), blueprint, MemoryPayloads::default()).await;
+    fixture.run().await;
+    assert_eq!(fixture.sandbox.runs.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        fixture.sandbox_file("config/main.tf").as_deref(),
+        Some("# recorded inline\n")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_step_whose_stored_file_was_changed_fails_without_running() {
+    let (blueprint, payloads, sha256) = terraform_blueprint().await;
+    payloads.overwrite(&sha256, b"resource \"evil\" \"x\" {}".to_vec());
+    let fixture = Fixture::with(Sandbox::Exits(0, ""), blueprint, payloads).await;
+
+    assert_eq!(
+        fixture.run().await,
+        AttemptReport::Failed(ErrorClass::StepFailed)
+    );
+    assert_eq!(fixture.sandbox.runs.load(Ordering::SeqCst), 0, "never run");
+    let events = fixture.events();
+    assert!(
+        matches!(&events[3], E::StepAttemptFailed { message, .. }
+            if message.contains("infra/main.tf") && message.contains("changed or damaged")),
+        "{events:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_step_whose_files_cannot_be_fetched_now_leaves_the_job_to_be_retried() {
+    struct Down;
+    #[async_trait]
+    impl StorePayloads for Down {
+        async fn put(&self, _: &[u8]) -> Result<String, PayloadError> {
+            Err(PayloadError::Unavailable("down".into()))
+        }
+        async fn get(&self, _: &str) -> Result<Vec<u8>, PayloadError> {
+            Err(PayloadError::Unavailable("down".into()))
+        }
+    }
+    let (blueprint, payloads, _) = terraform_blueprint().await;
+    let fixture = Fixture::with(Sandbox::Exits(0, ""), blueprint, payloads).await;
+    let ports = RunnerPorts {
+        log: &fixture.log,
+        sandbox: &fixture.sandbox,
+        seals: &Quiet,
+        kept: &Quiet,
+        access: &Quiet,
+        logs: &Quiet,
+        clock: &fixture.clock,
+        payloads: &Down,
+    };
+    let job = RunAttempt {
+        deployment: fixture.deployment,
+        step: "build".into(),
+        attempt: 1,
+        cause: Some(fixture.cause),
+    };
+    let error = fixture.try_run(&ports, &job).await.expect_err("retried");
+    assert!(error.to_string().contains("infra/main.tf"), "{error}");
+    assert_eq!(fixture.sandbox.runs.load(Ordering::SeqCst), 0, "never run");
+    assert_eq!(fixture.types().last(), Some(&"StepStarted"));
 }

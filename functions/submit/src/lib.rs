@@ -6,6 +6,11 @@
 //! key and the user's cloud token through [`SealSecrets`] (under a key the token derives, when
 //! there is one), and appends `DeploymentRequested` (and `CredentialsSealed`, which names what
 //! was sealed and carries the public key). Nothing is recorded for a request it refuses.
+//!
+//! The files the steps take go to the payload store ([`StorePayloads`]) first, and the event
+//! records each one's size and hash only, so it fits one DynamoDB item (400 KB) however large
+//! the files (up to 1 MiB). A refused or failed request may leave payloads behind: they are
+//! named by their content, so they harm nothing and a later request reuses them.
 
 use std::collections::BTreeMap;
 
@@ -16,7 +21,8 @@ use overture_domain::deployment::SealedCredentials;
 use overture_domain::secret::{SecretString, SecretValues, SSH_KEY_SECRET, TOKEN_SECRET};
 use overture_domain::text::{check_name, check_project_name};
 use overture_domain::{DeploymentCommand, DeploymentError};
-use overture_events::{BlueprintSnapshot, CloudAccount, DeploymentId};
+use overture_events::{BlueprintSnapshot, CloudAccount, DeploymentId, StoredFile};
+use overture_kit::payload::{PayloadError, StorePayloads};
 use overture_kit::{execute, Cause, DeploymentLog, LogError};
 use uuid::Uuid;
 
@@ -80,6 +86,8 @@ pub struct SubmitPorts<'a> {
     pub log: &'a dyn DeploymentLog,
     /// Where its secrets are sealed.
     pub seals: &'a dyn SealSecrets,
+    /// Where the blueprint's files are kept (never a secret).
+    pub payloads: &'a dyn StorePayloads,
 }
 
 /// Why a submission was not recorded.
@@ -91,6 +99,9 @@ pub enum SubmitError {
     /// The secrets could not be sealed; nothing was recorded.
     #[error(transparent)]
     Seal(#[from] SealError),
+    /// The blueprint's files could not be stored; nothing was recorded.
+    #[error("could not store the blueprint's files: {0}")]
+    Payload(#[from] PayloadError),
     /// The log could not record the request.
     #[error(transparent)]
     Log(#[from] LogError),
@@ -135,6 +146,8 @@ pub async fn submit(
         }])
         .into());
     }
+
+    store_files(&mut parsed.snapshot, ports.payloads).await?;
 
     let deployment = DeploymentId::from_uuid(Uuid::now_v7());
     let uses_key = parsed.snapshot.bastion.is_some()
@@ -193,6 +206,22 @@ pub async fn submit(
     })
     .await??;
     Ok(deployment)
+}
+
+/// Moves the blueprint's files into the payload store, leaving each one's size and hash in the
+/// snapshot. The blueprint's hash already covers their text ([`blueprint::attach_files`]).
+pub async fn store_files(
+    snapshot: &mut BlueprintSnapshot,
+    payloads: &dyn StorePayloads,
+) -> Result<(), PayloadError> {
+    for (path, text) in std::mem::take(&mut snapshot.files) {
+        let sha256 = payloads.put(text.as_bytes()).await?;
+        let size = u64::try_from(text.len()).unwrap_or(u64::MAX);
+        snapshot
+            .stored_files
+            .insert(path, StoredFile { size, sha256 });
+    }
+    Ok(())
 }
 
 /// What is wrong with the tenant, if anything. Checked here rather than in the CLI so that every

@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use overture_domain::secret::{SecretString, SecretValues};
 use overture_domain::DeploymentState;
 use overture_events::{CloudAccount, DeploymentEvent, DeploymentId};
+use overture_kit::payload::MemoryPayloads;
 use overture_kit::{Cause, DeploymentLog, Loaded, LogError};
 use overture_submit::{
     submit, CloudSession, SealError, SealSecrets, Submission, SubmitError, SubmitPorts,
@@ -78,6 +79,7 @@ async fn refused(submission: Submission) -> Vec<(String, String)> {
         &SubmitPorts {
             log: &ports,
             seals: &ports,
+            payloads: &MemoryPayloads::default(),
         },
     )
     .await;
@@ -121,6 +123,7 @@ async fn the_default_tenant_and_names_in_the_rule_are_recorded() {
             &SubmitPorts {
                 log: &ports,
                 seals: &ports,
+                payloads: &MemoryPayloads::default(),
             },
         )
         .await
@@ -160,6 +163,7 @@ async fn a_cloud_project_is_a_tenant_when_it_is_safe_to_show() {
         &SubmitPorts {
             log: &ports,
             seals: &ports,
+            payloads: &MemoryPayloads::default(),
         },
     )
     .await

@@ -8,8 +8,12 @@
 //!   bound to tenant and deployment ([`custody::KmsTokenCustody`]).
 //! - [`seals`]: a deployment's sealed secrets, KMS data keys combined with the user's token
 //!   ([`seals::KmsSeals`]).
+//! - [`s3`]: the payload store on an S3 bucket ([`s3::S3Payloads`]): a blueprint's files by
+//!   content hash, keeping the same contract as the data directory's
+//!   (`overture_kit::payload_contract`).
 
 pub mod config;
 pub mod custody;
 pub mod dynamodb;
+pub mod s3;
 pub mod seals;

@@ -1,0 +1,117 @@
+//! The serverless form end to end on the local AWS emulator: a blueprint with a mebibyte of
+//! files is submitted, its files go to S3 and its `DeploymentRequested` fits one DynamoDB item;
+//! the same event with the files inline, as events carried them before, would not.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use overture_aws::dynamodb::{create_events_table, DynamoDeployments};
+use overture_aws::s3::{client, create_payloads_bucket, S3Payloads};
+use overture_domain::secret::{SecretString, SecretValues};
+use overture_events::{DeploymentEvent, DeploymentId};
+use overture_infra::clock::SystemClock;
+use overture_kit::payload::StorePayloads;
+use overture_kit::{Cause, DeploymentLog, LogError, ReadStream};
+use overture_submit::{submit, SealError, SealSecrets, Submission, SubmitPorts};
+
+const TABLE: &str = "overture-events-large";
+const BUCKET: &str = "overture-payloads-large";
+
+struct NoSeal;
+
+#[async_trait]
+impl SealSecrets for NoSeal {
+    async fn seal(
+        &self,
+        _: DeploymentId,
+        _: &str,
+        _: &SecretValues,
+        _: Option<&SecretString>,
+    ) -> Result<String, SealError> {
+        Err(SealError("this blueprint has nothing to seal".into()))
+    }
+}
+
+#[tokio::test]
+async fn a_mebibyte_of_files_goes_to_s3_and_deployment_requested_fits_dynamodb() {
+    let config = overture_aws::config::for_endpoint(support::emulator(), "eu-west-1").await;
+    let dynamodb = aws_sdk_dynamodb::Client::new(&config);
+    create_events_table(&dynamodb, TABLE)
+        .await
+        .expect("the events table");
+    let log = DynamoDeployments::new(dynamodb, TABLE, Arc::new(SystemClock));
+    let s3 = client(&config);
+    create_payloads_bucket(&s3, BUCKET)
+        .await
+        .expect("the bucket");
+    let payloads = S3Payloads::new(s3, BUCKET);
+
+    let files: BTreeMap<String, String> = (0..4)
+        .map(|i| {
+            (
+                format!("infra/part-{i}.tf"),
+                format!("# {i}\n").repeat(62_000),
+            )
+        })
+        .chain([("infra/main.tf".to_owned(), "# main\n".to_owned())])
+        .collect();
+    assert!(files.values().map(String::len).sum::<usize>() > 990_000);
+    let id = submit(
+        Submission {
+            source: "big.yaml".into(),
+            text: "name: big\nsteps:\n  infra: { run: terraform, with: { dir: infra } }\n".into(),
+            tenant: "acme".into(),
+            requested_by: "ada".into(),
+            trigger: "test".into(),
+            params: BTreeMap::new(),
+            secrets: SecretValues::new(),
+            files: files.clone(),
+            cloud: None,
+        },
+        &SubmitPorts {
+            log: &log,
+            seals: &NoSeal,
+            payloads: &payloads,
+        },
+    )
+    .await
+    .expect("recorded on DynamoDB");
+
+    let recorded = log.read_stream(id, 0).await.expect("read");
+    let requested = DeploymentEvent::from_parts(&recorded[0].event_type, recorded[0].data.clone())
+        .expect("DeploymentRequested");
+    let DeploymentEvent::DeploymentRequested { blueprint, .. } = &requested else {
+        panic!("{requested:?}");
+    };
+    for (path, text) in &files {
+        let stored = &blueprint.stored_files[path];
+        assert_eq!(
+            payloads.get(&stored.sha256).await.expect("on S3"),
+            text.as_bytes()
+        );
+    }
+
+    // The same event with the files inline is what DynamoDB could not hold.
+    let mut inline = requested.clone();
+    if let DeploymentEvent::DeploymentRequested { blueprint, .. } = &mut inline {
+        blueprint.stored_files.clear();
+        blueprint.files = files;
+    }
+    let other = DeploymentId::from_uuid(uuid::Uuid::now_v7());
+    let refused = log
+        .append(
+            other,
+            "acme",
+            None,
+            vec![inline],
+            &Cause::new("tester", other, uuid::Uuid::now_v7()),
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(LogError::TooLarge { .. })),
+        "{refused:?}"
+    );
+}
