@@ -14,7 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use overture_domain::deployment::Interruption;
 use overture_domain::{DeploymentCommand, DeploymentError, DeploymentState};
-use overture_events::{DeploymentId, LogEntry};
+use overture_events::{DeploymentEvent, DeploymentId, LogEntry};
 use overture_infra::clock::SystemClock;
 use overture_infra::keystore::LocalKeyStore;
 use overture_infra::logs::LogFiles;
@@ -25,7 +25,7 @@ use overture_infra::sqlite::{
     Database, EventLog, Job, JobQueue, Receipt, ReceivedJob, SqliteDeployments, SqliteReadModels,
 };
 use overture_kit::{execute, Cause, Clock, DeploymentLog};
-use overture_orchestrator::{orchestrate, OrchestratorPorts};
+use overture_orchestrator::{orchestrate, OrchestratorPorts, Since};
 use overture_runner::destroy::{DestroyOutcome, DestroyPorts, DestroyRefused, DestroyRequest};
 use overture_runner::{run_attempt, AttemptReport, KeepAlive, PortError, RunnerPorts};
 use overture_submit::{submit, Submission, SubmitError, SubmitPorts};
@@ -284,13 +284,14 @@ impl Engine {
         }
     }
 
-    /// Moves one deployment on.
+    /// Moves one deployment on; `since` says what happened to it (see [`Since`]).
     pub async fn orchestrate(
         &self,
         deployment: DeploymentId,
         cause: Uuid,
+        since: Since<'_>,
     ) -> Result<DeploymentState, EngineError> {
-        orchestrate(deployment, cause, &self.orchestrator_ports())
+        orchestrate(deployment, cause, since, &self.orchestrator_ports())
             .await
             .map_err(function_error)
     }
@@ -328,17 +329,36 @@ impl Engine {
                     .map_err(function_error)?;
                 let Some(last) = entries.last() else { break };
                 position = last.position;
-                let mut touched: Vec<(DeploymentId, Uuid)> = Vec::new();
+                // Each deployment's new events, so the orchestrator queues what they decided;
+                // `None` once one cannot be read, and then it queues everything waiting.
+                let mut touched: Vec<(DeploymentId, Uuid, Option<Vec<DeploymentEvent>>)> =
+                    Vec::new();
                 for entry in &entries {
-                    let Ok(id) = DeploymentId::from_stream(&entry.envelope.stream) else {
+                    let envelope = &entry.envelope;
+                    let Ok(id) = DeploymentId::from_stream(&envelope.stream) else {
                         continue;
                     };
                     if target.is_some_and(|t| t != id) {
                         continue;
                     }
-                    match touched.iter_mut().find(|(seen, _)| *seen == id) {
-                        Some(slot) => slot.1 = entry.envelope.id,
-                        None => touched.push((id, entry.envelope.id)),
+                    let event =
+                        DeploymentEvent::from_parts(&envelope.event_type, envelope.data.clone());
+                    let slot = match touched.iter().position(|(seen, ..)| *seen == id) {
+                        Some(at) => &mut touched[at],
+                        None => {
+                            touched.push((id, envelope.id, Some(Vec::new())));
+                            let last = touched.len() - 1;
+                            &mut touched[last]
+                        }
+                    };
+                    slot.1 = envelope.id;
+                    match (event, &mut slot.2) {
+                        (Ok(event), Some(events)) => events.push(event),
+                        (Err(error), events) => {
+                            tracing::warn!(%id, revision = envelope.revision, %error, "an event cannot be read; queuing every waiting attempt");
+                            *events = None;
+                        }
+                        (Ok(_), None) => {}
                     }
                 }
                 for entry in &entries {
@@ -347,8 +367,9 @@ impl Engine {
                         watch.entry(entry);
                     }
                 }
-                for (id, cause) in touched {
-                    self.orchestrate(id, cause).await?;
+                for (id, cause, events) in touched {
+                    let since = events.as_deref().map_or(Since::Unknown, Since::Events);
+                    self.orchestrate(id, cause, since).await?;
                 }
             }
             self.project().await?;
@@ -423,7 +444,7 @@ impl Engine {
                 deployment,
                 cause: timer_cause,
             }) => match self
-                .orchestrate(deployment, timer_cause.unwrap_or(cause))
+                .orchestrate(deployment, timer_cause.unwrap_or(cause), Since::Events(&[]))
                 .await
             {
                 Ok(_) => true,
