@@ -12,7 +12,10 @@
 //! deadline), among the events the caller saw appended ([`Since::Events`]) or the ones
 //! `orchestrate` appends itself. The events that decided are in the log before their jobs are
 //! queued, so a crash in between loses jobs, never decisions: a recovery pass with
-//! [`Since::Unknown`] (`overture resume`) queues every waiting attempt and deadline again.
+//! [`Since::Unknown`] (`overture resume`) queues every waiting attempt and deadline again.//!
+//! [`queued`] carries [`QueueWork`] out on any queue of the port `overture_kit::queue`.
+
+pub mod queued;
 
 use async_trait::async_trait;
 use overture_domain::deployment::actions;
