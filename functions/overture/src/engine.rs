@@ -435,6 +435,14 @@ impl Engine {
         let receipt = job.receipt;
         let key = job.key.clone();
         let cause = Uuid::now_v7();
+        // The queue's contract lets a job come before it is due (here: one `resume` released):
+        // it waits the rest out hidden, and is never handled early.
+        if job.due_at > self.clock.now() {
+            if let Err(error) = self.queue.extend(&receipt, job.due_at).await {
+                tracing::warn!(key, %error, "could not postpone a job that is not due");
+            }
+            return;
+        }
         let finished = match Job::from_body(job.body) {
             Err(error) => {
                 tracing::error!(key, %error, "dropping a job that cannot be read");
