@@ -9,7 +9,7 @@
 //! **Once per decision.** The queue delivers at least once and need not de-duplicate
 //! ([`QueueWork`]), so an attempt or a deadline is queued only when an event decided it: a
 //! `StepScheduled` or `StepRetryScheduled` (an attempt waits), a `FailureGracePeriodStarted` (a
-//! deadline), among the events the caller saw appended ([`Since::Events`]) or the ones
+//! deadline), among the records the caller saw appended ([`Since::Records`]) or the events
 //! `orchestrate` appends itself. The events that decided are in the log before their jobs are
 //! queued, so a crash in between loses jobs, never decisions: a recovery pass with
 //! [`Since::Unknown`] (`overture resume`) queues every waiting attempt and deadline again.//!
@@ -21,7 +21,7 @@ use async_trait::async_trait;
 use overture_domain::deployment::actions;
 use overture_domain::deployment::BastionAccess;
 use overture_domain::{Action, DeploymentCommand, DeploymentError, DeploymentState};
-use overture_events::{CloudAccount, DeploymentEvent, DeploymentId, Timestamp};
+use overture_events::{CloudAccount, DeploymentEvent, DeploymentId, Envelope, Timestamp};
 use overture_kit::{execute, Cause, Clock, DeploymentLog, LogError};
 
 /// The name the orchestrator appends events under.
@@ -159,9 +159,10 @@ pub enum OrchestratorError {
 /// What the caller knows of what happened to a deployment since it was last moved on.
 #[derive(Clone, Copy, Debug)]
 pub enum Since<'a> {
-    /// These events were appended (a feed's entries, a stream's records; none for a timer):
-    /// only the attempts and deadlines they decided are queued.
-    Events(&'a [DeploymentEvent]),
+    /// These records were appended (a feed's entries, a stream's records; none for a timer):
+    /// only the attempts and deadlines they decided are queued. Records the orchestrator
+    /// appended itself are skipped, as it queued their decisions when it appended them.
+    Records(&'a [Envelope]),
     /// Not known (a resume after a crash, a deployment no engine drives): every waiting attempt
     /// and deadline is queued again.
     Unknown,
@@ -192,6 +193,21 @@ impl Decided {
         }
     }
 
+    /// Notes what others' records decided; `false` when one cannot be read, and so what was
+    /// decided is not known.
+    fn note_records(&mut self, deployment: DeploymentId, records: &[Envelope]) -> bool {
+        for record in records.iter().filter(|r| r.metadata.actor != ACTOR) {
+            match DeploymentEvent::from_parts(&record.event_type, record.data.clone()) {
+                Ok(event) => self.note(std::slice::from_ref(&event)),
+                Err(error) => {
+                    tracing::warn!(%deployment, revision = record.revision, %error, "a record cannot be read; queuing every waiting attempt");
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
     fn attempt(&self, step: &str, attempt: u32) -> bool {
         self.attempts
             .iter()
@@ -210,11 +226,11 @@ pub async fn orchestrate(
     let cause = Cause::new(ACTOR, deployment, cause);
     let refused = |source| OrchestratorError::Refused { deployment, source };
     let work = |source| OrchestratorError::Work { deployment, source };
-    let mut everything = matches!(since, Since::Unknown);
     let mut decided = Decided::default();
-    if let Since::Events(events) = since {
-        decided.note(events);
-    }
+    let mut everything = match since {
+        Since::Unknown => true,
+        Since::Records(records) => !decided.note_records(deployment, records),
+    };
     loop {
         let now = ports.clock.now();
         let advanced = execute(ports.log, deployment, "", &cause, |_| {

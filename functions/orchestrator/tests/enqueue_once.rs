@@ -8,9 +8,9 @@ use async_trait::async_trait;
 use overture_domain::blueprint::parse;
 use overture_domain::deployment::{BastionAccess, Interruption};
 use overture_domain::DeploymentCommand;
-use overture_events::{CloudAccount, DeploymentEvent as E, DeploymentId, Timestamp};
+use overture_events::{CloudAccount, DeploymentId, Envelope, Timestamp};
 use overture_kit::memory::MemoryLog;
-use overture_kit::{execute, Cause, Clock};
+use overture_kit::{execute, Cause, Clock, ReadStream};
 use overture_orchestrator::{
     orchestrate, OrchestratorPorts, PurgeSecrets, QueueWork, RevokeAccess, Since, WaitingAttempt,
     WorkError,
@@ -102,6 +102,8 @@ struct Fixture {
     queue: RecordingQueue,
     clock: FixedClock,
     deployment: DeploymentId,
+    /// How many records the feed has handed on.
+    fed: Mutex<u64>,
 }
 
 impl Fixture {
@@ -111,20 +113,33 @@ impl Fixture {
             queue: RecordingQueue::default(),
             clock: FixedClock(t(1)),
             deployment: DeploymentId::from_uuid(uuid::Uuid::now_v7()),
+            fed: Mutex::new(0),
         }
     }
 
-    /// Records a command as another function would; returns the events it appended.
-    async fn record(&self, command: DeploymentCommand) -> Vec<E> {
+    /// Records a command as another function would.
+    async fn record(&self, command: DeploymentCommand) {
         let cause = Cause::new("test", self.deployment, uuid::Uuid::now_v7());
         execute(&self.log, self.deployment, "t", &cause, |_| command.clone())
             .await
             .expect("the log works")
-            .expect("the command is accepted")
-            .events
+            .expect("the command is accepted");
     }
 
-    async fn request(&self) -> Vec<E> {
+    /// The records appended since the feed last looked, the orchestrator's own among them, as
+    /// the engine's feed hands them on.
+    async fn feed(&self) -> Vec<Envelope> {
+        let from = *self.fed.lock().expect("not poisoned");
+        let records = self
+            .log
+            .read_stream(self.deployment, from)
+            .await
+            .expect("read");
+        *self.fed.lock().expect("not poisoned") = from + records.len() as u64;
+        records
+    }
+
+    async fn request(&self) {
         let parsed = parse(BLUEPRINT).expect("valid");
         self.record(DeploymentCommand::Request {
             tenant: "t".into(),
@@ -153,7 +168,7 @@ impl Fixture {
             .expect("moves on");
     }
 
-    async fn start(&self, step: &str, attempt: u32) -> Vec<E> {
+    async fn start(&self, step: &str, attempt: u32) {
         self.record(DeploymentCommand::StartAttempt {
             step: step.into(),
             attempt,
@@ -171,32 +186,39 @@ fn queued(pairs: &[(&str, u32)]) -> Vec<(String, u32)> {
 #[tokio::test]
 async fn a_deployments_second_event_does_not_queue_the_first_ones_attempts_again() {
     let fixture = Fixture::new();
-    let requested = fixture.request().await;
+    fixture.request().await;
 
     // Given the request, the orchestrator schedules both steps and queues each once.
-    fixture.orchestrate(Since::Events(&requested)).await;
+    fixture
+        .orchestrate(Since::Records(&fixture.feed().await))
+        .await;
     assert_eq!(fixture.queue.take(), queued(&[("build", 1), ("lint", 1)]));
 
-    // When `build` starts, `lint` still waits, but nothing new was decided about it.
-    let started = fixture.start("build", 1).await;
-    fixture.orchestrate(Since::Events(&started)).await;
+    // When `build` starts, `lint` still waits, but nothing new was decided about it; the
+    // orchestrator's own `StepScheduled` records, fed back, were queued already.
+    fixture.start("build", 1).await;
+    fixture
+        .orchestrate(Since::Records(&fixture.feed().await))
+        .await;
     assert_eq!(fixture.queue.take(), queued(&[]));
 
-    // A timer with no new events queues nothing either.
-    fixture.orchestrate(Since::Events(&[])).await;
+    // A timer with no new records queues nothing either.
+    fixture.orchestrate(Since::Records(&[])).await;
     assert_eq!(fixture.queue.take(), queued(&[]));
 }
 
 #[tokio::test]
 async fn a_retry_queues_only_the_new_attempt() {
     let fixture = Fixture::new();
-    let requested = fixture.request().await;
-    fixture.orchestrate(Since::Events(&requested)).await;
+    fixture.request().await;
+    fixture
+        .orchestrate(Since::Records(&fixture.feed().await))
+        .await;
     fixture.queue.take();
     fixture.start("build", 1).await;
 
     // The runner's engine died: `interrupted` is retried at once, as attempt 2.
-    let interrupted = fixture
+    fixture
         .record(DeploymentCommand::InterruptAttempt {
             step: "build".into(),
             attempt: 1,
@@ -204,15 +226,19 @@ async fn a_retry_queues_only_the_new_attempt() {
             now: fixture.clock.now(),
         })
         .await;
-    fixture.orchestrate(Since::Events(&interrupted)).await;
+    fixture
+        .orchestrate(Since::Records(&fixture.feed().await))
+        .await;
     assert_eq!(fixture.queue.take(), queued(&[("build", 2)]));
 }
 
 #[tokio::test]
 async fn a_recovery_pass_queues_every_waiting_attempt_again() {
     let fixture = Fixture::new();
-    let requested = fixture.request().await;
-    fixture.orchestrate(Since::Events(&requested)).await;
+    fixture.request().await;
+    fixture
+        .orchestrate(Since::Records(&fixture.feed().await))
+        .await;
     fixture.queue.take();
     fixture.start("build", 1).await;
 
@@ -224,12 +250,15 @@ async fn a_recovery_pass_queues_every_waiting_attempt_again() {
 #[tokio::test]
 async fn the_steps_the_orchestrator_schedules_itself_are_queued_once() {
     let fixture = Fixture::new();
-    // The request was seen by nobody (a stream record lost): the orchestrator's own
-    // `StepScheduled` events are decisions enough.
+    // A timer moves the deployment on before the feed has handed the request on: the
+    // orchestrator's own `StepScheduled` events are decisions enough.
     fixture.request().await;
-    fixture.orchestrate(Since::Events(&[])).await;
+    fixture.orchestrate(Since::Records(&[])).await;
     assert_eq!(fixture.queue.take(), queued(&[("build", 1), ("lint", 1)]));
-    let again: Vec<E> = fixture.log.events(fixture.deployment);
-    fixture.orchestrate(Since::Events(&again[..1])).await;
+
+    // Then the feed hands on the request and those `StepScheduled` records.
+    let fed = fixture.feed().await;
+    assert_eq!(fed.len(), 3);
+    fixture.orchestrate(Since::Records(&fed)).await;
     assert_eq!(fixture.queue.take(), queued(&[]));
 }

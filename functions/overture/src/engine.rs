@@ -14,7 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use overture_domain::deployment::Interruption;
 use overture_domain::{DeploymentCommand, DeploymentError, DeploymentState};
-use overture_events::{DeploymentEvent, DeploymentId, LogEntry};
+use overture_events::{DeploymentId, Envelope, LogEntry};
 use overture_infra::clock::SystemClock;
 use overture_infra::keystore::LocalKeyStore;
 use overture_infra::logs::LogFiles;
@@ -329,10 +329,8 @@ impl Engine {
                     .map_err(function_error)?;
                 let Some(last) = entries.last() else { break };
                 position = last.position;
-                // Each deployment's new events, so the orchestrator queues what they decided;
-                // `None` once one cannot be read, and then it queues everything waiting.
-                let mut touched: Vec<(DeploymentId, Uuid, Option<Vec<DeploymentEvent>>)> =
-                    Vec::new();
+                // Each deployment's new records, so the orchestrator queues what they decided.
+                let mut touched: Vec<(DeploymentId, Uuid, Vec<Envelope>)> = Vec::new();
                 for entry in &entries {
                     let envelope = &entry.envelope;
                     let Ok(id) = DeploymentId::from_stream(&envelope.stream) else {
@@ -341,24 +339,12 @@ impl Engine {
                     if target.is_some_and(|t| t != id) {
                         continue;
                     }
-                    let event =
-                        DeploymentEvent::from_parts(&envelope.event_type, envelope.data.clone());
-                    let slot = match touched.iter().position(|(seen, ..)| *seen == id) {
-                        Some(at) => &mut touched[at],
-                        None => {
-                            touched.push((id, envelope.id, Some(Vec::new())));
-                            let last = touched.len() - 1;
-                            &mut touched[last]
+                    match touched.iter_mut().find(|(seen, ..)| *seen == id) {
+                        Some(slot) => {
+                            slot.1 = envelope.id;
+                            slot.2.push(envelope.clone());
                         }
-                    };
-                    slot.1 = envelope.id;
-                    match (event, &mut slot.2) {
-                        (Ok(event), Some(events)) => events.push(event),
-                        (Err(error), events) => {
-                            tracing::warn!(%id, revision = envelope.revision, %error, "an event cannot be read; queuing every waiting attempt");
-                            *events = None;
-                        }
-                        (Ok(_), None) => {}
+                        None => touched.push((id, envelope.id, vec![envelope.clone()])),
                     }
                 }
                 for entry in &entries {
@@ -367,9 +353,9 @@ impl Engine {
                         watch.entry(entry);
                     }
                 }
-                for (id, cause, events) in touched {
-                    let since = events.as_deref().map_or(Since::Unknown, Since::Events);
-                    self.orchestrate(id, cause, since).await?;
+                for (id, cause, records) in touched {
+                    self.orchestrate(id, cause, Since::Records(&records))
+                        .await?;
                 }
             }
             self.project().await?;
@@ -452,7 +438,11 @@ impl Engine {
                 deployment,
                 cause: timer_cause,
             }) => match self
-                .orchestrate(deployment, timer_cause.unwrap_or(cause), Since::Events(&[]))
+                .orchestrate(
+                    deployment,
+                    timer_cause.unwrap_or(cause),
+                    Since::Records(&[]),
+                )
                 .await
             {
                 Ok(_) => true,
