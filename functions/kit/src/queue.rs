@@ -104,8 +104,9 @@ pub trait SendJobs: Send + Sync {
 /// Hands jobs to workers.
 #[async_trait]
 pub trait ReceiveJobs: Send + Sync {
-    /// Waits up to `wait` for a job to be deliverable and hides it for `visibility`; `None` when
-    /// none was. It may return sooner than `wait` with nothing.
+    /// Waits about `wait` (SQS: rounded up to whole seconds, at most 20) for a job to be
+    /// deliverable and hides it for `visibility`; `None` when none was. It may return sooner
+    /// with nothing.
     async fn receive(
         &self,
         visibility: Duration,
@@ -119,9 +120,9 @@ pub trait ReceiveJobs: Send + Sync {
     async fn ack(&self, receipt: &Receipt) -> Result<(), QueueError>;
 
     /// Hands back a job delivered before its due time, to be delivered again when due (or at
-    /// the delay bound, and then again). Either the job is queued for later and this receipt
-    /// spent, or, on an error, the delivery simply comes back when its visibility ends: it is
-    /// never lost.
+    /// the delay bound, and then again), and spends this receipt. It is never lost: on an
+    /// error the delivery comes back when its visibility ends, and the job may then be queued
+    /// twice (SQS sends the copy before it deletes the delivery).
     async fn requeue(&self, delivery: &Delivery) -> Result<(), QueueError>;
 }
 

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use overture_domain::blueprint::parse;
 use overture_domain::deployment::{BastionAccess, Interruption};
 use overture_domain::DeploymentCommand;
-use overture_events::{CloudAccount, DeploymentId, Envelope, Timestamp};
+use overture_events::{CloudAccount, DeploymentId, Envelope, ErrorClass, Timestamp};
 use overture_kit::memory::MemoryLog;
 use overture_kit::{execute, Cause, Clock, ReadStream};
 use overture_orchestrator::{
@@ -261,4 +261,41 @@ async fn the_steps_the_orchestrator_schedules_itself_are_queued_once() {
     assert_eq!(fed.len(), 3);
     fixture.orchestrate(Since::Records(&fed)).await;
     assert_eq!(fixture.queue.take(), queued(&[]));
+}
+
+#[tokio::test]
+async fn a_grace_deadline_is_queued_once_when_the_grace_period_starts() {
+    let fixture = Fixture::new();
+    fixture.request().await;
+    fixture
+        .orchestrate(Since::Records(&fixture.feed().await))
+        .await;
+    fixture.start("build", 1).await;
+    fixture.start("lint", 1).await;
+
+    // `build` fails for good while `lint` runs: its grace period starts.
+    fixture
+        .record(DeploymentCommand::RecordFailure {
+            step: "build".into(),
+            attempt: 1,
+            error_class: ErrorClass::StepFailed,
+            exit_code: Some(1),
+            message: "no".into(),
+            duration_ms: 1,
+            now: fixture.clock.now(),
+        })
+        .await;
+    fixture
+        .orchestrate(Since::Records(&fixture.feed().await))
+        .await;
+    let wakes = std::mem::take(&mut *fixture.queue.wakes.lock().expect("not poisoned"));
+    assert_eq!(wakes.len(), 1, "{wakes:?}");
+
+    // Moving on again before the deadline sets no second timer; a recovery pass does.
+    fixture
+        .orchestrate(Since::Records(&fixture.feed().await))
+        .await;
+    assert!(fixture.queue.wakes.lock().expect("not poisoned").is_empty());
+    fixture.orchestrate(Since::Unknown).await;
+    assert_eq!(*fixture.queue.wakes.lock().expect("not poisoned"), wakes);
 }
