@@ -351,8 +351,10 @@ impl ReceiveJobs for JobQueue {
         receipt: &PortReceipt,
         visibility: std::time::Duration,
     ) -> Result<(), PortError> {
-        let until =
-            now() + chrono::TimeDelta::from_std(visibility).unwrap_or(chrono::TimeDelta::MAX);
+        let until = chrono::TimeDelta::from_std(visibility)
+            .ok()
+            .and_then(|visibility| now().checked_add_signed(visibility))
+            .unwrap_or(Timestamp::MAX_UTC);
         JobQueue::extend(self, &own_receipt(receipt)?, until)
             .await
             .map_err(port_error)
