@@ -4,6 +4,7 @@
 //! - [`envelope`]: the EventStoreDB-style envelope every stored event travels in.
 //! - [`blueprint`]: the blueprint snapshot a deployment records when it is requested.
 //! - [`deployment`]: the events of a deployment, with their stable type strings.
+//! - [`job`]: the bodies of the jobs on the step-and-timer queue.
 //!
 //! This crate holds data shapes only. It reads no clock and does no I/O: times are values handed
 //! to it. Rules live in `overture-domain`.
@@ -12,6 +13,7 @@ pub mod blueprint;
 pub mod deployment;
 pub mod envelope;
 pub mod ids;
+pub mod job;
 
 pub use blueprint::{
     BastionSpec, BlueprintSnapshot, ErrorClass, ParamSpec, RetryRule, StepSpec, StoredFile,

@@ -8,6 +8,10 @@
 //! - [`execute`]: load, decide with the aggregate, append; on a conflicting writer, load again
 //!   and decide again. It keeps "the command was refused" (`Ok(Err(_))`) apart from "the
 //!   outcome could not be recorded" (`Err(_)`).
+//! - [`queue`]: the job queue's port ([`queue::SendJobs`], [`queue::ReceiveJobs`]) and its
+//!   contract: at least once, unordered, not before due, delays bounded.
+//! - `queue_contract` (feature `queue-contract`): the tests every queue adapter must pass, so
+//!   the SQLite and the SQS queues cannot drift apart.
 //! - `esrs_store` (feature `esrs`): any deployment log as an `esrs` event store.
 //! - `memory` (feature `memory`): a deployment log in memory, for handlers' own tests.
 //! - `contract` (feature `contract`): the tests every log adapter must pass, so the SQLite and
@@ -24,6 +28,9 @@ pub mod memory;
 pub mod payload;
 #[cfg(feature = "payload-contract")]
 pub mod payload_contract;
+pub mod queue;
+#[cfg(feature = "queue-contract")]
+pub mod queue_contract;
 
 use async_trait::async_trait;
 use overture_domain::secret::SecretString;

@@ -1,10 +1,21 @@
 //! The orchestrator function: after anything happens to a deployment, move it on.
 //!
 //! [`orchestrate`] advances the aggregate (schedule ready steps, abandon at a passed deadline,
-//! finish), then carries out the actions its state calls for: queue each waiting attempt for a
-//! runner, set a durable timer for a grace period's deadline, close the engine's access to the
-//! bastion once no step can run any more, and then purge the secrets. Every action is
-//! idempotent, so handling the same event twice is harmless.
+//! finish), then carries out the actions its state calls for: queue an attempt for a runner, set
+//! a durable timer for a grace period's deadline, close the engine's access to the bastion once
+//! no step can run any more, and then purge the secrets. Every action is idempotent, so handling
+//! the same event twice is harmless.
+//!
+//! **Once per decision.** The queue delivers at least once and need not de-duplicate
+//! ([`QueueWork`]), so an attempt or a deadline is queued only when an event decided it: a
+//! `StepScheduled` or `StepRetryScheduled` (an attempt waits), a `FailureGracePeriodStarted` (a
+//! deadline), among the records the caller saw appended ([`Since::Records`]) or the events
+//! `orchestrate` appends itself. The events that decided are in the log before their jobs are
+//! queued, so a crash in between loses jobs, never decisions: a recovery pass with
+//! [`Since::Unknown`] (`overture resume`) queues every waiting attempt and deadline again.//!
+//! [`queued`] carries [`QueueWork`] out on any queue of the port `overture_kit::queue`.
+
+pub mod queued;
 
 pub mod stream;
 
@@ -14,27 +25,31 @@ use async_trait::async_trait;
 use overture_domain::deployment::actions;
 use overture_domain::deployment::BastionAccess;
 use overture_domain::{Action, DeploymentCommand, DeploymentError, DeploymentState};
-use overture_events::{CloudAccount, DeploymentId, Timestamp};
+use overture_events::{CloudAccount, DeploymentEvent, DeploymentId, Envelope, Timestamp};
 use overture_kit::{execute, Cause, Clock, DeploymentLog, LogError};
 
 /// The name the orchestrator appends events under.
 pub const ACTOR: &str = "orchestrator";
 
 /// Queues work for later: attempts for the runners, and timers.
+///
+/// The queue behind it keeps the contract of `overture_kit::queue` (that of an SQS standard
+/// queue): a job is delivered at least once, in no particular order, and not before it is due.
+/// It may de-duplicate (the SQLite queue does, by key) but need not, so a caller queues each
+/// decision once ([`orchestrate`] does), and every consumer is idempotent on (deployment, step,
+/// attempt): the runner refuses to start an attempt twice, and a timer only advances.
 #[async_trait]
 pub trait QueueWork: Send + Sync {
-    /// Queue these attempts to run once their `not_before` has passed; an attempt queued
-    /// already is left as it is, so queuing the same attempts again is cheap and harmless.
-    /// `cause` (the event the orchestrator was moving the deployment on for) travels with each
-    /// job, so the runner's events name it as their causation.
+    /// Queue these attempts to run once their `not_before` has passed. `cause` (the event the
+    /// orchestrator was moving the deployment on for) travels with each job, so the runner's
+    /// events name it as their causation.
     async fn run_attempts(
         &self,
         deployment: DeploymentId,
         attempts: &[WaitingAttempt],
         cause: uuid::Uuid,
     ) -> Result<(), WorkError>;
-    /// Have the orchestrator called for this deployment at `at`, with `cause`; likewise
-    /// idempotent.
+    /// Have the orchestrator called for this deployment at `at`, with `cause`.
     async fn wake_at(
         &self,
         deployment: DeploymentId,
@@ -145,23 +160,90 @@ pub enum OrchestratorError {
     },
 }
 
-/// Moves one deployment on as far as it can go now; returns its state afterwards.
+/// What the caller knows of what happened to a deployment since it was last moved on.
+#[derive(Clone, Copy, Debug)]
+pub enum Since<'a> {
+    /// These records were appended (a feed's entries, a stream's records; none for a timer):
+    /// only the attempts and deadlines they decided are queued. Records the orchestrator
+    /// appended itself are skipped, as it queued their decisions when it appended them.
+    Records(&'a [Envelope]),
+    /// Not known (a resume after a crash, a deployment no engine drives): every waiting attempt
+    /// and deadline is queued again.
+    Unknown,
+}
+
+/// Which attempts and deadlines some events decided.
+#[derive(Debug, Default)]
+struct Decided {
+    attempts: Vec<(String, u32)>,
+    deadlines: Vec<Timestamp>,
+}
+
+impl Decided {
+    fn note(&mut self, events: &[DeploymentEvent]) {
+        for event in events {
+            match event {
+                DeploymentEvent::StepScheduled { step, attempt, .. }
+                | DeploymentEvent::StepRetryScheduled {
+                    step,
+                    next_attempt: attempt,
+                    ..
+                } => self.attempts.push((step.clone(), *attempt)),
+                DeploymentEvent::FailureGracePeriodStarted { deadline, .. } => {
+                    self.deadlines.push(*deadline);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Notes what others' records decided; `false` when one cannot be read, and so what was
+    /// decided is not known.
+    fn note_records(&mut self, deployment: DeploymentId, records: &[Envelope]) -> bool {
+        for record in records.iter().filter(|r| r.metadata.actor != ACTOR) {
+            match DeploymentEvent::from_parts(&record.event_type, record.data.clone()) {
+                Ok(event) => self.note(std::slice::from_ref(&event)),
+                Err(error) => {
+                    tracing::warn!(%deployment, revision = record.revision, %error, "a record cannot be read; queuing every waiting attempt");
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    fn attempt(&self, step: &str, attempt: u32) -> bool {
+        self.attempts
+            .iter()
+            .any(|(s, a)| s == step && *a == attempt)
+    }
+}
+
+/// Moves one deployment on as far as it can go now; returns its state afterwards. `since` says
+/// which decisions are new, and so which jobs to queue (see the crate's header).
 pub async fn orchestrate(
     deployment: DeploymentId,
     cause: uuid::Uuid,
+    since: Since<'_>,
     ports: &OrchestratorPorts<'_>,
 ) -> Result<DeploymentState, OrchestratorError> {
     let cause = Cause::new(ACTOR, deployment, cause);
     let refused = |source| OrchestratorError::Refused { deployment, source };
     let work = |source| OrchestratorError::Work { deployment, source };
+    let mut decided = Decided::default();
+    let mut everything = match since {
+        Since::Unknown => true,
+        Since::Records(records) => !decided.note_records(deployment, records),
+    };
     loop {
         let now = ports.clock.now();
-        let state = execute(ports.log, deployment, "", &cause, |_| {
+        let advanced = execute(ports.log, deployment, "", &cause, |_| {
             DeploymentCommand::Advance { now }
         })
         .await?
-        .map_err(refused)?
-        .state;
+        .map_err(refused)?;
+        decided.note(&advanced.events);
+        let state = advanced.state;
         // Closing the bastion or purging lets the deployment go on: advance once more.
         let mut again = false;
         let mut waiting = Vec::new();
@@ -172,17 +254,23 @@ pub async fn orchestrate(
                     attempt,
                     not_before,
                 } => {
-                    waiting.push(WaitingAttempt {
-                        step,
-                        attempt,
-                        not_before,
-                    });
+                    if everything || decided.attempt(&step, attempt) {
+                        waiting.push(WaitingAttempt {
+                            step,
+                            attempt,
+                            not_before,
+                        });
+                    }
                 }
-                Action::WakeAt(at) => ports
-                    .work
-                    .wake_at(deployment, at, cause.causation_id)
-                    .await
-                    .map_err(work)?,
+                Action::WakeAt(at) => {
+                    if everything || decided.deadlines.contains(&at) {
+                        ports
+                            .work
+                            .wake_at(deployment, at, cause.causation_id)
+                            .await
+                            .map_err(work)?;
+                    }
+                }
                 Action::RevokeAccess(access) => {
                     again |= revoke(deployment, &state, &access, &cause, ports).await?;
                 }
@@ -205,6 +293,9 @@ pub async fn orchestrate(
                 .await
                 .map_err(work)?;
         }
+        // Queued once: a later pass of this loop must not queue them again.
+        decided = Decided::default();
+        everything = false;
         if !again {
             return Ok(state);
         }

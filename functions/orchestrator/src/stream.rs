@@ -1,16 +1,18 @@
 //! The orchestrator's trigger on AWS: a batch of the event table's stream records.
 //!
 //! Each record is one event as the DynamoDB log stores it (its new image: `stream`, `revision`,
-//! `id`, ...). Every deployment the batch touches is moved on once, caused by its last event in
-//! the batch. A deployment that could not be moved on is reported as a batch item failure at its
-//! first record in the batch, so the stream delivers it again from there; moving on is
-//! idempotent, so the records of it that were handled before change nothing the second time.
+//! `id`, `type`, and `data` and `metadata` as JSON text). Every deployment the batch touches is
+//! moved on once, caused by its last event in the batch, queuing what those events decided (or,
+//! if one cannot be read, every waiting attempt: queuing too much is safe, too little is not).
+//! A deployment that could not be moved on is reported as a batch item failure at its first
+//! record in the batch, so the stream delivers it again from there; moving on is idempotent, so
+//! the records of it that were handled before change nothing the second time.
 
 use aws_lambda_events::event::dynamodb::{Event, EventRecord};
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
-use overture_events::DeploymentId;
+use overture_events::{DeploymentId, Envelope};
 
-use crate::{orchestrate, OrchestratorPorts};
+use crate::{orchestrate, OrchestratorPorts, Since};
 
 /// One deployment touched by a batch.
 struct Touched<'a> {
@@ -19,6 +21,8 @@ struct Touched<'a> {
     first: &'a EventRecord,
     /// Its last event's id, the cause of moving it on.
     last_event: uuid::Uuid,
+    /// Its events in the batch, while every one of them could be read.
+    records: Option<Vec<Envelope>>,
 }
 
 /// The deployment and event id a record carries; `None` for an item that is not an event of a
@@ -31,6 +35,27 @@ fn event_of(record: &EventRecord) -> Option<(DeploymentId, uuid::Uuid)> {
     let deployment = DeploymentId::from_stream(text("stream")?).ok()?;
     let id = uuid::Uuid::try_parse(text("id")?).ok()?;
     Some((deployment, id))
+}
+
+/// The whole event a record carries, as the log stores it.
+fn envelope_of(record: &EventRecord) -> Option<Envelope> {
+    let image = &record.change.new_image;
+    let text = |name: &str| match image.get(name) {
+        Some(serde_dynamo::AttributeValue::S(text)) => Some(text.as_str()),
+        _ => None,
+    };
+    let revision = match image.get("revision") {
+        Some(serde_dynamo::AttributeValue::N(number)) => number.parse().ok()?,
+        _ => return None,
+    };
+    Some(Envelope {
+        stream: text("stream")?.to_owned(),
+        revision,
+        id: uuid::Uuid::try_parse(text("id")?).ok()?,
+        event_type: text("type")?.to_owned(),
+        data: serde_json::from_str(text("data")?).ok()?,
+        metadata: serde_json::from_str(text("metadata")?).ok()?,
+    })
 }
 
 /// Moves every deployment of the batch on; returns the records to deliver again.
@@ -47,12 +72,20 @@ pub async fn on_stream_records(
             );
             continue;
         };
+        let envelope = envelope_of(record);
         match touched.iter_mut().find(|t| t.deployment == deployment) {
-            Some(seen) => seen.last_event = id,
+            Some(seen) => {
+                seen.last_event = id;
+                seen.records = seen.records.take().zip(envelope).map(|(mut all, one)| {
+                    all.push(one);
+                    all
+                });
+            }
             None => touched.push(Touched {
                 deployment,
                 first: record,
                 last_event: id,
+                records: envelope.map(|one| vec![one]),
             }),
         }
     }
@@ -61,9 +94,11 @@ pub async fn on_stream_records(
         deployment,
         first,
         last_event,
+        records,
     } in touched
     {
-        if let Err(error) = orchestrate(deployment, last_event, ports).await {
+        let since = records.as_deref().map_or(Since::Unknown, Since::Records);
+        if let Err(error) = orchestrate(deployment, last_event, since, ports).await {
             tracing::warn!(%deployment, %error, "could not move the deployment on; the stream delivers it again");
             let mut failure = DynamoDbBatchItemFailure::default();
             failure.item_identifier = first.change.sequence_number.clone();

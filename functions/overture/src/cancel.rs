@@ -15,6 +15,7 @@ use std::time::Duration;
 use anyhow::Context;
 use overture_domain::{DeploymentError, DeploymentState};
 use overture_events::DeploymentId;
+use overture_orchestrator::Since;
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::engine::{Engine, EngineError, Unwatched};
@@ -116,7 +117,9 @@ pub async fn cancel(
                         .head_position()
                         .await
                         .context("reading the log")?;
-                    engine.orchestrate(id, uuid::Uuid::now_v7()).await?;
+                    engine
+                        .orchestrate(id, uuid::Uuid::now_v7(), Since::Unknown)
+                        .await?;
                     engine.drive(Some(id), 1, &mut Unwatched, from).await?;
                 }
             }

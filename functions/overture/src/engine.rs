@@ -14,7 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use overture_domain::deployment::Interruption;
 use overture_domain::{DeploymentCommand, DeploymentError, DeploymentState};
-use overture_events::{DeploymentId, LogEntry};
+use overture_events::{DeploymentId, Envelope, LogEntry};
 use overture_infra::clock::SystemClock;
 use overture_infra::keystore::LocalKeyStore;
 use overture_infra::logs::LogFiles;
@@ -26,7 +26,7 @@ use overture_infra::sqlite::{
     Database, EventLog, Job, JobQueue, Receipt, ReceivedJob, SqliteDeployments, SqliteReadModels,
 };
 use overture_kit::{execute, Cause, Clock, DeploymentLog};
-use overture_orchestrator::{orchestrate, OrchestratorPorts};
+use overture_orchestrator::{orchestrate, OrchestratorPorts, Since};
 use overture_runner::destroy::{DestroyOutcome, DestroyPorts, DestroyRefused, DestroyRequest};
 use overture_runner::{run_attempt, AttemptReport, KeepAlive, PortError, RunnerPorts};
 use overture_submit::{submit, Submission, SubmitError, SubmitPorts};
@@ -290,13 +290,14 @@ impl Engine {
         }
     }
 
-    /// Moves one deployment on.
+    /// Moves one deployment on; `since` says what happened to it (see [`Since`]).
     pub async fn orchestrate(
         &self,
         deployment: DeploymentId,
         cause: Uuid,
+        since: Since<'_>,
     ) -> Result<DeploymentState, EngineError> {
-        orchestrate(deployment, cause, &self.orchestrator_ports())
+        orchestrate(deployment, cause, since, &self.orchestrator_ports())
             .await
             .map_err(function_error)
     }
@@ -334,17 +335,22 @@ impl Engine {
                     .map_err(function_error)?;
                 let Some(last) = entries.last() else { break };
                 position = last.position;
-                let mut touched: Vec<(DeploymentId, Uuid)> = Vec::new();
+                // Each deployment's new records, so the orchestrator queues what they decided.
+                let mut touched: Vec<(DeploymentId, Uuid, Vec<Envelope>)> = Vec::new();
                 for entry in &entries {
-                    let Ok(id) = DeploymentId::from_stream(&entry.envelope.stream) else {
+                    let envelope = &entry.envelope;
+                    let Ok(id) = DeploymentId::from_stream(&envelope.stream) else {
                         continue;
                     };
                     if target.is_some_and(|t| t != id) {
                         continue;
                     }
-                    match touched.iter_mut().find(|(seen, _)| *seen == id) {
-                        Some(slot) => slot.1 = entry.envelope.id,
-                        None => touched.push((id, entry.envelope.id)),
+                    match touched.iter_mut().find(|(seen, ..)| *seen == id) {
+                        Some(slot) => {
+                            slot.1 = envelope.id;
+                            slot.2.push(envelope.clone());
+                        }
+                        None => touched.push((id, envelope.id, vec![envelope.clone()])),
                     }
                 }
                 for entry in &entries {
@@ -353,8 +359,9 @@ impl Engine {
                         watch.entry(entry);
                     }
                 }
-                for (id, cause) in touched {
-                    self.orchestrate(id, cause).await?;
+                for (id, cause, records) in touched {
+                    self.orchestrate(id, cause, Since::Records(&records))
+                        .await?;
                 }
             }
             self.project().await?;
@@ -420,6 +427,14 @@ impl Engine {
         let receipt = job.receipt;
         let key = job.key.clone();
         let cause = Uuid::now_v7();
+        // The queue's contract lets a job come before it is due (here: one `resume` released):
+        // it waits the rest out hidden, and is never handled early.
+        if job.due_at > self.clock.now() {
+            if let Err(error) = self.queue.extend(&receipt, job.due_at).await {
+                tracing::warn!(key, %error, "could not postpone a job that is not due");
+            }
+            return;
+        }
         let finished = match Job::from_body(job.body) {
             Err(error) => {
                 tracing::error!(key, %error, "dropping a job that cannot be read");
@@ -429,7 +444,11 @@ impl Engine {
                 deployment,
                 cause: timer_cause,
             }) => match self
-                .orchestrate(deployment, timer_cause.unwrap_or(cause))
+                .orchestrate(
+                    deployment,
+                    timer_cause.unwrap_or(cause),
+                    Since::Records(&[]),
+                )
                 .await
             {
                 Ok(_) => true,

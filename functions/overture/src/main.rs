@@ -53,6 +53,7 @@ use overture_domain::secret::{SecretString, SecretValues};
 use overture_domain::text::escaped;
 use overture_events::DeploymentId;
 use overture_infra::sqlite::ListFilter;
+use overture_orchestrator::Since;
 use overture_submit::{Submission, SubmitError};
 
 use crate::engine::{Engine, Unwatched};
@@ -545,7 +546,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             }
             eprintln!("resuming {} unfinished deployment(s); {released} job(s) were held by a stopped engine", unfinished.len());
             for id in &unfinished {
-                engine.orchestrate(*id, uuid::Uuid::now_v7()).await?;
+                engine
+                    .orchestrate(*id, uuid::Uuid::now_v7(), Since::Unknown)
+                    .await?;
             }
             engine
                 .drive(

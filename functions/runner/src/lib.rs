@@ -39,9 +39,10 @@ use overture_domain::{DeploymentCommand, DeploymentError, DeploymentState, StepS
 use overture_events::{CloudAccount, DeploymentId, ErrorClass, StepSpec, Timestamp};
 use overture_kit::payload::StorePayloads;
 use overture_kit::{execute, Cause, Clock, DeploymentLog, LogError};
-use serde::{Deserialize, Serialize};
 use step::{StepInput, Verdict};
 
+/// The job: run this attempt of this step (its body on the queue is in `overture_events`).
+pub use overture_events::job::RunAttempt;
 pub use sandbox::{OutputsFile, RunError, Unrunnable};
 
 /// The name the runner appends events under.
@@ -55,21 +56,6 @@ pub const OUTPUT_LIMIT: usize = 64 * 1024;
 pub const ENGINE_PROGRAM: &str = "/run/overture/bin/overture";
 /// How many of the last output lines a failure's message carries.
 const MESSAGE_LINES: usize = 20;
-
-/// The job: run this attempt of this step.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RunAttempt {
-    /// The deployment.
-    pub deployment: DeploymentId,
-    /// The step.
-    pub step: String,
-    /// The 1-based attempt.
-    pub attempt: u32,
-    /// The event that led to the attempt's scheduling: the causation of the runner's events.
-    /// Jobs queued before it was carried have none.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cause: Option<uuid::Uuid>,
-}
 
 /// One command to run in a fresh sandbox.
 pub struct SandboxJob {

@@ -11,9 +11,12 @@
 //! - [`s3`]: the payload store on an S3 bucket ([`s3::S3Payloads`]): a blueprint's files by
 //!   content hash, keeping the same contract as the data directory's
 //!   (`overture_kit::payload_contract`).
+//! - [`sqs`]: step jobs and timers on an SQS standard queue ([`sqs::SqsQueue`]), keeping the
+//!   same queue contract as the SQLite queue (`overture_kit::queue`).
 
 pub mod config;
 pub mod custody;
 pub mod dynamodb;
 pub mod s3;
 pub mod seals;
+pub mod sqs;

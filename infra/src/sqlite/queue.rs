@@ -4,11 +4,18 @@
 //! (extended by heartbeats), and comes back if its worker neither acks nor extends in time.
 //! Every call is handed the time instead of reading a clock, so tests drive time directly.
 //!
+//! Beside its own calls (handed the time, for the engine and its tests), it implements the
+//! queue port `overture_kit::queue` on the system clock, and keeps that port's contract with
+//! more to spare: it de-duplicates by key, and it holds a job back as long as asked.
+//!
 //! Instants are stored as unix milliseconds. Instants before which a job must not be received
 //! are rounded up and `now` is rounded down, so rounding can delay a job by under a millisecond
 //! but never hand it out early.
 
 use overture_events::{DeploymentId, Timestamp};
+use overture_kit::queue::{
+    Delivery, Job, QueueError as PortError, Receipt as PortReceipt, ReceiveJobs, SendJobs,
+};
 use rusqlite::{params, OptionalExtension, TransactionBehavior};
 
 use super::{Database, DbError};
@@ -35,6 +42,8 @@ pub struct ReceivedJob {
     pub deployment: DeploymentId,
     /// The job's body.
     pub body: serde_json::Value,
+    /// When the job was due.
+    pub due_at: Timestamp,
     /// How many times the job has been received, this time included.
     pub receive_count: u32,
     /// Proof of this receipt, for [`JobQueue::ack`] and [`JobQueue::extend`].
@@ -142,7 +151,7 @@ impl JobQueue {
                              ORDER BY due_at, id
                              LIMIT 1
                          )
-                         RETURNING id, key, deployment, body, receive_count",
+                         RETURNING id, key, deployment, body, receive_count, due_at",
                     )?
                     .query_row(
                         params![now_ms, visible_at, only.map(|id| id.to_string())],
@@ -153,13 +162,14 @@ impl JobQueue {
                                 row.get::<_, String>(2)?,
                                 row.get::<_, String>(3)?,
                                 row.get::<_, u32>(4)?,
+                                row.get::<_, i64>(5)?,
                             ))
                         },
                     )
                     .optional()
             })
             .await?;
-        let Some((job, key, deployment, body, receive_count)) = received else {
+        let Some((job, key, deployment, body, receive_count, due_at)) = received else {
             return Ok(None);
         };
         let corrupt = |reason: String| QueueError::Corrupt {
@@ -171,10 +181,13 @@ impl JobQueue {
             .map_err(|error| corrupt(format!("bad deployment: {error}")))?;
         let body = serde_json::from_str(&body)
             .map_err(|error| corrupt(format!("body is not JSON: {error}")))?;
+        let due_at = Timestamp::from_timestamp_millis(due_at)
+            .ok_or_else(|| corrupt(format!("due at {due_at} ms, not a representable instant")))?;
         Ok(Some(ReceivedJob {
             key,
             deployment,
             body,
+            due_at,
             receive_count,
             receipt: Receipt { job, receive_count },
         }))
@@ -266,6 +279,127 @@ impl JobQueue {
             })
             .await?;
         Ok(count)
+    }
+}
+
+/// How often a receive that waits looks again: a job sent by another process is seen only by
+/// looking.
+const LONG_POLL_STEP: std::time::Duration = std::time::Duration::from_millis(50);
+
+#[async_trait::async_trait]
+impl SendJobs for JobQueue {
+    fn max_delay(&self) -> Option<std::time::Duration> {
+        None
+    }
+
+    async fn send(&self, jobs: Vec<Job>) -> Result<(), PortError> {
+        let jobs = jobs
+            .into_iter()
+            .map(|job| NewJob {
+                key: job.key,
+                deployment: job.deployment,
+                body: job.body,
+                due_at: job.due_at,
+            })
+            .collect();
+        self.enqueue_all(jobs).await.map_err(port_error)?;
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl ReceiveJobs for JobQueue {
+    async fn receive(
+        &self,
+        visibility: std::time::Duration,
+        wait: std::time::Duration,
+    ) -> Result<Option<Delivery>, PortError> {
+        let deadline = std::time::Instant::now() + wait;
+        loop {
+            if let Some(job) = JobQueue::receive(self, now(), visibility, None)
+                .await
+                .map_err(port_error)?
+            {
+                return Ok(Some(Delivery {
+                    job: Job {
+                        key: job.key,
+                        deployment: job.deployment,
+                        body: job.body,
+                        due_at: job.due_at,
+                    },
+                    receive_count: job.receive_count,
+                    receipt: PortReceipt::new(format!(
+                        "{}:{}",
+                        job.receipt.job, job.receipt.receive_count
+                    )),
+                }));
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            let next = self.next_wake(None).await.map_err(port_error)?;
+            let until_next = next
+                .and_then(|at| (at - now()).to_std().ok())
+                .unwrap_or(LONG_POLL_STEP);
+            tokio::time::sleep(left.min(until_next).min(LONG_POLL_STEP)).await;
+        }
+    }
+
+    async fn extend(
+        &self,
+        receipt: &PortReceipt,
+        visibility: std::time::Duration,
+    ) -> Result<(), PortError> {
+        let until = chrono::TimeDelta::from_std(visibility)
+            .ok()
+            .and_then(|visibility| now().checked_add_signed(visibility))
+            .unwrap_or(Timestamp::MAX_UTC);
+        JobQueue::extend(self, &own_receipt(receipt)?, until)
+            .await
+            .map_err(port_error)
+    }
+
+    async fn ack(&self, receipt: &PortReceipt) -> Result<(), PortError> {
+        JobQueue::ack(self, &own_receipt(receipt)?)
+            .await
+            .map_err(port_error)
+    }
+
+    /// This queue holds a job back as long as asked, so nothing comes early but a job released
+    /// by `overture resume`: it is hidden until due, which spends no new row.
+    async fn requeue(&self, delivery: &Delivery) -> Result<(), PortError> {
+        JobQueue::extend(self, &own_receipt(&delivery.receipt)?, delivery.job.due_at)
+            .await
+            .map_err(port_error)
+    }
+}
+
+fn now() -> Timestamp {
+    chrono::Utc::now()
+}
+
+/// A receipt of the port back as this queue's own.
+fn own_receipt(receipt: &PortReceipt) -> Result<Receipt, PortError> {
+    let parsed = receipt.handle().split_once(':').and_then(|(job, count)| {
+        Some(Receipt {
+            job: job.parse().ok()?,
+            receive_count: count.parse().ok()?,
+        })
+    });
+    parsed.ok_or_else(|| PortError::Refused(Box::new(NotOurReceipt)))
+}
+
+/// A receipt handed back was not made by this queue.
+#[derive(Debug, thiserror::Error)]
+#[error("the receipt was not made by the SQLite queue")]
+struct NotOurReceipt;
+
+fn port_error(error: QueueError) -> PortError {
+    match error {
+        QueueError::StaleReceipt => PortError::StaleReceipt,
+        QueueError::Corrupt { .. } => PortError::Refused(Box::new(error)),
+        QueueError::Database(_) => PortError::Unavailable(Box::new(error)),
     }
 }
 
