@@ -56,6 +56,18 @@ pub enum ViewError {
         /// The revision the view was loaded at.
         loaded_at: Option<u64>,
     },
+    /// The view is larger than the store keeps in one item; trying again will not help.
+    #[error(
+        "deployment {deployment}'s view takes {bytes} bytes, more than the store keeps ({limit})"
+    )]
+    TooLarge {
+        /// The deployment.
+        deployment: DeploymentId,
+        /// The view's size, encoded.
+        bytes: usize,
+        /// The store's limit.
+        limit: usize,
+    },
     /// A stored view is not one this build can read; trying again will not help.
     #[error("a stored read model is not readable: {0}")]
     Corrupt(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -67,7 +79,7 @@ pub enum ViewError {
 impl ViewError {
     /// Whether trying the same call again later may succeed.
     pub const fn is_retryable(&self) -> bool {
-        !matches!(self, ViewError::Corrupt(_))
+        !matches!(self, ViewError::Corrupt(_) | ViewError::TooLarge { .. })
     }
 }
 
