@@ -122,7 +122,7 @@ impl DynamoReadModels {
             .iter()
             .map(|item| self.deployment_view(item))
             .collect::<Result<Vec<_>, _>>()?;
-        views.sort_by(|a, b| (b.started_at, b.id).cmp(&(a.started_at, a.id)));
+        views.sort_by_key(|view| std::cmp::Reverse((view.started_at, view.id)));
         Ok(views)
     }
 
