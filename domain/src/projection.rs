@@ -223,6 +223,14 @@ pub enum ProjectionError {
     /// The stream is not a deployment stream.
     #[error(transparent)]
     Stream(#[from] overture_events::ParseIdError),
+    /// A record of another deployment's stream was given with this deployment's view.
+    #[error("a record of stream `{found}` cannot be folded into the view of deployment {view}")]
+    OtherStream {
+        /// The view's deployment.
+        view: DeploymentId,
+        /// The record's stream.
+        found: String,
+    },
 }
 
 /// What records of one deployment's stream change in its tenant's summary: counters to add (a
@@ -329,6 +337,12 @@ fn fold_record(projected: &mut Projected, envelope: &Envelope) -> Result<bool, P
     let id = DeploymentId::from_stream(&envelope.stream)?;
     let event = DeploymentEvent::from_parts(&envelope.event_type, envelope.data.clone())?;
     let at = envelope.metadata.recorded_at;
+    if let Some(view) = projected.view.as_ref().filter(|v| v.id != id) {
+        return Err(ProjectionError::OtherStream {
+            view: view.id,
+            found: envelope.stream.clone(),
+        });
+    }
     let Some(view) = projected.view.as_mut() else {
         let DeploymentEvent::DeploymentRequested {
             tenant, blueprint, ..

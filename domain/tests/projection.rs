@@ -290,3 +290,24 @@ fn a_stream_folds_only_the_record_it_needs_next_and_says_what_the_tenant_gains()
     assert_eq!((again.applied, again.delta.is_empty()), (0, true));
     assert_eq!(again.view, rest.view);
 }
+
+#[test]
+fn a_record_of_another_stream_is_not_folded_into_a_view() {
+    use overture_domain::projection::{project, ProjectionError};
+    let one = history(
+        DeploymentId::from_uuid(Uuid::now_v7()),
+        "acme",
+        E::DeploymentSucceeded {},
+    );
+    let other = history(
+        DeploymentId::from_uuid(Uuid::now_v7()),
+        "acme",
+        E::DeploymentSucceeded {},
+    );
+    let view = project(None, &one[..1]).expect("folds").view;
+    let refused = project(view, &other[1..2]);
+    assert!(
+        matches!(refused, Err(ProjectionError::OtherStream { .. })),
+        "{refused:?}"
+    );
+}
