@@ -309,13 +309,25 @@ pub fn project(
     view: Option<DeploymentView>,
     records: &[Envelope],
 ) -> Result<Projected, ProjectionError> {
-    let mut projected = Projected {
-        next: view.as_ref().map_or(0, |v| v.revision + 1),
-        view,
-        delta: TenantDelta::default(),
-        applied: 0,
-        gap: false,
-    };
+    let mut projected = Projected::from_view(view);
+    fold_records(&mut projected, records)?;
+    Ok(projected)
+}
+
+impl Projected {
+    fn from_view(view: Option<DeploymentView>) -> Self {
+        Self {
+            next: view.as_ref().map_or(0, |v| v.revision + 1),
+            view,
+            delta: TenantDelta::default(),
+            applied: 0,
+            gap: false,
+        }
+    }
+}
+
+/// Folds `records` in as [`project`] says; on an error, what was folded before it stays.
+fn fold_records(projected: &mut Projected, records: &[Envelope]) -> Result<(), ProjectionError> {
     for record in records {
         if record.revision < projected.next {
             continue;
@@ -324,11 +336,11 @@ pub fn project(
             projected.gap = true;
             break;
         }
-        if !fold_record(&mut projected, record)? {
+        if !fold_record(projected, record)? {
             break;
         }
     }
-    Ok(projected)
+    Ok(())
 }
 
 /// Folds the record the view needs next; false when it cannot start a view (an event before a
@@ -413,18 +425,18 @@ impl ReadModels {
     /// or before a deployment's `DeploymentRequested`, change nothing.
     pub fn apply(&mut self, envelope: &Envelope) -> Result<(), ProjectionError> {
         let id = DeploymentId::from_stream(&envelope.stream)?;
-        let view = self.deployments.get(&id).cloned();
-        let projected = project(view, std::slice::from_ref(envelope))?;
-        let Some(view) = projected.view else {
-            return Ok(());
-        };
-        if !projected.delta.is_empty() {
-            let summary = self.tenants.remove(&view.tenant);
-            let summary = projected.delta.apply_to(summary, &view.tenant);
-            self.tenants.insert(view.tenant.clone(), summary);
+        // Taken out and put back rather than cloned: a rebuild folds millions of records.
+        let mut projected = Projected::from_view(self.deployments.remove(&id));
+        let folded = fold_records(&mut projected, std::slice::from_ref(envelope));
+        if let Some(view) = projected.view {
+            if !projected.delta.is_empty() {
+                let summary = self.tenants.remove(&view.tenant);
+                let summary = projected.delta.apply_to(summary, &view.tenant);
+                self.tenants.insert(view.tenant.clone(), summary);
+            }
+            self.deployments.insert(id, view);
         }
-        self.deployments.insert(id, view);
-        Ok(())
+        folded
     }
 }
 

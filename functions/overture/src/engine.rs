@@ -3,9 +3,9 @@
 //! The log feeds the functions in-process: after anything is appended, [`Engine::drive`] reads
 //! the new entries, has the orchestrator move each touched deployment on and the projector fold
 //! each touched deployment's entries into its view ([`Engine::project`]), then hands due jobs
-//! from the durable queue to the runner (at most `parallelism` at a time). Waits are never sleeps that hold state: a retry's wait is a job's
-//! due time and a grace period's deadline is a timer job, both in the SQLite file, so a
-//! restarted process picks them up.
+//! from the durable queue to the runner (at most `parallelism` at a time). Waits are never
+//! sleeps that hold state: a retry's wait is a job's due time and a grace period's deadline is a
+//! timer job, both in the SQLite file, so a restarted process picks them up.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

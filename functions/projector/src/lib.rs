@@ -9,11 +9,11 @@
 //! ([`DeploymentViews`]). A projector that lost the race to another reloads and folds again.
 //! The contract every [`DeploymentViews`] store keeps is in [`contract`] (feature `contract`).
 //!
-//! [`catch_up`] and [`rebuild`] fold the log's global order in batches, with a checkpoint: a
-//! rebuild of every view at once, on a store that has that order (SQLite). [`catch_up`] reads the global order of the log from the read models' checkpoint, in batches;
-//! for each batch it loads the views the batch touches, folds the events in
-//! ([`ReadModels::apply`], idempotent on stream and revision), and stores the views together
-//! with the new checkpoint in one write. [`check`] folds the whole log afresh and compares.
+//! [`rebuild`] and [`catch_up`] fold the log's global order at once, on a store that has one
+//! (SQLite): `overture replay`. [`catch_up`] reads it from the read models' checkpoint, in
+//! batches; for each batch it loads the views the batch touches, folds the events in
+//! ([`ReadModels::apply`], the same pure fold), and stores the views together with the new
+//! checkpoint in one write. [`check`] folds the whole log afresh and compares.
 
 use std::collections::BTreeSet;
 
