@@ -111,7 +111,9 @@ fn corrupt(error: impl std::error::Error + Send + Sync + 'static) -> ViewError {
 }
 
 impl SqliteReadModels {
-    /// The log position up to which the embedded engine has handed entries to the projector.
+    /// The log position up to which the embedded engine has handed entries to the projector:
+    /// the checkpoint a rebuild sets too ([`ReadModelStore::save`]), so after `overture replay`
+    /// the feed goes on from the end of the log.
     pub async fn feed_position(&self) -> Result<u64, StoreError> {
         self.checkpoint().await
     }
