@@ -1,7 +1,9 @@
 //! Read models as pure folds over the log: each deployment's status and each tenant's summary.
 //!
-//! [`ReadModels::apply`] is idempotent on (stream, revision): an envelope a view has already seen
-//! changes nothing, so a projector may be fed the same events twice after a crash.
+//! [`project`] folds records of one deployment's stream into its view and returns, with the
+//! view, the change to its tenant's summary ([`TenantDelta`]). It applies a record only when its
+//! revision is the view's revision + 1, so a replayed record changes nothing and a record after a
+//! missing one waits. [`ReadModels`] folds many streams in memory with it (a rebuild, a check).
 
 use std::collections::BTreeMap;
 
@@ -198,7 +200,8 @@ pub struct TenantView {
 }
 
 impl TenantView {
-    fn new(tenant: &str) -> Self {
+    /// A summary of no deployments yet.
+    pub fn new(tenant: &str) -> Self {
         Self {
             tenant: tenant.to_owned(),
             running: 0,
@@ -207,15 +210,6 @@ impl TenantView {
             cancelled: 0,
             total: 0,
             last_deployment_at: None,
-        }
-    }
-
-    fn counter(&mut self, status: DeploymentStatus) -> &mut u64 {
-        match status {
-            DeploymentStatus::Running => &mut self.running,
-            DeploymentStatus::Succeeded => &mut self.succeeded,
-            DeploymentStatus::Failed => &mut self.failed,
-            DeploymentStatus::Cancelled => &mut self.cancelled,
         }
     }
 }
@@ -229,9 +223,195 @@ pub enum ProjectionError {
     /// The stream is not a deployment stream.
     #[error(transparent)]
     Stream(#[from] overture_events::ParseIdError),
+    /// A record of another deployment's stream was given with this deployment's view.
+    #[error("a record of stream `{found}` cannot be folded into the view of deployment {view}")]
+    OtherStream {
+        /// The view's deployment.
+        view: DeploymentId,
+        /// The record's stream.
+        found: String,
+    },
 }
 
-/// The views a batch of events touches; the projector loads them, folds, and stores them back.
+/// What records of one deployment's stream change in its tenant's summary: counters to add (a
+/// status change is one counter -1 and another +1) and, for a new deployment, when it was
+/// requested. Stores apply it as atomic increments, so projectors of different deployments of
+/// one tenant never overwrite each other's counts.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TenantDelta {
+    /// Change in deployments running.
+    pub running: i64,
+    /// Change in deployments that succeeded.
+    pub succeeded: i64,
+    /// Change in deployments that failed.
+    pub failed: i64,
+    /// Change in deployments that were cancelled.
+    pub cancelled: i64,
+    /// Change in deployments in all.
+    pub total: i64,
+    /// When a deployment these records start was requested; the summary keeps the newest.
+    pub requested_at: Option<Timestamp>,
+}
+
+impl TenantDelta {
+    /// Whether it changes nothing.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
+    fn counter(&mut self, status: DeploymentStatus) -> &mut i64 {
+        match status {
+            DeploymentStatus::Running => &mut self.running,
+            DeploymentStatus::Succeeded => &mut self.succeeded,
+            DeploymentStatus::Failed => &mut self.failed,
+            DeploymentStatus::Cancelled => &mut self.cancelled,
+        }
+    }
+
+    /// The summary after this change (a new summary for a tenant that had none).
+    pub fn apply_to(&self, summary: Option<TenantView>, tenant: &str) -> TenantView {
+        let mut summary = summary.unwrap_or_else(|| TenantView::new(tenant));
+        // Counters never go below zero, even on a store that lost a record it had counted.
+        let add = |count: u64, change: i64| count.saturating_add_signed(change);
+        summary.running = add(summary.running, self.running);
+        summary.succeeded = add(summary.succeeded, self.succeeded);
+        summary.failed = add(summary.failed, self.failed);
+        summary.cancelled = add(summary.cancelled, self.cancelled);
+        summary.total = add(summary.total, self.total);
+        if let Some(at) = self.requested_at {
+            summary.last_deployment_at =
+                Some(summary.last_deployment_at.map_or(at, |last| last.max(at)));
+        }
+        summary
+    }
+}
+
+/// One deployment's view after folding records of its stream in ([`project`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Projected {
+    /// The view; `None` while no `DeploymentRequested` has been folded in.
+    pub view: Option<DeploymentView>,
+    /// What the folded records change in the tenant's summary.
+    pub delta: TenantDelta,
+    /// How many records were folded in.
+    pub applied: usize,
+    /// The revision the view needs next.
+    pub next: u64,
+    /// Whether a record was held back because one before it is missing.
+    pub gap: bool,
+}
+
+/// Folds records of one deployment's stream into its view: only a record whose revision is
+/// exactly the view's revision + 1 (0 for a deployment without a view) is applied. Records
+/// already folded in change nothing; a record after a missing one, and every record after it,
+/// waits (`gap`), so nothing is ever skipped. `records` must be in revision order.
+pub fn project(
+    view: Option<DeploymentView>,
+    records: &[Envelope],
+) -> Result<Projected, ProjectionError> {
+    let mut projected = Projected::from_view(view);
+    fold_records(&mut projected, records)?;
+    Ok(projected)
+}
+
+impl Projected {
+    fn from_view(view: Option<DeploymentView>) -> Self {
+        Self {
+            next: view.as_ref().map_or(0, |v| v.revision + 1),
+            view,
+            delta: TenantDelta::default(),
+            applied: 0,
+            gap: false,
+        }
+    }
+}
+
+/// Folds `records` in as [`project`] says; on an error, what was folded before it stays.
+fn fold_records(projected: &mut Projected, records: &[Envelope]) -> Result<(), ProjectionError> {
+    for record in records {
+        if record.revision < projected.next {
+            continue;
+        }
+        if record.revision > projected.next {
+            projected.gap = true;
+            break;
+        }
+        if !fold_record(projected, record)? {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Folds the record the view needs next; false when it cannot start a view (an event before a
+/// deployment's `DeploymentRequested`, which no stream holds).
+fn fold_record(projected: &mut Projected, envelope: &Envelope) -> Result<bool, ProjectionError> {
+    let id = DeploymentId::from_stream(&envelope.stream)?;
+    let event = DeploymentEvent::from_parts(&envelope.event_type, envelope.data.clone())?;
+    let at = envelope.metadata.recorded_at;
+    if let Some(view) = projected.view.as_ref().filter(|v| v.id != id) {
+        return Err(ProjectionError::OtherStream {
+            view: view.id,
+            found: envelope.stream.clone(),
+        });
+    }
+    let Some(view) = projected.view.as_mut() else {
+        let DeploymentEvent::DeploymentRequested {
+            tenant, blueprint, ..
+        } = &event
+        else {
+            return Ok(false);
+        };
+        let steps = blueprint
+            .steps
+            .iter()
+            .map(|s| {
+                let view = StepView {
+                    status: StepStatus::Pending,
+                    attempts: 0,
+                    started_at: None,
+                    finished_at: None,
+                    error_class: None,
+                    outputs: BTreeMap::new(),
+                };
+                (s.name.clone(), view)
+            })
+            .collect();
+        projected.view = Some(DeploymentView {
+            id,
+            tenant: tenant.clone(),
+            blueprint: blueprint.name.clone(),
+            status: DeploymentStatus::Running,
+            steps,
+            started_at: at,
+            finished_at: None,
+            reason: None,
+            destroy: None,
+            grants: Vec::new(),
+            revision: envelope.revision,
+        });
+        projected.delta.total += 1;
+        projected.delta.running += 1;
+        projected.delta.requested_at = Some(at);
+        projected.applied += 1;
+        projected.next = envelope.revision + 1;
+        return Ok(true);
+    };
+    view.revision = envelope.revision;
+    let before = view.status;
+    fold(view, event, at);
+    if view.status != before {
+        *projected.delta.counter(before) -= 1;
+        *projected.delta.counter(view.status) += 1;
+    }
+    projected.applied += 1;
+    projected.next = envelope.revision + 1;
+    Ok(true)
+}
+
+/// Many deployments' and tenants' views, folded in memory: what a rebuild folds the whole log
+/// into, batch by batch, and what `replay --check` compares the stored views with. It folds
+/// with [`project`], as the projector does stream by stream, so both agree.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ReadModels {
     /// Deployment views by id.
@@ -241,80 +421,22 @@ pub struct ReadModels {
 }
 
 impl ReadModels {
-    /// Folds one envelope in. Envelopes a view has already seen, and the events before a
-    /// deployment's `DeploymentRequested`, change nothing.
+    /// Folds one envelope in. Envelopes a view has already seen, and those after a missing one
+    /// or before a deployment's `DeploymentRequested`, change nothing.
     pub fn apply(&mut self, envelope: &Envelope) -> Result<(), ProjectionError> {
         let id = DeploymentId::from_stream(&envelope.stream)?;
-        let event = DeploymentEvent::from_parts(&envelope.event_type, envelope.data.clone())?;
-        let at = envelope.metadata.recorded_at;
-
-        if let DeploymentEvent::DeploymentRequested {
-            tenant, blueprint, ..
-        } = &event
-        {
-            if self.deployments.contains_key(&id) {
-                return Ok(());
+        // Taken out and put back rather than cloned: a rebuild folds millions of records.
+        let mut projected = Projected::from_view(self.deployments.remove(&id));
+        let folded = fold_records(&mut projected, std::slice::from_ref(envelope));
+        if let Some(view) = projected.view {
+            if !projected.delta.is_empty() {
+                let summary = self.tenants.remove(&view.tenant);
+                let summary = projected.delta.apply_to(summary, &view.tenant);
+                self.tenants.insert(view.tenant.clone(), summary);
             }
-            let steps = blueprint
-                .steps
-                .iter()
-                .map(|s| {
-                    let view = StepView {
-                        status: StepStatus::Pending,
-                        attempts: 0,
-                        started_at: None,
-                        finished_at: None,
-                        error_class: None,
-                        outputs: BTreeMap::new(),
-                    };
-                    (s.name.clone(), view)
-                })
-                .collect();
-            self.deployments.insert(
-                id,
-                DeploymentView {
-                    id,
-                    tenant: tenant.clone(),
-                    blueprint: blueprint.name.clone(),
-                    status: DeploymentStatus::Running,
-                    steps,
-                    started_at: at,
-                    finished_at: None,
-                    reason: None,
-                    destroy: None,
-                    grants: Vec::new(),
-                    revision: envelope.revision,
-                },
-            );
-            let summary = self
-                .tenants
-                .entry(tenant.clone())
-                .or_insert_with(|| TenantView::new(tenant));
-            summary.total += 1;
-            summary.running += 1;
-            summary.last_deployment_at =
-                Some(summary.last_deployment_at.map_or(at, |last| last.max(at)));
-            return Ok(());
+            self.deployments.insert(id, view);
         }
-
-        let Some(view) = self.deployments.get_mut(&id) else {
-            return Ok(());
-        };
-        if envelope.revision <= view.revision {
-            return Ok(());
-        }
-        view.revision = envelope.revision;
-        let before = view.status;
-        fold(view, event, at);
-        if view.status != before {
-            let summary = self
-                .tenants
-                .entry(view.tenant.clone())
-                .or_insert_with(|| TenantView::new(&view.tenant));
-            *summary.counter(before) = summary.counter(before).saturating_sub(1);
-            *summary.counter(view.status) += 1;
-        }
-        Ok(())
+        folded
     }
 }
 

@@ -252,3 +252,62 @@ fn the_grants_ledger_opens_and_closes_each_grant_with_its_pair_of_events() {
     assert_eq!(rule.reference, "rule-1");
     assert_eq!((rule.opened_at, rule.closed_at), (at(2), Some(at(3))));
 }
+
+#[test]
+fn a_stream_folds_only_the_record_it_needs_next_and_says_what_the_tenant_gains() {
+    use overture_domain::projection::{project, TenantDelta};
+    let id = DeploymentId::from_uuid(Uuid::now_v7());
+    let records = history(id, "acme", E::DeploymentSucceeded {});
+    let last = records.len() as u64 - 1;
+
+    // Revision 3 before 1 and 2: the view starts at 0 and waits for 1.
+    let first = project(None, &[records[0].clone(), records[3].clone()]).expect("folds");
+    assert!(first.gap);
+    assert_eq!((first.applied, first.next), (1, 1));
+    assert_eq!(
+        first.delta,
+        TenantDelta {
+            running: 1,
+            total: 1,
+            requested_at: Some(at(0)),
+            ..TenantDelta::default()
+        }
+    );
+
+    // The rest, with everything already folded delivered again: the replay changes nothing.
+    let rest = project(first.view.clone(), &records).expect("folds");
+    assert!(!rest.gap);
+    assert_eq!(rest.next, last + 1);
+    assert_eq!(
+        rest.delta,
+        TenantDelta {
+            running: -1,
+            succeeded: 1,
+            ..TenantDelta::default()
+        }
+    );
+    let again = project(rest.view.clone(), &records).expect("folds");
+    assert_eq!((again.applied, again.delta.is_empty()), (0, true));
+    assert_eq!(again.view, rest.view);
+}
+
+#[test]
+fn a_record_of_another_stream_is_not_folded_into_a_view() {
+    use overture_domain::projection::{project, ProjectionError};
+    let one = history(
+        DeploymentId::from_uuid(Uuid::now_v7()),
+        "acme",
+        E::DeploymentSucceeded {},
+    );
+    let other = history(
+        DeploymentId::from_uuid(Uuid::now_v7()),
+        "acme",
+        E::DeploymentSucceeded {},
+    );
+    let view = project(None, &one[..1]).expect("folds").view;
+    let refused = project(view, &other[1..2]);
+    assert!(
+        matches!(refused, Err(ProjectionError::OtherStream { .. })),
+        "{refused:?}"
+    );
+}

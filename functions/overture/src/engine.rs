@@ -2,11 +2,12 @@
 //!
 //! The log feeds the functions in-process: after anything is appended, [`Engine::drive`] reads
 //! the new entries, has the orchestrator move each touched deployment on and the projector fold
-//! them into the read models, then hands due jobs from the durable queue to the runner (at most
-//! `parallelism` at a time). Waits are never sleeps that hold state: a retry's wait is a job's
-//! due time and a grace period's deadline is a timer job, both in the SQLite file, so a
-//! restarted process picks them up.
+//! each touched deployment's entries into its view ([`Engine::project`]), then hands due jobs
+//! from the durable queue to the runner (at most `parallelism` at a time). Waits are never
+//! sleeps that hold state: a retry's wait is a job's due time and a grace period's deadline is a
+//! timer job, both in the SQLite file, so a restarted process picks them up.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -140,11 +141,50 @@ impl Engine {
         .await
     }
 
-    /// Folds new log entries into the read models.
+    /// Folds new log entries into the read models, stream by stream, as DynamoDB Streams feed
+    /// the projector on AWS: each touched deployment's new entries go to
+    /// [`overture_projector::project_stream`], which applies only the revisions its view needs
+    /// next. The feed position only says where to read from: processes that feed the same
+    /// entries twice, or race, change nothing. Returns how many records the views gained.
     pub async fn project(&self) -> Result<u64, EngineError> {
-        overture_projector::catch_up(&self.log, &self.read_models, overture_projector::BATCH)
+        let mut position = self
+            .read_models
+            .feed_position()
             .await
-            .map_err(function_error)
+            .map_err(function_error)?;
+        let mut gained = 0;
+        loop {
+            let entries = self
+                .log
+                .read_all(position, FEED_BATCH)
+                .await
+                .map_err(function_error)?;
+            let Some(last) = entries.last().map(|e| e.position) else {
+                return Ok(gained);
+            };
+            let mut streams: BTreeMap<DeploymentId, Vec<Envelope>> = BTreeMap::new();
+            for entry in entries {
+                if let Ok(id) = DeploymentId::from_stream(&entry.envelope.stream) {
+                    streams.entry(id).or_default().push(entry.envelope);
+                }
+            }
+            for (id, records) in streams {
+                let applied = overture_projector::project_stream(
+                    id,
+                    &records,
+                    &self.deployments,
+                    &self.read_models,
+                )
+                .await
+                .map_err(function_error)?;
+                gained += applied as u64;
+            }
+            self.read_models
+                .advance_feed_position(last)
+                .await
+                .map_err(function_error)?;
+            position = last;
+        }
     }
 
     /// A deployment's current state, folded from the log.

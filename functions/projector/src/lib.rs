@@ -1,15 +1,198 @@
 //! The projector function: fold new events of the log into the read models.
 //!
-//! [`catch_up`] reads the global order of the log from the read models' checkpoint, in batches;
-//! for each batch it loads the views the batch touches, folds the events in
-//! ([`ReadModels::apply`], idempotent on stream and revision), and stores the views together
-//! with the new checkpoint in one write. [`check`] folds the whole log afresh and compares.
+//! [`project_stream`] is the projector proper, as DynamoDB Streams (or the embedded engine's
+//! feed) drive it: one deployment's new records at a time, in revision order, possibly replayed,
+//! possibly after a gap. It loads that deployment's view, folds in only the revisions it needs
+//! next ([`overture_domain::projection::project`]), reads any missing ones from the log
+//! ([`ReadStream`]) so nothing is skipped, and saves the view conditional on the revision it was
+//! loaded at, with the tenant summary's change as atomic deltas, in one write
+//! ([`DeploymentViews`]). A projector that lost the race to another reloads and folds again.
+//! The contract every [`DeploymentViews`] store keeps is in [`contract`] (feature `contract`).
+//!
+//! [`rebuild`] and [`catch_up`] fold the log's global order at once, on a store that has one
+//! (SQLite): `overture replay`. [`catch_up`] reads it from the read models' checkpoint, in
+//! batches; for each batch it loads the views the batch touches, folds the events in
+//! ([`ReadModels::apply`], the same pure fold), and stores the views together with the new
+//! checkpoint in one write. [`check`] folds the whole log afresh and compares.
 
 use std::collections::BTreeSet;
 
 use async_trait::async_trait;
-use overture_domain::projection::{ProjectionError, ReadModels};
-use overture_events::{DeploymentId, LogEntry};
+use overture_domain::projection::{
+    project, DeploymentView, ProjectionError, ReadModels, TenantDelta, TenantView,
+};
+use overture_events::{DeploymentId, Envelope, LogEntry};
+use overture_kit::{LogError, ReadStream};
+
+#[cfg(feature = "contract")]
+pub mod contract;
+
+/// Where each deployment's view and each tenant's summary are kept, written one deployment at a
+/// time.
+#[async_trait]
+pub trait DeploymentViews: Send + Sync {
+    /// The deployment's view, if one is stored.
+    async fn view(&self, deployment: DeploymentId) -> Result<Option<DeploymentView>, ViewError>;
+    /// Stores `view` if the stored view is still at `loaded_at` (`None`: no view stored), and
+    /// adds `delta` to its tenant's summary, all or nothing.
+    async fn save(
+        &self,
+        view: &DeploymentView,
+        loaded_at: Option<u64>,
+        delta: &TenantDelta,
+    ) -> Result<(), ViewError>;
+    /// The tenant's summary, if it has one.
+    async fn tenant(&self, tenant: &str) -> Result<Option<TenantView>, ViewError>;
+}
+
+/// Why a view could not be loaded or saved.
+#[derive(Debug, thiserror::Error)]
+pub enum ViewError {
+    /// Another projector saved the view first; load it again and fold again.
+    #[error("deployment {deployment}'s view is no longer at revision {loaded_at:?}: another projector saved it")]
+    Conflict {
+        /// The deployment.
+        deployment: DeploymentId,
+        /// The revision the view was loaded at.
+        loaded_at: Option<u64>,
+    },
+    /// The view is larger than the store keeps in one item; trying again will not help.
+    #[error(
+        "deployment {deployment}'s view takes {bytes} bytes, more than the store keeps ({limit})"
+    )]
+    TooLarge {
+        /// The deployment.
+        deployment: DeploymentId,
+        /// The view's size, encoded.
+        bytes: usize,
+        /// The store's limit.
+        limit: usize,
+    },
+    /// A stored view is not one this build can read; trying again will not help.
+    #[error("a stored read model is not readable: {0}")]
+    Corrupt(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The store could not be reached or failed; trying again later may help.
+    #[error("the read-model store failed: {0}")]
+    Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl ViewError {
+    /// Whether trying the same call again later may succeed.
+    pub const fn is_retryable(&self) -> bool {
+        !matches!(self, ViewError::Corrupt(_) | ViewError::TooLarge { .. })
+    }
+}
+
+/// Why one stream's records could not be projected.
+#[derive(Debug, thiserror::Error)]
+pub enum StreamProjectionError {
+    /// Loading or saving the view failed.
+    #[error(transparent)]
+    Views(#[from] ViewError),
+    /// Reading missing records from the log failed.
+    #[error(transparent)]
+    Log(#[from] LogError),
+    /// A record could not be folded; trying again will not help.
+    #[error("deployment {deployment}: {source}")]
+    Projection {
+        /// The deployment.
+        deployment: DeploymentId,
+        /// What was wrong with the record.
+        source: ProjectionError,
+    },
+    /// A record before the delivered ones is not in the log yet: nothing was saved, and
+    /// delivering the records again once it is there folds them all.
+    #[error("deployment {deployment}: revision {missing} is not in the log yet")]
+    Gap {
+        /// The deployment.
+        deployment: DeploymentId,
+        /// The revision the view needs next.
+        missing: u64,
+    },
+    /// Other projectors kept saving first, round after round.
+    #[error(
+        "deployment {deployment}: other projectors saved its view first {rounds} times in a row"
+    )]
+    Contended {
+        /// The deployment.
+        deployment: DeploymentId,
+        /// How many times it reloaded.
+        rounds: u32,
+    },
+}
+
+impl StreamProjectionError {
+    /// Whether delivering the records again later may succeed (Lambda's "Retryable").
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            StreamProjectionError::Views(error) => error.is_retryable(),
+            StreamProjectionError::Log(error) => error.is_retryable(),
+            StreamProjectionError::Projection { .. } => false,
+            StreamProjectionError::Gap { .. } | StreamProjectionError::Contended { .. } => true,
+        }
+    }
+}
+
+/// How many times [`project_stream`] reloads after losing a race before it gives up.
+pub const MAX_ROUNDS: u32 = 20;
+
+/// Folds one deployment's new `records` (in revision order; replays and gaps allowed) into its
+/// view and its tenant's summary. Returns how many records the stored view gained. Records after
+/// one the log does not hold yet change nothing ([`StreamProjectionError::Gap`], retryable).
+pub async fn project_stream(
+    deployment: DeploymentId,
+    records: &[Envelope],
+    log: &dyn ReadStream,
+    views: &dyn DeploymentViews,
+) -> Result<usize, StreamProjectionError> {
+    let invalid = |source| StreamProjectionError::Projection { deployment, source };
+    for _ in 0..MAX_ROUNDS {
+        let view = views.view(deployment).await?;
+        let loaded_at = view.as_ref().map(|v| v.revision);
+        let mut projected = project(view, records).map_err(invalid)?;
+        if projected.gap {
+            // The records between the view and what was delivered are in the log (a stream
+            // delivers only what the log holds): fold them from there rather than skip them.
+            let missing = log.read_stream(deployment, projected.next).await?;
+            let mut more = project(projected.view, &missing).map_err(invalid)?;
+            more.applied += projected.applied;
+            more.delta = sum(&projected.delta, &more.delta);
+            projected = more;
+            let delivered_up_to = records.iter().map(|r| r.revision + 1).max().unwrap_or(0);
+            if projected.next < delivered_up_to {
+                // Saving what could be folded would be correct too, but the records after the
+                // gap were delivered now and may never be again: have them delivered again.
+                return Err(StreamProjectionError::Gap {
+                    deployment,
+                    missing: projected.next,
+                });
+            }
+        }
+        let Some(view) = projected.view.filter(|_| projected.applied > 0) else {
+            return Ok(0);
+        };
+        match views.save(&view, loaded_at, &projected.delta).await {
+            Ok(()) => return Ok(projected.applied),
+            Err(ViewError::Conflict { .. }) => continue,
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Err(StreamProjectionError::Contended {
+        deployment,
+        rounds: MAX_ROUNDS,
+    })
+}
+
+fn sum(a: &TenantDelta, b: &TenantDelta) -> TenantDelta {
+    TenantDelta {
+        running: a.running + b.running,
+        succeeded: a.succeeded + b.succeeded,
+        failed: a.failed + b.failed,
+        cancelled: a.cancelled + b.cancelled,
+        total: a.total + b.total,
+        requested_at: a.requested_at.max(b.requested_at),
+    }
+}
 
 /// Reads the log in its global order.
 #[async_trait]

@@ -74,6 +74,16 @@ pub enum DynamoError {
         /// What is wrong with it.
         reason: String,
     },
+    /// An item of a read-model table does not hold a view.
+    #[error("DynamoDB table `{table}`: the item `{key}` is not a read model: {reason}")]
+    CorruptView {
+        /// The table.
+        table: String,
+        /// The item's key.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
 
 /// Deployments stored in a DynamoDB table of events.

@@ -13,10 +13,15 @@
 //!   (`overture_kit::payload_contract`).
 //! - [`sqs`]: step jobs and timers on an SQS standard queue ([`sqs::SqsQueue`]), keeping the
 //!   same queue contract as the SQLite queue (`overture_kit::queue`).
+//! - [`read_models`]: the read models on a deployments table and a tenants table
+//!   ([`read_models::DynamoReadModels`]), written by the projector conditional on each view's
+//!   revision, keeping the same contract as the SQLite read models
+//!   (`overture_projector::contract`).
 
 pub mod config;
 pub mod custody;
 pub mod dynamodb;
+pub mod read_models;
 pub mod s3;
 pub mod seals;
 pub mod sqs;

@@ -1,12 +1,19 @@
-//! The read models' tables: each deployment's and each tenant's view as a JSON document, and
-//! the projector's checkpoint, written together in one transaction.
+//! The read models' tables: each deployment's and each tenant's view as a JSON document.
+//!
+//! - [`DeploymentViews`] (the projector's per-stream port): one IMMEDIATE transaction checks
+//!   that the view is still at the revision it was loaded at, stores it, and adds the change to
+//!   its tenant's summary, so a replayed or raced record changes nothing and counters are never
+//!   overwritten.
+//! - [`ReadModelStore`] (the rebuild's): many views and the checkpoint in one transaction.
+//! - [`SqliteReadModels::feed_position`]: how far the embedded engine has fed the log to the
+//!   projector; it only moves forward.
 
 use std::collections::BTreeSet;
 
 use async_trait::async_trait;
-use overture_domain::projection::{DeploymentView, ReadModels, TenantView};
+use overture_domain::projection::{DeploymentView, ReadModels, TenantDelta, TenantView};
 use overture_events::DeploymentId;
-use overture_projector::{ReadModelStore, StoreError};
+use overture_projector::{DeploymentViews, ReadModelStore, StoreError, ViewError};
 use rusqlite::{params, OptionalExtension, TransactionBehavior};
 
 use super::Database;
@@ -92,6 +99,128 @@ impl SqliteReadModels {
             })
             .await
             .map_err(store_error)
+    }
+}
+
+fn unavailable(error: impl std::error::Error + Send + Sync + 'static) -> ViewError {
+    ViewError::Unavailable(Box::new(error))
+}
+
+fn corrupt(error: impl std::error::Error + Send + Sync + 'static) -> ViewError {
+    ViewError::Corrupt(Box::new(error))
+}
+
+impl SqliteReadModels {
+    /// The log position up to which the embedded engine has handed entries to the projector:
+    /// the checkpoint a rebuild sets too ([`ReadModelStore::save`]), so after `overture replay`
+    /// the feed goes on from the end of the log.
+    pub async fn feed_position(&self) -> Result<u64, StoreError> {
+        self.checkpoint().await
+    }
+
+    /// Records that entries up to `position` have been projected. Several processes feed the
+    /// projector; the position never moves back, so none makes another fold twice for nothing.
+    pub async fn advance_feed_position(&self, position: u64) -> Result<(), StoreError> {
+        self.db
+            .with_connection(move |c| {
+                c.prepare_cached(
+                    "INSERT INTO checkpoints (name, position) VALUES (?1, ?2)
+                     ON CONFLICT (name) DO UPDATE SET position = max(position, excluded.position)",
+                )?
+                .execute(params![CHECKPOINT, position as i64])
+                .map(|_| ())
+            })
+            .await
+            .map_err(store_error)
+    }
+}
+
+#[async_trait]
+impl DeploymentViews for SqliteReadModels {
+    async fn view(&self, deployment: DeploymentId) -> Result<Option<DeploymentView>, ViewError> {
+        let json: Option<String> = self
+            .db
+            .with_connection(move |c| {
+                c.prepare_cached("SELECT view FROM deployment_views WHERE id = ?1")?
+                    .query_row([deployment.to_string()], |row| row.get(0))
+                    .optional()
+            })
+            .await
+            .map_err(unavailable)?;
+        json.map(|j| serde_json::from_str(&j).map_err(corrupt))
+            .transpose()
+    }
+
+    async fn save(
+        &self,
+        view: &DeploymentView,
+        loaded_at: Option<u64>,
+        delta: &TenantDelta,
+    ) -> Result<(), ViewError> {
+        let json = serde_json::to_string(view).map_err(corrupt)?;
+        let (id, tenant, status) = (view.id, view.tenant.clone(), view.status.as_str());
+        let started_at = view
+            .started_at
+            .to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+        let delta = delta.clone();
+        let saved = self
+            .db
+            .with_connection(move |c| {
+                let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let stored: Option<Option<i64>> = tx
+                    .prepare_cached(
+                        "SELECT json_extract(view, '$.revision') FROM deployment_views WHERE id = ?1",
+                    )?
+                    .query_row([id.to_string()], |row| row.get(0))
+                    .optional()?;
+                let stored = stored.map(|revision| revision.unwrap_or(-1));
+                if stored != loaded_at.map(|r| r as i64) {
+                    return Ok(Err(ViewError::Conflict {
+                        deployment: id,
+                        loaded_at,
+                    }));
+                }
+                tx.prepare_cached(
+                    "INSERT INTO deployment_views (id, tenant, status, started_at, view) VALUES (?1, ?2, ?3, ?4, ?5)
+                     ON CONFLICT (id) DO UPDATE SET status = excluded.status, view = excluded.view",
+                )?
+                .execute(params![id.to_string(), tenant, status, started_at, json])?;
+                if !delta.is_empty() {
+                    let summary: Option<String> = tx
+                        .prepare_cached("SELECT view FROM tenant_views WHERE tenant = ?1")?
+                        .query_row([&tenant], |row| row.get(0))
+                        .optional()?;
+                    let summary = match summary.map(|j| serde_json::from_str(&j)).transpose() {
+                        Ok(summary) => summary,
+                        Err(error) => return Ok(Err(corrupt(error))),
+                    };
+                    let summary = delta.apply_to(summary, &tenant);
+                    tx.prepare_cached(
+                        "INSERT INTO tenant_views (tenant, view) VALUES (?1, ?2) ON CONFLICT (tenant) DO UPDATE SET view = excluded.view",
+                    )?
+                    .execute(params![tenant, encode(&summary)?])?;
+                }
+                tx.commit()?;
+                Ok(Ok(()))
+            })
+            .await
+            .map_err(unavailable)?;
+        saved
+    }
+
+    async fn tenant(&self, tenant: &str) -> Result<Option<TenantView>, ViewError> {
+        let tenant = tenant.to_owned();
+        let json: Option<String> = self
+            .db
+            .with_connection(move |c| {
+                c.prepare_cached("SELECT view FROM tenant_views WHERE tenant = ?1")?
+                    .query_row([tenant], |row| row.get(0))
+                    .optional()
+            })
+            .await
+            .map_err(unavailable)?;
+        json.map(|j| serde_json::from_str(&j).map_err(corrupt))
+            .transpose()
     }
 }
 

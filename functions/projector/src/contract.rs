@@ -1,0 +1,417 @@
+//! The contract every read-model store keeps ([`DeploymentViews`]), as tests that each adapter's
+//! suite runs against a real store with [`read_model_contract_tests!`](crate::read_model_contract_tests).
+//!
+//! Each test drives [`project_stream`] as DynamoDB Streams would: records delivered again, out
+//! of order, or by two projectors at once. It takes two clients of one store (as two Lambdas
+//! would hold) and works on deployments and a tenant of its own, so the tests share a store
+//! without a reset. The log is a [`Records`] the test controls, so it can hold a record back.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::TimeDelta;
+use overture_domain::blueprint;
+use overture_domain::projection::{
+    DeploymentStatus, DeploymentView, ReadModels, TenantDelta, TenantView,
+};
+use overture_events::{DeploymentEvent, DeploymentId, Envelope, Metadata, Timestamp};
+use overture_kit::{LogError, ReadStream};
+use tokio::sync::Barrier;
+use uuid::Uuid;
+
+use crate::{project_stream, DeploymentViews, StreamProjectionError, ViewError};
+
+/// A read-model store under test.
+pub trait Store: DeploymentViews + Clone + 'static {}
+impl<T: DeploymentViews + Clone + 'static> Store for T {}
+
+/// Generates one `#[tokio::test]` per contract test. `$clients` is an expression (evaluated
+/// anew in each test) of a future yielding two clients of one store.
+#[macro_export]
+macro_rules! read_model_contract_tests {
+    ($clients:expr) => {
+        $crate::read_model_contract_tests!(@each $clients;
+            a_replayed_record_changes_nothing,
+            a_record_before_its_predecessor_changes_nothing_until_the_gap_is_filled,
+            racing_projectors_end_with_the_right_view_and_count_the_tenant_once,
+            tenant_counters_over_many_deployments_are_exact,
+        );
+    };
+    (@each $clients:expr; $($test:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $test() {
+                let (a, b) = $clients.await;
+                $crate::contract::$test(&a, &b).await;
+            }
+        )*
+    };
+}
+
+/// A deployment's records as the log holds them, of which the log lets only the first
+/// `visible` be read: a test holds a record back to open a gap.
+#[derive(Clone)]
+pub struct Records {
+    deployment: DeploymentId,
+    all: Arc<Vec<Envelope>>,
+    visible: Arc<AtomicUsize>,
+}
+
+impl Records {
+    fn new(deployment: DeploymentId, all: Vec<Envelope>) -> Self {
+        let visible = Arc::new(AtomicUsize::new(all.len()));
+        Self {
+            deployment,
+            all: Arc::new(all),
+            visible,
+        }
+    }
+
+    fn show(&self, count: usize) {
+        self.visible.store(count, Ordering::SeqCst);
+    }
+
+    fn at(&self, revisions: impl IntoIterator<Item = usize>) -> Vec<Envelope> {
+        revisions.into_iter().map(|r| self.all[r].clone()).collect()
+    }
+
+    /// The view the whole stream folds into, in memory.
+    fn expected_view(&self) -> DeploymentView {
+        let mut models = ReadModels::default();
+        for record in self.all.iter() {
+            models.apply(record).expect("the test's records fold");
+        }
+        models.deployments[&self.deployment].clone()
+    }
+}
+
+#[async_trait]
+impl ReadStream for Records {
+    async fn read_stream(
+        &self,
+        deployment: DeploymentId,
+        from: u64,
+    ) -> Result<Vec<Envelope>, LogError> {
+        if deployment != self.deployment {
+            return Ok(Vec::new());
+        }
+        let visible = self.visible.load(Ordering::SeqCst);
+        Ok(self.all[..visible]
+            .iter()
+            .filter(|r| r.revision >= from)
+            .cloned()
+            .collect())
+    }
+}
+
+fn at(seconds: i64) -> Timestamp {
+    Timestamp::UNIX_EPOCH + TimeDelta::seconds(1_800_000_000 + seconds)
+}
+
+fn new_tenant() -> String {
+    format!("contract-{}", Uuid::now_v7())
+}
+
+/// A deployment of `tenant` requested at `requested`, with two steps, that ends as `ending`
+/// says (`None`: still running).
+fn deployment(tenant: &str, requested: i64, ending: Option<DeploymentStatus>) -> Records {
+    let id = DeploymentId::from_uuid(Uuid::now_v7());
+    let blueprint =
+        blueprint::parse("name: contract\nsteps:\n  a: { run: noop }\n  b: { run: noop }\n")
+            .map(|parsed| parsed.snapshot)
+            .unwrap_or_else(|problems| panic!("the contract's blueprint is valid: {problems}"));
+    let mut events = vec![
+        DeploymentEvent::DeploymentRequested {
+            tenant: tenant.into(),
+            requested_by: "ada".into(),
+            trigger: "cli".into(),
+            source: "contract.yaml".into(),
+            blueprint,
+            blueprint_hash: "0".repeat(64),
+            params: BTreeMap::new(),
+            cloud: None,
+        },
+        DeploymentEvent::StepScheduled {
+            step: "a".into(),
+            attempt: 1,
+            not_before: at(requested),
+        },
+        DeploymentEvent::StepStarted {
+            step: "a".into(),
+            attempt: 1,
+            sandbox: "sandbox-a".into(),
+            lease_until: None,
+        },
+        DeploymentEvent::StepSucceeded {
+            step: "a".into(),
+            attempt: 1,
+            outputs: [("k".to_owned(), "v".to_owned())].into(),
+            duration_ms: 1,
+        },
+    ];
+    match ending {
+        None | Some(DeploymentStatus::Running) => {}
+        Some(DeploymentStatus::Succeeded) => events.push(DeploymentEvent::DeploymentSucceeded {}),
+        Some(DeploymentStatus::Failed) => events.push(DeploymentEvent::DeploymentFailed {
+            reason: "step `b` failed".into(),
+        }),
+        Some(DeploymentStatus::Cancelled) => events.push(DeploymentEvent::DeploymentCancelled {
+            reason: "cancelled by ada".into(),
+            requested_by: "ada".into(),
+        }),
+    }
+    let envelopes = (0..)
+        .zip(events)
+        .map(|(revision, event)| Envelope {
+            stream: id.stream(),
+            revision,
+            id: Uuid::now_v7(),
+            event_type: event.event_type().into(),
+            data: event.data(),
+            metadata: Metadata {
+                tenant: tenant.into(),
+                actor: "contract-tester".into(),
+                correlation_id: id.uuid(),
+                causation_id: id.uuid(),
+                recorded_at: at(requested + revision as i64),
+            },
+        })
+        .collect();
+    Records::new(id, envelopes)
+}
+
+async fn deliver<S: Store>(
+    store: &S,
+    records: &Records,
+    revisions: impl IntoIterator<Item = usize>,
+) -> Result<usize, StreamProjectionError> {
+    project_stream(records.deployment, &records.at(revisions), records, store).await
+}
+
+async fn view<S: Store>(store: &S, records: &Records) -> Option<DeploymentView> {
+    store.view(records.deployment).await.expect("load the view")
+}
+
+async fn summary<S: Store>(store: &S, tenant: &str) -> TenantView {
+    store
+        .tenant(tenant)
+        .await
+        .expect("load the tenant")
+        .unwrap_or_else(|| TenantView::new(tenant))
+}
+
+fn counts(summary: &TenantView) -> [u64; 5] {
+    [
+        summary.running,
+        summary.succeeded,
+        summary.failed,
+        summary.cancelled,
+        summary.total,
+    ]
+}
+
+/// A record delivered again, alone or with the whole stream, by the same projector or
+/// another, changes neither the view nor the tenant's summary.
+pub async fn a_replayed_record_changes_nothing<S: Store>(a: &S, b: &S) {
+    let tenant = new_tenant();
+    let records = deployment(&tenant, 0, Some(DeploymentStatus::Succeeded));
+    let last = records.all.len() - 1;
+    assert_eq!(
+        deliver(a, &records, 0..=last).await.expect("projects"),
+        last + 1
+    );
+    let stored = view(a, &records).await;
+    assert_eq!(stored.as_ref(), Some(&records.expected_view()));
+    let summed = summary(b, &tenant).await;
+    assert_eq!(counts(&summed), [0, 1, 0, 0, 1]);
+    assert_eq!(summed.last_deployment_at, Some(at(0)));
+
+    for (client, revisions) in [(a, vec![0]), (b, vec![last]), (b, (0..=last).collect())] {
+        let applied = deliver(client, &records, revisions.clone())
+            .await
+            .expect("a replay is not an error");
+        assert_eq!(applied, 0, "replaying {revisions:?}");
+        assert_eq!(view(b, &records).await, stored, "replaying {revisions:?}");
+        assert_eq!(summary(a, &tenant).await, summed, "replaying {revisions:?}");
+    }
+}
+
+/// A record delivered before one the log does not hold yet changes nothing (a retryable
+/// error says so); once the log holds it, delivering again folds both, and the late
+/// predecessor itself then changes nothing.
+pub async fn a_record_before_its_predecessor_changes_nothing_until_the_gap_is_filled<S: Store>(
+    a: &S,
+    b: &S,
+) {
+    let tenant = new_tenant();
+    let records = deployment(&tenant, 0, Some(DeploymentStatus::Failed));
+    let last = records.all.len() - 1;
+    deliver(a, &records, [0, 1]).await.expect("projects");
+    let before = view(a, &records).await;
+    let summed = summary(a, &tenant).await;
+    assert_eq!(before.as_ref().map(|v| v.revision), Some(1));
+
+    // The ending arrives while the log shows only up to revision 2: 3 is missing.
+    records.show(3);
+    let held = deliver(b, &records, [last]).await;
+    assert!(
+        matches!(&held, Err(error @ StreamProjectionError::Gap { missing: 3, .. }) if error.is_retryable()),
+        "{held:?}"
+    );
+    assert_eq!(view(a, &records).await, before, "nothing was saved");
+    assert_eq!(summary(b, &tenant).await, summed);
+
+    // Delivered again once the log holds 3: 2 and 3 come from the log, nothing is skipped.
+    records.show(last + 1);
+    assert_eq!(
+        deliver(b, &records, [last]).await.expect("projects"),
+        last - 1
+    );
+    assert_eq!(view(a, &records).await, Some(records.expected_view()));
+    let ended = summary(a, &tenant).await;
+    assert_eq!(counts(&ended), [0, 0, 1, 0, 1]);
+
+    assert_eq!(deliver(a, &records, [2, 3]).await.expect("projects"), 0);
+    assert_eq!(view(b, &records).await, Some(records.expected_view()));
+    assert_eq!(summary(b, &tenant).await, ended);
+}
+
+/// A client whose first load waits at a barrier until the other projector has loaded too, so
+/// both fold from the same view and race to save it; it counts the races it loses.
+#[derive(Clone)]
+struct Racing<S> {
+    inner: S,
+    barrier: Arc<Barrier>,
+    waited: Arc<AtomicBool>,
+    lost: Arc<AtomicUsize>,
+}
+
+impl<S> Racing<S> {
+    fn pair(a: &S, b: &S) -> (Self, Self, Arc<AtomicUsize>)
+    where
+        S: Clone,
+    {
+        let barrier = Arc::new(Barrier::new(2));
+        let lost = Arc::new(AtomicUsize::new(0));
+        let racer = |inner: &S| Racing {
+            inner: inner.clone(),
+            barrier: barrier.clone(),
+            waited: Arc::default(),
+            lost: lost.clone(),
+        };
+        (racer(a), racer(b), lost)
+    }
+}
+
+#[async_trait]
+impl<S: Store> DeploymentViews for Racing<S> {
+    async fn view(&self, deployment: DeploymentId) -> Result<Option<DeploymentView>, ViewError> {
+        let loaded = self.inner.view(deployment).await;
+        if !self.waited.swap(true, Ordering::SeqCst) {
+            self.barrier.wait().await;
+        }
+        loaded
+    }
+
+    async fn save(
+        &self,
+        view: &DeploymentView,
+        loaded_at: Option<u64>,
+        delta: &TenantDelta,
+    ) -> Result<(), ViewError> {
+        let saved = self.inner.save(view, loaded_at, delta).await;
+        if matches!(saved, Err(ViewError::Conflict { .. })) {
+            self.lost.fetch_add(1, Ordering::SeqCst);
+        }
+        saved
+    }
+
+    async fn tenant(&self, tenant: &str) -> Result<Option<TenantView>, ViewError> {
+        self.inner.tenant(tenant).await
+    }
+}
+
+/// Two projectors given the same records at once, both folding from the same view (first from
+/// none, then from one at a revision): one saves, the other loses, reloads and finds nothing
+/// left to do. The view is the stream's and the tenant counts the deployment once.
+pub async fn racing_projectors_end_with_the_right_view_and_count_the_tenant_once<S: Store>(
+    a: &S,
+    b: &S,
+) {
+    let tenant = new_tenant();
+    let records = deployment(&tenant, 0, Some(DeploymentStatus::Succeeded));
+    let last = records.all.len() - 1;
+    for (round, revisions) in [(0..=1).collect::<Vec<_>>(), (2..=last).collect()]
+        .into_iter()
+        .enumerate()
+    {
+        let (first, second, lost) = Racing::pair(a, b);
+        let batch = records.at(revisions.clone());
+        let (one, two) = tokio::join!(
+            project_stream(records.deployment, &batch, &records, &first),
+            project_stream(records.deployment, &batch, &records, &second),
+        );
+        let applied = [
+            one.expect("the first projector"),
+            two.expect("the second projector"),
+        ];
+        assert_eq!(
+            lost.load(Ordering::SeqCst),
+            1,
+            "round {round}: exactly one projector lost the race"
+        );
+        assert_eq!(
+            applied.iter().sum::<usize>(),
+            revisions.len(),
+            "round {round}: the records were saved once: {applied:?}"
+        );
+        assert_eq!(
+            view(a, &records).await.map(|v| v.revision),
+            revisions.last().map(|&r| r as u64)
+        );
+    }
+    assert_eq!(view(b, &records).await, Some(records.expected_view()));
+    assert_eq!(counts(&summary(a, &tenant).await), [0, 1, 0, 0, 1]);
+}
+
+/// Many deployments of one tenant projected at once by two clients, each stream in two
+/// deliveries, and the oldest deployment last: every counter is exact and the newest request
+/// time is kept.
+pub async fn tenant_counters_over_many_deployments_are_exact<S: Store>(a: &S, b: &S) {
+    let tenant = new_tenant();
+    let endings = [
+        None,
+        Some(DeploymentStatus::Succeeded),
+        Some(DeploymentStatus::Failed),
+        Some(DeploymentStatus::Cancelled),
+    ];
+    let all: Vec<Records> = (0..16)
+        .map(|i| deployment(&tenant, i64::from(i) * 100, endings[i as usize % 4]))
+        .collect();
+    let (oldest, rest) = all.split_first().expect("deployments");
+    let mut projectors = tokio::task::JoinSet::new();
+    for (i, records) in rest.iter().enumerate() {
+        let client = if i % 2 == 0 { a.clone() } else { b.clone() };
+        let records = records.clone();
+        projectors.spawn(async move {
+            let last = records.all.len() - 1;
+            deliver(&client, &records, 0..=2).await?;
+            deliver(&client, &records, 3..=last).await
+        });
+    }
+    while let Some(done) = projectors.join_next().await {
+        done.expect("the projector ran").expect("projects");
+    }
+    deliver(a, oldest, 0..oldest.all.len())
+        .await
+        .expect("projects");
+
+    let summed = summary(b, &tenant).await;
+    assert_eq!(counts(&summed), [4, 4, 4, 4, 16]);
+    assert_eq!(summed.last_deployment_at, Some(at(1500)));
+    for records in &all {
+        assert_eq!(view(a, records).await, Some(records.expected_view()));
+    }
+}

@@ -1,0 +1,96 @@
+//! The DynamoDB read models against the local AWS emulator: the read-model store contract that
+//! the SQLite read models keep too, and reads that follow every page.
+
+mod support;
+
+use aws_sdk_dynamodb::Client;
+use overture_aws::dynamodb::MAX_ITEM_BYTES;
+use overture_aws::read_models::{create_read_model_tables, DynamoReadModels};
+use overture_domain::projection::{DeploymentView, TenantDelta};
+use overture_events::DeploymentId;
+use overture_projector::{DeploymentViews, ViewError};
+
+const DEPLOYMENTS: &str = "overture-deployments";
+const TENANTS: &str = "overture-tenants";
+
+/// A client of its own, as a separate Lambda would have.
+async fn client() -> DynamoReadModels {
+    let config = overture_aws::config::for_endpoint(support::emulator(), "eu-west-1").await;
+    let client = Client::new(&config);
+    create_read_model_tables(&client, DEPLOYMENTS, TENANTS)
+        .await
+        .expect("the read-model tables");
+    DynamoReadModels::new(client, DEPLOYMENTS, TENANTS)
+}
+
+async fn clients() -> (DynamoReadModels, DynamoReadModels) {
+    (client().await, client().await)
+}
+
+overture_projector::read_model_contract_tests!(clients());
+
+/// A view of `tenant`'s deployment at revision 0 whose step output takes about `bytes`.
+fn large_view(tenant: &str, bytes: usize) -> DeploymentView {
+    let id = DeploymentId::from_uuid(uuid::Uuid::now_v7());
+    let blob: String = (0..bytes)
+        .map(|i| char::from(b'a' + (i * 7 % 26) as u8))
+        .collect();
+    serde_json::from_value(serde_json::json!({
+        "id": id,
+        "tenant": tenant,
+        "blueprint": "large",
+        "status": "running",
+        "steps": { "a": { "status": "succeeded", "attempts": 1, "outputs": { "blob": blob } } },
+        "started_at": "2027-01-15T08:00:00Z",
+        "finished_at": null,
+        "revision": 0,
+    }))
+    .expect("a deployment view")
+}
+
+#[tokio::test]
+async fn deployments_over_a_megabyte_list_whole_and_their_tenant_counts_them() {
+    let store = client().await;
+    let tenant = format!("large-{}", uuid::Uuid::now_v7());
+    let delta = TenantDelta {
+        running: 1,
+        total: 1,
+        ..TenantDelta::default()
+    };
+    // A scan page holds at most 1 MB: fourteen views of 100 KB take two pages or more.
+    let mut saved = Vec::new();
+    for _ in 0..14 {
+        let view = large_view(&tenant, 100 * 1024);
+        store.save(&view, None, &delta).await.expect("saved");
+        saved.push(view.id);
+    }
+    let listed: Vec<DeploymentId> = store
+        .deployments(Some(&tenant))
+        .await
+        .expect("listed")
+        .iter()
+        .map(|view| view.id)
+        .collect();
+    saved.sort();
+    let mut sorted = listed.clone();
+    sorted.sort();
+    assert_eq!(sorted, saved);
+    let tenants = store.tenants().await.expect("listed");
+    let summary = tenants
+        .iter()
+        .find(|t| t.tenant == tenant)
+        .expect("the tenant is listed");
+    assert_eq!((summary.running, summary.total), (14, 14));
+}
+
+#[tokio::test]
+async fn a_view_beyond_one_item_is_refused_and_stores_nothing() {
+    let store = client().await;
+    let view = large_view("acme", MAX_ITEM_BYTES);
+    let refused = store.save(&view, None, &TenantDelta::default()).await;
+    assert!(
+        matches!(&refused, Err(error @ ViewError::TooLarge { .. }) if !error.is_retryable()),
+        "{refused:?}"
+    );
+    assert_eq!(store.view(view.id).await.expect("loaded"), None);
+}
