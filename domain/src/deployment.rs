@@ -457,6 +457,16 @@ impl Deployment {
             (_, C::Request { .. }) => return Err(DeploymentError::AlreadyRequested),
             (Phase::NotRequested, _) => return Err(DeploymentError::NotRequested),
             (Phase::Finished(_), C::Advance { .. }) => return Ok(vec![]),
+            // Two handlers may carry out the same closing action (the feed and a timer): the
+            // one that comes second finds it done, and the deployment ended, which is no error.
+            (Phase::Finished(_), C::RecordSecretsPurged) if state.secrets_purged => {
+                return Ok(vec![])
+            }
+            (Phase::Finished(_), C::RecordAccessRevoked { .. })
+                if state.bastion_access.is_none() =>
+            {
+                return Ok(vec![])
+            }
             (
                 Phase::Finished(_),
                 C::RequestDestroy | C::RecordStepDestroyed { .. } | C::RecordDestroyFailure { .. },

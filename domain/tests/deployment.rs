@@ -1061,3 +1061,20 @@ fn an_attempt_recorded_before_leases_existed_may_be_interrupted_at_once() {
         .when(interrupt("package", 1, Interruption::LeaseExpired, 3))
         .is_ok());
 }
+
+#[test]
+fn a_closing_action_recorded_again_after_the_end_is_harmless() {
+    let mut history = failed_at_build();
+    assert!(given(history.clone()).state().is_finished());
+    assert_eq!(
+        given(history.clone()).when(C::RecordSecretsPurged),
+        Ok(vec![]),
+        "a second handler purging finds it done"
+    );
+    assert_eq!(
+        given(history.clone()).when(C::RecordAccessRevoked { rule: "r1".into() }),
+        Ok(vec![])
+    );
+    history.truncate(history.len() - 1);
+    assert!(!given(history).state().is_finished());
+}
