@@ -2,6 +2,7 @@
 //!
 //! - [`DeploymentLog`]: the port through which handlers load a deployment and append its events.
 //! - [`Clock`]: the port that tells the time, so handlers (and their tests) control it.
+//! - [`folds::Folds`]: each deployment's last fold, for log adapters that read only what is new.
 //! - [`ReadStream`]: the port through which the audit trail reads a deployment's events as
 //!   recorded, envelopes and all.
 //! - [`TokenCustody`]: the port that keeps a user's cloud token while their deployment runs.
@@ -23,6 +24,7 @@
 pub mod contract;
 #[cfg(feature = "esrs")]
 pub mod esrs_store;
+pub mod folds;
 #[cfg(feature = "memory")]
 pub mod memory;
 pub mod payload;

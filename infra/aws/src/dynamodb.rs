@@ -21,7 +21,7 @@
 //!   adapter does.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};
@@ -32,8 +32,8 @@ use aws_sdk_dynamodb::types::{
     ScalarAttributeType, StreamSpecification, StreamViewType, TransactWriteItem,
 };
 use aws_sdk_dynamodb::Client;
-use overture_domain::Deployment;
 use overture_events::{DeploymentEvent, DeploymentId, Envelope, Metadata};
+use overture_kit::folds::Folds;
 use overture_kit::{Cause, Clock, DeploymentLog, Loaded, LogError, ReadStream};
 use uuid::Uuid;
 
@@ -92,7 +92,7 @@ pub struct DynamoDeployments {
     client: Client,
     table: String,
     clock: Arc<dyn Clock>,
-    folded: Arc<Mutex<HashMap<DeploymentId, Loaded>>>,
+    folds: Folds,
 }
 
 impl DynamoDeployments {
@@ -102,17 +102,8 @@ impl DynamoDeployments {
             client,
             table: table.into(),
             clock,
-            folded: Arc::default(),
+            folds: Folds::default(),
         }
-    }
-
-    fn cached(&self, deployment: DeploymentId) -> Loaded {
-        self.folded
-            .lock()
-            .map(|cache| cache.get(&deployment).cloned())
-            .ok()
-            .flatten()
-            .unwrap_or_default()
     }
 
     fn call_failed<E: std::error::Error + 'static>(
@@ -231,30 +222,15 @@ fn is_condition_failure(error: &SdkError<TransactWriteItemsError>) -> bool {
 #[async_trait]
 impl DeploymentLog for DynamoDeployments {
     async fn load(&self, deployment: DeploymentId) -> Result<Loaded, LogError> {
-        let mut loaded = self.cached(deployment);
-        let from = loaded.revision.map_or(0, |r| r + 1);
-        let envelopes = self
+        let last = self.folds.last(deployment);
+        let from = last.revision.map_or(0, |r| r + 1);
+        let newer = self
             .query(&deployment.stream(), from)
             .await
             .map_err(unavailable)?;
-        if envelopes.is_empty() {
-            return Ok(loaded);
-        }
-        for envelope in envelopes {
-            let event = DeploymentEvent::from_parts(&envelope.event_type, envelope.data)
-                .map_err(unavailable)?;
-            loaded.state = Deployment::apply(loaded.state, event);
-            loaded.revision = Some(envelope.revision);
-        }
-        if let Ok(mut cache) = self.folded.lock() {
-            let newer = cache
-                .get(&deployment)
-                .is_some_and(|c| c.revision >= loaded.revision);
-            if !newer {
-                cache.insert(deployment, loaded.clone());
-            }
-        }
-        Ok(loaded)
+        self.folds
+            .fold(deployment, last, newer)
+            .map_err(unavailable)
     }
 
     async fn append(
@@ -284,7 +260,11 @@ impl DeploymentLog for DynamoDeployments {
             expected,
         };
         if let Some(last) = expected {
-            let seen = self.cached(deployment).revision.is_some_and(|r| r >= last);
+            let seen = self
+                .folds
+                .last(deployment)
+                .revision
+                .is_some_and(|r| r >= last);
             if !seen && !self.exists(&stream, last).await.map_err(unavailable)? {
                 return Err(conflict);
             }

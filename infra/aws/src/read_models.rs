@@ -22,17 +22,15 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};
-use aws_sdk_dynamodb::operation::create_table::CreateTableError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, Put,
-    ScalarAttributeType, TransactWriteItem, Update,
-};
+use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 use aws_sdk_dynamodb::Client;
 use chrono::SecondsFormat;
 use overture_domain::projection::{DeploymentView, TenantDelta, TenantView};
 use overture_events::{DeploymentId, Timestamp};
 use overture_projector::{DeploymentViews, ViewError};
+
+use crate::dynamodb::create_table_keyed_by;
 
 use crate::dynamodb::{DynamoError, MAX_ITEM_BYTES};
 
@@ -452,44 +450,6 @@ pub async fn create_read_model_tables(
     deployments: &str,
     tenants: &str,
 ) -> Result<(), DynamoError> {
-    create_table(client, deployments, ID).await?;
-    create_table(client, tenants, TENANT).await
-}
-
-async fn create_table(client: &Client, table: &str, key: &str) -> Result<(), DynamoError> {
-    let failed = |message: String| DynamoError::Call {
-        table: table.to_owned(),
-        operation: "CreateTable",
-        message,
-    };
-    let schema = KeySchemaElement::builder()
-        .attribute_name(key)
-        .key_type(KeyType::Hash)
-        .build()
-        .map_err(|e| failed(e.to_string()))?;
-    let attribute = AttributeDefinition::builder()
-        .attribute_name(key)
-        .attribute_type(ScalarAttributeType::S)
-        .build()
-        .map_err(|e| failed(e.to_string()))?;
-    let created = client
-        .create_table()
-        .table_name(table)
-        .billing_mode(BillingMode::PayPerRequest)
-        .key_schema(schema)
-        .attribute_definitions(attribute)
-        .send()
-        .await;
-    match created {
-        Ok(_) => Ok(()),
-        Err(error)
-            if matches!(
-                error.as_service_error(),
-                Some(CreateTableError::ResourceInUseException(_))
-            ) =>
-        {
-            Ok(())
-        }
-        Err(error) => Err(failed(DisplayErrorContext(error).to_string())),
-    }
+    create_table_keyed_by(client, deployments, ID).await?;
+    create_table_keyed_by(client, tenants, TENANT).await
 }

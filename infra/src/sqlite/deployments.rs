@@ -1,18 +1,14 @@
 //! The deployment-log port ([`DeploymentLog`]) and the projector's log reader on the SQLite log.
 //!
-//! Folding a deployment's whole stream for every command would cost O(events) per command and
-//! O(events²) per deployment. [`SqliteDeployments`] keeps each deployment's last folded state and
-//! reads only the events after it, so loading is proportional to what is new. The log stays the
-//! only source of truth: the cache is refreshed from it on every load, so other processes'
-//! appends are seen.
+//! [`SqliteDeployments`] keeps each deployment's last fold ([`Folds`]) and reads only the events
+//! after it, so loading is proportional to what is new.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use async_trait::async_trait;
-use overture_domain::Deployment;
 use overture_events::Envelope;
 use overture_events::{DeploymentEvent, DeploymentId, LogEntry, Metadata};
+use overture_kit::folds::Folds;
 use overture_kit::{Cause, Clock, DeploymentLog, Loaded, LogError as PortLogError, ReadStream};
 use overture_projector::{ReadLog, StoreError};
 use uuid::Uuid;
@@ -24,7 +20,7 @@ use super::{EventLog, ExpectedRevision, LogError, NewEvent};
 pub struct SqliteDeployments {
     log: EventLog,
     clock: Arc<dyn Clock>,
-    folded: Arc<Mutex<HashMap<DeploymentId, Loaded>>>,
+    folds: Folds,
 }
 
 impl SqliteDeployments {
@@ -33,22 +29,13 @@ impl SqliteDeployments {
         Self {
             log,
             clock,
-            folded: Arc::default(),
+            folds: Folds::default(),
         }
     }
 
     /// The log underneath.
     pub fn log(&self) -> &EventLog {
         &self.log
-    }
-
-    fn cached(&self, deployment: DeploymentId) -> Loaded {
-        self.folded
-            .lock()
-            .map(|cache| cache.get(&deployment).cloned())
-            .ok()
-            .flatten()
-            .unwrap_or_default()
     }
 }
 
@@ -59,32 +46,16 @@ fn unavailable(error: impl std::error::Error + Send + Sync + 'static) -> PortLog
 #[async_trait]
 impl DeploymentLog for SqliteDeployments {
     async fn load(&self, deployment: DeploymentId) -> Result<Loaded, PortLogError> {
-        let mut loaded = self.cached(deployment);
-        let from = loaded.revision.map_or(0, |r| r + 1);
-        let envelopes = self
+        let last = self.folds.last(deployment);
+        let from = last.revision.map_or(0, |r| r + 1);
+        let newer = self
             .log
             .read_stream(&deployment.stream(), from)
             .await
             .map_err(unavailable)?;
-        if envelopes.is_empty() {
-            return Ok(loaded);
-        }
-        for envelope in envelopes {
-            let event = DeploymentEvent::from_parts(&envelope.event_type, envelope.data)
-                .map_err(unavailable)?;
-            loaded.state = Deployment::apply(loaded.state, event);
-            loaded.revision = Some(envelope.revision);
-        }
-        if let Ok(mut cache) = self.folded.lock() {
-            // Keep the newest fold if another task got further meanwhile.
-            let newer = cache
-                .get(&deployment)
-                .is_some_and(|c| c.revision >= loaded.revision);
-            if !newer {
-                cache.insert(deployment, loaded.clone());
-            }
-        }
-        Ok(loaded)
+        self.folds
+            .fold(deployment, last, newer)
+            .map_err(unavailable)
     }
 
     async fn append(
