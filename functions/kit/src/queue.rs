@@ -39,6 +39,44 @@ pub struct Job {
     pub due_at: Timestamp,
 }
 
+/// A job as a message body on a queue that carries text (SQS): JSON with the job's key,
+/// deployment, due time and body, so a job delivered before it is due still says when it is.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Message {
+    key: String,
+    deployment: DeploymentId,
+    due_at: Timestamp,
+    body: serde_json::Value,
+}
+
+impl Job {
+    /// The job as a message body.
+    pub fn to_message(&self) -> Result<String, serde_json::Error> {
+        serde_json::to_string(&Message {
+            key: self.key.clone(),
+            deployment: self.deployment,
+            due_at: self.due_at,
+            body: self.body.clone(),
+        })
+    }
+
+    /// Reads a message body of [`Job::to_message`] back.
+    pub fn from_message(body: &str) -> Result<Self, serde_json::Error> {
+        let Message {
+            key,
+            deployment,
+            due_at,
+            body,
+        } = serde_json::from_str(body)?;
+        Ok(Self {
+            key,
+            deployment,
+            body,
+            due_at,
+        })
+    }
+}
+
 /// A job handed to one worker, hidden from the others while its visibility lasts.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Delivery {
