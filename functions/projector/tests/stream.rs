@@ -149,3 +149,41 @@ async fn a_deployment_whose_view_cannot_be_saved_is_delivered_again_from_its_fir
     );
     assert!(views.view(deployment(2)).await.expect("loads").is_some());
 }
+
+/// The log: the events of the fixture's records, as the log itself reads them.
+struct FixtureLog;
+
+#[async_trait]
+impl ReadStream for FixtureLog {
+    async fn read_stream(
+        &self,
+        deployment: DeploymentId,
+        from: u64,
+    ) -> Result<Vec<Envelope>, LogError> {
+        Ok(batch()
+            .records
+            .iter()
+            .filter_map(overture_kit::stream_record::envelope_of)
+            .filter(|e| e.stream == deployment.stream() && e.revision >= from)
+            .collect())
+    }
+}
+
+#[tokio::test]
+async fn a_record_the_trigger_cannot_read_is_folded_from_the_log() {
+    let mut garbled = batch();
+    // The first deployment's second record, its data cut short.
+    garbled.records[2].change.new_image.insert(
+        "data".into(),
+        serde_dynamo::AttributeValue::S("{\"step\":".into()),
+    );
+    let views = MemoryViews::default();
+    let response = on_stream_records(&garbled, &FixtureLog, &views).await;
+    assert!(failed(&response).is_empty(), "{response:?}");
+    let first = views
+        .view(deployment(1))
+        .await
+        .expect("loads")
+        .expect("a view");
+    assert_eq!(first.revision, 1, "not skipped");
+}

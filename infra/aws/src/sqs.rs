@@ -9,7 +9,8 @@
 //! - **Receive**: `ReceiveMessage` of one message, long polling (`WaitTimeSeconds`, at most 20),
 //!   with the visibility asked for and its `ApproximateReceiveCount`; the receipt is the
 //!   message's receipt handle.
-//! - **Extend** is `ChangeMessageVisibility` (at most 12 hours), **ack** `DeleteMessage`, and
+//! - **Extend** is `ChangeMessageVisibility` (at most 12 hours; also the runner's Lambda trigger's
+//!   `ChangeVisibility`), **ack** `DeleteMessage`, and
 //!   **requeue** sends a copy for the rest of the wait, then deletes the early delivery: a
 //!   failure in between leaves two copies, never none.
 //!
@@ -28,6 +29,7 @@ use overture_events::Timestamp;
 use overture_kit::queue::{Delivery, Job, QueueError, Receipt, ReceiveJobs, SendJobs};
 use overture_kit::Clock;
 use overture_orchestrator::queued::QueueOn;
+use overture_runner::ChangeVisibility;
 
 /// The longest SQS holds a message back (`DelaySeconds`).
 pub const MAX_DELAY: Duration = Duration::from_secs(900);
@@ -309,5 +311,18 @@ impl ReceiveJobs for SqsQueue {
     async fn requeue(&self, delivery: &Delivery) -> Result<(), QueueError> {
         self.send(vec![delivery.job.clone()]).await?;
         self.ack(&delivery.receipt).await
+    }
+}
+
+/// The runner's Lambda trigger changes its messages' visibility by the receipt handles Lambda
+/// hands it: the same `ChangeMessageVisibility` as [`ReceiveJobs::extend`].
+#[async_trait]
+impl ChangeVisibility for SqsQueue {
+    async fn change_visibility(
+        &self,
+        receipt_handle: &str,
+        visibility: Duration,
+    ) -> Result<(), QueueError> {
+        self.extend(&Receipt::new(receipt_handle), visibility).await
     }
 }
