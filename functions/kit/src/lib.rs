@@ -19,6 +19,9 @@
 //!   the DynamoDB logs cannot drift apart.
 //! - [`payload`]: the port that keeps large, non-secret bytes (a blueprint's files) by content
 //!   hash outside the log; `payload_contract` (feature `payload-contract`) its adapters' tests.
+//! - `stream_record` (feature `stream-records`): a DynamoDB stream record of the event table read
+//!   back into the event it carries, the one parsing the orchestrator's and the projector's
+//!   triggers share.
 
 #[cfg(feature = "contract")]
 pub mod contract;
@@ -33,6 +36,8 @@ pub mod payload_contract;
 pub mod queue;
 #[cfg(feature = "queue-contract")]
 pub mod queue_contract;
+#[cfg(feature = "stream-records")]
+pub mod stream_record;
 
 use async_trait::async_trait;
 use overture_domain::secret::SecretString;

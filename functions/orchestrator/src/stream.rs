@@ -1,7 +1,8 @@
 //! The orchestrator's trigger on AWS: a batch of the event table's stream records.
 //!
 //! Each record is one event as the DynamoDB log stores it (its new image: `stream`, `revision`,
-//! `id`, `type`, and `data` and `metadata` as JSON text). Every deployment the batch touches is
+//! `id`, `type`, and `data` and `metadata` as JSON text, read by `overture_kit::stream_record`,
+//! which the projector's trigger shares). Every deployment the batch touches is
 //! moved on once, caused by its last event in the batch, queuing what those events decided (or,
 //! if one cannot be read, every waiting attempt: queuing too much is safe, too little is not).
 //! A deployment that could not be moved on is reported as a batch item failure at its first
@@ -11,6 +12,7 @@
 use aws_lambda_events::event::dynamodb::{Event, EventRecord};
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use overture_events::{DeploymentId, Envelope};
+use overture_kit::stream_record::{envelope_of, event_of};
 
 use crate::{orchestrate, OrchestratorPorts, Since};
 
@@ -23,39 +25,6 @@ struct Touched<'a> {
     last_event: uuid::Uuid,
     /// Its events in the batch, while every one of them could be read.
     records: Option<Vec<Envelope>>,
-}
-
-/// The deployment and event id a record carries; `None` for an item that is not an event of a
-/// deployment stream (another writer's, or a removal), which is not the orchestrator's business.
-fn event_of(record: &EventRecord) -> Option<(DeploymentId, uuid::Uuid)> {
-    let text = |name: &str| match record.change.new_image.get(name) {
-        Some(serde_dynamo::AttributeValue::S(text)) => Some(text.as_str()),
-        _ => None,
-    };
-    let deployment = DeploymentId::from_stream(text("stream")?).ok()?;
-    let id = uuid::Uuid::try_parse(text("id")?).ok()?;
-    Some((deployment, id))
-}
-
-/// The whole event a record carries, as the log stores it.
-fn envelope_of(record: &EventRecord) -> Option<Envelope> {
-    let image = &record.change.new_image;
-    let text = |name: &str| match image.get(name) {
-        Some(serde_dynamo::AttributeValue::S(text)) => Some(text.as_str()),
-        _ => None,
-    };
-    let revision = match image.get("revision") {
-        Some(serde_dynamo::AttributeValue::N(number)) => number.parse().ok()?,
-        _ => return None,
-    };
-    Some(Envelope {
-        stream: text("stream")?.to_owned(),
-        revision,
-        id: uuid::Uuid::try_parse(text("id")?).ok()?,
-        event_type: text("type")?.to_owned(),
-        data: serde_json::from_str(text("data")?).ok()?,
-        metadata: serde_json::from_str(text("metadata")?).ok()?,
-    })
 }
 
 /// Moves every deployment of the batch on; returns the records to deliver again.

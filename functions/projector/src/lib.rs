@@ -8,6 +8,9 @@
 //! loaded at, with the tenant summary's change as atomic deltas, in one write
 //! ([`DeploymentViews`]). A projector that lost the race to another reloads and folds again.
 //! The contract every [`DeploymentViews`] store keeps is in [`contract`] (feature `contract`).
+//! On AWS, [`on_stream_records`] ([`stream`]) is the trigger: it groups a DynamoDB stream batch
+//! by deployment, folds each with [`project_stream`], and reports the deployments to deliver
+//! again (partial batch failures).
 //!
 //! [`rebuild`] and [`catch_up`] fold the log's global order at once, on a store that has one
 //! (SQLite): `overture replay`. [`catch_up`] reads it from the read models' checkpoint, in
@@ -26,6 +29,9 @@ use overture_kit::{LogError, ReadStream};
 
 #[cfg(feature = "contract")]
 pub mod contract;
+pub mod stream;
+
+pub use stream::on_stream_records;
 
 /// Where each deployment's view and each tenant's summary are kept, written one deployment at a
 /// time.
@@ -129,6 +135,15 @@ impl StreamProjectionError {
             StreamProjectionError::Log(error) => error.is_retryable(),
             StreamProjectionError::Projection { .. } => false,
             StreamProjectionError::Gap { .. } | StreamProjectionError::Contended { .. } => true,
+        }
+    }
+
+    /// The stable error type Lambda reports: "Retryable" or "NonRetryable".
+    pub fn error_type(&self) -> &'static str {
+        if self.is_retryable() {
+            "Retryable"
+        } else {
+            "NonRetryable"
         }
     }
 }

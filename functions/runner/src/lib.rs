@@ -12,6 +12,9 @@
 //! While the attempt runs it keeps its job's lease alive and watches the log: once the attempt
 //! is abandoned it kills the sandbox. A job that finds its attempt already running was held by
 //! an engine that died; that attempt is recorded as `interrupted` and the retry policy decides.
+//! On AWS, [`on_job_messages`] ([`sqs`]) is the trigger: it reads a batch of the step queue's
+//! SQS messages into jobs, runs each with its message's visibility as the lease, and reports the
+//! messages SQS must keep (partial batch failures).
 
 pub mod ansible;
 pub mod destroy;
@@ -21,6 +24,7 @@ pub mod logs;
 pub mod sandbox;
 pub mod script;
 pub mod servers;
+pub mod sqs;
 pub mod step;
 pub mod terraform;
 #[cfg(test)]
@@ -44,6 +48,7 @@ use step::{StepInput, Verdict};
 /// The job: run this attempt of this step (its body on the queue is in `overture_events`).
 pub use overture_events::job::RunAttempt;
 pub use sandbox::{OutputsFile, RunError, Unrunnable};
+pub use sqs::{on_job_messages, ChangeVisibility, MessageError};
 
 /// The name the runner appends events under.
 pub const ACTOR: &str = "runner";
@@ -244,6 +249,18 @@ pub enum RunnerError {
     /// The payload store could not give a file the step takes (it was unavailable).
     #[error(transparent)]
     Files(#[from] files::FileError),
+}
+
+impl RunnerError {
+    /// Whether handling the job again later may succeed. A port's failure says nothing more
+    /// than its message, so it is taken as passing.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            RunnerError::Log(error) => error.is_retryable(),
+            RunnerError::Port(_) => true,
+            RunnerError::Files(error) => error.is_retryable(),
+        }
+    }
 }
 
 /// Runs one attempt and records its outcome.

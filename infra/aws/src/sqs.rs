@@ -3,12 +3,14 @@
 //!
 //! - **Send**: `SendMessageBatch`, at most ten messages a call. Each message's `DelaySeconds` is
 //!   the wait until the job is due, rounded up, and at most the queue's bound (900 s, the most
-//!   SQS allows). The message body is the job as JSON: key, deployment, due time and body, so a
-//!   job due beyond the bound, delivered early, still says when it is due.
+//!   SQS allows). The message body is the job as JSON (`Job::to_message`, read back by the
+//!   runner's Lambda trigger too): key, deployment, due time and body, so a job due beyond the
+//!   bound, delivered early, still says when it is due.
 //! - **Receive**: `ReceiveMessage` of one message, long polling (`WaitTimeSeconds`, at most 20),
 //!   with the visibility asked for and its `ApproximateReceiveCount`; the receipt is the
 //!   message's receipt handle.
-//! - **Extend** is `ChangeMessageVisibility` (at most 12 hours), **ack** `DeleteMessage`, and
+//! - **Extend** is `ChangeMessageVisibility` (at most 12 hours; also the runner's Lambda trigger's
+//!   `ChangeVisibility`), **ack** `DeleteMessage`, and
 //!   **requeue** sends a copy for the rest of the wait, then deletes the early delivery: a
 //!   failure in between leaves two copies, never none.
 //!
@@ -23,11 +25,11 @@ use async_trait::async_trait;
 use aws_sdk_sqs::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_sqs::types::{MessageSystemAttributeName, SendMessageBatchRequestEntry};
 use aws_sdk_sqs::Client;
-use overture_events::{DeploymentId, Timestamp};
+use overture_events::Timestamp;
 use overture_kit::queue::{Delivery, Job, QueueError, Receipt, ReceiveJobs, SendJobs};
 use overture_kit::Clock;
 use overture_orchestrator::queued::QueueOn;
-use serde::{Deserialize, Serialize};
+use overture_runner::ChangeVisibility;
 
 /// The longest SQS holds a message back (`DelaySeconds`).
 pub const MAX_DELAY: Duration = Duration::from_secs(900);
@@ -92,15 +94,6 @@ pub enum SqsError {
         /// What is wrong with it.
         reason: String,
     },
-}
-
-/// A job as an SQS message body.
-#[derive(Serialize, Deserialize)]
-struct Message {
-    key: String,
-    deployment: DeploymentId,
-    due_at: Timestamp,
-    body: serde_json::Value,
 }
 
 /// An SQS standard queue of jobs.
@@ -215,13 +208,9 @@ impl SendJobs for SqsQueue {
         for batch in jobs.chunks(MAX_BATCH) {
             let mut entries = Vec::with_capacity(batch.len());
             for (index, job) in batch.iter().enumerate() {
-                let body = serde_json::to_string(&Message {
-                    key: job.key.clone(),
-                    deployment: job.deployment,
-                    due_at: job.due_at,
-                    body: job.body.clone(),
-                })
-                .map_err(|e| QueueError::Refused(Box::new(e)))?;
+                let body = job
+                    .to_message()
+                    .map_err(|e| QueueError::Refused(Box::new(e)))?;
                 let entry = SendMessageBatchRequestEntry::builder()
                     .id(index.to_string())
                     .message_body(body)
@@ -282,7 +271,7 @@ impl ReceiveJobs for SqsQueue {
         let receipt = message
             .receipt_handle()
             .ok_or_else(|| self.not_a_job(id, "no receipt handle".into()))?;
-        let body: Message = serde_json::from_str(message.body().unwrap_or(""))
+        let job = Job::from_message(message.body().unwrap_or(""))
             .map_err(|e| self.not_a_job(id, e.to_string()))?;
         let receive_count = message
             .attributes()
@@ -290,12 +279,7 @@ impl ReceiveJobs for SqsQueue {
             .and_then(|count| count.parse().ok())
             .ok_or_else(|| self.not_a_job(id, "no ApproximateReceiveCount".into()))?;
         Ok(Some(Delivery {
-            job: Job {
-                key: body.key,
-                deployment: body.deployment,
-                body: body.body,
-                due_at: body.due_at,
-            },
+            job,
             receive_count,
             receipt: Receipt::new(receipt),
         }))
@@ -327,5 +311,18 @@ impl ReceiveJobs for SqsQueue {
     async fn requeue(&self, delivery: &Delivery) -> Result<(), QueueError> {
         self.send(vec![delivery.job.clone()]).await?;
         self.ack(&delivery.receipt).await
+    }
+}
+
+/// The runner's Lambda trigger changes its messages' visibility by the receipt handles Lambda
+/// hands it: the same `ChangeMessageVisibility` as [`ReceiveJobs::extend`].
+#[async_trait]
+impl ChangeVisibility for SqsQueue {
+    async fn change_visibility(
+        &self,
+        receipt_handle: &str,
+        visibility: Duration,
+    ) -> Result<(), QueueError> {
+        self.extend(&Receipt::new(receipt_handle), visibility).await
     }
 }

@@ -1,0 +1,189 @@
+//! The projector's trigger on AWS, `on_stream_records`, fed a DynamoDB stream batch from a JSON
+//! fixture in the shape AWS delivers (two deployments' events and an item that is not an event),
+//! on a read-model store held in memory.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use async_trait::async_trait;
+use aws_lambda_events::event::dynamodb::Event;
+use aws_lambda_events::event::streams::DynamoDbEventResponse;
+use overture_domain::projection::{DeploymentView, TenantDelta, TenantView};
+use overture_events::{DeploymentId, Envelope};
+use overture_kit::{LogError, ReadStream};
+use overture_projector::{on_stream_records, DeploymentViews, ViewError};
+
+fn batch() -> Event {
+    serde_json::from_str(include_str!("fixtures/stream-records.json")).expect("the fixture")
+}
+
+fn deployment(n: u8) -> DeploymentId {
+    format!("01a20800-0000-7000-8000-00000000000{n}")
+        .parse()
+        .expect("an id")
+}
+
+fn failed(response: &DynamoDbEventResponse) -> Vec<String> {
+    response
+        .batch_item_failures
+        .iter()
+        .filter_map(|f| f.item_identifier.clone())
+        .collect()
+}
+
+/// Views and summaries in memory; saving fails for the deployment in `broken`.
+#[derive(Clone, Default)]
+struct MemoryViews {
+    views: Arc<Mutex<HashMap<DeploymentId, DeploymentView>>>,
+    tenants: Arc<Mutex<HashMap<String, TenantView>>>,
+    broken: Option<DeploymentId>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("the table is throttled")]
+struct Throttled;
+
+#[async_trait]
+impl DeploymentViews for MemoryViews {
+    async fn view(&self, deployment: DeploymentId) -> Result<Option<DeploymentView>, ViewError> {
+        let views = self.views.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(views.get(&deployment).cloned())
+    }
+
+    async fn save(
+        &self,
+        view: &DeploymentView,
+        loaded_at: Option<u64>,
+        delta: &TenantDelta,
+    ) -> Result<(), ViewError> {
+        if self.broken == Some(view.id) {
+            return Err(ViewError::Unavailable(Box::new(Throttled)));
+        }
+        let mut views = self.views.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut tenants = self.tenants.lock().unwrap_or_else(PoisonError::into_inner);
+        if views.get(&view.id).map(|v| v.revision) != loaded_at {
+            return Err(ViewError::Conflict {
+                deployment: view.id,
+                loaded_at,
+            });
+        }
+        views.insert(view.id, view.clone());
+        let summary = delta.apply_to(tenants.remove(&view.tenant), &view.tenant);
+        tenants.insert(view.tenant.clone(), summary);
+        Ok(())
+    }
+
+    async fn tenant(&self, tenant: &str) -> Result<Option<TenantView>, ViewError> {
+        let tenants = self.tenants.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(tenants.get(tenant).cloned())
+    }
+}
+
+/// The log: the batch holds every record, so nothing is read from it.
+struct NoLog;
+
+#[async_trait]
+impl ReadStream for NoLog {
+    async fn read_stream(&self, _: DeploymentId, _: u64) -> Result<Vec<Envelope>, LogError> {
+        Ok(Vec::new())
+    }
+}
+
+#[tokio::test]
+async fn a_batch_folds_into_each_deployments_view_and_the_tenants_summary() {
+    let views = MemoryViews::default();
+    let response = on_stream_records(&batch(), &NoLog, &views).await;
+    assert!(failed(&response).is_empty(), "{response:?}");
+
+    let first = views
+        .view(deployment(1))
+        .await
+        .expect("loads")
+        .expect("a view");
+    assert_eq!(first.revision, 1, "both of its records folded");
+    assert!(first.steps.contains_key("a"), "{first:?}");
+    let second = views
+        .view(deployment(2))
+        .await
+        .expect("loads")
+        .expect("a view");
+    assert_eq!(second.revision, 0);
+    let tenant = views
+        .tenant("acme")
+        .await
+        .expect("loads")
+        .expect("a summary");
+    assert_eq!(tenant.total, 2);
+}
+
+#[tokio::test]
+async fn a_batch_delivered_again_changes_nothing() {
+    let views = MemoryViews::default();
+    on_stream_records(&batch(), &NoLog, &views).await;
+    let before = (
+        views.view(deployment(1)).await.expect("loads"),
+        views.view(deployment(2)).await.expect("loads"),
+        views.tenant("acme").await.expect("loads"),
+    );
+    let response = on_stream_records(&batch(), &NoLog, &views).await;
+    assert!(failed(&response).is_empty(), "{response:?}");
+    let after = (
+        views.view(deployment(1)).await.expect("loads"),
+        views.view(deployment(2)).await.expect("loads"),
+        views.tenant("acme").await.expect("loads"),
+    );
+    assert_eq!(before, after, "the tenant's counters are not counted twice");
+}
+
+#[tokio::test]
+async fn a_deployment_whose_view_cannot_be_saved_is_delivered_again_from_its_first_record() {
+    let views = MemoryViews {
+        broken: Some(deployment(1)),
+        ..MemoryViews::default()
+    };
+    let response = on_stream_records(&batch(), &NoLog, &views).await;
+    assert_eq!(
+        failed(&response),
+        ["222200000000000000000001"],
+        "its first record, not its last; the other deployment and the foreign item are not retried"
+    );
+    assert!(views.view(deployment(2)).await.expect("loads").is_some());
+}
+
+/// The log: the events of the fixture's records, as the log itself reads them.
+struct FixtureLog;
+
+#[async_trait]
+impl ReadStream for FixtureLog {
+    async fn read_stream(
+        &self,
+        deployment: DeploymentId,
+        from: u64,
+    ) -> Result<Vec<Envelope>, LogError> {
+        Ok(batch()
+            .records
+            .iter()
+            .filter_map(overture_kit::stream_record::envelope_of)
+            .filter(|e| e.stream == deployment.stream() && e.revision >= from)
+            .collect())
+    }
+}
+
+#[tokio::test]
+async fn a_record_the_trigger_cannot_read_is_folded_from_the_log() {
+    let mut garbled = batch();
+    // The first deployment's second record, its data cut short.
+    garbled.records[2].change.new_image.insert(
+        "data".into(),
+        serde_dynamo::AttributeValue::S("{\"step\":".into()),
+    );
+    let views = MemoryViews::default();
+    let response = on_stream_records(&garbled, &FixtureLog, &views).await;
+    assert!(failed(&response).is_empty(), "{response:?}");
+    let first = views
+        .view(deployment(1))
+        .await
+        .expect("loads")
+        .expect("a view");
+    assert_eq!(first.revision, 1, "not skipped");
+}
