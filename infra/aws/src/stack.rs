@@ -134,7 +134,7 @@ async fn first_failure(client: &Client, name: &str) -> Option<String> {
         .send()
         .await
         .ok()?;
-    // Newest first: the last failure listed is the first that happened.
+    // Events come newest first; from the end, the first failure found is the first that happened.
     events
         .stack_events()
         .iter()
