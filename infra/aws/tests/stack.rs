@@ -3,7 +3,8 @@
 //! its deployments and tenants tables, a token kept in its custody table under its KMS key,
 //! payloads in its bucket, jobs through its queue, and a job that keeps failing moved to its
 //! dead-letter queue. With the functions' code in place, the whole template is created:
-//! functions, triggers, roles, the step cluster and task definition.
+//! functions, triggers (with their batch sizes and partial batch failures), roles, the step
+//! cluster and task definition.
 
 mod support;
 
@@ -397,6 +398,59 @@ async fn with_the_functions_code_the_whole_template_is_created() {
             made.get(logical),
             Some(&kind),
             "{logical} is made: {made:?}"
+        );
+    }
+
+    // The functions and their triggers as the template sets them.
+    let lambda = aws_sdk_lambda::Client::new(&config);
+    for function in ["submit", "orchestrator", "runner", "projector"] {
+        let found = lambda
+            .get_function_configuration()
+            .function_name(format!("{name}-{function}"))
+            .send()
+            .await
+            .expect("the function");
+        assert_eq!(found.handler(), Some("bootstrap"));
+        assert_eq!(found.runtime().map(|r| r.as_str()), Some("provided.al2023"));
+        let variables = found
+            .environment()
+            .and_then(|e| e.variables())
+            .expect("its environment");
+        assert_eq!(
+            variables.get("OVERTURE_EVENTS_TABLE").map(String::as_str),
+            outputs.get("EventsTable").map(String::as_str),
+            "{function} names the stack's events table"
+        );
+    }
+    let triggers = lambda
+        .list_event_source_mappings()
+        .send()
+        .await
+        .expect("the triggers");
+    let trigger = |function: &str| {
+        let arn_end = format!(":function:{name}-{function}");
+        triggers
+            .event_source_mappings()
+            .iter()
+            .find(|m| m.function_arn().is_some_and(|arn| arn.ends_with(&arn_end)))
+            .unwrap_or_else(|| panic!("a trigger of {function}"))
+    };
+    for (function, source, batch) in [
+        ("orchestrator", outputs["EventsStreamArn"].as_str(), 100),
+        ("projector", outputs["EventsStreamArn"].as_str(), 500),
+        ("runner", outputs["JobsQueueArn"].as_str(), 1),
+    ] {
+        let mapping = trigger(function);
+        assert_eq!(
+            mapping.event_source_arn(),
+            Some(source),
+            "{function}'s source"
+        );
+        assert_eq!(mapping.batch_size(), Some(batch), "{function}'s batch size");
+        assert_eq!(
+            mapping.function_response_types(),
+            [aws_sdk_lambda::types::FunctionResponseType::ReportBatchItemFailures],
+            "{function} reports partial batch failures"
         );
     }
 }
