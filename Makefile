@@ -14,6 +14,7 @@ demo: build
 
 test: setup
 	scripts/check-pure.sh
+	scripts/check-stack.sh
 	cargo test --workspace --no-fail-fast
 
 bench: setup

@@ -46,6 +46,13 @@ if ! command -v moto_server >/dev/null; then
     hash -r
 fi
 
+# The linter of the serverless stack's CloudFormation template (`make test`, scripts/check-stack.sh).
+if ! command -v cfn-lint >/dev/null; then
+    echo "setup: installing cfn-lint (the CloudFormation template's linter)"
+    python3 -m pip install --quiet cfn-lint
+    hash -r
+fi
+
 if ! command -v cargo >/dev/null; then
     echo "setup: cargo is missing; install a Rust toolchain (1.85 or newer) with rustup first" >&2
     exit 1

@@ -17,6 +17,8 @@
 //!   ([`read_models::DynamoReadModels`]), written by the projector conditional on each view's
 //!   revision, keeping the same contract as the SQLite read models
 //!   (`overture_projector::contract`).
+//! - [`stack`]: the CloudFormation stack (`infra/aws/template.yaml`) made in the local emulator
+//!   ([`stack::deploy_local`]), as the tests and the local set-up use it.
 
 pub mod config;
 pub mod custody;
@@ -25,3 +27,4 @@ pub mod read_models;
 pub mod s3;
 pub mod seals;
 pub mod sqs;
+pub mod stack;

@@ -1,0 +1,456 @@
+//! The stack (`infra/aws/template.yaml`) created through CloudFormation in the local emulator,
+//! and the adapters working on what it made: the log on its events table, the read models on
+//! its deployments and tenants tables, a token kept in its custody table under its KMS key,
+//! payloads in its bucket, jobs through its queue, and a job that keeps failing moved to its
+//! dead-letter queue. With the functions' code in place, the whole template is created:
+//! functions, triggers (with their batch sizes and partial batch failures), roles, the step
+//! cluster and task definition.
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use aws_sdk_sqs::types::QueueAttributeName;
+use overture_aws::custody::KmsTokenCustody;
+use overture_aws::dynamodb::DynamoDeployments;
+use overture_aws::read_models::DynamoReadModels;
+use overture_aws::s3::S3Payloads;
+use overture_aws::sqs::SqsQueue;
+use overture_aws::stack::{deploy_local, queue_url};
+use overture_domain::secret::SecretString;
+use overture_events::DeploymentId;
+use overture_infra::clock::SystemClock;
+use overture_kit::queue::{Job, ReceiveJobs, SendJobs};
+use overture_kit::TokenCustody;
+use secrecy::ExposeSecret;
+
+const REGION: &str = "eu-west-1";
+/// CloudFormation in the emulator makes a stack in about a second.
+const CREATE_WITHIN: Duration = Duration::from_secs(60);
+/// Deliveries before the dead-letter queue, lowered so the test is quick.
+const MAX_RECEIVES: u32 = 2;
+
+struct Stack {
+    config: aws_config::SdkConfig,
+    outputs: HashMap<String, String>,
+}
+
+impl Stack {
+    fn output(&self, name: &str) -> &str {
+        self.outputs
+            .get(name)
+            .unwrap_or_else(|| panic!("the stack outputs {name}: {:?}", self.outputs))
+    }
+}
+
+fn stack_name() -> String {
+    format!(
+        "overture-{}",
+        &uuid::Uuid::now_v7().simple().to_string()[20..]
+    )
+}
+
+/// A stack of its own without the functions (no code to give them), with a one-second job
+/// visibility so redeliveries come quickly.
+async fn storage_stack() -> Stack {
+    let config = overture_aws::config::for_endpoint(support::emulator(), REGION).await;
+    let cloudformation = aws_sdk_cloudformation::Client::new(&config);
+    let max_receives = MAX_RECEIVES.to_string();
+    let outputs = deploy_local(
+        &cloudformation,
+        &stack_name(),
+        &[
+            ("Functions", "no"),
+            ("CodeBucket", "unused-without-functions"),
+            ("JobsVisibilityTimeout", "1"),
+            ("JobsMaxReceiveCount", &max_receives),
+        ],
+        CREATE_WITHIN,
+    )
+    .await
+    .expect("the stack is created");
+    Stack { config, outputs }
+}
+
+#[tokio::test]
+async fn the_log_and_the_read_models_work_on_the_stacks_tables() {
+    let stack = storage_stack().await;
+    let events = stack.output("EventsTable");
+    let log = || {
+        DynamoDeployments::new(
+            aws_sdk_dynamodb::Client::new(&stack.config),
+            events,
+            Arc::new(SystemClock),
+        )
+    };
+    overture_kit::contract::appended_events_read_back_from_another_client(&log(), &log()).await;
+    overture_kit::contract::racing_writers_on_one_revision_have_exactly_one_winner(&log(), &log())
+        .await;
+
+    // Its stream carries new images, as the orchestrator and the projector read them.
+    let table = aws_sdk_dynamodb::Client::new(&stack.config)
+        .describe_table()
+        .table_name(events)
+        .send()
+        .await
+        .expect("the events table");
+    let spec = table
+        .table()
+        .and_then(|t| t.stream_specification())
+        .expect("a stream");
+    assert!(spec.stream_enabled());
+    assert_eq!(
+        spec.stream_view_type(),
+        Some(&aws_sdk_dynamodb::types::StreamViewType::NewImage)
+    );
+    assert_eq!(
+        table.table().and_then(|t| t.latest_stream_arn()),
+        Some(stack.output("EventsStreamArn"))
+    );
+
+    let views = || {
+        DynamoReadModels::new(
+            aws_sdk_dynamodb::Client::new(&stack.config),
+            stack.output("DeploymentsTable"),
+            stack.output("TenantsTable"),
+        )
+    };
+    overture_projector::contract::a_replayed_record_changes_nothing(&views(), &views()).await;
+}
+
+#[tokio::test]
+async fn a_token_is_kept_under_the_stacks_key_and_payloads_go_to_its_bucket() {
+    let stack = storage_stack().await;
+    let custody = || {
+        KmsTokenCustody::new(
+            aws_sdk_kms::Client::new(&stack.config),
+            aws_sdk_dynamodb::Client::new(&stack.config),
+            stack.output("CustodyTable"),
+            stack.output("KeyArn"),
+        )
+    };
+    let (submit, runner) = (custody(), custody());
+    let deployment = DeploymentId::from_uuid(uuid::Uuid::now_v7());
+    submit
+        .keep(deployment, "acme", &SecretString::from("users-token"))
+        .await
+        .expect("kept under the stack's key");
+    let token = runner
+        .token(deployment, "acme")
+        .await
+        .expect("read back")
+        .expect("there is one");
+    assert_eq!(token.expose_secret(), "users-token");
+    // The alias the stack made names the same key.
+    let by_alias = KmsTokenCustody::new(
+        aws_sdk_kms::Client::new(&stack.config),
+        aws_sdk_dynamodb::Client::new(&stack.config),
+        stack.output("CustodyTable"),
+        stack.output("KeyAlias"),
+    );
+    assert!(by_alias
+        .token(deployment, "acme")
+        .await
+        .expect("read back")
+        .is_some());
+    runner.forget(deployment).await.expect("forgotten");
+
+    let payloads = || {
+        S3Payloads::new(
+            overture_aws::s3::client(&stack.config),
+            stack.output("PayloadsBucket"),
+        )
+    };
+    overture_kit::payload_contract::a_payload_reads_back_from_another_client_under_its_sha256(
+        &payloads(),
+        &payloads(),
+    )
+    .await;
+}
+
+fn job(deployment: DeploymentId, key: &str) -> Job {
+    Job {
+        key: key.into(),
+        deployment,
+        body: serde_json::json!({ "kind": "test" }),
+        due_at: chrono::Utc::now(),
+    }
+}
+
+#[tokio::test]
+async fn jobs_go_through_the_stacks_queue_and_one_that_keeps_failing_reaches_its_dlq() {
+    let stack = storage_stack().await;
+    let sqs = aws_sdk_sqs::Client::new(&stack.config);
+    let jobs_url = queue_url(&sqs, stack.output("JobsQueueName"))
+        .await
+        .expect("the jobs queue");
+    let dlq_url = queue_url(&sqs, stack.output("JobsDeadLetterQueueName"))
+        .await
+        .expect("its dead-letter queue");
+    let queue = SqsQueue::new(sqs.clone(), &jobs_url, Arc::new(SystemClock));
+
+    // The redrive policy names the dead-letter queue, as the template says.
+    let attributes = sqs
+        .get_queue_attributes()
+        .queue_url(&jobs_url)
+        .attribute_names(QueueAttributeName::RedrivePolicy)
+        .send()
+        .await
+        .expect("the queue's attributes");
+    let redrive: serde_json::Value = serde_json::from_str(
+        attributes
+            .attributes()
+            .and_then(|a| a.get(&QueueAttributeName::RedrivePolicy))
+            .expect("a redrive policy"),
+    )
+    .expect("JSON");
+    assert_eq!(
+        redrive["deadLetterTargetArn"],
+        stack.output("JobsDeadLetterQueueArn")
+    );
+    assert_eq!(
+        redrive["maxReceiveCount"].to_string(),
+        MAX_RECEIVES.to_string()
+    );
+
+    // A job handled and acknowledged is gone.
+    let deployment = DeploymentId::from_uuid(uuid::Uuid::now_v7());
+    queue
+        .send(vec![job(deployment, "handled")])
+        .await
+        .expect("sent");
+    let delivery = queue
+        .receive(Duration::from_secs(30), Duration::from_secs(5))
+        .await
+        .expect("received")
+        .expect("the job");
+    assert_eq!(delivery.job.key, "handled");
+    queue.ack(&delivery.receipt).await.expect("acknowledged");
+
+    // A job whose handler fails every time (never acknowledged) comes back until SQS has
+    // delivered it MAX_RECEIVES times, then moves to the dead-letter queue.
+    queue
+        .send(vec![job(deployment, "failing")])
+        .await
+        .expect("sent");
+    let visibility = Duration::from_secs(1);
+    let mut deliveries = 0;
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(30) {
+        match queue
+            .receive(visibility, Duration::from_secs(2))
+            .await
+            .expect("received")
+        {
+            Some(delivery) => {
+                assert_eq!(delivery.job.key, "failing");
+                deliveries += 1;
+                assert_eq!(delivery.receive_count, deliveries);
+            }
+            None if deliveries >= MAX_RECEIVES => break,
+            None => {}
+        }
+    }
+    assert_eq!(deliveries, MAX_RECEIVES, "delivered until the redrive");
+    let dead = SqsQueue::new(sqs, &dlq_url, Arc::new(SystemClock));
+    let moved = dead
+        .receive(Duration::from_secs(30), Duration::from_secs(5))
+        .await
+        .expect("received from the dead-letter queue")
+        .expect("the failing job is there");
+    assert_eq!(moved.job.key, "failing");
+    assert!(queue
+        .receive(visibility, Duration::from_secs(1))
+        .await
+        .expect("received")
+        .is_none());
+}
+
+/// A zip with a stand-in `bootstrap` (never run: the emulator only stores functions), so that
+/// CloudFormation can create the functions from the bucket as on AWS.
+fn stand_in_zip() -> Vec<u8> {
+    // A stored (uncompressed) zip of one file, written by hand: no zip crate for one test.
+    let name = b"bootstrap";
+    let data = b"#!/bin/sh\nexit 1\n";
+    let crc = crc32(data);
+    let mut zip = Vec::new();
+    let local = |zip: &mut Vec<u8>| {
+        zip.extend_from_slice(&0x0403_4b50_u32.to_le_bytes());
+        zip.extend_from_slice(&[20, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        zip.extend_from_slice(&crc.to_le_bytes());
+        zip.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        zip.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        zip.extend_from_slice(&(name.len() as u16).to_le_bytes());
+        zip.extend_from_slice(&0_u16.to_le_bytes());
+        zip.extend_from_slice(name);
+        zip.extend_from_slice(data);
+    };
+    local(&mut zip);
+    let central_at = zip.len() as u32;
+    zip.extend_from_slice(&0x0201_4b50_u32.to_le_bytes());
+    zip.extend_from_slice(&[20, 3, 20, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    zip.extend_from_slice(&crc.to_le_bytes());
+    zip.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    zip.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    zip.extend_from_slice(&(name.len() as u16).to_le_bytes());
+    // Extra, comment, disk, internal attributes.
+    zip.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0]);
+    // External attributes: a regular file, mode 755.
+    zip.extend_from_slice(&(0o100_755_u32 << 16).to_le_bytes());
+    zip.extend_from_slice(&0_u32.to_le_bytes());
+    zip.extend_from_slice(name);
+    let central_len = zip.len() as u32 - central_at;
+    zip.extend_from_slice(&0x0605_4b50_u32.to_le_bytes());
+    zip.extend_from_slice(&[0, 0, 0, 0, 1, 0, 1, 0]);
+    zip.extend_from_slice(&central_len.to_le_bytes());
+    zip.extend_from_slice(&central_at.to_le_bytes());
+    zip.extend_from_slice(&0_u16.to_le_bytes());
+    zip
+}
+
+fn crc32(bytes: &[u8]) -> u32 {
+    let mut crc = !0_u32;
+    for &byte in bytes {
+        crc ^= u32::from(byte);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+#[tokio::test]
+async fn with_the_functions_code_the_whole_template_is_created() {
+    let config = overture_aws::config::for_endpoint(support::emulator(), REGION).await;
+    let s3 = overture_aws::s3::client(&config);
+    let code = format!(
+        "overture-code-{}",
+        &uuid::Uuid::now_v7().simple().to_string()[20..]
+    );
+    overture_aws::s3::create_payloads_bucket(&s3, &code)
+        .await
+        .expect("the code bucket");
+    for function in ["submit", "orchestrator", "runner", "projector"] {
+        s3.put_object()
+            .bucket(&code)
+            .key(format!("overture/{function}.zip"))
+            .body(stand_in_zip().into())
+            .send()
+            .await
+            .expect("the function's zip");
+    }
+    let cloudformation = aws_sdk_cloudformation::Client::new(&config);
+    let name = stack_name();
+    let outputs = deploy_local(
+        &cloudformation,
+        &name,
+        &[
+            ("CodeBucket", &code),
+            ("StepImage", "public.ecr.aws/docker/library/busybox:latest"),
+        ],
+        CREATE_WITHIN,
+    )
+    .await
+    .expect("the stack with its functions is created");
+    assert!(outputs.contains_key("StepTaskDefinition"), "{outputs:?}");
+
+    let resources = cloudformation
+        .describe_stack_resources()
+        .stack_name(&name)
+        .send()
+        .await
+        .expect("the stack's resources");
+    let made: HashMap<&str, &str> = resources
+        .stack_resources()
+        .iter()
+        .filter(|r| {
+            r.resource_status()
+                .is_some_and(|s| s.as_str() == "CREATE_COMPLETE")
+        })
+        .filter_map(|r| Some((r.logical_resource_id()?, r.resource_type()?)))
+        .collect();
+    for (logical, kind) in [
+        ("SubmitFunction", "AWS::Lambda::Function"),
+        ("OrchestratorFunction", "AWS::Lambda::Function"),
+        ("RunnerFunction", "AWS::Lambda::Function"),
+        ("ProjectorFunction", "AWS::Lambda::Function"),
+        ("EventsToOrchestrator", "AWS::Lambda::EventSourceMapping"),
+        ("EventsToProjector", "AWS::Lambda::EventSourceMapping"),
+        ("JobsToRunner", "AWS::Lambda::EventSourceMapping"),
+        ("SubmitRole", "AWS::IAM::Role"),
+        ("OrchestratorRole", "AWS::IAM::Role"),
+        ("RunnerRole", "AWS::IAM::Role"),
+        ("ProjectorRole", "AWS::IAM::Role"),
+        ("StepExecutionRole", "AWS::IAM::Role"),
+        ("StepCluster", "AWS::ECS::Cluster"),
+        ("StepTask", "AWS::ECS::TaskDefinition"),
+        ("JobsQueue", "AWS::SQS::Queue"),
+        ("EventsTable", "AWS::DynamoDB::Table"),
+        ("Key", "AWS::KMS::Key"),
+    ] {
+        assert_eq!(
+            made.get(logical),
+            Some(&kind),
+            "{logical} is made: {made:?}"
+        );
+    }
+
+    // The functions and their triggers as the template sets them.
+    let lambda = aws_sdk_lambda::Client::new(&config);
+    for function in ["submit", "orchestrator", "runner", "projector"] {
+        let found = lambda
+            .get_function_configuration()
+            .function_name(format!("{name}-{function}"))
+            .send()
+            .await
+            .expect("the function");
+        assert_eq!(found.handler(), Some("bootstrap"));
+        assert_eq!(found.runtime().map(|r| r.as_str()), Some("provided.al2023"));
+        let variables = found
+            .environment()
+            .and_then(|e| e.variables())
+            .expect("its environment");
+        assert_eq!(
+            variables.get("OVERTURE_EVENTS_TABLE").map(String::as_str),
+            outputs.get("EventsTable").map(String::as_str),
+            "{function} names the stack's events table"
+        );
+    }
+    let triggers = lambda
+        .list_event_source_mappings()
+        .send()
+        .await
+        .expect("the triggers");
+    let trigger = |function: &str| {
+        let arn_end = format!(":function:{name}-{function}");
+        triggers
+            .event_source_mappings()
+            .iter()
+            .find(|m| m.function_arn().is_some_and(|arn| arn.ends_with(&arn_end)))
+            .unwrap_or_else(|| panic!("a trigger of {function}"))
+    };
+    for (function, source, batch) in [
+        ("orchestrator", outputs["EventsStreamArn"].as_str(), 100),
+        ("projector", outputs["EventsStreamArn"].as_str(), 500),
+        ("runner", outputs["JobsQueueArn"].as_str(), 1),
+    ] {
+        let mapping = trigger(function);
+        assert_eq!(
+            mapping.event_source_arn(),
+            Some(source),
+            "{function}'s source"
+        );
+        assert_eq!(mapping.batch_size(), Some(batch), "{function}'s batch size");
+        assert_eq!(
+            mapping.function_response_types(),
+            [aws_sdk_lambda::types::FunctionResponseType::ReportBatchItemFailures],
+            "{function} reports partial batch failures"
+        );
+    }
+}
