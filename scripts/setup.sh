@@ -53,6 +53,13 @@ if ! command -v cfn-lint >/dev/null; then
     hash -r
 fi
 
+# cargo-lambda runs the functions as AWS Lambda runs them, for their smoke tests.
+if ! command -v cargo-lambda >/dev/null; then
+    echo "setup: installing cargo-lambda"
+    python3 -m pip install --quiet cargo-lambda
+    hash -r
+fi
+
 if ! command -v cargo >/dev/null; then
     echo "setup: cargo is missing; install a Rust toolchain (1.85 or newer) with rustup first" >&2
     exit 1
