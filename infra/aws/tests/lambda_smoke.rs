@@ -1,6 +1,6 @@
 //! The function binaries as AWS runs them: started by `cargo lambda watch` (the Lambda runtime
-//! API, locally) and sent one real event of their trigger, against the local AWS emulator. Today:
-//! the orchestrator, sent a DynamoDB stream record of a requested deployment.
+//! API, locally) and sent one real event of their trigger, against the local AWS emulator: the
+//! orchestrator and the projector, each sent a DynamoDB stream record of a requested deployment.
 
 mod support;
 
@@ -12,82 +12,43 @@ use std::time::{Duration, Instant};
 
 use overture_aws::custody::create_custody_table;
 use overture_aws::dynamodb::{create_events_table, DynamoDeployments};
+use overture_aws::read_models::{create_read_model_tables, DynamoReadModels};
 use overture_aws::seals::create_seals_table;
 use overture_aws::sqs::create_queue;
 use overture_domain::blueprint::parse;
-use overture_events::{DeploymentEvent, DeploymentId};
+use overture_events::{DeploymentEvent, DeploymentId, Envelope};
 use overture_infra::clock::SystemClock;
 use overture_kit::{Cause, DeploymentLog, ReadStream};
-use serde_json::json;
+use overture_projector::DeploymentViews;
+use serde_json::{json, Value};
 
 /// How long the first invocation may take: `cargo lambda watch` builds the function first.
 const FIRST_INVOCATION: Duration = Duration::from_secs(600);
+const EVENTS: &str = "smoke-events";
 
 /// `cargo lambda watch` in its own process group, ended (the group, by its id) when dropped.
-struct Watch(Child);
+struct Watch {
+    child: Child,
+    port: u16,
+}
 
 impl Drop for Watch {
     fn drop(&mut self) {
-        if let Ok(group) = i32::try_from(self.0.id()) {
+        if let Ok(group) = i32::try_from(self.child.id()) {
             // SAFETY: signals the process group this test made for the child it started.
             unsafe { libc::kill(-group, libc::SIGTERM) };
         }
-        let _ = self.0.wait();
+        let _ = self.child.wait();
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
+/// Starts `cargo lambda watch` on a free port of 127.0.0.1, the functions pointed at the
+/// emulator and given `settings`, as the stack gives them.
+fn watch(settings: &[(&str, &str)]) -> Watch {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
-        .port()
-}
-
-#[tokio::test]
-async fn the_orchestrator_lambda_moves_a_deployment_on_from_a_stream_record() {
-    let endpoint = support::emulator();
-    let config = overture_aws::config::for_endpoint(endpoint, "eu-west-1").await;
-    let dynamodb = aws_sdk_dynamodb::Client::new(&config);
-    let sqs = aws_sdk_sqs::Client::new(&config);
-    let kms = aws_sdk_kms::Client::new(&config);
-    create_events_table(&dynamodb, "smoke-events")
-        .await
-        .expect("table");
-    create_custody_table(&dynamodb, "smoke-custody")
-        .await
-        .expect("table");
-    create_seals_table(&dynamodb, "smoke-seals")
-        .await
-        .expect("table");
-    let queue = create_queue(&sqs, "smoke-jobs").await.expect("queue");
-    let key = support::kms_key(&kms).await;
-
-    // A deployment requested on the log, as submit would record it.
-    let log = DynamoDeployments::new(dynamodb.clone(), "smoke-events", Arc::new(SystemClock));
-    let deployment = DeploymentId::from_uuid(uuid::Uuid::now_v7());
-    let requested = DeploymentEvent::DeploymentRequested {
-        tenant: "acme".into(),
-        requested_by: "ada".into(),
-        trigger: "cli".into(),
-        source: "smoke.yaml".into(),
-        blueprint: parse("name: smoke\nsteps:\n  build: { run: noop }\n")
-            .expect("valid")
-            .snapshot,
-        blueprint_hash: "h".into(),
-        params: BTreeMap::new(),
-        cloud: None,
-    };
-    let cause = Cause::new("submit", deployment, uuid::Uuid::now_v7());
-    log.append(deployment, "acme", None, vec![requested], &cause)
-        .await
-        .expect("requested");
-    let envelope = log
-        .read_stream(deployment, 0)
-        .await
-        .expect("read")
-        .remove(0);
-
-    let port = free_port();
+        .port();
     let mut command = Command::new("cargo");
     command
         .args(["lambda", "watch", "--ignore-changes"])
@@ -99,28 +60,84 @@ async fn the_orchestrator_lambda_moves_a_deployment_on_from_a_stream_record() {
         ])
         .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
         .envs([
-            ("AWS_ENDPOINT_URL", endpoint),
+            ("AWS_ENDPOINT_URL", support::emulator()),
             ("AWS_REGION", "eu-west-1"),
             ("AWS_ACCESS_KEY_ID", "overture-local"),
             ("AWS_SECRET_ACCESS_KEY", "overture-local"),
             ("AWS_EC2_METADATA_DISABLED", "true"),
-            ("OVERTURE_EVENTS_TABLE", "smoke-events"),
-            ("OVERTURE_CUSTODY_TABLE", "smoke-custody"),
-            ("OVERTURE_SEALS_TABLE", "smoke-seals"),
-            ("OVERTURE_KMS_KEY", key),
-            ("OVERTURE_JOBS_QUEUE_URL", &queue),
         ])
+        .envs(settings.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .process_group(0);
-    let _watch = Watch(
-        command
-            .spawn()
-            .expect("cargo lambda (scripts/setup.sh installs it)"),
-    );
+    let child = command
+        .spawn()
+        .expect("cargo lambda (scripts/setup.sh installs it)");
+    Watch { child, port }
+}
 
-    let record = json!({
+/// Invokes `function` with `event` and returns its answer, which must be a success.
+async fn invoke(watch: &Watch, function: &str, event: &Value) -> Value {
+    let url = format!(
+        "http://127.0.0.1:{}/2015-03-31/functions/{function}/invocations",
+        watch.port
+    );
+    let client = reqwest::Client::new();
+    let started = Instant::now();
+    let answer = loop {
+        match client
+            .post(&url)
+            .json(event)
+            .timeout(FIRST_INVOCATION)
+            .send()
+            .await
+        {
+            Ok(answer) => break answer,
+            // cargo lambda is still starting to listen.
+            Err(error) if error.is_connect() && started.elapsed() < FIRST_INVOCATION => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(error) => panic!("invoking {function} failed: {error}"),
+        }
+    };
+    let status = answer.status();
+    let body: Value = answer.json().await.expect("a JSON answer");
+    assert!(status.is_success(), "{function}: {status}: {body}");
+    body
+}
+
+/// A deployment of one `noop` step requested on the log, as submit records it; its first event.
+async fn requested(log: &DynamoDeployments) -> (DeploymentId, Envelope) {
+    let deployment = DeploymentId::from_uuid(uuid::Uuid::now_v7());
+    let requested = DeploymentEvent::DeploymentRequested {
+        tenant: "smoke-tenant".into(),
+        requested_by: "ada".into(),
+        trigger: "cli".into(),
+        source: "smoke.yaml".into(),
+        blueprint: parse("name: smoke\nsteps:\n  build: { run: noop }\n")
+            .expect("valid")
+            .snapshot,
+        blueprint_hash: "h".into(),
+        params: BTreeMap::new(),
+        cloud: None,
+    };
+    let cause = Cause::new("submit", deployment, uuid::Uuid::now_v7());
+    log.append(deployment, "smoke-tenant", None, vec![requested], &cause)
+        .await
+        .expect("requested");
+    let first = log
+        .read_stream(deployment, 0)
+        .await
+        .expect("read")
+        .remove(0);
+    (deployment, first)
+}
+
+/// The stream batch DynamoDB delivers for that event: its item's new image.
+fn stream_batch(envelope: &Envelope) -> Value {
+    let revision = envelope.revision.to_string();
+    json!({
         "Records": [{
             "eventID": "1",
             "eventName": "INSERT",
@@ -131,11 +148,11 @@ async fn the_orchestrator_lambda_moves_a_deployment_on_from_a_stream_record() {
                 "ApproximateCreationDateTime": 1800000000,
                 "Keys": {
                     "stream": { "S": envelope.stream },
-                    "revision": { "N": envelope.revision.to_string() }
+                    "revision": { "N": revision }
                 },
                 "NewImage": {
                     "stream": { "S": envelope.stream },
-                    "revision": { "N": envelope.revision.to_string() },
+                    "revision": { "N": revision },
                     "id": { "S": envelope.id.to_string() },
                     "type": { "S": envelope.event_type },
                     "data": { "S": envelope.data.to_string() },
@@ -147,32 +164,42 @@ async fn the_orchestrator_lambda_moves_a_deployment_on_from_a_stream_record() {
             },
             "eventSourceARN": "arn:aws:dynamodb:eu-west-1:123456789012:table/smoke-events/stream/1"
         }]
-    });
-    let url = format!("http://127.0.0.1:{port}/2015-03-31/functions/orchestrator/invocations");
-    let client = reqwest::Client::new();
-    let started = Instant::now();
-    let answer = loop {
-        match client
-            .post(&url)
-            .json(&record)
-            .timeout(FIRST_INVOCATION)
-            .send()
-            .await
-        {
-            Ok(answer) => break answer,
-            // cargo lambda is still starting to listen.
-            Err(error) if error.is_connect() && started.elapsed() < FIRST_INVOCATION => {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(error) => panic!("the invocation failed: {error}"),
-        }
-    };
-    let status = answer.status();
-    let body: serde_json::Value = answer.json().await.expect("a JSON answer");
-    assert!(status.is_success(), "{status}: {body}");
-    assert_eq!(body["batchItemFailures"], json!([]), "{body}");
+    })
+}
 
-    // The orchestrator scheduled `build` and queued its first attempt.
+async fn events_log(dynamodb: &aws_sdk_dynamodb::Client) -> DynamoDeployments {
+    create_events_table(dynamodb, EVENTS).await.expect("table");
+    DynamoDeployments::new(dynamodb.clone(), EVENTS, Arc::new(SystemClock))
+}
+
+#[tokio::test]
+async fn the_orchestrator_lambda_moves_a_deployment_on_from_a_stream_record() {
+    let config = overture_aws::config::for_endpoint(support::emulator(), "eu-west-1").await;
+    let dynamodb = aws_sdk_dynamodb::Client::new(&config);
+    let sqs = aws_sdk_sqs::Client::new(&config);
+    let kms = aws_sdk_kms::Client::new(&config);
+    let log = events_log(&dynamodb).await;
+    create_custody_table(&dynamodb, "smoke-custody")
+        .await
+        .expect("table");
+    create_seals_table(&dynamodb, "smoke-seals")
+        .await
+        .expect("table");
+    let queue = create_queue(&sqs, "smoke-jobs").await.expect("queue");
+    let key = support::kms_key(&kms).await;
+    let (deployment, first) = requested(&log).await;
+
+    let watch = watch(&[
+        ("OVERTURE_EVENTS_TABLE", EVENTS),
+        ("OVERTURE_CUSTODY_TABLE", "smoke-custody"),
+        ("OVERTURE_SEALS_TABLE", "smoke-seals"),
+        ("OVERTURE_KMS_KEY", key),
+        ("OVERTURE_JOBS_QUEUE_URL", &queue),
+    ]);
+    let answer = invoke(&watch, "orchestrator", &stream_batch(&first)).await;
+    assert_eq!(answer["batchItemFailures"], json!([]), "{answer}");
+
+    // It scheduled `build` and queued its first attempt.
     let loaded = log.load(deployment).await.expect("load");
     assert_eq!(
         loaded.state.steps["build"].status,
@@ -195,5 +222,46 @@ async fn the_orchestrator_lambda_moves_a_deployment_on_from_a_stream_record() {
             .iter()
             .any(|b| b.contains("build") && b.contains(&deployment.to_string())),
         "the attempt was queued: {bodies:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_projector_lambda_folds_a_stream_record_into_the_read_models() {
+    let config = overture_aws::config::for_endpoint(support::emulator(), "eu-west-1").await;
+    let dynamodb = aws_sdk_dynamodb::Client::new(&config);
+    let log = events_log(&dynamodb).await;
+    create_read_model_tables(&dynamodb, "smoke-deployments", "smoke-tenants")
+        .await
+        .expect("tables");
+    let (deployment, first) = requested(&log).await;
+
+    let watch = watch(&[
+        ("OVERTURE_EVENTS_TABLE", EVENTS),
+        ("OVERTURE_DEPLOYMENTS_TABLE", "smoke-deployments"),
+        ("OVERTURE_TENANTS_TABLE", "smoke-tenants"),
+    ]);
+    let batch = stream_batch(&first);
+    let answer = invoke(&watch, "projector", &batch).await;
+    assert_eq!(answer["batchItemFailures"], json!([]), "{answer}");
+    let again = invoke(&watch, "projector", &batch).await;
+    assert_eq!(again["batchItemFailures"], json!([]), "{again}");
+
+    let views = DynamoReadModels::new(dynamodb, "smoke-deployments", "smoke-tenants");
+    let view = views
+        .view(deployment)
+        .await
+        .expect("read")
+        .expect("the deployment's view");
+    assert_eq!(view.tenant, "smoke-tenant");
+    assert_eq!(view.revision, 0);
+    let tenant = views
+        .tenant("smoke-tenant")
+        .await
+        .expect("read")
+        .expect("the tenant's summary");
+    assert_eq!(
+        (tenant.total, tenant.running),
+        (1, 1),
+        "counted once, though delivered twice"
     );
 }

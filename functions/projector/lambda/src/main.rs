@@ -1,0 +1,58 @@
+//! The projector as a Lambda, triggered by the events table's stream. Only wiring: the clients
+//! are built once from the environment (the stack sets the variables), and each batch goes to
+//! `overture_projector::on_stream_records`.
+
+use std::sync::Arc;
+
+use aws_lambda_events::event::dynamodb::Event;
+use aws_lambda_events::event::streams::DynamoDbEventResponse;
+use lambda_runtime::{service_fn, LambdaEvent};
+use overture_aws::dynamodb::DynamoDeployments;
+use overture_aws::read_models::DynamoReadModels;
+use overture_infra::clock::SystemClock;
+use overture_projector::on_stream_records;
+
+/// The adapters, built once per execution environment.
+struct Adapters {
+    log: DynamoDeployments,
+    views: DynamoReadModels,
+}
+
+fn setting(name: &str) -> Result<String, lambda_runtime::Error> {
+    std::env::var(name).map_err(|_| format!("{name} is not set; the stack sets it").into())
+}
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_runtime::Error> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("OVERTURE_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .without_time()
+        .init();
+    let config = overture_aws::config::from_env().await;
+    let dynamodb = aws_sdk_dynamodb::Client::new(&config);
+    let adapters = Arc::new(Adapters {
+        // The projector only reads the log; the clock would stamp appends it never makes.
+        log: DynamoDeployments::new(
+            dynamodb.clone(),
+            setting("OVERTURE_EVENTS_TABLE")?,
+            Arc::new(SystemClock),
+        ),
+        views: DynamoReadModels::new(
+            dynamodb,
+            setting("OVERTURE_DEPLOYMENTS_TABLE")?,
+            setting("OVERTURE_TENANTS_TABLE")?,
+        ),
+    });
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<Event>| {
+        let adapters = Arc::clone(&adapters);
+        async move {
+            let response: DynamoDbEventResponse =
+                on_stream_records(&event.payload, &adapters.log, &adapters.views).await;
+            Ok::<_, lambda_runtime::Error>(response)
+        }
+    }))
+    .await
+}
