@@ -74,13 +74,61 @@ impl KmsTokenCustody {
             key: key.into(),
         }
     }
+}
 
-    fn context(deployment: DeploymentId, tenant: &str) -> HashMap<String, String> {
-        [
-            (TENANT.to_owned(), tenant.to_owned()),
-            (DEPLOYMENT.to_owned(), deployment.to_string()),
-        ]
-        .into()
+/// The KMS encryption context binding a ciphertext to its tenant and deployment: KMS decrypts it
+/// under this context only.
+pub(crate) fn encryption_context(
+    deployment: DeploymentId,
+    tenant: &str,
+) -> HashMap<String, String> {
+    [
+        (TENANT.to_owned(), tenant.to_owned()),
+        (DEPLOYMENT.to_owned(), deployment.to_string()),
+    ]
+    .into()
+}
+
+/// What KMS made of a ciphertext bound to a tenant and a deployment.
+pub(crate) enum Decrypted {
+    /// It opened.
+    Plain(Vec<u8>),
+    /// It does not open under this context or key: moved, tampered with, or another tenant's.
+    DoesNotOpen,
+}
+
+/// Decrypts `ciphertext` under the encryption context of `deployment` and `tenant`; a failed
+/// call (KMS unreachable, throttled) is the error, a refusal is [`Decrypted::DoesNotOpen`].
+pub(crate) async fn decrypt_bound(
+    kms: &aws_sdk_kms::Client,
+    key: &str,
+    ciphertext: &[u8],
+    deployment: DeploymentId,
+    tenant: &str,
+) -> Result<Decrypted, aws_sdk_kms::error::SdkError<DecryptError>> {
+    let opened = kms
+        .decrypt()
+        .key_id(key)
+        .ciphertext_blob(Blob::new(ciphertext))
+        .set_encryption_context(Some(encryption_context(deployment, tenant)))
+        .send()
+        .await;
+    match opened {
+        Ok(opened) => Ok(opened.plaintext().map_or(Decrypted::DoesNotOpen, |plain| {
+            Decrypted::Plain(plain.as_ref().to_vec())
+        })),
+        Err(error)
+            if matches!(
+                error.as_service_error(),
+                Some(
+                    DecryptError::InvalidCiphertextException(_)
+                        | DecryptError::IncorrectKeyException(_)
+                )
+            ) =>
+        {
+            Ok(Decrypted::DoesNotOpen)
+        }
+        Err(error) => Err(error),
     }
 }
 
@@ -97,7 +145,7 @@ impl TokenCustody for KmsTokenCustody {
             .encrypt()
             .key_id(&self.key)
             .plaintext(Blob::new(token.expose_secret().as_bytes()))
-            .set_encryption_context(Some(Self::context(deployment, tenant)))
+            .set_encryption_context(Some(encryption_context(deployment, tenant)))
             .send()
             .await
             .map_err(failed("KMS", "Encrypt"))?;
@@ -146,31 +194,19 @@ impl TokenCustody for KmsTokenCustody {
             .get(SEALED_TOKEN)
             .and_then(|v| v.as_b().ok())
             .ok_or_else(refused)?;
-        let opened = self
-            .kms
-            .decrypt()
-            .key_id(&self.key)
-            .ciphertext_blob(Blob::new(ciphertext.as_ref()))
-            .set_encryption_context(Some(Self::context(deployment, tenant)))
-            .send()
-            .await;
-        let opened = match opened {
-            Ok(opened) => opened,
-            Err(error)
-                if matches!(
-                    error.as_service_error(),
-                    Some(
-                        DecryptError::InvalidCiphertextException(_)
-                            | DecryptError::IncorrectKeyException(_)
-                    )
-                ) =>
-            {
-                return Err(refused())
-            }
-            Err(error) => return Err(failed("KMS", "Decrypt")(error)),
+        let decrypted = decrypt_bound(
+            &self.kms,
+            &self.key,
+            ciphertext.as_ref(),
+            deployment,
+            tenant,
+        )
+        .await
+        .map_err(failed("KMS", "Decrypt"))?;
+        let Decrypted::Plain(plain) = decrypted else {
+            return Err(refused());
         };
-        let plain = opened.plaintext().ok_or_else(refused)?;
-        let text = String::from_utf8(plain.as_ref().to_vec()).map_err(|_| refused())?;
+        let text = String::from_utf8(plain).map_err(|_| refused())?;
         Ok(Some(SecretString::from(text)))
     }
 

@@ -16,11 +16,12 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::primitives::Blob as DynamoBlob;
 use aws_sdk_dynamodb::types::AttributeValue;
-use aws_sdk_kms::primitives::Blob;
 use aws_sdk_kms::types::DataKeySpec;
 use overture_domain::secret::{SecretString, SecretValues};
 use overture_events::DeploymentId;
 use overture_kit::TokenCustody;
+
+use crate::custody::{decrypt_bound, encryption_context, Decrypted};
 use overture_seal::{SealKey, SealedValue, NONCE_BYTES, ROOT_KEY_BYTES};
 
 const DEPLOYMENT: &str = "deployment";
@@ -101,14 +102,6 @@ impl KmsSeals {
         }
     }
 
-    fn context(deployment: DeploymentId, tenant: &str) -> HashMap<String, String> {
-        [
-            (TENANT.to_owned(), tenant.to_owned()),
-            (DEPLOYMENT.to_owned(), deployment.to_string()),
-        ]
-        .into()
-    }
-
     /// Seals `secrets`, locked by `token` too when one is given, and hands the token to custody.
     pub async fn seal_secrets(
         &self,
@@ -122,7 +115,7 @@ impl KmsSeals {
             .generate_data_key()
             .key_id(&self.key)
             .key_spec(DataKeySpec::Aes256)
-            .set_encryption_context(Some(Self::context(deployment, tenant)))
+            .set_encryption_context(Some(encryption_context(deployment, tenant)))
             .send()
             .await
             .map_err(call("KMS", "GenerateDataKey"))?;
@@ -207,27 +200,24 @@ impl KmsSeals {
             .get(DATA_KEY)
             .and_then(|v| v.as_b().ok())
             .ok_or_else(|| refused("it holds no data key"))?;
-        let opened = self
-            .kms
-            .decrypt()
-            .key_id(&self.key)
-            .ciphertext_blob(Blob::new(encrypted_key.as_ref()))
-            .set_encryption_context(Some(Self::context(deployment, tenant)))
-            .send()
-            .await;
-        let opened = match opened {
-            Ok(opened) => opened,
-            Err(error) if error.as_service_error().is_some() => {
-                return Err(refused(
-                    "KMS does not open its data key for this tenant and deployment",
-                ))
-            }
-            Err(error) => return Err(call("KMS", "Decrypt")(error)),
+        let decrypted = decrypt_bound(
+            &self.kms,
+            &self.key,
+            encrypted_key.as_ref(),
+            deployment,
+            tenant,
+        )
+        .await
+        .map_err(call("KMS", "Decrypt"))?;
+        let Decrypted::Plain(data_key) = decrypted else {
+            return Err(refused(
+                "KMS does not open its data key for this tenant and deployment",
+            ));
         };
-        let root: [u8; ROOT_KEY_BYTES] = opened
-            .plaintext()
-            .and_then(|key| key.as_ref().try_into().ok())
-            .ok_or_else(|| refused("its data key is not 256 bits"))?;
+        let root: [u8; ROOT_KEY_BYTES] = data_key
+            .as_slice()
+            .try_into()
+            .map_err(|_| refused("its data key is not 256 bits"))?;
         let token = match item
             .get(LOCK)
             .and_then(|v| v.as_s().ok())
