@@ -17,11 +17,14 @@
 //!    of `noop` steps (the engine's own overhead) and of `script` steps running `true` in
 //!    bubblewrap;
 //! 5. [`sandbox::start_up`]: what the sandbox itself costs a step: `true` started one at a time
-//!    in a fresh sandbox, beside the same `/bin/sh -c true` started without one.
+//!    in a fresh sandbox, beside the same `/bin/sh -c true` started without one;
+//! 6. [`dynamodb::dynamodb`]: the DynamoDB event log in the local AWS emulator: appends per
+//!    second, the rate of reading streams back, and the DynamoDB requests each costs.
 //!
 //! [`fixtures`] builds the events and blueprints; [`report`] prints the figures.
 
 mod deploy;
+mod dynamodb;
 mod fixtures;
 mod log_rate;
 mod replay;
@@ -47,6 +50,11 @@ const NOOP_STEPS: usize = 1_000;
 const SCRIPT_STEPS: usize = 200;
 /// Commands started each way to measure the sandbox's start-up cost.
 const SANDBOX_STARTS: usize = 200;
+/// Appends of one event, and of ten, to the DynamoDB log in the emulator (slower than SQLite).
+const DYNAMODB_APPENDS: usize = 300;
+const DYNAMODB_BATCHES: usize = 100;
+/// Whole deployments (100 events each) written to the DynamoDB log and read back.
+const DYNAMODB_DEPLOYMENTS: usize = 20;
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -90,6 +98,10 @@ async fn run() -> anyhow::Result<()> {
     );
     let start_up = sandbox::start_up(SANDBOX_STARTS).await?;
 
+    eprintln!("DynamoDB log in the emulator: {DYNAMODB_APPENDS} appends of 1 event, {DYNAMODB_BATCHES} of 10, then reading the streams back");
+    let dynamodb =
+        dynamodb::dynamodb(DYNAMODB_APPENDS, DYNAMODB_BATCHES, DYNAMODB_DEPLOYMENTS).await?;
+
     let figures = Figures {
         nproc,
         log_1,
@@ -100,6 +112,7 @@ async fn run() -> anyhow::Result<()> {
         noop,
         script,
         start_up,
+        dynamodb,
     };
     println!();
     print!("{}", report::table(&figures));

@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use crate::deploy::Deployed;
+use crate::dynamodb::DynamoFigures;
 use crate::log_rate::CommitRate;
 use crate::replay::Replay;
 use crate::sandbox::StartUp;
@@ -28,6 +29,8 @@ pub struct Figures {
     pub script: Deployed,
     /// A command started in a sandbox and without one.
     pub start_up: StartUp,
+    /// The DynamoDB log in the local emulator.
+    pub dynamodb: DynamoFigures,
 }
 
 fn per_sec(value: f64) -> u64 {
@@ -127,6 +130,36 @@ pub fn table(f: &Figures) -> String {
             ),
         ],
         [
+            "DynamoDB log (emulator), appends of 1 event".into(),
+            per_sec(f.dynamodb.appends_1.commits_per_sec()).to_string(),
+            "appends/s".into(),
+            format!(
+                "{:.2} DynamoDB requests per append",
+                f.dynamodb.requests_per_append
+            ),
+        ],
+        [
+            format!(
+                "DynamoDB log (emulator), appends of {} events",
+                f.dynamodb.appends_10.per_commit
+            ),
+            per_sec(f.dynamodb.appends_10.commits_per_sec()).to_string(),
+            "appends/s".into(),
+            format!(
+                "{} events/s; the emulator's rate, not AWS's",
+                per_sec(f.dynamodb.appends_10.events_per_sec())
+            ),
+        ],
+        [
+            "DynamoDB log (emulator), replay stream by stream".into(),
+            per_sec(f.dynamodb.replayed_per_sec).to_string(),
+            "events/s".into(),
+            format!(
+                "{:.2} DynamoDB requests per stream",
+                f.dynamodb.requests_per_stream
+            ),
+        ],
+        [
             "CPUs (nproc)".into(),
             f.nproc.to_string(),
             String::new(),
@@ -197,5 +230,10 @@ pub fn json(f: &Figures) -> serde_json::Value {
         "sandbox_starts": f.start_up.runs,
         "sandbox_start_ms": two_decimals(f.start_up.sandboxed_ms()),
         "plain_start_ms": two_decimals(f.start_up.plain_ms()),
+        "dynamodb_appends_per_sec_1": per_sec(f.dynamodb.appends_1.commits_per_sec()),
+        "dynamodb_appends_per_sec_10": per_sec(f.dynamodb.appends_10.commits_per_sec()),
+        "dynamodb_requests_per_append": two_decimals(f.dynamodb.requests_per_append),
+        "dynamodb_replay_events_per_sec": per_sec(f.dynamodb.replayed_per_sec),
+        "dynamodb_requests_per_stream": two_decimals(f.dynamodb.requests_per_stream),
     })
 }

@@ -10,11 +10,11 @@
 //!   the same typed [`LogError::Conflict`] as on SQLite. A transaction holds at most
 //!   [`MAX_EVENTS_PER_APPEND`] actions and an item at most 400 KB: a command beyond either is
 //!   refused whole ([`LogError::TooLarge`]), never split, so an append stays all or nothing.
-//! - **An expected revision ahead of the stream's end** would leave a gap. Events are never
-//!   deleted, so "revision n exists", once true, stays true: one consistent read of item n before
-//!   the write closes the hole without spending a transaction action on a condition check. It is
-//!   skipped when this client has itself folded the stream past n, as it has on the usual path
-//!   (load, decide, append).
+//! - **An expected revision ahead of the stream's end** would leave a gap. A `ConditionCheck`
+//!   that item n exists, in the same transaction, closes the hole in the same request (a command
+//!   that fills the transaction on its own reads item n first instead: events are never deleted,
+//!   so "revision n exists", once true, stays true). Neither is needed when this client has
+//!   itself folded the stream past n, as it has on the usual path (load, decide, append).
 //! - **Reads** are strongly consistent and follow `LastEvaluatedKey`, so a stream larger than
 //!   one 1 MB page reads back whole.
 //! - **Loading** keeps each deployment's last fold and reads only what is new, as the SQLite
@@ -28,8 +28,8 @@ use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};
 use aws_sdk_dynamodb::operation::create_table::CreateTableError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, Put,
-    ScalarAttributeType, StreamSpecification, StreamViewType, TransactWriteItem,
+    AttributeDefinition, AttributeValue, BillingMode, ConditionCheck, KeySchemaElement, KeyType,
+    Put, ScalarAttributeType, StreamSpecification, StreamViewType, TransactWriteItem,
 };
 use aws_sdk_dynamodb::Client;
 use overture_events::{DeploymentEvent, DeploymentId, Envelope, Metadata};
@@ -259,13 +259,27 @@ impl DeploymentLog for DynamoDeployments {
             deployment,
             expected,
         };
+        let mut writes = Vec::with_capacity(events.len() + 1);
         if let Some(last) = expected {
             let seen = self
                 .folds
                 .last(deployment)
                 .revision
                 .is_some_and(|r| r >= last);
-            if !seen && !self.exists(&stream, last).await.map_err(unavailable)? {
+            // A writer that has not read the stream up to `last` (a blind append) has the
+            // transaction check that it exists, in the same request; only a command that
+            // fills the transaction on its own pays a read first.
+            if !seen && events.len() < MAX_EVENTS_PER_APPEND {
+                let check = ConditionCheck::builder()
+                    .table_name(&self.table)
+                    .key(STREAM, AttributeValue::S(stream.clone()))
+                    .key(REVISION, AttributeValue::N(last.to_string()))
+                    .condition_expression("attribute_exists(#r)")
+                    .expression_attribute_names("#r", REVISION)
+                    .build()
+                    .map_err(unavailable)?;
+                writes.push(TransactWriteItem::builder().condition_check(check).build());
+            } else if !seen && !self.exists(&stream, last).await.map_err(unavailable)? {
                 return Err(conflict);
             }
         }
@@ -278,7 +292,6 @@ impl DeploymentLog for DynamoDeployments {
         })
         .map_err(unavailable)?;
         let first = expected.map_or(0, |last| last + 1);
-        let mut writes = Vec::with_capacity(events.len());
         for (revision, event) in (first..).zip(&events) {
             let data = event.data().to_string();
             let size = stream.len() + data.len() + metadata.len() + event.event_type().len() + 128;

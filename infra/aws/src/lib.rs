@@ -19,10 +19,14 @@
 //!   (`overture_projector::contract`).
 //! - [`stack`]: the CloudFormation stack (`infra/aws/template.yaml`) made in the local emulator
 //!   ([`stack::deploy_local`]), as the tests and the local set-up use it.
+//! - `emulator` (feature `emulator`): the local AWS emulator as a child process, and the
+//!   requests it counted.
 
 pub mod config;
 pub mod custody;
 pub mod dynamodb;
+#[cfg(feature = "emulator")]
+pub mod emulator;
 pub mod read_models;
 pub mod s3;
 pub mod seals;
