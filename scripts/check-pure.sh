@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The domain and the event schema must build without tokio, AWS, SQLite or any network crate.
+# The domain and the event schema must build without tokio, AWS, SQLite or any network crate;
+# and a function deployed as a Lambda links no SQLite and none of the embedded engine's adapters.
 set -euo pipefail
 status=0
 for crate in overture-events overture-domain; do
@@ -10,6 +11,18 @@ for crate in overture-events overture-domain; do
         status=1
     else
         echo "check-pure: $crate is pure"
+    fi
+done
+lambdas=$(cargo metadata --no-deps --format-version 1 \
+    | python3 -c 'import json,sys; print(" ".join(p["name"] for p in json.load(sys.stdin)["packages"] if p["name"].endswith("-lambda")))')
+for crate in $lambdas; do
+    embedded=$(cargo tree -p "$crate" -e normal --prefix none --format '{p}' \
+        | grep -E '^(rusqlite|libsqlite3-sys|overture-infra) ' | sort -u || true)
+    if [ -n "$embedded" ]; then
+        echo "check-pure: the Lambda $crate links: $embedded" >&2
+        status=1
+    else
+        echo "check-pure: the Lambda $crate links no SQLite"
     fi
 done
 exit $status

@@ -13,7 +13,7 @@ use anyhow::Context;
 use overture_aws::dynamodb::{create_events_table, DynamoDeployments};
 use overture_aws::emulator::Emulator;
 use overture_events::{DeploymentEvent, DeploymentId};
-use overture_infra::clock::SystemClock;
+use overture_kit::SystemClock;
 use overture_kit::{Cause, DeploymentLog, ReadStream};
 use uuid::Uuid;
 

@@ -7,7 +7,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use overture_infra::sandbox::{Bubblewrap, SandboxRequest};
+use overture_sandbox::{Bubblewrap, SandboxRequest};
 
 /// Start-up times of one command, with and without a sandbox.
 #[derive(Clone, Copy, Debug)]

@@ -1,24 +1,31 @@
-//! Adapters behind Overture's ports, one module per technology.
+//! The embedded engine's adapters behind Overture's ports, one module per technology.
 //!
 //! - [`sqlite`]: the embedded event log (append-only, optimistic concurrency, global order),
 //!   the durable job queue, checkpoints and the read models, all in one SQLite file; and the
 //!   function ports implemented on them.
-//! - [`sandbox`]: runs one step attempt in a fresh bubblewrap sandbox.
 //! - [`keystore`]: secret values (and what steps keep between attempts) sealed at rest in the
 //!   data directory.
 //! - [`logs`]: every attempt's output, as files in the data directory.
 //! - [`payloads`]: large non-secret bytes (a blueprint's files) by content hash, as files in
 //!   the data directory.
-//! - [`openstack`]: the OpenStack client (Keystone tokens, Nova servers, Neutron security groups),
-//!   and the engine's ports that open and close a bastion with it.
 //! - [`session`]: the users' cloud tokens, in memory while their deployments run.
-//! - [`clock`]: the system clock.
+//!
+//! The adapters a function deployed on its own also needs have crates of their own, so that a
+//! Lambda links neither SQLite nor this crate: `overture-sandbox` (bubblewrap),
+//! `overture-openstack` (the cloud client and the bastion ports), `overture-aws`; the system
+//! clock is `overture_kit::SystemClock`.
 
-pub mod clock;
 pub mod keystore;
 pub mod logs;
-pub mod openstack;
 pub mod payloads;
-pub mod sandbox;
 pub mod session;
 pub mod sqlite;
+
+/// The sandbox, from its own crate (the embedded wiring names it here).
+pub use overture_sandbox as sandbox;
+/// The cloud client, from its own crate (the embedded wiring names it here).
+pub use overture_openstack as openstack;
+/// The system clock, from the kit (the embedded wiring names it here).
+pub mod clock {
+    pub use overture_kit::SystemClock;
+}

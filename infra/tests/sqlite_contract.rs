@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use overture_infra::clock::SystemClock;
+use overture_kit::SystemClock;
 use overture_infra::sqlite::{Database, EventLog, SqliteDeployments};
 
 async fn client(path: &std::path::Path) -> SqliteDeployments {

@@ -190,6 +190,17 @@ pub trait Clock: Send + Sync {
     fn now(&self) -> Timestamp;
 }
 
+/// Reads the machine's clock: the [`Clock`] every deployed function and the engine use (tests
+/// give handlers their own).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Timestamp {
+        chrono::Utc::now()
+    }
+}
+
 /// What a successful [`execute`] recorded.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Executed {

@@ -16,20 +16,20 @@ use async_trait::async_trait;
 use overture_domain::deployment::Interruption;
 use overture_domain::{DeploymentCommand, DeploymentError, DeploymentState};
 use overture_events::{DeploymentId, Envelope, LogEntry};
-use overture_infra::clock::SystemClock;
 use overture_infra::keystore::LocalKeyStore;
 use overture_infra::logs::LogFiles;
-use overture_infra::openstack::CloudAccess;
 use overture_infra::payloads::DirPayloads;
-use overture_infra::sandbox::Bubblewrap;
 use overture_infra::session::SessionTokens;
 use overture_infra::sqlite::{
     Database, EventLog, Job, JobQueue, Receipt, ReceivedJob, SqliteDeployments, SqliteReadModels,
 };
+use overture_kit::SystemClock;
 use overture_kit::{execute, Cause, Clock, DeploymentLog};
+use overture_openstack::CloudAccess;
 use overture_orchestrator::{orchestrate, OrchestratorPorts, Since};
 use overture_runner::destroy::{DestroyOutcome, DestroyPorts, DestroyRefused, DestroyRequest};
 use overture_runner::{run_attempt, AttemptReport, KeepAlive, PortError, RunnerPorts};
+use overture_sandbox::Bubblewrap;
 use overture_submit::{submit, Submission, SubmitError, SubmitPorts};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;

@@ -11,7 +11,7 @@ use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
-use overture_infra::openstack::{self, Cloud, ProvisionError};
+use overture_openstack::{self as openstack, Cloud, ProvisionError};
 use overture_runner::servers::{Plan, AUTH_URL_ENV, BACKEND_UNREACHABLE, ERROR_FILE, TOKEN_ENV};
 use secrecy::SecretString;
 

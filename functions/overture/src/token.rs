@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use overture_infra::openstack::{self, CloudError, TokenInfo};
+use overture_openstack::{self as openstack, CloudError, TokenInfo};
 use secrecy::{ExposeSecret, SecretString};
 
 use crate::Failure;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use aws_sdk_dynamodb::Client;
 use overture_aws::dynamodb::{create_events_table, DynamoDeployments, MAX_EVENTS_PER_APPEND};
 use overture_events::{DeploymentEvent, DeploymentId, Timestamp};
-use overture_infra::clock::SystemClock;
+use overture_kit::SystemClock;
 use overture_kit::{Cause, DeploymentLog, LogError};
 
 const TABLE: &str = "overture-events";

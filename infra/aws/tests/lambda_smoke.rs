@@ -17,7 +17,7 @@ use overture_aws::seals::create_seals_table;
 use overture_aws::sqs::create_queue;
 use overture_domain::blueprint::parse;
 use overture_events::{DeploymentEvent, DeploymentId, Envelope};
-use overture_infra::clock::SystemClock;
+use overture_kit::SystemClock;
 use overture_kit::{Cause, DeploymentLog, ReadStream};
 use overture_projector::DeploymentViews;
 use serde_json::{json, Value};

@@ -12,8 +12,8 @@ use overture_aws::dynamodb::{create_events_table, DynamoDeployments};
 use overture_aws::s3::{client, create_payloads_bucket, S3Payloads};
 use overture_domain::secret::{SecretString, SecretValues};
 use overture_events::{DeploymentEvent, DeploymentId};
-use overture_infra::clock::SystemClock;
 use overture_kit::payload::StorePayloads;
+use overture_kit::SystemClock;
 use overture_kit::{Cause, DeploymentLog, LogError, ReadStream};
 use overture_submit::{submit, SealError, SealSecrets, Submission, SubmitPorts};
 

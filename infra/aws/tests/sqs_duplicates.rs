@@ -130,7 +130,7 @@ async fn queue() -> SqsQueue {
     let client = Client::new(&config);
     let name = format!("overture-duplicates-{}", uuid::Uuid::now_v7());
     let url = create_queue(&client, &name).await.expect("the queue");
-    SqsQueue::new(client, url, Arc::new(overture_infra::clock::SystemClock))
+    SqsQueue::new(client, url, Arc::new(overture_kit::SystemClock))
 }
 
 /// A deployment whose `build` attempt 1 is scheduled, and its job sent twice, as SQS may

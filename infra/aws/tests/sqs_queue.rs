@@ -10,8 +10,8 @@ use aws_sdk_sqs::Client;
 use overture_aws::sqs::{create_queue, SqsQueue, SqsWork};
 use overture_events::job::{Job, RunAttempt};
 use overture_events::DeploymentId;
-use overture_infra::clock::SystemClock;
 use overture_kit::queue::{take_due, ReceiveJobs};
+use overture_kit::SystemClock;
 use overture_orchestrator::queued::QueueOn;
 use overture_orchestrator::{QueueWork, WaitingAttempt};
 

@@ -21,8 +21,8 @@ use overture_aws::sqs::SqsQueue;
 use overture_aws::stack::{deploy_local, queue_url};
 use overture_domain::secret::SecretString;
 use overture_events::DeploymentId;
-use overture_infra::clock::SystemClock;
 use overture_kit::queue::{Job, ReceiveJobs, SendJobs};
+use overture_kit::SystemClock;
 use overture_kit::TokenCustody;
 use secrecy::ExposeSecret;
 

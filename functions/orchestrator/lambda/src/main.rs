@@ -11,8 +11,8 @@ use overture_aws::custody::KmsTokenCustody;
 use overture_aws::dynamodb::DynamoDeployments;
 use overture_aws::seals::KmsSeals;
 use overture_aws::sqs::{SqsQueue, SqsWork};
-use overture_infra::clock::SystemClock;
-use overture_infra::openstack::CloudAccess;
+use overture_kit::SystemClock;
+use overture_openstack::CloudAccess;
 use overture_orchestrator::queued::QueueOn;
 use overture_orchestrator::{on_stream_records, OrchestratorPorts};
 

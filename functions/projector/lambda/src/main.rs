@@ -9,7 +9,7 @@ use aws_lambda_events::event::streams::DynamoDbEventResponse;
 use lambda_runtime::{service_fn, LambdaEvent};
 use overture_aws::dynamodb::DynamoDeployments;
 use overture_aws::read_models::DynamoReadModels;
-use overture_infra::clock::SystemClock;
+use overture_kit::SystemClock;
 use overture_projector::on_stream_records;
 
 /// The adapters, built once per execution environment.

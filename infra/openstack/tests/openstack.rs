@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use overture_cloud::{CloudConfig, Running};
 use overture_events::{CloudAccount, DeploymentId};
-use overture_infra::openstack::{
+use overture_infra::session::SessionTokens;
+use overture_openstack::{
     provision, validate_token, Cloud, CloudAccess, CloudError, NewRule, NewServer, RuleSource,
 };
-use overture_infra::session::SessionTokens;
 use overture_orchestrator::RevokeAccess;
 use overture_runner::servers::{cloud_config, GroupPlan, Plan, RuleFrom, RulePlan, ServerPlan};
 use overture_runner::step::SshAddress;

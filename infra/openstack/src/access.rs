@@ -172,6 +172,35 @@ async fn local_address_towards(host: &str, port: u16) -> std::io::Result<IpAddr>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use overture_domain::secret::SecretString;
+    use overture_kit::CustodyError;
+
+    /// A custody that was never given a token.
+    struct NoTokens;
+
+    #[async_trait]
+    impl TokenCustody for NoTokens {
+        async fn keep(
+            &self,
+            _: DeploymentId,
+            _: &str,
+            _: &SecretString,
+        ) -> Result<(), CustodyError> {
+            unreachable!("the grant only reads the token")
+        }
+
+        async fn token(
+            &self,
+            _: DeploymentId,
+            _: &str,
+        ) -> Result<Option<SecretString>, CustodyError> {
+            Ok(None)
+        }
+
+        async fn forget(&self, _: DeploymentId) -> Result<(), CustodyError> {
+            Ok(())
+        }
+    }
 
     #[tokio::test]
     async fn the_engines_address_towards_loopback_is_loopback() {
@@ -183,7 +212,7 @@ mod tests {
 
     #[tokio::test]
     async fn without_a_token_the_user_is_told_how_to_give_one() {
-        let access = CloudAccess::new(Arc::new(crate::session::SessionTokens::new()));
+        let access = CloudAccess::new(Arc::new(NoTokens));
         let deployment = DeploymentId::from_uuid(uuid::Uuid::nil());
         let account = CloudAccount {
             auth_url: "http://127.0.0.1:9/identity/v3".into(),

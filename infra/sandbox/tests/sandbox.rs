@@ -10,7 +10,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use overture_infra::sandbox::{
+use overture_sandbox::{
     Bubblewrap, Exit, OutputsFile, SandboxError, SandboxOutcome, SandboxRequest, MAX_COMMAND,
     MAX_ENVIRONMENT, MAX_OUTPUTS_FILE, MAX_VARIABLE,
 };
@@ -774,7 +774,7 @@ async fn the_engine_program_is_shown_read_only_only_to_steps_that_ask_for_it() {
     // Any program stands in for the engine's own: it is run, not inspected.
     let sandbox = Bubblewrap::new(root.path().join("workspaces"))
         .with_engine_program(PathBuf::from("/usr/bin/echo"));
-    let program = overture_infra::sandbox::ENGINE_PROGRAM;
+    let program = overture_sandbox::ENGINE_PROGRAM;
 
     let mut asking = request(
         &unique("engine"),
