@@ -12,14 +12,18 @@
 //! deadline), among the records the caller saw appended ([`Since::Records`]) or the events
 //! `orchestrate` appends itself. The events that decided are in the log before their jobs are
 //! queued, so a crash in between loses jobs, never decisions: a recovery pass with
-//! [`Since::Unknown`] (`overture resume`) queues every waiting attempt and deadline again.//!
-//! [`queued`] carries [`QueueWork`] out on any queue of the port `overture_kit::queue`.
+//! [`Since::Unknown`] (`overture resume`) queues every waiting attempt and deadline again.
+//!
+//! [`queued`] carries [`QueueWork`] out on queues of the port `overture_kit::queue`. On AWS the
+//! triggers are [`stream`] (the events table's stream) and [`timer`] (the timers queue).
 
 pub mod queued;
 
 pub mod stream;
+pub mod timer;
 
 pub use stream::on_stream_records;
+pub use timer::on_timer_messages;
 
 use async_trait::async_trait;
 use overture_domain::deployment::actions;
@@ -102,6 +106,18 @@ pub enum WorkError {
     /// cloud refuses): only a person can change that.
     #[error("{0}")]
     Refused(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl OrchestratorError {
+    /// Whether moving the deployment on again later may succeed: not when the aggregate
+    /// refused (no such deployment), nor when a store refused for good.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            OrchestratorError::Log(error) => error.is_retryable(),
+            OrchestratorError::Work { source, .. } => source.is_retryable(),
+            OrchestratorError::Refused { .. } => false,
+        }
+    }
 }
 
 impl WorkError {
