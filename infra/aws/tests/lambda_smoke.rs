@@ -186,6 +186,7 @@ async fn the_orchestrator_lambda_moves_a_deployment_on_from_a_stream_record() {
         .await
         .expect("table");
     let queue = create_queue(&sqs, "smoke-jobs").await.expect("queue");
+    let timers = create_queue(&sqs, "smoke-timers").await.expect("queue");
     let key = support::kms_key(&kms).await;
     let (deployment, first) = requested(&log).await;
 
@@ -195,6 +196,7 @@ async fn the_orchestrator_lambda_moves_a_deployment_on_from_a_stream_record() {
         ("OVERTURE_SEALS_TABLE", "smoke-seals"),
         ("OVERTURE_KMS_KEY", key),
         ("OVERTURE_JOBS_QUEUE_URL", &queue),
+        ("OVERTURE_TIMERS_QUEUE_URL", &timers),
     ]);
     let answer = invoke(&watch, "orchestrator", &stream_batch(&first)).await;
     assert_eq!(answer["batchItemFailures"], json!([]), "{answer}");
