@@ -15,13 +15,16 @@
 //! [`Since::Unknown`] (`overture resume`) queues every waiting attempt and deadline again.
 //!
 //! [`queued`] carries [`QueueWork`] out on queues of the port `overture_kit::queue`. On AWS the
-//! triggers are [`stream`] (the events table's stream) and [`timer`] (the timers queue).
+//! triggers are [`stream`] (the events table's stream), [`timer`] (the timers queue) and
+//! [`dead_letters`] (the jobs' dead-letter queue).
 
 pub mod queued;
 
 pub mod stream;
 pub mod timer;
+pub mod dead_letters;
 
+pub use dead_letters::on_dead_letters;
 pub use stream::on_stream_records;
 pub use timer::on_timer_messages;
 
@@ -183,6 +186,10 @@ pub enum Since<'a> {
     /// only the attempts and deadlines they decided are queued. Records the orchestrator
     /// appended itself are skipped, as it queued their decisions when it appended them.
     Records(&'a [Envelope]),
+    /// The caller has just appended these events itself, under [`ACTOR`] (so no stream
+    /// trigger queues what they decided, as for the orchestrator's own): what they decided is
+    /// queued now.
+    Appended(&'a [DeploymentEvent]),
     /// Not known (a resume after a crash, a deployment no engine drives): every waiting attempt
     /// and deadline is queued again.
     Unknown,
@@ -250,6 +257,10 @@ pub async fn orchestrate(
     let mut everything = match since {
         Since::Unknown => true,
         Since::Records(records) => !decided.note_records(deployment, records),
+        Since::Appended(events) => {
+            decided.note(events);
+            false
+        }
     };
     loop {
         let now = ports.clock.now();

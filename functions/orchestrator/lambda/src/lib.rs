@@ -3,7 +3,10 @@
 //!
 //! Each binary is only a trigger's wiring: `orchestrator` (src/main.rs) hands the events
 //! table's stream batches to `overture_orchestrator::on_stream_records`, `timer` (src/timer.rs)
-//! the timers queue's batches to `overture_orchestrator::on_timer_messages`.
+//! the timers queue's batches to `overture_orchestrator::on_timer_messages`, and `dead-letters`
+//! (src/dead_letters.rs) the jobs' dead-letter queue's batches to
+//! `overture_orchestrator::on_dead_letters`. Each is a function of its own in the stack, so
+//! that each consumes only its own queue.
 
 use std::sync::Arc;
 
