@@ -102,7 +102,6 @@ impl Interruption {
             Interruption::RunnerLostJob => {
                 "the attempt was interrupted: its runner lost the job and stopped it"
             }
-
         }
     }
 }

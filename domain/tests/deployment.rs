@@ -1142,7 +1142,13 @@ fn a_dead_lettered_running_attempt_fails_only_once_its_lease_has_ended() {
         .expect("recorded");
     assert_eq!(events[..2], dead_lettered("unit", 1, 5)[..]);
     assert!(
-        matches!(&events[2], E::StepRetryScheduled { next_attempt: 2, .. }),
+        matches!(
+            &events[2],
+            E::StepRetryScheduled {
+                next_attempt: 2,
+                ..
+            }
+        ),
         "{events:?}"
     );
 }

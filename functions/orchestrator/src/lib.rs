@@ -20,9 +20,9 @@
 
 pub mod queued;
 
+pub mod dead_letters;
 pub mod stream;
 pub mod timer;
-pub mod dead_letters;
 
 pub use dead_letters::on_dead_letters;
 pub use stream::on_stream_records;

@@ -120,8 +120,13 @@ async fn a_dead_lettered_attempt_is_recorded_and_its_retry_queued_once() {
             E::StepJobDeadLettered { step, receives: 6, .. } if step == "build")),
         "the deliveries SQS counted are recorded"
     );
-    assert!(events.iter().any(|e| matches!(e,
-        E::StepAttemptFailed { error_class: ErrorClass::Interrupted, .. })));
+    assert!(events.iter().any(|e| matches!(
+        e,
+        E::StepAttemptFailed {
+            error_class: ErrorClass::Interrupted,
+            ..
+        }
+    )));
     let queued: Vec<_> = work.attempts.jobs().into_iter().map(|j| j.key).collect();
     assert_eq!(
         queued,
@@ -169,5 +174,8 @@ async fn a_dead_letter_of_a_running_attempt_waits_for_its_lease_and_no_job_is_lo
     on_dead_letter(&records[1], &late)
         .await
         .expect("recorded once the lease ended");
-    assert_eq!(recorded(&log)[0], ("StepJobDeadLettered", "lint".to_owned()));
+    assert_eq!(
+        recorded(&log)[0],
+        ("StepJobDeadLettered", "lint".to_owned())
+    );
 }

@@ -98,8 +98,8 @@ fn types(log: &MemoryLog) -> Vec<&'static str> {
 }
 
 #[tokio::test]
-async fn a_due_timer_moves_its_deployment_on_and_an_early_one_is_sent_on_for_the_rest_of_its_wait(
-) {
+async fn a_due_timer_moves_its_deployment_on_and_an_early_one_is_sent_on_for_the_rest_of_its_wait()
+{
     let log = failing_in_grace().await;
     let work = QueueOn {
         attempts: SentJobs::default(),
@@ -191,7 +191,11 @@ async fn what_cannot_be_handled_says_whether_handling_it_again_may_help() {
         "NonRetryable",
         "no such deployment"
     );
-    assert_eq!(error_type(&records[3]).await, "NonRetryable", "the runner's");
+    assert_eq!(
+        error_type(&records[3]).await,
+        "NonRetryable",
+        "the runner's"
+    );
     assert_eq!(error_type(&records[4]).await, "NonRetryable", "not a job");
     assert!(types(&log).is_empty(), "nothing was recorded");
 }

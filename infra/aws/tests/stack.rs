@@ -418,7 +418,10 @@ async fn with_the_functions_code_the_whole_template_is_created() {
         ("EventsToProjector", "AWS::Lambda::EventSourceMapping"),
         ("JobsToRunner", "AWS::Lambda::EventSourceMapping"),
         ("TimersToTimer", "AWS::Lambda::EventSourceMapping"),
-        ("DeadLettersToDeadLetters", "AWS::Lambda::EventSourceMapping"),
+        (
+            "DeadLettersToDeadLetters",
+            "AWS::Lambda::EventSourceMapping",
+        ),
         ("SubmitRole", "AWS::IAM::Role"),
         ("OrchestratorRole", "AWS::IAM::Role"),
         ("TimerRole", "AWS::IAM::Role"),
@@ -463,7 +466,9 @@ async fn with_the_functions_code_the_whole_template_is_created() {
         );
         if ["orchestrator", "timer", "dead-letters"].contains(&function) {
             assert_eq!(
-                variables.get("OVERTURE_TIMERS_QUEUE_URL").map(String::as_str),
+                variables
+                    .get("OVERTURE_TIMERS_QUEUE_URL")
+                    .map(String::as_str),
                 outputs.get("TimersQueueUrl").map(String::as_str),
                 "{function} sets timers on the stack's timers queue"
             );
@@ -490,7 +495,11 @@ async fn with_the_functions_code_the_whole_template_is_created() {
         ("projector", outputs["EventsStreamArn"].as_str(), 500),
         ("runner", outputs["JobsQueueArn"].as_str(), 1),
         ("timer", outputs["TimersQueueArn"].as_str(), 10),
-        ("dead-letters", outputs["JobsDeadLetterQueueArn"].as_str(), 10),
+        (
+            "dead-letters",
+            outputs["JobsDeadLetterQueueArn"].as_str(),
+            10,
+        ),
     ] {
         let mapping = trigger(function, source);
         assert_eq!(mapping.batch_size(), Some(batch), "{function}'s batch size");

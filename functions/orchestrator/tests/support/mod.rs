@@ -85,5 +85,7 @@ impl Clock for FixedClock {
 
 /// An instant of the fixtures' day, 2026-11-23, at `hh:mm` UTC.
 pub fn at(time: &str) -> Timestamp {
-    format!("2026-11-23T{time}:00Z").parse().expect("an instant")
+    format!("2026-11-23T{time}:00Z")
+        .parse()
+        .expect("an instant")
 }
