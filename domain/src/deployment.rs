@@ -306,6 +306,14 @@ pub enum DeploymentCommand {
         why: Interruption,
         now: Timestamp,
     },
+    /// The queue moved an attempt's job to its dead-letter queue after `receives` deliveries;
+    /// the attempt fails as `interrupted` unless it already ended.
+    RecordDeadLetter {
+        step: String,
+        attempt: u32,
+        receives: u32,
+        now: Timestamp,
+    },
     /// An attempt failed; the retry policy decides what follows.
     RecordFailure {
         step: String,
@@ -457,6 +465,8 @@ impl Deployment {
             (_, C::Request { .. }) => return Err(DeploymentError::AlreadyRequested),
             (Phase::NotRequested, _) => return Err(DeploymentError::NotRequested),
             (Phase::Finished(_), C::Advance { .. }) => return Ok(vec![]),
+            // Every attempt of an ended deployment has its outcome: a dead letter is no news.
+            (Phase::Finished(_), C::RecordDeadLetter { .. }) => return Ok(vec![]),
             // Two handlers may carry out the same closing action (the feed and a timer): the
             // one that comes second finds it done, and the deployment ended, which is no error.
             (Phase::Finished(_), C::RecordSecretsPurged) if state.secrets_purged => {
@@ -563,6 +573,12 @@ impl Deployment {
                     .chain(after_failure(state, &step, attempt, class, now))
                     .collect())
             }
+            C::RecordDeadLetter {
+                step,
+                attempt,
+                receives,
+                now,
+            } => dead_lettered(state, step, attempt, receives, now),
             C::RecordFailure {
                 step,
                 attempt,
@@ -743,7 +759,7 @@ impl Deployment {
                 s.status = StepStatus::Succeeded;
                 s.outputs = outputs.clone();
             }),
-            E::StepAttemptFailed { .. } => {}
+            E::StepAttemptFailed { .. } | E::StepJobDeadLettered { .. } => {}
             E::StepFailed {
                 step,
                 attempts,
@@ -1019,6 +1035,63 @@ fn require_running(
             attempt,
         })
     }
+}
+
+/// The events of an attempt whose job the queue gave up on.
+///
+/// The attempt fails as `interrupted`, and the step's rule for that class decides what follows
+/// (by default two more attempts), rather than the step failing outright: a dead letter says
+/// that the engine could not carry the attempt through (its runners crashed or timed out on
+/// it, the log or the sandbox were unavailable at every delivery), not that the step did
+/// anything wrong, which is what `interrupted` means. A step that must never run twice opts
+/// out as for any interruption (`interrupted: { times: 0 }`), and the work stays bounded: at
+/// most `times + 1` attempts of `maxReceiveCount` deliveries each.
+///
+/// A running attempt whose lease has not ended may still be running (its runner holds the job
+/// and will record the outcome), so the dead letter waits for the lease, as an interruption
+/// does. An attempt that ended or was superseded already has its outcome: nothing is recorded.
+fn dead_lettered(
+    state: &DeploymentState,
+    step: String,
+    attempt: u32,
+    receives: u32,
+    now: Timestamp,
+) -> Result<Vec<DeploymentEvent>, DeploymentError> {
+    let current = state.step(&step)?;
+    let running = current.status == StepStatus::Running;
+    if current.attempt != attempt || !(running || current.status.is_waiting()) {
+        return Ok(vec![]);
+    }
+    if let Some(until) = current.lease_until.filter(|until| running && now < *until) {
+        return Err(DeploymentError::LeaseNotExpired {
+            step,
+            attempt,
+            until,
+        });
+    }
+    let class = ErrorClass::Interrupted;
+    let events = vec![
+        DeploymentEvent::StepJobDeadLettered {
+            step: step.clone(),
+            attempt,
+            receives,
+        },
+        DeploymentEvent::StepAttemptFailed {
+            step: step.clone(),
+            attempt,
+            error_class: class,
+            exit_code: None,
+            message: format!(
+                "the attempt was interrupted: its job was delivered {receives} times without an \
+                 outcome and moved to the dead-letter queue"
+            ),
+            duration_ms: 0,
+        },
+    ];
+    Ok(events
+        .into_iter()
+        .chain(after_failure(state, &step, attempt, class, now))
+        .collect())
 }
 
 /// The events after an attempt's failure: a retry, or the step's failure and its consequences.

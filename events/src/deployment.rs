@@ -87,6 +87,14 @@ pub enum DeploymentEvent {
         message: String,
         duration_ms: u64,
     },
+    /// The queue gave up on an attempt's job: it was delivered `receives` times (as SQS counts,
+    /// approximately) without the attempt's outcome being recorded, and was moved to the
+    /// dead-letter queue. The attempt's failure (class `interrupted`) follows.
+    StepJobDeadLettered {
+        step: String,
+        attempt: u32,
+        receives: u32,
+    },
     /// Another attempt will be made after a wait.
     StepRetryScheduled {
         step: String,
@@ -204,6 +212,7 @@ impl DeploymentEvent {
             Self::StepStarted { .. } => "StepStarted",
             Self::StepSucceeded { .. } => "StepSucceeded",
             Self::StepAttemptFailed { .. } => "StepAttemptFailed",
+            Self::StepJobDeadLettered { .. } => "StepJobDeadLettered",
             Self::StepRetryScheduled { .. } => "StepRetryScheduled",
             Self::StepFailed { .. } => "StepFailed",
             Self::FailureGracePeriodStarted { .. } => "FailureGracePeriodStarted",

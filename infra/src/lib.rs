@@ -21,10 +21,10 @@ pub mod payloads;
 pub mod session;
 pub mod sqlite;
 
-/// The sandbox, from its own crate (the embedded wiring names it here).
-pub use overture_sandbox as sandbox;
 /// The cloud client, from its own crate (the embedded wiring names it here).
 pub use overture_openstack as openstack;
+/// The sandbox, from its own crate (the embedded wiring names it here).
+pub use overture_sandbox as sandbox;
 /// The system clock, from the kit (the embedded wiring names it here).
 pub mod clock {
     pub use overture_kit::SystemClock;

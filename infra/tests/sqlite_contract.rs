@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use overture_kit::SystemClock;
 use overture_infra::sqlite::{Database, EventLog, SqliteDeployments};
+use overture_kit::SystemClock;
 
 async fn client(path: &std::path::Path) -> SqliteDeployments {
     let db = Database::open(path).await.expect("database opens");

@@ -22,6 +22,8 @@
 //! - `stream_record` (feature `stream-records`): a DynamoDB stream record of the event table read
 //!   back into the event it carries, the one parsing the orchestrator's and the projector's
 //!   triggers share.
+//! - `sqs_message` (feature `sqs-messages`): an SQS message of a jobs queue read back into its
+//!   job, as every trigger on those queues reads it.
 
 #[cfg(feature = "contract")]
 pub mod contract;
@@ -36,6 +38,8 @@ pub mod payload_contract;
 pub mod queue;
 #[cfg(feature = "queue-contract")]
 pub mod queue_contract;
+#[cfg(feature = "sqs-messages")]
+pub mod sqs_message;
 #[cfg(feature = "stream-records")]
 pub mod stream_record;
 

@@ -179,6 +179,23 @@ pub async fn take_due<Q: ReceiveJobs + ?Sized>(
     Ok(None)
 }
 
+/// The same first step for a consumer whose deliveries are deleted once it returns (a Lambda
+/// trigger on SQS, which acknowledges what its handler does not report failed): a job that is
+/// due comes back to be handled, and one that came early is sent again for the rest of its wait
+/// and yields `None`, so its early delivery may be acknowledged. A fresh copy starts its receive
+/// count afresh: a long wait, carried in hops, never counts towards `maxReceiveCount`.
+pub async fn due_or_sent_on<Q: SendJobs + ?Sized>(
+    queue: &Q,
+    job: Job,
+    now: Timestamp,
+) -> Result<Option<Job>, QueueError> {
+    if job.due_at <= now {
+        return Ok(Some(job));
+    }
+    queue.send(vec![job]).await?;
+    Ok(None)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

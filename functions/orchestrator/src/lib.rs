@@ -12,14 +12,21 @@
 //! deadline), among the records the caller saw appended ([`Since::Records`]) or the events
 //! `orchestrate` appends itself. The events that decided are in the log before their jobs are
 //! queued, so a crash in between loses jobs, never decisions: a recovery pass with
-//! [`Since::Unknown`] (`overture resume`) queues every waiting attempt and deadline again.//!
-//! [`queued`] carries [`QueueWork`] out on any queue of the port `overture_kit::queue`.
+//! [`Since::Unknown`] (`overture resume`) queues every waiting attempt and deadline again.
+//!
+//! [`queued`] carries [`QueueWork`] out on queues of the port `overture_kit::queue`. On AWS the
+//! triggers are [`stream`] (the events table's stream), [`timer`] (the timers queue) and
+//! [`dead_letters`] (the jobs' dead-letter queue).
 
 pub mod queued;
 
+pub mod dead_letters;
 pub mod stream;
+pub mod timer;
 
+pub use dead_letters::on_dead_letters;
 pub use stream::on_stream_records;
+pub use timer::on_timer_messages;
 
 use async_trait::async_trait;
 use overture_domain::deployment::actions;
@@ -104,6 +111,18 @@ pub enum WorkError {
     Refused(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
+impl OrchestratorError {
+    /// Whether moving the deployment on again later may succeed: not when the aggregate
+    /// refused (no such deployment), nor when a store refused for good.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            OrchestratorError::Log(error) => error.is_retryable(),
+            OrchestratorError::Work { source, .. } => source.is_retryable(),
+            OrchestratorError::Refused { .. } => false,
+        }
+    }
+}
+
 impl WorkError {
     /// A failure that may pass.
     pub fn unavailable(error: impl std::error::Error + Send + Sync + 'static) -> Self {
@@ -167,6 +186,10 @@ pub enum Since<'a> {
     /// only the attempts and deadlines they decided are queued. Records the orchestrator
     /// appended itself are skipped, as it queued their decisions when it appended them.
     Records(&'a [Envelope]),
+    /// The caller has just appended these events itself, under [`ACTOR`] (so no stream
+    /// trigger queues what they decided, as for the orchestrator's own): what they decided is
+    /// queued now.
+    Appended(&'a [DeploymentEvent]),
     /// Not known (a resume after a crash, a deployment no engine drives): every waiting attempt
     /// and deadline is queued again.
     Unknown,
@@ -234,6 +257,10 @@ pub async fn orchestrate(
     let mut everything = match since {
         Since::Unknown => true,
         Since::Records(records) => !decided.note_records(deployment, records),
+        Since::Appended(events) => {
+            decided.note(events);
+            false
+        }
     };
     loop {
         let now = ports.clock.now();

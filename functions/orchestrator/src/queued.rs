@@ -1,5 +1,10 @@
-//! [`QueueWork`] on any job queue of the port `overture_kit::queue` (SQLite, SQS): each attempt
+//! [`QueueWork`] on job queues of the port `overture_kit::queue` (SQLite, SQS): each attempt
 //! and timer becomes one [`Job`](overture_events::job::Job) body, keyed by what it names.
+//!
+//! Attempts and timers go to queues of their own ([`QueueOn`]): on AWS each queue feeds one
+//! function (the jobs queue the runner, the timers queue the timer), and a Lambda trigger can
+//! only hand its batch to one handler. Embedded, one SQLite queue carries both, and the engine
+//! dispatches each job by its kind.
 
 use async_trait::async_trait;
 use overture_events::job::{Job, RunAttempt};
@@ -9,9 +14,24 @@ use uuid::Uuid;
 
 use crate::{QueueWork, WaitingAttempt, WorkError};
 
-/// The orchestrator's work, sent to a queue.
+/// The orchestrator's work, sent to queues: attempts to one, timers to another (or the same).
 #[derive(Clone, Debug)]
-pub struct QueueOn<Q>(pub Q);
+pub struct QueueOn<A, T = A> {
+    /// Where attempts go, for the runners.
+    pub attempts: A,
+    /// Where timers go, for the orchestrator.
+    pub timers: T,
+}
+
+impl<Q: Clone> QueueOn<Q> {
+    /// Attempts and timers on one queue, whose consumer dispatches by kind.
+    pub fn one(queue: Q) -> Self {
+        Self {
+            attempts: queue.clone(),
+            timers: queue,
+        }
+    }
+}
 
 /// The jobs that run these attempts.
 pub fn attempt_jobs(
@@ -81,7 +101,7 @@ pub fn sent(error: queue::QueueError) -> WorkError {
 }
 
 #[async_trait]
-impl<Q: SendJobs> QueueWork for QueueOn<Q> {
+impl<A: SendJobs, T: SendJobs> QueueWork for QueueOn<A, T> {
     async fn run_attempts(
         &self,
         deployment: DeploymentId,
@@ -89,7 +109,7 @@ impl<Q: SendJobs> QueueWork for QueueOn<Q> {
         cause: Uuid,
     ) -> Result<(), WorkError> {
         let jobs = attempt_jobs(deployment, attempts, cause)?;
-        self.0.send(jobs).await.map_err(sent)
+        self.attempts.send(jobs).await.map_err(sent)
     }
 
     async fn wake_at(
@@ -99,6 +119,6 @@ impl<Q: SendJobs> QueueWork for QueueOn<Q> {
         cause: Uuid,
     ) -> Result<(), WorkError> {
         let job = wake_job(deployment, at, cause)?;
-        self.0.send(vec![job]).await.map_err(sent)
+        self.timers.send(vec![job]).await.map_err(sent)
     }
 }

@@ -116,6 +116,13 @@ impl Watch for Progress {
                 let first = message.lines().next().unwrap_or_default();
                 format!("{step:<20} attempt {attempt} failed ({error_class}): {first}")
             }
+            DeploymentEvent::StepJobDeadLettered {
+                step,
+                attempt,
+                receives,
+            } => format!(
+                "{step:<20} attempt {attempt}: its job was dead-lettered after {receives} deliveries"
+            ),
             DeploymentEvent::StepRetryScheduled {
                 step,
                 next_attempt,

@@ -284,6 +284,11 @@ fn describe(event: &DeploymentEvent) -> String {
                 message.lines().next().unwrap_or_default()
             )
         }
+        E::StepJobDeadLettered {
+            step,
+            attempt,
+            receives,
+        } => format!("{step} #{attempt} after {receives} deliveries"),
         E::StepRetryScheduled {
             step,
             next_attempt,
@@ -336,5 +341,36 @@ fn describe(event: &DeploymentEvent) -> String {
             )
         }
         E::DeploymentDestroyed {} => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dead_lettered_job_reads_as_its_attempt_and_its_deliveries() {
+        let event = DeploymentEvent::StepJobDeadLettered {
+            step: "build".into(),
+            attempt: 2,
+            receives: 5,
+        };
+        let envelope = Envelope {
+            stream: "deployment-x".into(),
+            revision: 7,
+            id: uuid::Uuid::nil(),
+            event_type: event.event_type().into(),
+            data: event.data(),
+            metadata: overture_events::Metadata {
+                tenant: "acme".into(),
+                actor: "orchestrator".into(),
+                correlation_id: uuid::Uuid::nil(),
+                causation_id: uuid::Uuid::nil(),
+                recorded_at: chrono::DateTime::UNIX_EPOCH,
+            },
+        };
+        let line = event_line(&envelope);
+        assert!(line.contains("StepJobDeadLettered"), "{line}");
+        assert!(line.ends_with("build #2 after 5 deliveries"), "{line}");
     }
 }

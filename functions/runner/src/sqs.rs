@@ -30,7 +30,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use overture_events::Timestamp;
-use overture_kit::queue::{Job, QueueError, SendJobs};
+use overture_kit::queue::{due_or_sent_on, QueueError, SendJobs};
+use overture_kit::sqs_message;
 
 use crate::{
     run_attempt, AttemptReport, KeepAlive, PortError, RunAttempt, RunnerError, RunnerPorts,
@@ -142,15 +143,13 @@ async fn on_job_message(
     visibility: &dyn ChangeVisibility,
 ) -> Result<(), MessageError> {
     let unreadable = |reason: String| MessageError::Unreadable {
-        message_id: message.message_id.clone().unwrap_or_default(),
+        message_id: sqs_message::message_id(message),
         reason,
     };
-    let job = Job::from_message(message.body.as_deref().unwrap_or(""))
-        .map_err(|e| unreadable(e.to_string()))?;
-    let run = match overture_events::job::Job::from_body(job.body.clone()) {
-        Ok(overture_events::job::Job::RunAttempt(run)) => run,
-        Ok(other) => return Err(unreadable(format!("a job for another consumer: {other:?}"))),
-        Err(error) => return Err(unreadable(error.to_string())),
+    let (job, run) = match sqs_message::job_of(message, "a runner's job") {
+        Ok((job, overture_events::job::Job::RunAttempt(run))) => (job, run),
+        Ok((_, other)) => return Err(unreadable(format!("a job for another consumer: {other:?}"))),
+        Err(error) => return Err(unreadable(error.reason)),
     };
     let receipt = message
         .receipt_handle
@@ -158,9 +157,13 @@ async fn on_job_message(
         .ok_or_else(|| unreadable("no receipt handle".into()))?;
 
     let now = ports.clock.now();
-    if job.due_at > now {
-        // Delivered at SQS's delay bound, before it is due: on for the rest of its wait.
-        return queue.send(vec![job]).await.map_err(MessageError::Requeue);
+    // Delivered at SQS's delay bound, before it is due: on for the rest of its wait.
+    if due_or_sent_on(queue, job, now)
+        .await
+        .map_err(MessageError::Requeue)?
+        .is_none()
+    {
+        return Ok(());
     }
     let lease = MessageLease {
         visibility,

@@ -56,8 +56,9 @@ const REFUSED: &[&str] = &[
     "AccessDenied",
 ];
 
-/// The orchestrator's work ([`overture_orchestrator::QueueWork`]) on an SQS queue.
-pub type SqsWork = QueueOn<SqsQueue>;
+/// The orchestrator's work ([`overture_orchestrator::QueueWork`]) on SQS: attempts on the jobs
+/// queue, timers on the timers queue.
+pub type SqsWork = QueueOn<SqsQueue, SqsQueue>;
 
 /// A call to SQS failed, or a message is not a job.
 #[derive(Debug, thiserror::Error)]

@@ -1,6 +1,7 @@
 //! The function binaries as AWS runs them: started by `cargo lambda watch` (the Lambda runtime
 //! API, locally) and sent one real event of their trigger, against the local AWS emulator: the
-//! orchestrator and the projector, each sent a DynamoDB stream record of a requested deployment.
+//! orchestrator and the projector, each sent a DynamoDB stream record of a requested deployment;
+//! the timer, sent a timer at a passed grace deadline; the dead letters, sent a dead-lettered job.
 
 mod support;
 
@@ -16,7 +17,7 @@ use overture_aws::read_models::{create_read_model_tables, DynamoReadModels};
 use overture_aws::seals::create_seals_table;
 use overture_aws::sqs::create_queue;
 use overture_domain::blueprint::parse;
-use overture_events::{DeploymentEvent, DeploymentId, Envelope};
+use overture_events::{DeploymentEvent, DeploymentId, Envelope, ErrorClass};
 use overture_kit::SystemClock;
 use overture_kit::{Cause, DeploymentLog, ReadStream};
 use overture_projector::DeploymentViews;
@@ -186,6 +187,7 @@ async fn the_orchestrator_lambda_moves_a_deployment_on_from_a_stream_record() {
         .await
         .expect("table");
     let queue = create_queue(&sqs, "smoke-jobs").await.expect("queue");
+    let timers = create_queue(&sqs, "smoke-timers").await.expect("queue");
     let key = support::kms_key(&kms).await;
     let (deployment, first) = requested(&log).await;
 
@@ -195,6 +197,7 @@ async fn the_orchestrator_lambda_moves_a_deployment_on_from_a_stream_record() {
         ("OVERTURE_SEALS_TABLE", "smoke-seals"),
         ("OVERTURE_KMS_KEY", key),
         ("OVERTURE_JOBS_QUEUE_URL", &queue),
+        ("OVERTURE_TIMERS_QUEUE_URL", &timers),
     ]);
     let answer = invoke(&watch, "orchestrator", &stream_batch(&first)).await;
     assert_eq!(answer["batchItemFailures"], json!([]), "{answer}");
@@ -263,5 +266,248 @@ async fn the_projector_lambda_folds_a_stream_record_into_the_read_models() {
         (tenant.total, tenant.running),
         (1, 1),
         "counted once, though delivered twice"
+    );
+}
+
+/// A deployment of two steps on the log: `lint` failed for good a minute ago while `build` ran,
+/// and the grace period given to `build` ended a second ago.
+async fn past_its_grace_deadline(log: &DynamoDeployments) -> DeploymentId {
+    let deployment = DeploymentId::from_uuid(uuid::Uuid::now_v7());
+    let now = chrono::Utc::now();
+    let minute_ago = now - chrono::TimeDelta::minutes(1);
+    let step = |name: &str| name.to_owned();
+    let history = vec![
+        DeploymentEvent::DeploymentRequested {
+            tenant: "smoke-tenant".into(),
+            requested_by: "ada".into(),
+            trigger: "cli".into(),
+            source: "smoke.yaml".into(),
+            blueprint: parse(
+                "name: smoke\nsteps:\n  build: { run: noop }\n  lint: { run: noop }\n",
+            )
+            .expect("valid")
+            .snapshot,
+            blueprint_hash: "h".into(),
+            params: BTreeMap::new(),
+            cloud: None,
+        },
+        DeploymentEvent::StepScheduled {
+            step: step("build"),
+            attempt: 1,
+            not_before: minute_ago,
+        },
+        DeploymentEvent::StepScheduled {
+            step: step("lint"),
+            attempt: 1,
+            not_before: minute_ago,
+        },
+        DeploymentEvent::StepStarted {
+            step: step("build"),
+            attempt: 1,
+            sandbox: "build-1".into(),
+            lease_until: Some(now + chrono::TimeDelta::minutes(10)),
+        },
+        DeploymentEvent::StepStarted {
+            step: step("lint"),
+            attempt: 1,
+            sandbox: "lint-1".into(),
+            lease_until: Some(now + chrono::TimeDelta::minutes(10)),
+        },
+        DeploymentEvent::StepAttemptFailed {
+            step: step("lint"),
+            attempt: 1,
+            error_class: ErrorClass::StepFailed,
+            exit_code: Some(1),
+            message: "boom".into(),
+            duration_ms: 1,
+        },
+        DeploymentEvent::StepFailed {
+            step: step("lint"),
+            attempts: 1,
+            error_class: ErrorClass::StepFailed,
+        },
+        DeploymentEvent::FailureGracePeriodStarted {
+            failed_step: step("lint"),
+            deadline: now - chrono::TimeDelta::seconds(1),
+        },
+    ];
+    let cause = Cause::new("runner", deployment, uuid::Uuid::now_v7());
+    log.append(deployment, "smoke-tenant", None, history, &cause)
+        .await
+        .expect("recorded");
+    deployment
+}
+
+/// An SQS batch of one message, as Lambda delivers it from `queue`.
+fn sqs_batch(queue: &str, body: &str, receives: u32) -> Value {
+    json!({
+        "Records": [{
+            "messageId": "m-1",
+            "receiptHandle": "receipt-m-1",
+            "body": body,
+            "md5OfBody": "00000000000000000000000000000000",
+            "attributes": {
+                "ApproximateReceiveCount": receives.to_string(),
+                "SentTimestamp": "1800000000000",
+                "SenderId": "AROAIWPX5BD2BHG722MW4:overture-orchestrator",
+                "ApproximateFirstReceiveTimestamp": "1800000000100"
+            },
+            "messageAttributes": {},
+            "eventSourceARN": format!("arn:aws:sqs:eu-west-1:123456789012:{queue}"),
+            "eventSource": "aws:sqs",
+            "awsRegion": "eu-west-1"
+        }]
+    })
+}
+
+/// The tables, queues and key the orchestrator's functions are given, and their settings.
+struct OrchestratorStack {
+    log: DynamoDeployments,
+    sqs: aws_sdk_sqs::Client,
+    jobs: String,
+    timers: String,
+    key: &'static str,
+}
+
+impl OrchestratorStack {
+    async fn new() -> Self {
+        let config = overture_aws::config::for_endpoint(support::emulator(), "eu-west-1").await;
+        let dynamodb = aws_sdk_dynamodb::Client::new(&config);
+        let sqs = aws_sdk_sqs::Client::new(&config);
+        let kms = aws_sdk_kms::Client::new(&config);
+        let log = events_log(&dynamodb).await;
+        create_custody_table(&dynamodb, "smoke-custody")
+            .await
+            .expect("table");
+        create_seals_table(&dynamodb, "smoke-seals")
+            .await
+            .expect("table");
+        // Queues of its own: another test receiving from them would hide what this one queued.
+        let own = &uuid::Uuid::now_v7().simple().to_string()[20..];
+        let jobs = create_queue(&sqs, &format!("smoke-jobs-{own}"))
+            .await
+            .expect("queue");
+        let timers = create_queue(&sqs, &format!("smoke-timers-{own}"))
+            .await
+            .expect("queue");
+        let key = support::kms_key(&kms).await;
+        Self {
+            log,
+            sqs,
+            jobs,
+            timers,
+            key,
+        }
+    }
+
+    fn watch(&self) -> Watch {
+        watch(&[
+            ("OVERTURE_EVENTS_TABLE", EVENTS),
+            ("OVERTURE_CUSTODY_TABLE", "smoke-custody"),
+            ("OVERTURE_SEALS_TABLE", "smoke-seals"),
+            ("OVERTURE_KMS_KEY", self.key),
+            ("OVERTURE_JOBS_QUEUE_URL", &self.jobs),
+            ("OVERTURE_TIMERS_QUEUE_URL", &self.timers),
+        ])
+    }
+
+    async fn types(&self, deployment: DeploymentId) -> Vec<String> {
+        self.log
+            .read_stream(deployment, 0)
+            .await
+            .expect("read")
+            .into_iter()
+            .map(|e| e.event_type)
+            .collect()
+    }
+}
+
+#[tokio::test]
+async fn the_timer_lambda_ends_a_deployment_whose_grace_deadline_has_passed() {
+    let stack = OrchestratorStack::new().await;
+    let deployment = past_its_grace_deadline(&stack.log).await;
+    let wake = overture_orchestrator::queued::wake_job(
+        deployment,
+        chrono::Utc::now() - chrono::TimeDelta::seconds(1),
+        uuid::Uuid::now_v7(),
+    )
+    .expect("a timer");
+    let body = wake.to_message().expect("its message");
+
+    let watch = stack.watch();
+    let answer = invoke(&watch, "timer", &sqs_batch("smoke-timers", &body, 1)).await;
+    assert_eq!(answer["batchItemFailures"], json!([]), "{answer}");
+
+    let types = stack.types(deployment).await;
+    assert_eq!(
+        types[8..],
+        ["StepAbandoned", "SecretsPurged", "DeploymentFailed"],
+        "build, still running at the deadline, is abandoned and the deployment ends: {types:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_dead_letters_lambda_records_a_dead_lettered_attempt_and_queues_its_retry() {
+    let stack = OrchestratorStack::new().await;
+    let (deployment, _) = requested(&stack.log).await;
+    let scheduled = DeploymentEvent::StepScheduled {
+        step: "build".into(),
+        attempt: 1,
+        not_before: chrono::Utc::now(),
+    };
+    let cause = Cause::new("orchestrator", deployment, uuid::Uuid::now_v7());
+    stack
+        .log
+        .append(deployment, "smoke-tenant", Some(0), vec![scheduled], &cause)
+        .await
+        .expect("scheduled");
+    let attempt = overture_orchestrator::WaitingAttempt {
+        step: "build".into(),
+        attempt: 1,
+        not_before: chrono::Utc::now(),
+    };
+    let job =
+        overture_orchestrator::queued::attempt_jobs(deployment, &[attempt], cause.causation_id)
+            .expect("a job")
+            .remove(0);
+    let body = job.to_message().expect("its message");
+
+    let watch = stack.watch();
+    let answer = invoke(
+        &watch,
+        "dead-letters",
+        &sqs_batch("smoke-jobs-dlq", &body, 6),
+    )
+    .await;
+    assert_eq!(answer["batchItemFailures"], json!([]), "{answer}");
+
+    let types = stack.types(deployment).await;
+    assert_eq!(
+        types[2..],
+        [
+            "StepJobDeadLettered",
+            "StepAttemptFailed",
+            "StepRetryScheduled"
+        ],
+        "{types:?}"
+    );
+    let received = stack
+        .sqs
+        .receive_message()
+        .queue_url(&stack.jobs)
+        .max_number_of_messages(10)
+        .wait_time_seconds(5)
+        .send()
+        .await
+        .expect("receive");
+    let retry = format!("run/{deployment}/build/2");
+    assert!(
+        received
+            .messages()
+            .iter()
+            .filter_map(|m| m.body())
+            .any(|b| b.contains(&retry)),
+        "the retry was queued: {:?}",
+        received.messages()
     );
 }

@@ -159,7 +159,7 @@ async fn scheduled_and_sent_twice(log: &MemoryLog, queue: &SqsQueue) -> Deployme
     log.append(deployment, "t", None, events, &cause)
         .await
         .expect("append");
-    let work: SqsWork = QueueOn(queue.clone());
+    let work: SqsWork = QueueOn::one(queue.clone());
     let attempt = WaitingAttempt {
         step: "build".into(),
         attempt: 1,

@@ -36,7 +36,7 @@ async fn a_wait_beyond_a_short_delay_bound_is_carried_on_until_due() {
 #[tokio::test]
 async fn a_delayed_retry_is_not_delivered_early() {
     let queue = queue().await;
-    let work: SqsWork = QueueOn(queue.clone());
+    let work: SqsWork = QueueOn::one(queue.clone());
     let deployment = DeploymentId::from_uuid(uuid::Uuid::now_v7());
     let not_before = chrono::Utc::now() + chrono::TimeDelta::milliseconds(1_500);
     let retry = WaitingAttempt {

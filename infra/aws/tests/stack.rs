@@ -2,7 +2,7 @@
 //! and the adapters working on what it made: the log on its events table, the read models on
 //! its deployments and tenants tables, a token kept in its custody table under its KMS key,
 //! payloads in its bucket, jobs through its queue, and a job that keeps failing moved to its
-//! dead-letter queue. With the functions' code in place, the whole template is created:
+//! dead-letter queue; the timers queue with a dead-letter queue of its own. With the functions' code in place, the whole template is created:
 //! functions, triggers (with their batch sizes and partial batch failures), roles, the step
 //! cluster and task definition.
 
@@ -44,6 +44,16 @@ impl Stack {
             .unwrap_or_else(|| panic!("the stack outputs {name}: {:?}", self.outputs))
     }
 }
+
+/// Every function of the stack, by the name of its binary and zip.
+const FUNCTIONS: [&str; 6] = [
+    "submit",
+    "orchestrator",
+    "timer",
+    "dead-letters",
+    "runner",
+    "projector",
+];
 
 fn stack_name() -> String {
     format!(
@@ -214,6 +224,28 @@ async fn jobs_go_through_the_stacks_queue_and_one_that_keeps_failing_reaches_its
         redrive["maxReceiveCount"].to_string(),
         MAX_RECEIVES.to_string()
     );
+    // The timers queue has a dead-letter queue of its own.
+    let timers_url = queue_url(&sqs, stack.output("TimersQueueName"))
+        .await
+        .expect("the timers queue");
+    let attributes = sqs
+        .get_queue_attributes()
+        .queue_url(&timers_url)
+        .attribute_names(QueueAttributeName::RedrivePolicy)
+        .send()
+        .await
+        .expect("the timers queue's attributes");
+    let redrive: serde_json::Value = serde_json::from_str(
+        attributes
+            .attributes()
+            .and_then(|a| a.get(&QueueAttributeName::RedrivePolicy))
+            .expect("a redrive policy"),
+    )
+    .expect("JSON");
+    assert_eq!(
+        redrive["deadLetterTargetArn"],
+        stack.output("TimersDeadLetterQueueArn")
+    );
 
     // A job handled and acknowledged is gone.
     let deployment = DeploymentId::from_uuid(uuid::Uuid::now_v7());
@@ -336,7 +368,7 @@ async fn with_the_functions_code_the_whole_template_is_created() {
     overture_aws::s3::create_payloads_bucket(&s3, &code)
         .await
         .expect("the code bucket");
-    for function in ["submit", "orchestrator", "runner", "projector"] {
+    for function in FUNCTIONS {
         s3.put_object()
             .bucket(&code)
             .key(format!("overture/{function}.zip"))
@@ -380,17 +412,28 @@ async fn with_the_functions_code_the_whole_template_is_created() {
         ("OrchestratorFunction", "AWS::Lambda::Function"),
         ("RunnerFunction", "AWS::Lambda::Function"),
         ("ProjectorFunction", "AWS::Lambda::Function"),
+        ("TimerFunction", "AWS::Lambda::Function"),
+        ("DeadLettersFunction", "AWS::Lambda::Function"),
         ("EventsToOrchestrator", "AWS::Lambda::EventSourceMapping"),
         ("EventsToProjector", "AWS::Lambda::EventSourceMapping"),
         ("JobsToRunner", "AWS::Lambda::EventSourceMapping"),
+        ("TimersToTimer", "AWS::Lambda::EventSourceMapping"),
+        (
+            "DeadLettersToDeadLetters",
+            "AWS::Lambda::EventSourceMapping",
+        ),
         ("SubmitRole", "AWS::IAM::Role"),
         ("OrchestratorRole", "AWS::IAM::Role"),
+        ("TimerRole", "AWS::IAM::Role"),
+        ("DeadLettersRole", "AWS::IAM::Role"),
         ("RunnerRole", "AWS::IAM::Role"),
         ("ProjectorRole", "AWS::IAM::Role"),
         ("StepExecutionRole", "AWS::IAM::Role"),
         ("StepCluster", "AWS::ECS::Cluster"),
         ("StepTask", "AWS::ECS::TaskDefinition"),
         ("JobsQueue", "AWS::SQS::Queue"),
+        ("TimersQueue", "AWS::SQS::Queue"),
+        ("TimersDeadLetterQueue", "AWS::SQS::Queue"),
         ("EventsTable", "AWS::DynamoDB::Table"),
         ("Key", "AWS::KMS::Key"),
     ] {
@@ -403,7 +446,7 @@ async fn with_the_functions_code_the_whole_template_is_created() {
 
     // The functions and their triggers as the template sets them.
     let lambda = aws_sdk_lambda::Client::new(&config);
-    for function in ["submit", "orchestrator", "runner", "projector"] {
+    for function in FUNCTIONS {
         let found = lambda
             .get_function_configuration()
             .function_name(format!("{name}-{function}"))
@@ -421,31 +464,44 @@ async fn with_the_functions_code_the_whole_template_is_created() {
             outputs.get("EventsTable").map(String::as_str),
             "{function} names the stack's events table"
         );
+        if ["orchestrator", "timer", "dead-letters"].contains(&function) {
+            assert_eq!(
+                variables
+                    .get("OVERTURE_TIMERS_QUEUE_URL")
+                    .map(String::as_str),
+                outputs.get("TimersQueueUrl").map(String::as_str),
+                "{function} sets timers on the stack's timers queue"
+            );
+        }
     }
     let triggers = lambda
         .list_event_source_mappings()
         .send()
         .await
         .expect("the triggers");
-    let trigger = |function: &str| {
+    let trigger = |function: &str, source: &str| {
         let arn_end = format!(":function:{name}-{function}");
         triggers
             .event_source_mappings()
             .iter()
-            .find(|m| m.function_arn().is_some_and(|arn| arn.ends_with(&arn_end)))
-            .unwrap_or_else(|| panic!("a trigger of {function}"))
+            .find(|m| {
+                m.function_arn().is_some_and(|arn| arn.ends_with(&arn_end))
+                    && m.event_source_arn() == Some(source)
+            })
+            .unwrap_or_else(|| panic!("a trigger of {function} on {source}"))
     };
     for (function, source, batch) in [
         ("orchestrator", outputs["EventsStreamArn"].as_str(), 100),
         ("projector", outputs["EventsStreamArn"].as_str(), 500),
         ("runner", outputs["JobsQueueArn"].as_str(), 1),
+        ("timer", outputs["TimersQueueArn"].as_str(), 10),
+        (
+            "dead-letters",
+            outputs["JobsDeadLetterQueueArn"].as_str(),
+            10,
+        ),
     ] {
-        let mapping = trigger(function);
-        assert_eq!(
-            mapping.event_source_arn(),
-            Some(source),
-            "{function}'s source"
-        );
+        let mapping = trigger(function, source);
         assert_eq!(mapping.batch_size(), Some(batch), "{function}'s batch size");
         assert_eq!(
             mapping.function_response_types(),

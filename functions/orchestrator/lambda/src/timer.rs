@@ -1,0 +1,25 @@
+//! The orchestrator's timers as a Lambda, triggered by the timers queue. Only wiring: the
+//! adapters are built once from the environment, and each batch goes to
+//! `overture_orchestrator::on_timer_messages`.
+
+use std::sync::Arc;
+
+use aws_lambda_events::event::sqs::SqsEvent;
+use lambda_runtime::{service_fn, LambdaEvent};
+use overture_orchestrator::on_timer_messages;
+use overture_orchestrator_lambda::{init_tracing, Adapters};
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_runtime::Error> {
+    init_tracing();
+    let adapters = Arc::new(Adapters::from_env().await?);
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
+        let adapters = Arc::clone(&adapters);
+        async move {
+            let response =
+                on_timer_messages(&event.payload, &adapters.ports(), adapters.timers()).await;
+            Ok::<_, lambda_runtime::Error>(response)
+        }
+    }))
+    .await
+}

@@ -1,0 +1,181 @@
+//! Dead letters on AWS, `on_dead_letters`, fed a batch of the jobs' dead-letter queue from a
+//! JSON fixture in the shape Lambda delivers, on in-memory fakes of the orchestrator's ports.
+
+mod support;
+
+use std::collections::BTreeMap;
+
+use aws_lambda_events::event::sqs::SqsEvent;
+use overture_domain::blueprint::parse;
+use overture_events::{DeploymentEvent as E, DeploymentId, ErrorClass};
+use overture_kit::memory::MemoryLog;
+use overture_kit::{Cause, DeploymentLog};
+use overture_orchestrator::dead_letters::on_dead_letter;
+use overture_orchestrator::queued::QueueOn;
+use overture_orchestrator::{on_dead_letters, OrchestratorPorts};
+use support::{at, FixedClock, Nothing, SentJobs};
+
+const DEPLOYMENT: &str = "01a20800-0000-7000-8000-000000000001";
+
+fn batch() -> SqsEvent {
+    serde_json::from_str(include_str!("fixtures/sqs-dead-letters.json")).expect("the fixture")
+}
+
+fn deployment() -> DeploymentId {
+    DEPLOYMENT.parse().expect("an id")
+}
+
+/// build's first attempt waits (its job was never run through); lint's first attempt runs,
+/// its lease until `lint_lease`.
+async fn two_steps(lint_lease: &str) -> MemoryLog {
+    let log = MemoryLog::new(at("09:50"));
+    let blueprint = parse("name: x\nsteps:\n  build: { run: noop }\n  lint: { run: noop }\n")
+        .expect("valid")
+        .snapshot;
+    let history = vec![
+        E::DeploymentRequested {
+            tenant: "acme".into(),
+            requested_by: "ada".into(),
+            trigger: "cli".into(),
+            source: "x.yaml".into(),
+            blueprint,
+            blueprint_hash: "h".into(),
+            params: BTreeMap::new(),
+            cloud: None,
+        },
+        E::StepScheduled {
+            step: "build".into(),
+            attempt: 1,
+            not_before: at("09:50"),
+        },
+        E::StepScheduled {
+            step: "lint".into(),
+            attempt: 1,
+            not_before: at("09:50"),
+        },
+        E::StepStarted {
+            step: "lint".into(),
+            attempt: 1,
+            sandbox: "lint-1".into(),
+            lease_until: Some(at(lint_lease)),
+        },
+    ];
+    let cause = Cause::new("runner", deployment(), uuid::Uuid::now_v7());
+    log.append(deployment(), "acme", None, history, &cause)
+        .await
+        .expect("recorded");
+    log
+}
+
+/// The events after the first four, as (type, step) where they name one.
+fn recorded(log: &MemoryLog) -> Vec<(&'static str, String)> {
+    log.events(deployment())
+        .into_iter()
+        .skip(4)
+        .map(|event| {
+            let step = event.data()["step"].as_str().unwrap_or_default().to_owned();
+            (event.event_type(), step)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_dead_lettered_attempt_is_recorded_and_its_retry_queued_once() {
+    let log = two_steps("10:00").await;
+    let work = QueueOn {
+        attempts: SentJobs::default(),
+        timers: SentJobs::default(),
+    };
+    let ports = OrchestratorPorts {
+        log: &log,
+        work: &work,
+        secrets: &Nothing,
+        access: &Nothing,
+        clock: &FixedClock(at("10:05")),
+    };
+    let response = on_dead_letters(&batch(), &ports).await;
+    let kept: Vec<_> = response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.as_str())
+        .collect();
+    assert_eq!(kept, ["m-unreadable"], "a message that is no job stays");
+
+    let step = |s: &str| s.to_owned();
+    assert_eq!(
+        recorded(&log),
+        [
+            ("StepJobDeadLettered", step("build")),
+            ("StepAttemptFailed", step("build")),
+            ("StepRetryScheduled", step("build")),
+            ("StepJobDeadLettered", step("lint")),
+            ("StepAttemptFailed", step("lint")),
+            ("StepRetryScheduled", step("lint")),
+        ],
+        "each attempt failed as interrupted, and the rule for that class retries it"
+    );
+    let events = log.events(deployment());
+    assert!(
+        events.iter().any(|e| matches!(e,
+            E::StepJobDeadLettered { step, receives: 6, .. } if step == "build")),
+        "the deliveries SQS counted are recorded"
+    );
+    assert!(events.iter().any(|e| matches!(
+        e,
+        E::StepAttemptFailed {
+            error_class: ErrorClass::Interrupted,
+            ..
+        }
+    )));
+    let queued: Vec<_> = work.attempts.jobs().into_iter().map(|j| j.key).collect();
+    assert_eq!(
+        queued,
+        [
+            format!("run/{DEPLOYMENT}/build/2"),
+            format!("run/{DEPLOYMENT}/lint/2"),
+        ],
+        "each retry queued once"
+    );
+
+    // Delivered again (SQS delivers at least once): nothing more.
+    let again = on_dead_letters(&batch(), &ports).await;
+    assert_eq!(again.batch_item_failures.len(), 1);
+    assert_eq!(recorded(&log).len(), 6);
+    assert_eq!(work.attempts.jobs().len(), 2);
+}
+
+#[tokio::test]
+async fn a_dead_letter_of_a_running_attempt_waits_for_its_lease_and_no_job_is_lost_silently() {
+    let log = two_steps("11:00").await;
+    let work = QueueOn::one(SentJobs::default());
+    let ports = OrchestratorPorts {
+        log: &log,
+        work: &work,
+        secrets: &Nothing,
+        access: &Nothing,
+        clock: &FixedClock(at("10:05")),
+    };
+    let records = batch().records;
+    let error = on_dead_letter(&records[1], &ports)
+        .await
+        .expect_err("lint may still be running");
+    assert_eq!(error.error_type(), "Retryable", "{error}");
+    assert!(recorded(&log).is_empty());
+
+    let error = on_dead_letter(&records[2], &ports)
+        .await
+        .expect_err("not a job");
+    assert_eq!(error.error_type(), "NonRetryable", "{error}");
+
+    let late = OrchestratorPorts {
+        clock: &FixedClock(at("11:00")),
+        ..ports
+    };
+    on_dead_letter(&records[1], &late)
+        .await
+        .expect("recorded once the lease ended");
+    assert_eq!(
+        recorded(&log)[0],
+        ("StepJobDeadLettered", "lint".to_owned())
+    );
+}

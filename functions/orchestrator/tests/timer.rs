@@ -1,0 +1,201 @@
+//! The orchestrator's timers on AWS, `on_timer_messages`, fed an SQS batch from a JSON fixture
+//! in the shape Lambda delivers, on in-memory fakes of its ports.
+
+mod support;
+
+use std::collections::BTreeMap;
+
+use aws_lambda_events::event::sqs::SqsEvent;
+use overture_domain::blueprint::parse;
+use overture_events::{DeploymentEvent as E, DeploymentId, ErrorClass};
+use overture_kit::memory::MemoryLog;
+use overture_kit::{Cause, DeploymentLog};
+use overture_orchestrator::queued::QueueOn;
+use overture_orchestrator::timer::on_timer_message;
+use overture_orchestrator::{on_timer_messages, OrchestratorPorts};
+use support::{at, FixedClock, Nothing, SentJobs, Throttled};
+
+const DEPLOYMENT: &str = "01a20800-0000-7000-8000-000000000001";
+
+fn batch() -> SqsEvent {
+    serde_json::from_str(include_str!("fixtures/sqs-timer-messages.json")).expect("the fixture")
+}
+
+fn deployment() -> DeploymentId {
+    DEPLOYMENT.parse().expect("an id")
+}
+
+/// lint failed for good at 09:58 while build ran; build may finish until 10:00.
+async fn failing_in_grace() -> MemoryLog {
+    let log = MemoryLog::new(at("09:58"));
+    let blueprint = parse("name: x\nsteps:\n  build: { run: noop }\n  lint: { run: noop }\n")
+        .expect("valid")
+        .snapshot;
+    let history = vec![
+        E::DeploymentRequested {
+            tenant: "acme".into(),
+            requested_by: "ada".into(),
+            trigger: "cli".into(),
+            source: "x.yaml".into(),
+            blueprint,
+            blueprint_hash: "h".into(),
+            params: BTreeMap::new(),
+            cloud: None,
+        },
+        E::StepScheduled {
+            step: "build".into(),
+            attempt: 1,
+            not_before: at("09:50"),
+        },
+        E::StepScheduled {
+            step: "lint".into(),
+            attempt: 1,
+            not_before: at("09:50"),
+        },
+        E::StepStarted {
+            step: "build".into(),
+            attempt: 1,
+            sandbox: "build-1".into(),
+            lease_until: Some(at("11:00")),
+        },
+        E::StepStarted {
+            step: "lint".into(),
+            attempt: 1,
+            sandbox: "lint-1".into(),
+            lease_until: Some(at("11:00")),
+        },
+        E::StepAttemptFailed {
+            step: "lint".into(),
+            attempt: 1,
+            error_class: ErrorClass::StepFailed,
+            exit_code: Some(1),
+            message: "boom".into(),
+            duration_ms: 1,
+        },
+        E::StepFailed {
+            step: "lint".into(),
+            attempts: 1,
+            error_class: ErrorClass::StepFailed,
+        },
+        E::FailureGracePeriodStarted {
+            failed_step: "lint".into(),
+            deadline: at("10:00"),
+        },
+    ];
+    let cause = Cause::new("runner", deployment(), uuid::Uuid::now_v7());
+    log.append(deployment(), "acme", None, history, &cause)
+        .await
+        .expect("recorded");
+    log
+}
+
+fn types(log: &MemoryLog) -> Vec<&'static str> {
+    log.events(deployment())
+        .iter()
+        .map(E::event_type)
+        .skip(8)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_due_timer_moves_its_deployment_on_and_an_early_one_is_sent_on_for_the_rest_of_its_wait()
+{
+    let log = failing_in_grace().await;
+    let work = QueueOn {
+        attempts: SentJobs::default(),
+        timers: SentJobs::default(),
+    };
+    let timers = SentJobs::default();
+    let ports = OrchestratorPorts {
+        log: &log,
+        work: &work,
+        secrets: &Nothing,
+        access: &Nothing,
+        clock: &FixedClock(at("10:05")),
+    };
+    let response = on_timer_messages(&batch(), &ports, &timers).await;
+
+    let kept: Vec<_> = response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.as_str())
+        .collect();
+    assert_eq!(
+        kept,
+        ["m-no-deployment", "m-attempt", "m-unreadable"],
+        "the due and the early timer are done with; the others are kept"
+    );
+    assert_eq!(
+        types(&log),
+        ["StepAbandoned", "SecretsPurged", "DeploymentFailed"],
+        "the deadline passed: build is abandoned and the deployment ends"
+    );
+    let sent_on = timers.jobs();
+    assert_eq!(sent_on.len(), 1, "{sent_on:?}");
+    assert_eq!(sent_on[0].due_at, at("13:00"), "still due when it was");
+    assert_eq!(sent_on[0].body["kind"], "wake");
+    assert!(work.attempts.jobs().is_empty() && work.timers.jobs().is_empty());
+}
+
+#[tokio::test]
+async fn a_timer_delivered_twice_moves_its_deployment_on_once() {
+    let log = failing_in_grace().await;
+    let work = QueueOn::one(SentJobs::default());
+    let ports = OrchestratorPorts {
+        log: &log,
+        work: &work,
+        secrets: &Nothing,
+        access: &Nothing,
+        clock: &FixedClock(at("10:05")),
+    };
+    let due = &batch().records[0];
+    for _ in 0..2 {
+        on_timer_message(due, &ports, &SentJobs::default())
+            .await
+            .expect("handled");
+    }
+    assert_eq!(
+        types(&log),
+        ["StepAbandoned", "SecretsPurged", "DeploymentFailed"]
+    );
+}
+
+#[tokio::test]
+async fn what_cannot_be_handled_says_whether_handling_it_again_may_help() {
+    let log = failing_in_grace().await;
+    let work = QueueOn::one(SentJobs::default());
+    let ports = OrchestratorPorts {
+        log: &log,
+        work: &work,
+        secrets: &Nothing,
+        access: &Nothing,
+        clock: &FixedClock(at("10:05")),
+    };
+    let records = batch().records;
+    let error_type = |message| {
+        let ports = &ports;
+        async move {
+            on_timer_message(message, ports, &Throttled)
+                .await
+                .expect_err("not handled")
+                .error_type()
+        }
+    };
+    assert_eq!(
+        error_type(&records[1]).await,
+        "Retryable",
+        "an early timer the queue would not take back"
+    );
+    assert_eq!(
+        error_type(&records[2]).await,
+        "NonRetryable",
+        "no such deployment"
+    );
+    assert_eq!(
+        error_type(&records[3]).await,
+        "NonRetryable",
+        "the runner's"
+    );
+    assert_eq!(error_type(&records[4]).await, "NonRetryable", "not a job");
+    assert!(types(&log).is_empty(), "nothing was recorded");
+}
