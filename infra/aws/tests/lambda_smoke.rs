@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use overture_aws::custody::create_custody_table;
 use overture_aws::dynamodb::{create_events_table, DynamoDeployments};
+use overture_aws::s3::create_payloads_bucket;
 use overture_aws::read_models::{create_read_model_tables, DynamoReadModels};
 use overture_aws::seals::create_seals_table;
 use overture_aws::sqs::create_queue;
@@ -25,6 +26,7 @@ use serde_json::{json, Value};
 /// How long the first invocation may take: `cargo lambda watch` builds the function first.
 const FIRST_INVOCATION: Duration = Duration::from_secs(600);
 const EVENTS: &str = "smoke-events";
+const PAYLOADS: &str = "smoke-payloads";
 
 /// `cargo lambda watch` in its own process group, ended (the group, by its id) when dropped.
 struct Watch {
@@ -186,6 +188,9 @@ async fn the_orchestrator_lambda_moves_a_deployment_on_from_a_stream_record() {
         .await
         .expect("table");
     let queue = create_queue(&sqs, "smoke-jobs").await.expect("queue");
+    create_payloads_bucket(&overture_aws::s3::client(&config), PAYLOADS)
+        .await
+        .expect("bucket");
     let key = support::kms_key(&kms).await;
     let (deployment, first) = requested(&log).await;
 
@@ -195,6 +200,7 @@ async fn the_orchestrator_lambda_moves_a_deployment_on_from_a_stream_record() {
         ("OVERTURE_SEALS_TABLE", "smoke-seals"),
         ("OVERTURE_KMS_KEY", key),
         ("OVERTURE_JOBS_QUEUE_URL", &queue),
+        ("OVERTURE_PAYLOADS_BUCKET", PAYLOADS),
     ]);
     let answer = invoke(&watch, "orchestrator", &stream_batch(&first)).await;
     assert_eq!(answer["batchItemFailures"], json!([]), "{answer}");

@@ -9,6 +9,7 @@ use aws_lambda_events::event::streams::DynamoDbEventResponse;
 use lambda_runtime::{service_fn, LambdaEvent};
 use overture_aws::custody::KmsTokenCustody;
 use overture_aws::dynamodb::DynamoDeployments;
+use overture_aws::kept::KeptStates;
 use overture_aws::seals::KmsSeals;
 use overture_aws::sqs::{SqsQueue, SqsWork};
 use overture_infra::clock::SystemClock;
@@ -78,6 +79,11 @@ async fn main() -> Result<(), lambda_runtime::Error> {
             setting("OVERTURE_SEALS_TABLE")?,
             key,
             custody.clone(),
+            // The purge deletes what the deployment's steps kept there.
+            KeptStates::new(
+                overture_aws::s3::client(&config),
+                setting("OVERTURE_PAYLOADS_BUCKET")?,
+            ),
         ),
         access: CloudAccess::new(custody),
         clock: SystemClock,
