@@ -143,7 +143,12 @@ impl S3AttemptLogs {
         step: &str,
         name: LogName,
     ) -> Result<Option<Vec<u8>>, LogsError> {
-        read_object(&self.client, &self.bucket, &Self::key(deployment, step, name)).await
+        read_object(
+            &self.client,
+            &self.bucket,
+            &Self::key(deployment, step, name),
+        )
+        .await
     }
 }
 

@@ -212,7 +212,14 @@ async fn objects(s3: &aws_sdk_s3::Client, prefix: &str) -> Vec<Vec<u8>> {
             .send()
             .await
             .expect("get");
-        bodies.push(got.body.collect().await.expect("body").into_bytes().to_vec());
+        bodies.push(
+            got.body
+                .collect()
+                .await
+                .expect("body")
+                .into_bytes()
+                .to_vec(),
+        );
     }
     bodies
 }
@@ -280,7 +287,11 @@ async fn a_state_kept_again_replaces_the_last_and_the_purge_deletes_it() {
         .seal_secrets(id, "acme", &secrets(), None)
         .await
         .expect("sealed");
-    for (step, state) in [("network", "serial 1"), ("network", "serial 2"), ("db", "x")] {
+    for (step, state) in [
+        ("network", "serial 1"),
+        ("network", "serial 2"),
+        ("db", "x"),
+    ] {
         fixture
             .seals
             .keep_state(id, "acme", step, state.as_bytes())

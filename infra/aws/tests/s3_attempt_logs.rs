@@ -49,7 +49,13 @@ async fn each_run_of_a_step_reads_back_in_attempt_order() {
         );
     }
     write(&runner, id, "build", LogName::Destroy, b"destroyed\n");
-    write(&runner, id, "build-2", LogName::Attempt(3), b"another step\n");
+    write(
+        &runner,
+        id,
+        "build-2",
+        LogName::Attempt(3),
+        b"another step\n",
+    );
 
     assert_eq!(
         reader.attempts(id, "build").await.expect("listed"),
@@ -77,7 +83,10 @@ async fn each_run_of_a_step_reads_back_in_attempt_order() {
 async fn a_run_that_printed_nothing_has_an_empty_log_put_when_its_writer_is_dropped() {
     let logs = logs().await;
     let id = deployment();
-    drop(logs.create(id, "quiet", LogName::Attempt(1)).expect("a log"));
+    drop(
+        logs.create(id, "quiet", LogName::Attempt(1))
+            .expect("a log"),
+    );
     assert_eq!(logs.attempts(id, "quiet").await.expect("listed"), vec![1]);
     let read = logs.read(id, "quiet", LogName::Attempt(1)).await;
     assert_eq!(read.expect("read"), Some(vec![]));
@@ -87,8 +96,20 @@ async fn a_run_that_printed_nothing_has_an_empty_log_put_when_its_writer_is_drop
 async fn every_destroy_run_adds_to_the_steps_destroy_log() {
     let logs = logs().await;
     let id = deployment();
-    write(&logs, id, "network", LogName::Destroy, b"first run failed\n");
-    write(&logs, id, "network", LogName::Destroy, b"second run destroyed\n");
+    write(
+        &logs,
+        id,
+        "network",
+        LogName::Destroy,
+        b"first run failed\n",
+    );
+    write(
+        &logs,
+        id,
+        "network",
+        LogName::Destroy,
+        b"second run destroyed\n",
+    );
     let read = logs.read(id, "network", LogName::Destroy).await;
     assert_eq!(
         read.expect("read").as_deref(),
@@ -100,8 +121,14 @@ async fn every_destroy_run_adds_to_the_steps_destroy_log() {
 async fn a_log_keeps_the_first_bytes_of_a_long_run_and_says_how_many_it_dropped() {
     let logs = logs().await;
     let id = deployment();
-    let mut log = logs.create(id, "chatty", LogName::Attempt(1)).expect("a log");
-    let line = [b'x'; 1023].iter().chain(b"\n").copied().collect::<Vec<u8>>();
+    let mut log = logs
+        .create(id, "chatty", LogName::Attempt(1))
+        .expect("a log");
+    let line = [b'x'; 1023]
+        .iter()
+        .chain(b"\n")
+        .copied()
+        .collect::<Vec<u8>>();
     for _ in 0..(MAX_LOG / line.len() + 3) {
         log.write_all(&line).expect("written");
     }

@@ -92,7 +92,13 @@ pub fn seal_value(
     name: &str,
     value: &SecretString,
 ) -> Result<SealedValue, SealError> {
-    seal_bytes(key, tenant, deployment, name, value.expose_secret().as_bytes())
+    seal_bytes(
+        key,
+        tenant,
+        deployment,
+        name,
+        value.expose_secret().as_bytes(),
+    )
 }
 
 /// Opens the value of `name` sealed for `deployment` of `tenant`.
