@@ -21,7 +21,7 @@ use aws_sdk_s3::primitives::ByteStream;
 use overture_events::DeploymentId;
 use overture_seal::{SealKey, SealedValue, NONCE_BYTES};
 
-use crate::seals::{call, DataKey, KmsSeals, SealsError};
+use crate::seals::{call, port_error, DataKey, KmsSeals, SealsError};
 
 /// The prefix of every kept state's key.
 pub const KEY_PREFIX: &str = "kept/";
@@ -207,7 +207,7 @@ impl overture_runner::KeepStepState for KmsSeals {
     ) -> Result<Option<Vec<u8>>, overture_runner::PortError> {
         self.kept_state(deployment, tenant, step)
             .await
-            .map_err(|e| overture_runner::PortError(e.to_string()))
+            .map_err(port_error)
     }
 
     async fn save(
@@ -219,6 +219,6 @@ impl overture_runner::KeepStepState for KmsSeals {
     ) -> Result<(), overture_runner::PortError> {
         self.keep_state(deployment, tenant, step, state)
             .await
-            .map_err(|e| overture_runner::PortError(e.to_string()))
+            .map_err(port_error)
     }
 }

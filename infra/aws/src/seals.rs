@@ -372,7 +372,7 @@ impl overture_runner::OpenSeal for KmsSeals {
     ) -> Result<SecretValues, overture_runner::PortError> {
         self.open_secrets(deployment, tenant)
             .await
-            .map_err(|e| overture_runner::PortError(e.to_string()))
+            .map_err(port_error)
     }
 }
 
@@ -389,6 +389,15 @@ impl overture_orchestrator::PurgeSecrets for KmsSeals {
                 overture_orchestrator::WorkError::refused(e)
             }
         })
+    }
+}
+
+/// The runner's port error for a seal's: whether a retry can help, as the seal said.
+pub(crate) fn port_error(error: SealsError) -> overture_runner::PortError {
+    if error.is_retryable() {
+        overture_runner::PortError::unavailable(error)
+    } else {
+        overture_runner::PortError::refused(error)
     }
 }
 

@@ -276,6 +276,13 @@ async fn a_kept_state_opens_in_another_function_and_no_byte_of_it_is_stored_in_c
         matches!(&without_token, Err(error @ SealsError::DoesNotOpen { .. }) if !error.is_retryable()),
         "KMS alone does not open it: {without_token:?}"
     );
+    // Nor will it later: the runner's port says a retry cannot help.
+    let through_port =
+        overture_runner::KeepStepState::load(&next_runner.seals, id, "acme", "network").await;
+    assert!(
+        through_port.as_ref().is_err_and(|e| !e.is_retryable()),
+        "{through_port:?}"
+    );
 }
 
 #[tokio::test]
