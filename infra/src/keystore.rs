@@ -392,15 +392,18 @@ impl overture_runner::OpenSeal for LocalKeyStore {
         seal: &str,
     ) -> Result<SecretValues, overture_runner::PortError> {
         let token = if seal.starts_with(TOKEN_SEAL) {
-            self.custody
-                .token(deployment, tenant)
-                .await
-                .map_err(|e| overture_runner::PortError(e.to_string()))?
+            self.custody.token(deployment, tenant).await.map_err(|e| {
+                if e.is_retryable() {
+                    overture_runner::PortError::unavailable(e)
+                } else {
+                    overture_runner::PortError::refused(e)
+                }
+            })?
         } else {
             None
         };
         self.open_values(deployment, tenant, token.as_ref())
-            .map_err(|e| overture_runner::PortError(e.to_string()))
+            .map_err(port_error)
     }
 }
 
@@ -413,7 +416,7 @@ impl overture_runner::KeepStepState for LocalKeyStore {
         step: &str,
     ) -> Result<Option<Vec<u8>>, overture_runner::PortError> {
         self.open_step_state(deployment, tenant, step)
-            .map_err(|e| overture_runner::PortError(e.to_string()))
+            .map_err(port_error)
     }
 
     async fn save(
@@ -424,7 +427,16 @@ impl overture_runner::KeepStepState for LocalKeyStore {
         state: &[u8],
     ) -> Result<(), overture_runner::PortError> {
         self.seal_step_state(deployment, tenant, step, state)
-            .map_err(|e| overture_runner::PortError(e.to_string()))
+            .map_err(port_error)
+    }
+}
+
+/// A file that could not be read or written may be readable later; one that does not open will
+/// not open later.
+fn port_error(error: KeyStoreError) -> overture_runner::PortError {
+    match error {
+        error @ KeyStoreError::Io { .. } => overture_runner::PortError::unavailable(error),
+        error @ KeyStoreError::Unreadable { .. } => overture_runner::PortError::refused(error),
     }
 }
 

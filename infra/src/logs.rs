@@ -62,7 +62,13 @@ impl AttemptLogs for LogFiles {
     ) -> Result<Box<dyn Write + Send + Sync>, PortError> {
         let path = self.path(deployment, step, name);
         let failed = |action: &str, error: std::io::Error| {
-            PortError(format!("could not {action} {}: {error}", path.display()))
+            let message = format!("could not {action} {}: {error}", path.display());
+            // No right to the data directory stays so; a full disk or a busy one may pass.
+            if error.kind() == std::io::ErrorKind::PermissionDenied {
+                PortError::refused(message)
+            } else {
+                PortError::unavailable(message)
+            }
         };
         if let Some(dir) = path.parent() {
             DirBuilder::new()

@@ -553,6 +553,10 @@ impl KeepAlive for QueueLease {
         self.queue
             .extend(&self.receipt, until)
             .await
-            .map_err(|e| PortError(e.to_string()))
+            .map_err(|e| match e {
+                // The database may come back; a stale receipt or a corrupt job will not.
+                e @ overture_infra::sqlite::QueueError::Database(_) => PortError::unavailable(e),
+                e => PortError::refused(e),
+            })
     }
 }

@@ -191,10 +191,35 @@ pub trait KeepAlive: Send + Sync {
     async fn keep_alive(&self) -> Result<(), PortError>;
 }
 
-/// A port failed.
+/// A port failed, saying whether trying again can help; never carries a secret.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct PortError(pub String);
+pub enum PortError {
+    /// The store, service or machine behind the port failed in a way that may pass (unreachable,
+    /// throttled, out of room): trying again later may succeed.
+    #[error("{0}")]
+    Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The port refused, and will refuse the same call again (a seal that does not open for this
+    /// tenant, a lease another runner holds now, no right to the store).
+    #[error("{0}")]
+    Refused(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl PortError {
+    /// A failure that may pass.
+    pub fn unavailable(error: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        PortError::Unavailable(error.into())
+    }
+
+    /// A refusal that trying again will not change.
+    pub fn refused(error: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        PortError::Refused(error.into())
+    }
+
+    /// Whether trying the same call again later may succeed.
+    pub const fn is_retryable(&self) -> bool {
+        matches!(self, PortError::Unavailable(_))
+    }
+}
 
 /// The ports [`run_attempt`] uses.
 pub struct RunnerPorts<'a> {
@@ -243,7 +268,7 @@ pub enum RunnerError {
     /// The log failed.
     #[error(transparent)]
     Log(#[from] LogError),
-    /// The sandbox or the seal failed.
+    /// The sandbox, the seal, the kept state or the attempt's log failed.
     #[error("{0}")]
     Port(#[from] PortError),
     /// The payload store could not give a file the step takes (it was unavailable).
@@ -252,12 +277,11 @@ pub enum RunnerError {
 }
 
 impl RunnerError {
-    /// Whether handling the job again later may succeed. A port's failure says nothing more
-    /// than its message, so it is taken as passing.
+    /// Whether handling the job again later may succeed.
     pub fn is_retryable(&self) -> bool {
         match self {
             RunnerError::Log(error) => error.is_retryable(),
-            RunnerError::Port(_) => true,
+            RunnerError::Port(error) => error.is_retryable(),
             RunnerError::Files(error) => error.is_retryable(),
         }
     }
@@ -780,5 +804,12 @@ mod tests {
             );
         }
         assert_eq!(parse_sandbox_id("not-a-sandbox"), None);
+    }
+
+    #[test]
+    fn a_ports_error_says_whether_handling_the_job_again_can_help() {
+        assert!(RunnerError::from(PortError::unavailable("KMS throttled the call")).is_retryable());
+        let refused = PortError::refused("the seal does not open for this tenant");
+        assert!(!RunnerError::from(refused).is_retryable());
     }
 }

@@ -19,7 +19,7 @@ pub enum RunError {
 impl RunError {
     /// Whether running the same job again can help.
     pub fn retryable(&self) -> bool {
-        matches!(self, RunError::Failed(_))
+        matches!(self, RunError::Failed(error) if error.is_retryable())
     }
 }
 
@@ -145,7 +145,8 @@ mod tests {
 
     #[test]
     fn only_an_infrastructure_failure_is_worth_a_retry() {
-        assert!(RunError::from(PortError("disk full".into())).retryable());
+        assert!(RunError::from(PortError::unavailable("disk full")).retryable());
+        assert!(!RunError::from(PortError::refused("no such program")).retryable());
         assert!(!RunError::from(Unrunnable::NulInCommand).retryable());
     }
 

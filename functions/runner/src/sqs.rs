@@ -227,7 +227,7 @@ impl KeepAlive for MessageLease<'_> {
                 Ok(())
             }
             // A stale receipt: the message was received again, and another runner may hold it.
-            Err(error) => Err(PortError(error.to_string())),
+            Err(error) => Err(PortError::refused(error)),
         }
     }
 }

@@ -142,7 +142,7 @@ struct Lease {
 impl KeepAlive for Lease {
     async fn keep_alive(&self) -> Result<(), PortError> {
         if self.lost.load(Ordering::SeqCst) {
-            Err(PortError("another runner holds the job now".into()))
+            Err(PortError::refused("another runner holds the job now"))
         } else {
             Ok(())
         }

@@ -8,6 +8,10 @@
 //!   bound to tenant and deployment ([`custody::KmsTokenCustody`]).
 //! - [`seals`]: a deployment's sealed secrets, KMS data keys combined with the user's token
 //!   ([`seals::KmsSeals`]).
+//! - [`kept`]: what steps keep between attempts (a Terraform state), sealed as the secrets are,
+//!   as S3 objects ([`kept::KeptStates`]; [`seals::KmsSeals`] keeps and opens them).
+//! - [`logs`]: every attempt's output as S3 objects ([`logs::S3AttemptLogs`]), written by the
+//!   runner and read by `overture logs`.
 //! - [`s3`]: the payload store on an S3 bucket ([`s3::S3Payloads`]): a blueprint's files by
 //!   content hash, keeping the same contract as the data directory's
 //!   (`overture_kit::payload_contract`).
@@ -27,6 +31,8 @@ pub mod custody;
 pub mod dynamodb;
 #[cfg(feature = "emulator")]
 pub mod emulator;
+pub mod kept;
+pub mod logs;
 pub mod read_models;
 pub mod s3;
 pub mod seals;

@@ -63,16 +63,7 @@ impl S3Payloads {
     where
         E: std::error::Error + Send + Sync + 'static,
     {
-        // Throttling and S3's own failures pass; a refusal (no bucket, access denied) or a
-        // request that could not be built does not.
-        let retryable = match &error {
-            SdkError::ServiceError(service) => {
-                let status = service.raw().status().as_u16();
-                status >= 500 || status == 429
-            }
-            SdkError::ConstructionFailure(_) => false,
-            _ => true,
-        };
+        let retryable = passes(&error);
         let error = Box::new(S3Error {
             bucket: self.bucket.clone(),
             operation,
@@ -127,6 +118,20 @@ impl StorePayloads for S3Payloads {
             }))
         })?;
         verified(hash, body.into_bytes().to_vec())
+    }
+}
+
+/// Whether a failed S3 call may succeed when made again: throttling, S3's own failures and a
+/// lost connection pass; a refusal (no bucket, access denied) or a request that could not be
+/// built does not.
+pub(crate) fn passes<E>(error: &SdkError<E>) -> bool {
+    match error {
+        SdkError::ServiceError(service) => {
+            let status = service.raw().status().as_u16();
+            status >= 500 || status == 429
+        }
+        SdkError::ConstructionFailure(_) => false,
+        _ => true,
     }
 }
 

@@ -6,8 +6,9 @@
 //! key, or, for a deployment made with the user's cloud token, under a key derived from the token
 //! and the data key, so that neither KMS access nor the token alone opens the seal. Only the
 //! KMS-encrypted data key and the sealed values are stored (item `deployment` → `tenant`, `lock`,
-//! `data_key`, `values`); the token is kept by the [`TokenCustody`] port. The purge deletes the
-//! item and lets go of the token.
+//! `data_key`, `values`); the token is kept by the [`TokenCustody`] port. What steps keep between
+//! attempts is sealed the same way, one data key per state, in S3 ([`crate::kept`]). The purge
+//! deletes the kept states and the item, and lets go of the token.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,6 +23,7 @@ use overture_events::DeploymentId;
 use overture_kit::TokenCustody;
 
 use crate::custody::{decrypt_bound, encryption_context, Decrypted};
+use crate::kept::KeptStates;
 use overture_seal::{SealKey, SealedValue, NONCE_BYTES, ROOT_KEY_BYTES};
 
 const DEPLOYMENT: &str = "deployment";
@@ -62,7 +64,7 @@ impl SealsError {
     }
 }
 
-fn call<E: std::error::Error + 'static>(
+pub(crate) fn call<E: std::error::Error + 'static>(
     service: &'static str,
     operation: &'static str,
 ) -> impl FnOnce(E) -> SealsError {
@@ -81,17 +83,28 @@ pub struct KmsSeals {
     table: String,
     key: String,
     custody: Arc<dyn TokenCustody>,
+    pub(crate) kept: KeptStates,
+}
+
+/// A data key KMS made for one seal: in the clear to seal with, and encrypted under the KMS key
+/// (bound to tenant and deployment) to be stored beside what it seals.
+pub(crate) struct DataKey {
+    /// The key itself; never stored.
+    pub(crate) root: [u8; ROOT_KEY_BYTES],
+    /// The key as KMS encrypted it.
+    pub(crate) encrypted: Vec<u8>,
 }
 
 impl KmsSeals {
     /// Seals under data keys of the KMS key `key` (id, ARN or alias), kept in `table`, with the
-    /// users' tokens in `custody`.
+    /// users' tokens in `custody` and what steps keep between attempts in `kept`.
     pub fn new(
         kms: aws_sdk_kms::Client,
         dynamodb: aws_sdk_dynamodb::Client,
         table: impl Into<String>,
         key: impl Into<String>,
         custody: Arc<dyn TokenCustody>,
+        kept: KeptStates,
     ) -> Self {
         Self {
             kms,
@@ -99,17 +112,17 @@ impl KmsSeals {
             table: table.into(),
             key: key.into(),
             custody,
+            kept,
         }
     }
 
-    /// Seals `secrets`, locked by `token` too when one is given, and hands the token to custody.
-    pub async fn seal_secrets(
+    /// A new data key for a seal of `deployment` of `tenant` (`GenerateDataKey`, AES-256, with
+    /// their encryption context).
+    pub(crate) async fn new_data_key(
         &self,
         deployment: DeploymentId,
         tenant: &str,
-        secrets: &SecretValues,
-        token: Option<&SecretString>,
-    ) -> Result<String, SealsError> {
+    ) -> Result<DataKey, SealsError> {
         let generated = self
             .kms
             .generate_data_key()
@@ -128,11 +141,84 @@ impl KmsSeals {
             .plaintext()
             .and_then(|key| key.as_ref().try_into().ok())
             .ok_or_else(|| malformed("256-bit plaintext key"))?;
-        let encrypted_key = generated
+        let encrypted = generated
             .ciphertext_blob()
             .ok_or_else(|| malformed("encrypted key"))?
             .as_ref()
             .to_vec();
+        Ok(DataKey { root, encrypted })
+    }
+
+    /// Opens a data key [`new_data_key`](Self::new_data_key) made for `deployment` of `tenant`;
+    /// one made for others does not open.
+    pub(crate) async fn open_data_key(
+        &self,
+        encrypted: &[u8],
+        deployment: DeploymentId,
+        tenant: &str,
+    ) -> Result<[u8; ROOT_KEY_BYTES], SealsError> {
+        let refused = |reason: &str| SealsError::DoesNotOpen {
+            deployment,
+            reason: reason.to_owned(),
+        };
+        let decrypted = decrypt_bound(&self.kms, &self.key, encrypted, deployment, tenant)
+            .await
+            .map_err(call("KMS", "Decrypt"))?;
+        let Decrypted::Plain(data_key) = decrypted else {
+            return Err(refused(
+                "KMS does not open its data key for this tenant and deployment",
+            ));
+        };
+        data_key
+            .as_slice()
+            .try_into()
+            .map_err(|_| refused("its data key is not 256 bits"))
+    }
+
+    /// The user's token a seal locked with it needs: refused when custody no longer keeps it.
+    pub(crate) async fn lock_token(
+        &self,
+        deployment: DeploymentId,
+        tenant: &str,
+    ) -> Result<SecretString, SealsError> {
+        let refused = |reason: String| SealsError::DoesNotOpen { deployment, reason };
+        self.custody
+            .token(deployment, tenant)
+            .await
+            .map_err(|e| refused(e.to_string()))?
+            .ok_or_else(|| {
+                refused("it opens only with the user's cloud token, which is not kept".into())
+            })
+    }
+
+    /// The user's token while custody keeps it, to lock a new seal with.
+    pub(crate) async fn kept_token(
+        &self,
+        deployment: DeploymentId,
+        tenant: &str,
+    ) -> Result<Option<SecretString>, SealsError> {
+        self.custody
+            .token(deployment, tenant)
+            .await
+            .map_err(|e| SealsError::Call {
+                service: "custody",
+                operation: "token",
+                message: e.to_string(),
+            })
+    }
+
+    /// Seals `secrets`, locked by `token` too when one is given, and hands the token to custody.
+    pub async fn seal_secrets(
+        &self,
+        deployment: DeploymentId,
+        tenant: &str,
+        secrets: &SecretValues,
+        token: Option<&SecretString>,
+    ) -> Result<String, SealsError> {
+        let DataKey {
+            root,
+            encrypted: encrypted_key,
+        } = self.new_data_key(deployment, tenant).await?;
         let key = SealKey::derive(&root, token, tenant, deployment);
         let mut values = HashMap::new();
         for (name, value) in secrets {
@@ -200,38 +286,15 @@ impl KmsSeals {
             .get(DATA_KEY)
             .and_then(|v| v.as_b().ok())
             .ok_or_else(|| refused("it holds no data key"))?;
-        let decrypted = decrypt_bound(
-            &self.kms,
-            &self.key,
-            encrypted_key.as_ref(),
-            deployment,
-            tenant,
-        )
-        .await
-        .map_err(call("KMS", "Decrypt"))?;
-        let Decrypted::Plain(data_key) = decrypted else {
-            return Err(refused(
-                "KMS does not open its data key for this tenant and deployment",
-            ));
-        };
-        let root: [u8; ROOT_KEY_BYTES] = data_key
-            .as_slice()
-            .try_into()
-            .map_err(|_| refused("its data key is not 256 bits"))?;
+        let root = self
+            .open_data_key(encrypted_key.as_ref(), deployment, tenant)
+            .await?;
         let token = match item
             .get(LOCK)
             .and_then(|v| v.as_s().ok())
             .map(String::as_str)
         {
-            Some(TOKEN_LOCK) => Some(
-                self.custody
-                    .token(deployment, tenant)
-                    .await
-                    .map_err(|e| refused(&e.to_string()))?
-                    .ok_or_else(|| {
-                        refused("it opens only with the user's cloud token, which is not kept")
-                    })?,
-            ),
+            Some(TOKEN_LOCK) => Some(self.lock_token(deployment, tenant).await?),
             _ => None,
         };
         let key = SealKey::derive(&root, token.as_ref(), tenant, deployment);
@@ -262,8 +325,10 @@ impl KmsSeals {
         Ok(secrets)
     }
 
-    /// Deletes the deployment's seal and lets go of its token; purging what is gone succeeds.
+    /// Deletes what the deployment's steps kept and its seal, and lets go of its token; purging
+    /// what is gone succeeds.
     pub async fn purge_secrets(&self, deployment: DeploymentId) -> Result<(), SealsError> {
+        self.kept.delete_all(deployment).await?;
         self.dynamodb
             .delete_item()
             .table_name(&self.table)
@@ -307,7 +372,7 @@ impl overture_runner::OpenSeal for KmsSeals {
     ) -> Result<SecretValues, overture_runner::PortError> {
         self.open_secrets(deployment, tenant)
             .await
-            .map_err(|e| overture_runner::PortError(e.to_string()))
+            .map_err(port_error)
     }
 }
 
@@ -324,6 +389,15 @@ impl overture_orchestrator::PurgeSecrets for KmsSeals {
                 overture_orchestrator::WorkError::refused(e)
             }
         })
+    }
+}
+
+/// The runner's port error for a seal's: whether a retry can help, as the seal said.
+pub(crate) fn port_error(error: SealsError) -> overture_runner::PortError {
+    if error.is_retryable() {
+        overture_runner::PortError::unavailable(error)
+    } else {
+        overture_runner::PortError::refused(error)
     }
 }
 

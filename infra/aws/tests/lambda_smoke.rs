@@ -1,6 +1,7 @@
 //! The function binaries as AWS runs them: started by `cargo lambda watch` (the Lambda runtime
 //! API, locally) and sent one real event of their trigger, against the local AWS emulator: the
 //! orchestrator and the projector, each sent a DynamoDB stream record of a requested deployment;
+//! the runner, sent the SQS message of a step's first attempt as it was received from the queue;
 //! the timer, sent a timer at a passed grace deadline; the dead letters, sent a dead-lettered job.
 
 mod support;
@@ -11,21 +12,29 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use overture_aws::custody::create_custody_table;
+use overture_aws::custody::{create_custody_table, KmsTokenCustody};
 use overture_aws::dynamodb::{create_events_table, DynamoDeployments};
+use overture_aws::kept::KeptStates;
+use overture_aws::logs::S3AttemptLogs;
 use overture_aws::read_models::{create_read_model_tables, DynamoReadModels};
-use overture_aws::seals::create_seals_table;
-use overture_aws::sqs::create_queue;
+use overture_aws::s3::create_payloads_bucket;
+use overture_aws::seals::{create_seals_table, KmsSeals};
+use overture_aws::sqs::{create_queue, SqsQueue};
 use overture_domain::blueprint::parse;
 use overture_events::{DeploymentEvent, DeploymentId, Envelope, ErrorClass};
 use overture_kit::SystemClock;
 use overture_kit::{Cause, DeploymentLog, ReadStream};
+use overture_openstack::CloudAccess;
+use overture_orchestrator::queued::QueueOn;
+use overture_orchestrator::{orchestrate, OrchestratorPorts, Since};
 use overture_projector::DeploymentViews;
+use overture_runner::logs::LogName;
 use serde_json::{json, Value};
 
 /// How long the first invocation may take: `cargo lambda watch` builds the function first.
 const FIRST_INVOCATION: Duration = Duration::from_secs(600);
 const EVENTS: &str = "smoke-events";
+const PAYLOADS: &str = "smoke-payloads";
 
 /// `cargo lambda watch` in its own process group, ended (the group, by its id) when dropped.
 struct Watch {
@@ -110,15 +119,18 @@ async fn invoke(watch: &Watch, function: &str, event: &Value) -> Value {
 
 /// A deployment of one `noop` step requested on the log, as submit records it; its first event.
 async fn requested(log: &DynamoDeployments) -> (DeploymentId, Envelope) {
+    requested_with(log, "name: smoke\nsteps:\n  build: { run: noop }\n").await
+}
+
+/// A deployment of `blueprint` requested on the log, as submit records it; its first event.
+async fn requested_with(log: &DynamoDeployments, blueprint: &str) -> (DeploymentId, Envelope) {
     let deployment = DeploymentId::from_uuid(uuid::Uuid::now_v7());
     let requested = DeploymentEvent::DeploymentRequested {
         tenant: "smoke-tenant".into(),
         requested_by: "ada".into(),
         trigger: "cli".into(),
         source: "smoke.yaml".into(),
-        blueprint: parse("name: smoke\nsteps:\n  build: { run: noop }\n")
-            .expect("valid")
-            .snapshot,
+        blueprint: parse(blueprint).expect("valid").snapshot,
         blueprint_hash: "h".into(),
         params: BTreeMap::new(),
         cloud: None,
@@ -188,6 +200,9 @@ async fn the_orchestrator_lambda_moves_a_deployment_on_from_a_stream_record() {
         .expect("table");
     let queue = create_queue(&sqs, "smoke-jobs").await.expect("queue");
     let timers = create_queue(&sqs, "smoke-timers").await.expect("queue");
+    create_payloads_bucket(&overture_aws::s3::client(&config), PAYLOADS)
+        .await
+        .expect("bucket");
     let key = support::kms_key(&kms).await;
     let (deployment, first) = requested(&log).await;
 
@@ -197,6 +212,7 @@ async fn the_orchestrator_lambda_moves_a_deployment_on_from_a_stream_record() {
         ("OVERTURE_SEALS_TABLE", "smoke-seals"),
         ("OVERTURE_KMS_KEY", key),
         ("OVERTURE_JOBS_QUEUE_URL", &queue),
+        ("OVERTURE_PAYLOADS_BUCKET", PAYLOADS),
         ("OVERTURE_TIMERS_QUEUE_URL", &timers),
     ]);
     let answer = invoke(&watch, "orchestrator", &stream_batch(&first)).await;
@@ -390,6 +406,9 @@ impl OrchestratorStack {
         let timers = create_queue(&sqs, &format!("smoke-timers-{own}"))
             .await
             .expect("queue");
+        create_payloads_bucket(&overture_aws::s3::client(&config), PAYLOADS)
+            .await
+            .expect("bucket");
         let key = support::kms_key(&kms).await;
         Self {
             log,
@@ -408,6 +427,7 @@ impl OrchestratorStack {
             ("OVERTURE_KMS_KEY", self.key),
             ("OVERTURE_JOBS_QUEUE_URL", &self.jobs),
             ("OVERTURE_TIMERS_QUEUE_URL", &self.timers),
+            ("OVERTURE_PAYLOADS_BUCKET", PAYLOADS),
         ])
     }
 
@@ -510,4 +530,127 @@ async fn the_dead_letters_lambda_records_a_dead_lettered_attempt_and_queues_its_
         "the retry was queued: {:?}",
         received.messages()
     );
+}
+
+/// The SQS event Lambda delivers for `message`, as it was received from the queue named `queue`.
+fn sqs_event(message: &aws_sdk_sqs::types::Message, queue: &str) -> Value {
+    let attributes: serde_json::Map<String, Value> = message
+        .attributes()
+        .into_iter()
+        .flatten()
+        .map(|(name, value)| (name.as_str().to_owned(), Value::from(value.as_str())))
+        .collect();
+    json!({
+        "Records": [{
+            "messageId": message.message_id(),
+            "receiptHandle": message.receipt_handle(),
+            "body": message.body(),
+            "attributes": attributes,
+            "messageAttributes": {},
+            "md5OfBody": message.md5_of_body(),
+            "eventSource": "aws:sqs",
+            "eventSourceARN": format!("arn:aws:sqs:eu-west-1:123456789012:{queue}"),
+            "awsRegion": "eu-west-1"
+        }]
+    })
+}
+
+#[tokio::test]
+async fn the_runner_lambda_runs_a_steps_attempt_from_its_job_message() {
+    let config = overture_aws::config::for_endpoint(support::emulator(), "eu-west-1").await;
+    let dynamodb = aws_sdk_dynamodb::Client::new(&config);
+    let sqs = aws_sdk_sqs::Client::new(&config);
+    let kms = aws_sdk_kms::Client::new(&config);
+    let s3 = overture_aws::s3::client(&config);
+    let log = events_log(&dynamodb).await;
+    create_custody_table(&dynamodb, "smoke-runner-custody")
+        .await
+        .expect("table");
+    create_seals_table(&dynamodb, "smoke-runner-seals")
+        .await
+        .expect("table");
+    create_payloads_bucket(&s3, PAYLOADS).await.expect("bucket");
+    let queue = create_queue(&sqs, "smoke-runner-jobs")
+        .await
+        .expect("queue");
+    let key = support::kms_key(&kms).await;
+    let (deployment, _) = requested_with(
+        &log,
+        "name: smoke\nsteps:\n  build: { run: script, with: { command: echo hello } }\n",
+    )
+    .await;
+
+    // The orchestrator schedules `build` and queues its first attempt, as its Lambda would.
+    let clock = Arc::new(SystemClock);
+    let custody = Arc::new(KmsTokenCustody::new(
+        kms.clone(),
+        dynamodb.clone(),
+        "smoke-runner-custody",
+        key,
+    ));
+    let seals = KmsSeals::new(
+        kms,
+        dynamodb.clone(),
+        "smoke-runner-seals",
+        key,
+        custody.clone(),
+        KeptStates::new(s3.clone(), PAYLOADS),
+    );
+    let work = QueueOn::one(SqsQueue::new(sqs.clone(), &queue, clock.clone()));
+    let ports = OrchestratorPorts {
+        log: &log,
+        work: &work,
+        secrets: &seals,
+        access: &CloudAccess::new(custody),
+        clock: clock.as_ref(),
+    };
+    orchestrate(deployment, uuid::Uuid::now_v7(), Since::Unknown, &ports)
+        .await
+        .expect("orchestrated");
+    let received = sqs
+        .receive_message()
+        .queue_url(&queue)
+        .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
+        .wait_time_seconds(5)
+        .send()
+        .await
+        .expect("receive");
+    let [message] = received.messages() else {
+        panic!("one job queued: {:?}", received.messages());
+    };
+
+    let work_dir = std::env::temp_dir().join(format!("overture-smoke-{}", uuid::Uuid::new_v4()));
+    let watch = watch(&[
+        ("OVERTURE_EVENTS_TABLE", EVENTS),
+        ("OVERTURE_CUSTODY_TABLE", "smoke-runner-custody"),
+        ("OVERTURE_SEALS_TABLE", "smoke-runner-seals"),
+        ("OVERTURE_KMS_KEY", key),
+        ("OVERTURE_JOBS_QUEUE_URL", &queue),
+        ("OVERTURE_PAYLOADS_BUCKET", PAYLOADS),
+        (
+            "OVERTURE_WORK_DIR",
+            work_dir.to_str().expect("a UTF-8 path"),
+        ),
+    ]);
+    let answer = invoke(&watch, "runner", &sqs_event(message, "smoke-runner-jobs")).await;
+    assert_eq!(answer["batchItemFailures"], json!([]), "{answer}");
+
+    let types: Vec<String> = log
+        .read_stream(deployment, 0)
+        .await
+        .expect("read")
+        .into_iter()
+        .map(|envelope| envelope.event_type)
+        .collect();
+    assert!(
+        types.iter().any(|t| t == "StepSucceeded"),
+        "the attempt's success is recorded: {types:?}"
+    );
+    let output = S3AttemptLogs::new(s3, PAYLOADS)
+        .read(deployment, "build", LogName::Attempt(1))
+        .await
+        .expect("read")
+        .expect("the attempt's log");
+    assert_eq!(String::from_utf8_lossy(&output), "hello\n");
+    let _ = std::fs::remove_dir_all(work_dir);
 }

@@ -121,7 +121,7 @@ impl KeepAlive for Visibility<'_> {
         self.queue
             .extend(&self.delivery.receipt, Duration::from_secs(30))
             .await
-            .map_err(|e| PortError(e.to_string()))
+            .map_err(PortError::refused)
     }
 }
 

@@ -60,8 +60,8 @@ fn run_error(error: SandboxError) -> RunError {
             Unrunnable::EnvironmentTooLarge { bytes, limit }.into()
         }
         // The rest are the engine's or the machine's: bad ids and paths are the engine's own
-        // making, and the others may pass.
-        other => PortError(other.to_string()).into(),
+        // making, and the others may pass (on this machine later, or on another runner's).
+        other => PortError::unavailable(other).into(),
     }
 }
 

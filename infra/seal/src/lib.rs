@@ -7,7 +7,8 @@
 //!   alone opens the seal; otherwise it is the root key itself.
 //! - [`seal_value`] and [`open_value`]: ChaCha20-Poly1305, a fresh nonce per value, with the
 //!   tenant, the deployment and the value's name as associated data, so a sealed value cannot be
-//!   moved to another deployment or renamed.
+//!   moved to another deployment or renamed; [`seal_bytes`] and [`open_bytes`] do the same for
+//!   bytes that need not be text.
 
 use chacha20poly1305::aead::{Aead, AeadCore, KeyInit, OsRng, Payload};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
@@ -91,21 +92,13 @@ pub fn seal_value(
     name: &str,
     value: &SecretString,
 ) -> Result<SealedValue, SealError> {
-    let nonce = ChaCha20Poly1305::generate_nonce(&mut OsRng);
-    let aad = associated_data(tenant, deployment, name);
-    let ciphertext = ChaCha20Poly1305::new(&key.0)
-        .encrypt(
-            &nonce,
-            Payload {
-                msg: value.expose_secret().as_bytes(),
-                aad: aad.as_bytes(),
-            },
-        )
-        .map_err(|_| SealError::Encryption(name.to_owned()))?;
-    Ok(SealedValue {
-        nonce: nonce.into(),
-        ciphertext,
-    })
+    seal_bytes(
+        key,
+        tenant,
+        deployment,
+        name,
+        value.expose_secret().as_bytes(),
+    )
 }
 
 /// Opens the value of `name` sealed for `deployment` of `tenant`.
@@ -116,8 +109,48 @@ pub fn open_value(
     name: &str,
     sealed: &SealedValue,
 ) -> Result<SecretString, SealError> {
+    let plain = open_bytes(key, tenant, deployment, name, sealed)?;
+    String::from_utf8(plain)
+        .map(SecretString::from)
+        .map_err(|_| SealError::NotText(name.to_owned()))
+}
+
+/// Seals bytes that need not be text (what a step keeps, such as a Terraform state) under
+/// `name` for `deployment` of `tenant`, as [`seal_value`] seals a value.
+pub fn seal_bytes(
+    key: &SealKey,
+    tenant: &str,
+    deployment: DeploymentId,
+    name: &str,
+    bytes: &[u8],
+) -> Result<SealedValue, SealError> {
+    let nonce = ChaCha20Poly1305::generate_nonce(&mut OsRng);
     let aad = associated_data(tenant, deployment, name);
-    let plain = ChaCha20Poly1305::new(&key.0)
+    let ciphertext = ChaCha20Poly1305::new(&key.0)
+        .encrypt(
+            &nonce,
+            Payload {
+                msg: bytes,
+                aad: aad.as_bytes(),
+            },
+        )
+        .map_err(|_| SealError::Encryption(name.to_owned()))?;
+    Ok(SealedValue {
+        nonce: nonce.into(),
+        ciphertext,
+    })
+}
+
+/// Opens the bytes [`seal_bytes`] sealed under `name` for `deployment` of `tenant`.
+pub fn open_bytes(
+    key: &SealKey,
+    tenant: &str,
+    deployment: DeploymentId,
+    name: &str,
+    sealed: &SealedValue,
+) -> Result<Vec<u8>, SealError> {
+    let aad = associated_data(tenant, deployment, name);
+    ChaCha20Poly1305::new(&key.0)
         .decrypt(
             Nonce::from_slice(&sealed.nonce),
             Payload {
@@ -129,10 +162,7 @@ pub fn open_value(
             name: name.to_owned(),
             tenant: tenant.to_owned(),
             deployment,
-        })?;
-    String::from_utf8(plain)
-        .map(SecretString::from)
-        .map_err(|_| SealError::NotText(name.to_owned()))
+        })
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use overture_aws::custody::KmsTokenCustody;
 use overture_aws::dynamodb::DynamoDeployments;
+use overture_aws::kept::KeptStates;
 use overture_aws::seals::KmsSeals;
 use overture_aws::sqs::{SqsQueue, SqsWork};
 use overture_kit::SystemClock;
@@ -61,6 +62,11 @@ impl Adapters {
                 setting("OVERTURE_SEALS_TABLE")?,
                 key,
                 custody.clone(),
+                // The purge deletes what the deployment's steps kept there.
+                KeptStates::new(
+                    overture_aws::s3::client(&config),
+                    setting("OVERTURE_PAYLOADS_BUCKET")?,
+                ),
             ),
             access: CloudAccess::new(custody),
             clock: SystemClock,
