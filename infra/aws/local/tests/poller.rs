@@ -1,0 +1,184 @@
+//! The poller against the local AWS emulator and `cargo lambda watch`: a stack made as
+//! `make local-aws` makes it, a deployment requested on its log, and nothing else invoking the
+//! functions: the projector's view of it appears and the orchestrator's first job lands on the
+//! jobs queue, both through the poller reading the triggers of the stack.
+
+use std::collections::BTreeMap;
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use overture_aws::dynamodb::DynamoDeployments;
+use overture_aws::read_models::DynamoReadModels;
+use overture_domain::blueprint::parse;
+use overture_events::{DeploymentEvent, DeploymentId};
+use overture_infra::clock::SystemClock;
+use overture_kit::{Cause, DeploymentLog};
+use overture_local_aws::poller::{Invoker, Poller};
+use overture_local_aws::{setup, triggers};
+use overture_projector::DeploymentViews;
+
+const REGION: &str = "eu-west-1";
+/// How long the functions may take to answer first: `cargo lambda watch` builds them then.
+const FIRST_DELIVERY: Duration = Duration::from_secs(900);
+
+/// A child in its own process group, ended (the group, by its id) when dropped.
+struct Started(Child);
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        if let Ok(group) = i32::try_from(self.0.id()) {
+            // SAFETY: signals the process group this test made for the child it started.
+            unsafe { libc::kill(-group, libc::SIGTERM) };
+        }
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+fn start(command: &mut Command) -> Started {
+    command
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../../.."))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0);
+    Started(command.spawn().expect("started (scripts/setup.sh installs it)"))
+}
+
+fn listening(port: u16) {
+    let start = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(start.elapsed() < Duration::from_secs(60), "nothing listens on {port}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_requested_deployment_reaches_the_projector_and_the_orchestrator_through_the_poller() {
+    let emulator_port = free_port();
+    let _emulator = start(Command::new("python3").args([
+        "scripts/aws-emulator.py",
+        "--port",
+        &emulator_port.to_string(),
+    ]));
+    listening(emulator_port);
+    let endpoint = format!("http://127.0.0.1:{emulator_port}");
+    let config = overture_aws::config::for_endpoint(&endpoint, REGION).await;
+
+    let stack = "overture-poller";
+    let outputs = setup::stack(&config, stack).await.expect("the stack");
+    let settings = setup::settings(&config, stack, &outputs)
+        .await
+        .expect("its settings");
+    // A second set-up finds the stack made.
+    assert_eq!(
+        setup::stack(&config, stack).await.expect("found again"),
+        outputs
+    );
+    let jobs = settings["OVERTURE_JOBS_QUEUE_URL"].clone();
+    assert!(jobs.starts_with(&endpoint), "the emulator's URL: {jobs}");
+
+    let watch_port = free_port();
+    let _watch = start(
+        Command::new("cargo")
+            .args(["lambda", "watch", "--ignore-changes"])
+            .args(["--invoke-address", "127.0.0.1"])
+            .args(["--invoke-port", &watch_port.to_string()])
+            .envs(&settings)
+            .envs([
+                ("AWS_ENDPOINT_URL", endpoint.as_str()),
+                ("AWS_REGION", REGION),
+                ("AWS_ACCESS_KEY_ID", "overture-local"),
+                ("AWS_SECRET_ACCESS_KEY", "overture-local"),
+                ("AWS_EC2_METADATA_DISABLED", "true"),
+            ]),
+    );
+
+    // The runner is left out: the job it would take stays on the queue for the test to see.
+    let lambda = aws_sdk_lambda::Client::new(&config);
+    let sqs = aws_sdk_sqs::Client::new(&config);
+    let only = ["orchestrator".to_owned(), "projector".to_owned()];
+    let found = triggers::read(&lambda, &sqs, stack, Some(&only))
+        .await
+        .expect("the triggers");
+    let mut functions: Vec<&str> = found.iter().map(|t| t.function.as_str()).collect();
+    functions.sort_unstable();
+    assert_eq!(functions, ["orchestrator", "projector"]);
+    let poller = Poller {
+        streams: aws_sdk_dynamodbstreams::Client::new(&config),
+        sqs: sqs.clone(),
+        invoker: Invoker::new(&format!("http://127.0.0.1:{watch_port}"), FIRST_DELIVERY)
+            .expect("a client"),
+        queue_pollers: 1,
+    };
+    let polling = tokio::spawn(async move { poller.run(found).await });
+
+    let dynamodb = aws_sdk_dynamodb::Client::new(&config);
+    let log = DynamoDeployments::new(
+        dynamodb.clone(),
+        settings["OVERTURE_EVENTS_TABLE"].clone(),
+        Arc::new(SystemClock),
+    );
+    let deployment = DeploymentId::from_uuid(uuid::Uuid::now_v7());
+    let requested = DeploymentEvent::DeploymentRequested {
+        tenant: "local-tenant".into(),
+        requested_by: "ada".into(),
+        trigger: "cli".into(),
+        source: "local.yaml".into(),
+        blueprint: parse("name: local\nsteps:\n  build: { run: noop }\n")
+            .expect("valid")
+            .snapshot,
+        blueprint_hash: "h".into(),
+        params: BTreeMap::new(),
+        cloud: None,
+    };
+    let cause = Cause::new("submit", deployment, uuid::Uuid::now_v7());
+    log.append(deployment, "local-tenant", None, vec![requested], &cause)
+        .await
+        .expect("requested");
+
+    let views = DynamoReadModels::new(
+        dynamodb,
+        settings["OVERTURE_DEPLOYMENTS_TABLE"].clone(),
+        settings["OVERTURE_TENANTS_TABLE"].clone(),
+    );
+    let started = Instant::now();
+    let (mut viewed, mut queued) = (false, false);
+    while !(viewed && queued) {
+        assert!(
+            started.elapsed() < FIRST_DELIVERY,
+            "delivered within {FIRST_DELIVERY:?}: view {viewed}, job {queued}"
+        );
+        assert!(!polling.is_finished(), "the poller stopped: {polling:?}");
+        if !viewed {
+            viewed = views
+                .view(deployment)
+                .await
+                .expect("read")
+                .is_some_and(|view| view.tenant == "local-tenant");
+        }
+        if !queued {
+            let received = sqs
+                .receive_message()
+                .queue_url(&jobs)
+                .wait_time_seconds(5)
+                .send()
+                .await
+                .expect("receive");
+            queued = received.messages().iter().any(|m| {
+                m.body()
+                    .is_some_and(|b| b.contains("build") && b.contains(&deployment.to_string()))
+            });
+        }
+    }
+    polling.abort();
+}
