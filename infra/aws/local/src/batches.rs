@@ -226,11 +226,17 @@ mod tests {
 
     fn inserted(revision: &str, sequence: &str) -> Record {
         let key = HashMap::from([
-            ("stream".to_owned(), AttributeValue::S("deployment-1".into())),
+            (
+                "stream".to_owned(),
+                AttributeValue::S("deployment-1".into()),
+            ),
             ("revision".to_owned(), AttributeValue::N(revision.into())),
         ]);
         let mut image = key.clone();
-        image.insert("type".into(), AttributeValue::S("DeploymentRequested".into()));
+        image.insert(
+            "type".into(),
+            AttributeValue::S("DeploymentRequested".into()),
+        );
         Record::builder()
             .event_id("e1")
             .event_name(OperationType::Insert)
@@ -239,7 +245,9 @@ mod tests {
             .aws_region("us-east-1")
             .dynamodb(
                 Change::builder()
-                    .approximate_creation_date_time(aws_sdk_dynamodbstreams::primitives::DateTime::from_secs(1_800_000_000))
+                    .approximate_creation_date_time(
+                        aws_sdk_dynamodbstreams::primitives::DateTime::from_secs(1_800_000_000),
+                    )
                     .set_keys(Some(key))
                     .set_new_image(Some(image))
                     .sequence_number(sequence)
@@ -268,7 +276,10 @@ mod tests {
         );
         // And the functions read it back as the type they take.
         let read: dynamodb::Event = serde_json::from_value(json).expect("a stream event");
-        assert_eq!(read.records[0].change.sequence_number.as_deref(), Some("100"));
+        assert_eq!(
+            read.records[0].change.sequence_number.as_deref(),
+            Some("100")
+        );
     }
 
     #[test]
@@ -281,8 +292,8 @@ mod tests {
             .attributes(MessageSystemAttributeName::ApproximateReceiveCount, "3")
             .build();
         let arn = "arn:aws:sqs:eu-west-1:123456789012:t-jobs";
-        let json = serde_json::to_value(queue_event(&[message], arn, "eu-west-1"))
-            .expect("serialisable");
+        let json =
+            serde_json::to_value(queue_event(&[message], arn, "eu-west-1")).expect("serialisable");
         let record = &json["Records"][0];
         assert_eq!(record["messageId"], "m1");
         assert_eq!(record["receiptHandle"], "receipt-1");
@@ -298,22 +309,40 @@ mod tests {
             outcome(200, false, br#"{"batchItemFailures":[]}"#),
             Outcome::Answered { failed: vec![] }
         );
-        assert_eq!(outcome(200, false, b""), Outcome::Answered { failed: vec![] });
-        assert_eq!(outcome(200, false, b"null"), Outcome::Answered { failed: vec![] });
         assert_eq!(
-            outcome(200, false, br#"{"batchItemFailures":[{"itemIdentifier":"7"}]}"#),
-            Outcome::Answered { failed: vec!["7".into()] }
+            outcome(200, false, b""),
+            Outcome::Answered { failed: vec![] }
+        );
+        assert_eq!(
+            outcome(200, false, b"null"),
+            Outcome::Answered { failed: vec![] }
+        );
+        assert_eq!(
+            outcome(
+                200,
+                false,
+                br#"{"batchItemFailures":[{"itemIdentifier":"7"}]}"#
+            ),
+            Outcome::Answered {
+                failed: vec!["7".into()]
+            }
         );
         // cargo lambda watch reports a handler's error as a 500, Lambda as a 200 with a header.
         let error = br#"{"errorType":"Retryable","errorMessage":"throttled"}"#;
         for (status, header) in [(500, false), (200, true)] {
             assert_eq!(
                 outcome(status, header, error),
-                Outcome::Failed { error_type: "Retryable".into() }
+                Outcome::Failed {
+                    error_type: "Retryable".into()
+                }
             );
         }
         assert!(matches!(
-            outcome(200, false, br#"{"batchItemFailures":[{"itemIdentifier":""}]}"#),
+            outcome(
+                200,
+                false,
+                br#"{"batchItemFailures":[{"itemIdentifier":""}]}"#
+            ),
             Outcome::Failed { .. }
         ));
     }
@@ -323,7 +352,11 @@ mod tests {
         let batch = ["100", "101", "102", "103"];
         assert_eq!(resume_at(&batch, &[]), None);
         assert_eq!(resume_at(&batch, &["103".into(), "101".into()]), Some(1));
-        assert_eq!(resume_at(&batch, &["999".into()]), Some(0), "unknown: all again");
+        assert_eq!(
+            resume_at(&batch, &["999".into()]),
+            Some(0),
+            "unknown: all again"
+        );
     }
 
     #[test]
@@ -331,7 +364,10 @@ mod tests {
         let batch = ["a", "b", "c"];
         assert_eq!(settled(&batch, &[]), ["a", "b", "c"]);
         assert_eq!(settled(&batch, &["b".into()]), ["a", "c"]);
-        assert!(settled(&batch, &["z".into()]).is_empty(), "unknown: none deleted");
+        assert!(
+            settled(&batch, &["z".into()]).is_empty(),
+            "unknown: none deleted"
+        );
     }
 
     #[test]

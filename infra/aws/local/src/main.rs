@@ -11,10 +11,16 @@ use overture_local_aws::poller::{Invoker, Poller};
 use overture_local_aws::{setup, triggers, LocalError};
 
 #[derive(Parser)]
-#[command(about = "Overture's AWS form on one machine: the stack in the emulator, and Lambda's triggers")]
+#[command(
+    about = "Overture's AWS form on one machine: the stack in the emulator, and Lambda's triggers"
+)]
 struct Cli {
     /// The local AWS emulator.
-    #[arg(long, env = "AWS_ENDPOINT_URL", default_value = "http://127.0.0.1:4566")]
+    #[arg(
+        long,
+        env = "AWS_ENDPOINT_URL",
+        default_value = "http://127.0.0.1:4566"
+    )]
     endpoint: String,
     /// The region the stack is made in.
     #[arg(long, env = "AWS_REGION", default_value = "eu-west-1")]
@@ -63,6 +69,8 @@ async fn main() -> ExitCode {
                 .unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        // Its log is a file under `make local-aws`: colours only on a terminal.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match run(Cli::parse()).await {
         Ok(()) => ExitCode::SUCCESS,

@@ -87,9 +87,7 @@ impl Poller {
                     .iter()
                     .filter_map(|s| s.shard_id().map(str::to_owned)),
             );
-            after = description
-                .last_evaluated_shard_id()
-                .map(str::to_owned);
+            after = description.last_evaluated_shard_id().map(str::to_owned);
             if after.is_none() {
                 return Ok(shards);
             }
@@ -142,11 +140,7 @@ impl Poller {
                     continue;
                 }
             }
-            let batch: Vec<Record> = pending
-                .iter()
-                .take(trigger.batch_size)
-                .cloned()
-                .collect();
+            let batch: Vec<Record> = pending.iter().take(trigger.batch_size).cloned().collect();
             let event = stream_event(&batch, arn, &trigger.region);
             let done = match self.invoker.invoke(function, &event).await {
                 Ok(Outcome::Answered { failed }) => {
@@ -167,7 +161,12 @@ impl Poller {
                     }
                 }
                 Ok(Outcome::Failed { error_type }) => {
-                    tracing::warn!(function, error_type, records = batch.len(), "the batch failed");
+                    tracing::warn!(
+                        function,
+                        error_type,
+                        records = batch.len(),
+                        "the batch failed"
+                    );
                     0
                 }
                 Err(error) => {
@@ -185,7 +184,8 @@ impl Poller {
             attempts += 1;
             if trigger.max_retries.is_some_and(|max| attempts > max) {
                 let given_up = &batch[done..];
-                self.record_failure(trigger, &shard, given_up, attempts).await;
+                self.record_failure(trigger, &shard, given_up, attempts)
+                    .await;
                 pending.drain(..given_up.len());
                 attempts = 0;
                 continue;
@@ -196,7 +196,13 @@ impl Poller {
 
     /// Records a stream batch given up after its retries on the trigger's failure queue, as
     /// Lambda's on-failure destination gets it: where the records are, not the records.
-    async fn record_failure(&self, trigger: &Trigger, shard: &str, records: &[Record], attempts: u32) {
+    async fn record_failure(
+        &self,
+        trigger: &Trigger,
+        shard: &str,
+        records: &[Record],
+        attempts: u32,
+    ) {
         let Source::Stream { arn } = &trigger.source else {
             return;
         };
@@ -223,7 +229,12 @@ impl Poller {
                 "streamArn": arn,
             }
         });
-        tracing::error!(function = trigger.function, shard, records = records.len(), "records given up after their retries");
+        tracing::error!(
+            function = trigger.function,
+            shard,
+            records = records.len(),
+            "records given up after their retries"
+        );
         let Some(queue) = &trigger.on_failure else {
             return;
         };
@@ -276,7 +287,12 @@ impl Poller {
                     settled(&ids, &failed)
                 }
                 Ok(Outcome::Failed { error_type }) => {
-                    tracing::warn!(function, error_type, messages = ids.len(), "the batch failed; it comes back after its visibility timeout");
+                    tracing::warn!(
+                        function,
+                        error_type,
+                        messages = ids.len(),
+                        "the batch failed; it comes back after its visibility timeout"
+                    );
                     Vec::new()
                 }
                 Err(error) => {

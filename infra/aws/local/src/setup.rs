@@ -38,7 +38,9 @@ pub async fn stack(
             .body(stand_in_code().into())
             .send()
             .await
-            .map_err(|e| LocalError::call("PutObject", aws_sdk_s3::error::DisplayErrorContext(e)))?;
+            .map_err(|e| {
+                LocalError::call("PutObject", aws_sdk_s3::error::DisplayErrorContext(e))
+            })?;
     }
     deploy_local(
         &cloudformation,
@@ -59,7 +61,12 @@ async fn existing(
     name: &str,
 ) -> Result<Option<HashMap<String, String>>, LocalError> {
     // An unknown stack is an error answer, not an empty list.
-    let Ok(described) = cloudformation.describe_stacks().stack_name(name).send().await else {
+    let Ok(described) = cloudformation
+        .describe_stacks()
+        .stack_name(name)
+        .send()
+        .await
+    else {
         return Ok(None);
     };
     let Some(stack) = described.stacks().first() else {

@@ -102,17 +102,25 @@ pub async fn read(
                 continue;
             };
             if only.is_some_and(|only| !only.iter().any(|f| f == function))
-                || mapping.state().is_some_and(|s| s.eq_ignore_ascii_case("disabled"))
+                || mapping
+                    .state()
+                    .is_some_and(|s| s.eq_ignore_ascii_case("disabled"))
             {
                 continue;
             }
             let arn = mapping.event_source_arn().unwrap_or_default();
             let Some((kind, region)) = source_kind(arn) else {
-                tracing::warn!(function, arn, "a trigger of a kind the poller does not deliver");
+                tracing::warn!(
+                    function,
+                    arn,
+                    "a trigger of a kind the poller does not deliver"
+                );
                 continue;
             };
             let source = match kind {
-                SourceKind::Stream => Source::Stream { arn: arn.to_owned() },
+                SourceKind::Stream => Source::Stream {
+                    arn: arn.to_owned(),
+                },
                 SourceKind::Queue(name) => Source::Queue {
                     arn: arn.to_owned(),
                     url: queue_url(sqs, name).await?,
@@ -127,7 +135,11 @@ pub async fn read(
                 Some((SourceKind::Queue(name), _)) => Some(queue_url(sqs, name).await?),
                 _ => None,
             };
-            let default_batch = if matches!(source, Source::Queue { .. }) { 10 } else { 100 };
+            let default_batch = if matches!(source, Source::Queue { .. }) {
+                10
+            } else {
+                100
+            };
             triggers.push(Trigger {
                 function: function.to_owned(),
                 region: region.to_owned(),
@@ -181,7 +193,10 @@ mod tests {
     #[test]
     fn a_function_is_named_without_its_stacks_prefix() {
         let arn = "arn:aws:lambda:eu-west-1:123456789012:function:overture-local-orchestrator";
-        assert_eq!(function_in_stack(arn, "overture-local"), Some("orchestrator"));
+        assert_eq!(
+            function_in_stack(arn, "overture-local"),
+            Some("orchestrator")
+        );
         assert_eq!(
             function_in_stack(&format!("{arn}:$LATEST"), "overture-local"),
             Some("orchestrator")

@@ -51,13 +51,20 @@ fn start(command: &mut Command) -> Started {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .process_group(0);
-    Started(command.spawn().expect("started (scripts/setup.sh installs it)"))
+    Started(
+        command
+            .spawn()
+            .expect("started (scripts/setup.sh installs it)"),
+    )
 }
 
 fn listening(port: u16) {
     let start = Instant::now();
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(start.elapsed() < Duration::from_secs(60), "nothing listens on {port}");
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "nothing listens on {port}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
