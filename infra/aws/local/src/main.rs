@@ -85,7 +85,7 @@ async fn run(cli: Cli) -> Result<(), LocalError> {
     let config = overture_aws::config::for_endpoint(&cli.endpoint, &cli.region).await;
     match cli.command {
         Command::Stack { submit_url } => {
-            let outputs = setup::stack(&config, &cli.stack).await?;
+            let outputs = setup::stack(&config, &cli.stack, &[]).await?;
             let mut settings = setup::settings(&config, &cli.stack, &outputs).await?;
             for (name, value) in [
                 ("AWS_ENDPOINT_URL", cli.endpoint.as_str()),

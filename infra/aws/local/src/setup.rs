@@ -15,10 +15,12 @@ const CREATE_WITHIN: Duration = Duration::from_secs(120);
 /// The code prefix the template's `CodePrefix` parameter defaults to.
 const CODE_PREFIX: &str = "overture/";
 
-/// Makes the stack `name` unless it is already complete, and returns its outputs by name.
+/// Makes the stack `name`, with the template's `parameters` (name, value) besides its code's,
+/// unless it is already complete, and returns its outputs by name.
 pub async fn stack(
     config: &aws_config::SdkConfig,
     name: &str,
+    parameters: &[(&str, &str)],
 ) -> Result<HashMap<String, String>, LocalError> {
     let cloudformation = aws_sdk_cloudformation::Client::new(config);
     if let Some(outputs) = existing(&cloudformation, name).await? {
@@ -42,18 +44,15 @@ pub async fn stack(
                 LocalError::call("PutObject", aws_sdk_s3::error::DisplayErrorContext(e))
             })?;
     }
-    deploy_local(
-        &cloudformation,
-        name,
-        &[
-            ("CodeBucket", &code),
-            // Never pulled: steps run in bubblewrap under `cargo lambda watch`.
-            ("StepImage", "overture-step:local"),
-        ],
-        CREATE_WITHIN,
-    )
-    .await
-    .map_err(|e| LocalError::call("CreateStack", e))
+    let mut all = vec![
+        ("CodeBucket", code.as_str()),
+        // Never pulled: steps run in bubblewrap under `cargo lambda watch`.
+        ("StepImage", "overture-step:local"),
+    ];
+    all.extend_from_slice(parameters);
+    deploy_local(&cloudformation, name, &all, CREATE_WITHIN)
+        .await
+        .map_err(|e| LocalError::call("CreateStack", e))
 }
 
 async fn existing(
