@@ -14,6 +14,8 @@ use std::time::Duration;
 
 use aws_sdk_dynamodbstreams::error::DisplayErrorContext;
 use aws_sdk_dynamodbstreams::types::{Record, ShardIteratorType};
+use aws_sdk_sqs::config::http::HttpResponse;
+use aws_sdk_sqs::error::SdkError;
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageSystemAttributeName};
 use serde::Serialize;
 
@@ -125,14 +127,25 @@ impl Poller {
                     tracing::info!(function, shard, "the shard is closed");
                     return Ok(());
                 };
-                let read = self
+                let read = match self
                     .streams
                     .get_records()
                     .shard_iterator(&current)
                     .limit(i32::try_from(trigger.batch_size.min(1000)).unwrap_or(1000))
                     .send()
                     .await
-                    .map_err(|e| LocalError::call("GetRecords", DisplayErrorContext(e)))?;
+                {
+                    Ok(read) => read,
+                    Err(error) if passing(&error) => {
+                        tracing::warn!(function, error = %DisplayErrorContext(error), "reading the stream again");
+                        iterator = Some(current);
+                        tokio::time::sleep(backoff(1)).await;
+                        continue;
+                    }
+                    Err(error) => {
+                        return Err(LocalError::call("GetRecords", DisplayErrorContext(error)))
+                    }
+                };
                 iterator = read.next_shard_iterator().map(str::to_owned);
                 pending.extend(read.records().iter().cloned());
                 if pending.is_empty() {
@@ -257,7 +270,7 @@ impl Poller {
         };
         let function = trigger.function.as_str();
         loop {
-            let received = self
+            let received = match self
                 .sqs
                 .receive_message()
                 .queue_url(url)
@@ -267,9 +280,20 @@ impl Poller {
                 .message_attribute_names("All")
                 .send()
                 .await
-                .map_err(|e| {
-                    LocalError::call("ReceiveMessage", aws_sdk_sqs::error::DisplayErrorContext(e))
-                })?;
+            {
+                Ok(received) => received,
+                Err(error) if passing(&error) => {
+                    tracing::warn!(function, error = %aws_sdk_sqs::error::DisplayErrorContext(error), "receiving again");
+                    tokio::time::sleep(backoff(1)).await;
+                    continue;
+                }
+                Err(error) => {
+                    return Err(LocalError::call(
+                        "ReceiveMessage",
+                        aws_sdk_sqs::error::DisplayErrorContext(error),
+                    ))
+                }
+            };
             let messages = received.messages();
             if messages.is_empty() {
                 continue;
@@ -327,22 +351,39 @@ impl Poller {
                         .ok()
                 })
                 .collect();
-            if !entries.is_empty() {
-                self.sqs
-                    .delete_message_batch()
-                    .queue_url(url)
-                    .set_entries(Some(entries))
-                    .send()
-                    .await
-                    .map_err(|e| {
-                        LocalError::call(
-                            "DeleteMessageBatch",
-                            aws_sdk_sqs::error::DisplayErrorContext(e),
-                        )
-                    })?;
+            if entries.is_empty() {
+                continue;
+            }
+            if let Err(error) = self
+                .sqs
+                .delete_message_batch()
+                .queue_url(url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+            {
+                if !passing(&error) {
+                    return Err(LocalError::call(
+                        "DeleteMessageBatch",
+                        aws_sdk_sqs::error::DisplayErrorContext(error),
+                    ));
+                }
+                // Delivery is at least once: the handled messages come back and are handled
+                // again, as on Lambda when its delete fails.
+                tracing::warn!(function, error = %aws_sdk_sqs::error::DisplayErrorContext(error), "handled messages not deleted");
             }
         }
     }
+}
+
+/// Whether a failed call may pass if made again: the emulator did not answer, or answered with
+/// a server error or a throttle, rather than refusing the request (a source that is gone stops
+/// its delivery instead).
+fn passing<E>(error: &SdkError<E, HttpResponse>) -> bool {
+    error.raw_response().is_none_or(|answer| {
+        let status = answer.status().as_u16();
+        status >= 500 || status == 429
+    })
 }
 
 /// The Lambda invoke API of `cargo lambda watch`.
