@@ -91,6 +91,7 @@ up() {
     else
         # A new emulator holds a new stream: a poller reading the old one must start again.
         stop poller
+        rm -rf "$state/checkpoints"
         start emulator python3 scripts/aws-emulator.py --port "$emulator_port"
         wait_for emulator 60 answers "$endpoint/moto-api/"
         say "emulator started on $endpoint"
@@ -121,6 +122,7 @@ up() {
         rm -f "$state/poller.ready"
         start poller "$local_aws" --endpoint "$endpoint" --region "$region" --stack "$stack" \
             poll --invoke "http://127.0.0.1:$lambda_port" --queue-pollers "$concurrency" \
+            --checkpoints "$state/checkpoints" \
             --ready-file "$state/poller.ready"
         wait_for poller 60 test -f "$state/poller.ready"
         say "poller started: $(grep -c 'delivering' "$state/poller.log" || true) triggers"

@@ -55,6 +55,10 @@ enum Command {
         /// Seconds an invocation may take; the first builds the function.
         #[arg(long, default_value_t = 1800)]
         invoke_timeout: u64,
+        /// Where each function's position in the stream is kept, so a poller started again goes
+        /// on where it stopped; in memory only when not given.
+        #[arg(long)]
+        checkpoints: Option<PathBuf>,
         /// Written once the triggers are read and their delivery has started.
         #[arg(long)]
         ready_file: Option<PathBuf>,
@@ -109,8 +113,13 @@ async fn run(cli: Cli) -> Result<(), LocalError> {
             only,
             queue_pollers,
             invoke_timeout,
+            checkpoints,
             ready_file,
         } => {
+            if let Some(dir) = &checkpoints {
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| LocalError::call("making the checkpoints' directory", e))?;
+            }
             let lambda = aws_sdk_lambda::Client::new(&config);
             let sqs = aws_sdk_sqs::Client::new(&config);
             let found = triggers::read(&lambda, &sqs, &cli.stack, only.as_deref()).await?;
@@ -125,6 +134,7 @@ async fn run(cli: Cli) -> Result<(), LocalError> {
                 sqs,
                 invoker: Invoker::new(&invoke, Duration::from_secs(invoke_timeout))?,
                 queue_pollers,
+                checkpoints,
             };
             let delivering = tokio::spawn(async move { poller.run(found).await });
             if let Some(ready) = ready_file {

@@ -39,6 +39,9 @@ pub struct Poller {
     pub invoker: Invoker,
     /// Pollers working one queue at once (Lambda starts with five).
     pub queue_pollers: usize,
+    /// Where each function's position in each shard is kept; `None`: in memory only, so a
+    /// poller started again starts from each trigger's starting position.
+    pub checkpoints: Option<std::path::PathBuf>,
 }
 
 impl Poller {
@@ -103,10 +106,19 @@ impl Poller {
             return Ok(());
         };
         let function = trigger.function.as_str();
-        let start = if trigger.from_oldest {
-            ShardIteratorType::TrimHorizon
-        } else {
-            ShardIteratorType::Latest
+        let checkpoint = self
+            .checkpoints
+            .as_ref()
+            .map(|dir| dir.join(checkpoint_name(function, arn, &shard)));
+        let after = checkpoint
+            .as_ref()
+            .and_then(|file| std::fs::read_to_string(file).ok())
+            .map(|sequence| sequence.trim().to_owned())
+            .filter(|sequence| !sequence.is_empty());
+        let start = match (&after, trigger.from_oldest) {
+            (Some(_), _) => ShardIteratorType::AfterSequenceNumber,
+            (None, true) => ShardIteratorType::TrimHorizon,
+            (None, false) => ShardIteratorType::Latest,
         };
         let mut iterator = self
             .streams
@@ -114,6 +126,7 @@ impl Poller {
             .stream_arn(arn)
             .shard_id(&shard)
             .shard_iterator_type(start)
+            .set_sequence_number(after)
             .send()
             .await
             .map_err(|e| LocalError::call("GetShardIterator", DisplayErrorContext(e)))?
@@ -190,6 +203,9 @@ impl Poller {
                 }
             };
             pending.drain(..done);
+            if let (Some(file), Some(last)) = (&checkpoint, done.checked_sub(1)) {
+                self.keep_position(file, &batch[last]);
+            }
             if done == batch.len() {
                 attempts = 0;
                 continue;
@@ -200,10 +216,24 @@ impl Poller {
                 self.record_failure(trigger, &shard, given_up, attempts)
                     .await;
                 pending.drain(..given_up.len());
+                if let (Some(file), Some(last)) = (&checkpoint, given_up.last()) {
+                    self.keep_position(file, last);
+                }
                 attempts = 0;
                 continue;
             }
             tokio::time::sleep(backoff(attempts)).await;
+        }
+    }
+
+    /// Keeps `record`'s sequence number as the last one its function is done with, so a poller
+    /// started again goes on after it rather than from the stream's start.
+    fn keep_position(&self, file: &std::path::Path, record: &Record) {
+        let Some(sequence) = record.dynamodb().and_then(|d| d.sequence_number()) else {
+            return;
+        };
+        if let Err(error) = std::fs::write(file, sequence) {
+            tracing::warn!(file = %file.display(), %error, "the stream position was not kept");
         }
     }
 
@@ -376,6 +406,21 @@ impl Poller {
     }
 }
 
+/// The file of `function`'s position in `shard` of the stream `stream_arn`. The ARN names the
+/// stream's creation time, so a table made again (a new emulator) never finds an old position.
+pub fn checkpoint_name(function: &str, stream_arn: &str, shard: &str) -> String {
+    format!("{function}@{stream_arn}@{shard}")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '@' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
 /// Whether a failed call may pass if made again: the emulator did not answer, or answered with
 /// a server error or a throttle, rather than refusing the request (a source that is gone stops
 /// its delivery instead).
@@ -431,5 +476,27 @@ impl Invoker {
             .await
             .map_err(|e| LocalError::call("Invoke", e))?;
         Ok(outcome(status, function_error, &body))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_position_is_kept_per_function_stream_and_shard_in_a_plain_file_name() {
+        let arn = "arn:aws:dynamodb:eu-west-1:1:table/s-events/stream/2026-11-23T13:17:51.793797";
+        let name = checkpoint_name("projector", arn, "shardId-0001");
+        assert!(
+            name.starts_with("projector@arn_aws_dynamodb_eu-west-1"),
+            "{name}"
+        );
+        assert!(!name.contains('/') && !name.contains(':'), "{name}");
+        assert_ne!(name, checkpoint_name("orchestrator", arn, "shardId-0001"));
+        assert_ne!(
+            name,
+            checkpoint_name("projector", &arn.replace("13:17", "13:18"), "shardId-0001"),
+            "a table made again has a stream of another name"
+        );
     }
 }

@@ -130,6 +130,7 @@ async fn a_requested_deployment_reaches_the_projector_and_the_orchestrator_throu
         invoker: Invoker::new(&format!("http://127.0.0.1:{watch_port}"), FIRST_DELIVERY)
             .expect("a client"),
         queue_pollers: 1,
+        checkpoints: None,
     };
     let polling = tokio::spawn(async move { poller.run(found).await });
 
@@ -273,7 +274,9 @@ async fn failed_items_come_back_and_the_others_are_done() {
     let endpoint = format!("http://127.0.0.1:{emulator_port}");
     let config = overture_aws::config::for_endpoint(&endpoint, REGION).await;
     let stack = "overture-failures";
-    let outputs = setup::stack(&config, stack, &[("JobsVisibilityTimeout", "1")])
+    // Long enough for a handled job to be deleted before it would show again, short enough
+    // for the failed one to come back soon.
+    let outputs = setup::stack(&config, stack, &[("JobsVisibilityTimeout", "5")])
         .await
         .expect("the stack");
     let settings = setup::settings(&config, stack, &outputs)
@@ -292,6 +295,7 @@ async fn failed_items_come_back_and_the_others_are_done() {
         sqs: sqs.clone(),
         invoker: Invoker::new(&functions, Duration::from_secs(60)).expect("a client"),
         queue_pollers: 2,
+        checkpoints: None,
     };
     let polling = tokio::spawn(async move { poller.run(found).await });
 
@@ -390,4 +394,100 @@ async fn failed_items_come_back_and_the_others_are_done() {
         ]
     );
     polling.abort();
+}
+
+async fn requested_on(log: &DynamoDeployments) {
+    let deployment = DeploymentId::from_uuid(uuid::Uuid::now_v7());
+    let requested = DeploymentEvent::DeploymentRequested {
+        tenant: "t".into(),
+        requested_by: "ada".into(),
+        trigger: "cli".into(),
+        source: "local.yaml".into(),
+        blueprint: parse("name: local\nsteps:\n  build: { run: noop }\n")
+            .expect("valid")
+            .snapshot,
+        blueprint_hash: "h".into(),
+        params: BTreeMap::new(),
+        cloud: None,
+    };
+    log.append(
+        deployment,
+        "t",
+        None,
+        vec![requested],
+        &Cause::new("submit", deployment, uuid::Uuid::now_v7()),
+    )
+    .await
+    .expect("appended");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_poller_started_again_goes_on_where_the_last_one_stopped() {
+    let emulator_port = free_port();
+    let _emulator = start(Command::new("python3").args([
+        "scripts/aws-emulator.py",
+        "--port",
+        &emulator_port.to_string(),
+    ]));
+    listening(emulator_port);
+    let config =
+        overture_aws::config::for_endpoint(&format!("http://127.0.0.1:{emulator_port}"), REGION)
+            .await;
+    let stack = "overture-restart";
+    let outputs = setup::stack(&config, stack, &[]).await.expect("the stack");
+    let log = DynamoDeployments::new(
+        aws_sdk_dynamodb::Client::new(&config),
+        outputs["EventsTable"].clone(),
+        Arc::new(SystemClock),
+    );
+    let (functions, mut received) = stand_in_functions(|_, _| Vec::new()).await;
+    let checkpoints = tempfile::tempdir().expect("a directory");
+    let poller = || async {
+        let lambda = aws_sdk_lambda::Client::new(&config);
+        let sqs = aws_sdk_sqs::Client::new(&config);
+        let found = triggers::read(&lambda, &sqs, stack, Some(&["projector".to_owned()]))
+            .await
+            .expect("the triggers");
+        let poller = Poller {
+            streams: aws_sdk_dynamodbstreams::Client::new(&config),
+            sqs,
+            invoker: Invoker::new(&functions, Duration::from_secs(60)).expect("a client"),
+            queue_pollers: 1,
+            checkpoints: Some(checkpoints.path().to_owned()),
+        };
+        (poller, found)
+    };
+    let sequences = |invocation: &Invocation| -> Vec<String> {
+        invocation.event["Records"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r["dynamodb"]["SequenceNumber"].as_str().map(str::to_owned))
+            .collect()
+    };
+
+    let (started, found) = poller().await;
+    let first = tokio::spawn(async move { started.run(found).await });
+    requested_on(&log).await;
+    let done = sequences(&next(&mut received).await);
+    assert_eq!(done.len(), 1);
+    // A shard's batches go one at a time: once the next is delivered, the first was answered
+    // and its position kept.
+    requested_on(&log).await;
+    let next_one = sequences(&next(&mut received).await);
+    assert_eq!(next_one.len(), 1);
+    assert_ne!(next_one, done);
+    first.abort();
+    let _ = first.await;
+
+    let (started, found) = poller().await;
+    let second = tokio::spawn(async move { started.run(found).await });
+    requested_on(&log).await;
+    let after = sequences(&next(&mut received).await);
+    assert!(!after.is_empty());
+    assert!(
+        !after.contains(&done[0]),
+        "the record answered before is not delivered again: {done:?} then {after:?}"
+    );
+    second.abort();
 }
