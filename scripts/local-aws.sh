@@ -104,6 +104,17 @@ up() {
     mv "$env_file.new" "$env_file"
     say "stack $stack is in the emulator"
 
+    if ! running watch; then
+        # Built now rather than on their first invocation (as cargo lambda watch would), so the
+        # first deployment is not held up by a build; a function without a binary yet is skipped.
+        for function in $("$local_aws" functions); do
+            if cargo build --quiet --bin "$function" 2>/dev/null; then
+                say "function $function built"
+            else
+                say "function $function: no binary builds yet (cargo build --bin $function)"
+            fi
+        done
+    fi
     if running watch; then
         say "cargo lambda watch already running on 127.0.0.1:$lambda_port (pid $(cat $state/watch.pid))"
     else
@@ -113,7 +124,7 @@ up() {
             --invoke-address 127.0.0.1 --invoke-port "$lambda_port" \
             --concurrency "$concurrency"
         wait_for watch 120 answers "http://127.0.0.1:$lambda_port/"
-        say "cargo lambda watch started on 127.0.0.1:$lambda_port (each function is built on its first invocation)"
+        say "cargo lambda watch started on 127.0.0.1:$lambda_port"
     fi
 
     if running poller; then

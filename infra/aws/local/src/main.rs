@@ -41,6 +41,8 @@ enum Command {
         #[arg(long)]
         submit_url: Option<String>,
     },
+    /// Prints the template's functions, one a line: the binaries `cargo lambda watch` serves.
+    Functions,
     /// Delivers the stack's streams and queues to its functions, as Lambda's triggers do.
     Poll {
         /// The Lambda invoke API of `cargo lambda watch`.
@@ -86,8 +88,15 @@ async fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<(), LocalError> {
+    if let Command::Functions = cli.command {
+        for function in overture_aws::stack::functions() {
+            println!("{function}");
+        }
+        return Ok(());
+    }
     let config = overture_aws::config::for_endpoint(&cli.endpoint, &cli.region).await;
     match cli.command {
+        Command::Functions => Ok(()),
         Command::Stack { submit_url } => {
             let outputs = setup::stack(&config, &cli.stack, &[]).await?;
             let mut settings = setup::settings(&config, &cli.stack, &outputs).await?;
