@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The local AWS emulator: moto's server on 127.0.0.1 only, with DynamoDB calls one at a time.
+"""The local AWS emulator: moto's server on 127.0.0.1 only, with DynamoDB calls one at a time,
+and Lambda's event source mappings kept but not acted on.
 
 moto applies a TransactWriteItems by copying the tables and putting the copy back when a
 condition fails; served by several threads at once, a failed transaction can so undo another
@@ -10,6 +11,11 @@ It also counts the requests it serves, by service and operation, with the items 
 write touches: `GET /overture/requests` answers them as JSON, and `POST /overture/requests/reset`
 sets them to zero. The cost figures of the README and `make bench` come from these counts, so
 they are what the engine really asked for, not an estimate of it.
+
+moto acts on an event source mapping itself: it receives the queue's messages (counting a
+delivery) and, after invoking the function in docker, drops the table stream's records. Here the
+functions run under `cargo lambda watch` and the local poller (`overture-local-aws poll`) reads
+the mappings and delivers as Lambda does, so moto only records them.
 
 Usage: aws-emulator.py --port PORT
 """
@@ -122,12 +128,30 @@ def counting(app, requests):
 
     return wrapped
 
+def keep_event_source_mappings_inert():
+    from moto.awslambda.models import LambdaBackend
+    from moto.dynamodb.models import dynamodb_backends
+    from moto.sqs.models import sqs_backends
+
+    create = LambdaBackend.create_event_source_mapping
+
+    def recorded_only(self, spec):
+        mapping = create(self, spec)
+        for queue in sqs_backends[self.account_id][self.region_name].queues.values():
+            queue.lambda_event_source_mappings.pop(mapping.function_arn, None)
+        for table in dynamodb_backends[self.account_id][self.region_name].tables.values():
+            table.lambda_event_source_mappings.pop(mapping.function_arn, None)
+        return mapping
+
+    LambdaBackend.create_event_source_mapping = recorded_only
+
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    keep_event_source_mappings_inert()
     run_simple(
         "127.0.0.1",
         args.port,

@@ -4,7 +4,8 @@
 //!
 //! [`deploy_local`] creates the stack and waits until CloudFormation reports it complete, then
 //! hands back its outputs. Queue URLs among them name the AWS host even in the emulator; ask
-//! SQS for them with [`queue_url`].
+//! SQS for them with [`queue_url`]. The emulator stores functions without running them, so
+//! [`stand_in_code`] is all the code its functions need, one zip for each of [`functions`].
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -168,4 +169,92 @@ pub async fn queue_url(sqs: &aws_sdk_sqs::Client, name: &str) -> Result<String, 
         .queue_url()
         .map(str::to_owned)
         .ok_or_else(|| call("no URL in the answer".into()))
+}
+
+/// The functions of the template, by the name of their code (`CodePrefix` + NAME + `.zip`),
+/// which is also their binary's name and their name after the stack's (`STACK-NAME`).
+pub fn functions() -> Vec<&'static str> {
+    const CODE: &str = "${CodePrefix}";
+    let mut names: Vec<&str> = TEMPLATE
+        .match_indices(CODE)
+        .filter_map(|(at, _)| TEMPLATE[at + CODE.len()..].split_once(".zip"))
+        .map(|(name, _)| name)
+        .filter(|name| {
+            !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        })
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names
+}
+
+/// A zip holding a stand-in `bootstrap` (never run: the emulator only stores functions), so that
+/// CloudFormation in the emulator can create the functions from a bucket as on AWS.
+pub fn stand_in_code() -> Vec<u8> {
+    // A stored (uncompressed) zip of one file, written by hand: no zip crate for one file.
+    let name = b"bootstrap";
+    let data = b"#!/bin/sh\nexit 1\n";
+    let crc = crc32(data);
+    let (name_len, data_len) = (name.len() as u16, data.len() as u32);
+    let mut zip = Vec::new();
+    zip.extend_from_slice(&0x0403_4b50_u32.to_le_bytes());
+    zip.extend_from_slice(&[20, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    zip.extend_from_slice(&crc.to_le_bytes());
+    zip.extend_from_slice(&data_len.to_le_bytes());
+    zip.extend_from_slice(&data_len.to_le_bytes());
+    zip.extend_from_slice(&name_len.to_le_bytes());
+    zip.extend_from_slice(&0_u16.to_le_bytes());
+    zip.extend_from_slice(name);
+    zip.extend_from_slice(data);
+    let central_at = zip.len() as u32;
+    zip.extend_from_slice(&0x0201_4b50_u32.to_le_bytes());
+    zip.extend_from_slice(&[20, 3, 20, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    zip.extend_from_slice(&crc.to_le_bytes());
+    zip.extend_from_slice(&data_len.to_le_bytes());
+    zip.extend_from_slice(&data_len.to_le_bytes());
+    zip.extend_from_slice(&name_len.to_le_bytes());
+    // Extra, comment, disk, internal attributes.
+    zip.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0]);
+    // External attributes: a regular file, mode 755.
+    zip.extend_from_slice(&(0o100_755_u32 << 16).to_le_bytes());
+    zip.extend_from_slice(&0_u32.to_le_bytes());
+    zip.extend_from_slice(name);
+    let central_len = zip.len() as u32 - central_at;
+    zip.extend_from_slice(&0x0605_4b50_u32.to_le_bytes());
+    zip.extend_from_slice(&[0, 0, 0, 0, 1, 0, 1, 0]);
+    zip.extend_from_slice(&central_len.to_le_bytes());
+    zip.extend_from_slice(&central_at.to_le_bytes());
+    zip.extend_from_slice(&0_u16.to_le_bytes());
+    zip
+}
+
+fn crc32(bytes: &[u8]) -> u32 {
+    let mut crc = !0_u32;
+    for &byte in bytes {
+        crc ^= u32::from(byte);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_templates_functions_are_named_by_their_code() {
+        let functions = functions();
+        for name in ["orchestrator", "projector", "runner", "submit"] {
+            assert!(functions.contains(&name), "{functions:?}");
+        }
+    }
 }

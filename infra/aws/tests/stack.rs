@@ -300,63 +300,6 @@ async fn jobs_go_through_the_stacks_queue_and_one_that_keeps_failing_reaches_its
         .is_none());
 }
 
-/// A zip with a stand-in `bootstrap` (never run: the emulator only stores functions), so that
-/// CloudFormation can create the functions from the bucket as on AWS.
-fn stand_in_zip() -> Vec<u8> {
-    // A stored (uncompressed) zip of one file, written by hand: no zip crate for one test.
-    let name = b"bootstrap";
-    let data = b"#!/bin/sh\nexit 1\n";
-    let crc = crc32(data);
-    let mut zip = Vec::new();
-    let local = |zip: &mut Vec<u8>| {
-        zip.extend_from_slice(&0x0403_4b50_u32.to_le_bytes());
-        zip.extend_from_slice(&[20, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
-        zip.extend_from_slice(&crc.to_le_bytes());
-        zip.extend_from_slice(&(data.len() as u32).to_le_bytes());
-        zip.extend_from_slice(&(data.len() as u32).to_le_bytes());
-        zip.extend_from_slice(&(name.len() as u16).to_le_bytes());
-        zip.extend_from_slice(&0_u16.to_le_bytes());
-        zip.extend_from_slice(name);
-        zip.extend_from_slice(data);
-    };
-    local(&mut zip);
-    let central_at = zip.len() as u32;
-    zip.extend_from_slice(&0x0201_4b50_u32.to_le_bytes());
-    zip.extend_from_slice(&[20, 3, 20, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
-    zip.extend_from_slice(&crc.to_le_bytes());
-    zip.extend_from_slice(&(data.len() as u32).to_le_bytes());
-    zip.extend_from_slice(&(data.len() as u32).to_le_bytes());
-    zip.extend_from_slice(&(name.len() as u16).to_le_bytes());
-    // Extra, comment, disk, internal attributes.
-    zip.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0]);
-    // External attributes: a regular file, mode 755.
-    zip.extend_from_slice(&(0o100_755_u32 << 16).to_le_bytes());
-    zip.extend_from_slice(&0_u32.to_le_bytes());
-    zip.extend_from_slice(name);
-    let central_len = zip.len() as u32 - central_at;
-    zip.extend_from_slice(&0x0605_4b50_u32.to_le_bytes());
-    zip.extend_from_slice(&[0, 0, 0, 0, 1, 0, 1, 0]);
-    zip.extend_from_slice(&central_len.to_le_bytes());
-    zip.extend_from_slice(&central_at.to_le_bytes());
-    zip.extend_from_slice(&0_u16.to_le_bytes());
-    zip
-}
-
-fn crc32(bytes: &[u8]) -> u32 {
-    let mut crc = !0_u32;
-    for &byte in bytes {
-        crc ^= u32::from(byte);
-        for _ in 0..8 {
-            crc = if crc & 1 == 1 {
-                (crc >> 1) ^ 0xEDB8_8320
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    !crc
-}
-
 #[tokio::test]
 async fn with_the_functions_code_the_whole_template_is_created() {
     let config = overture_aws::config::for_endpoint(support::emulator(), REGION).await;
@@ -368,11 +311,11 @@ async fn with_the_functions_code_the_whole_template_is_created() {
     overture_aws::s3::create_payloads_bucket(&s3, &code)
         .await
         .expect("the code bucket");
-    for function in FUNCTIONS {
+    for function in overture_aws::stack::functions() {
         s3.put_object()
             .bucket(&code)
             .key(format!("overture/{function}.zip"))
-            .body(stand_in_zip().into())
+            .body(overture_aws::stack::stand_in_code().into())
             .send()
             .await
             .expect("the function's zip");
