@@ -13,14 +13,16 @@
 #   OVERTURE_LOCAL_LAMBDA_PORT  cargo lambda watch     (default 9077)
 #   OVERTURE_LOCAL_STACK        the stack's name       (default overture-local)
 #   OVERTURE_LOCAL_REGION       its region             (default eu-west-1)
+#   OVERTURE_LOCAL_STATE        where PIDs, logs and checkpoints go (default .overture/local-aws;
+#                               the settings go to the same path with .env added)
 #   OVERTURE_LOCAL_CONCURRENCY  instances of a function, and batches of one queue, at once (default 4)
 # PIDs are in .overture/local-aws/*.pid, logs in .overture/local-aws/*.log.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-state=.overture/local-aws
-env_file=.overture/local-aws.env
+state=${OVERTURE_LOCAL_STATE:-.overture/local-aws}
+env_file=$state.env
 emulator_port=${OVERTURE_LOCAL_AWS_PORT:-4577}
 lambda_port=${OVERTURE_LOCAL_LAMBDA_PORT:-9077}
 stack=${OVERTURE_LOCAL_STACK:-overture-local}
@@ -133,7 +135,7 @@ up() {
         rm -f "$state/poller.ready"
         start poller "$local_aws" --endpoint "$endpoint" --region "$region" --stack "$stack" \
             poll --invoke "http://127.0.0.1:$lambda_port" --queue-pollers "$concurrency" \
-            --checkpoints "$state/checkpoints" \
+            --checkpoints "$state/checkpoints" --invocations-file "$state/invocations.json" \
             --ready-file "$state/poller.ready"
         wait_for poller 60 test -f "$state/poller.ready"
         say "poller started: $(grep -c 'delivering' "$state/poller.log" || true) triggers"

@@ -61,6 +61,10 @@ enum Command {
         /// on where it stopped; in memory only when not given.
         #[arg(long)]
         checkpoints: Option<PathBuf>,
+        /// Where to keep the number of invocations of each function (JSON), for the cost
+        /// figures.
+        #[arg(long)]
+        invocations_file: Option<PathBuf>,
         /// Written once the triggers are read and their delivery has started.
         #[arg(long)]
         ready_file: Option<PathBuf>,
@@ -123,6 +127,7 @@ async fn run(cli: Cli) -> Result<(), LocalError> {
             queue_pollers,
             invoke_timeout,
             checkpoints,
+            invocations_file,
             ready_file,
         } => {
             if let Some(dir) = &checkpoints {
@@ -141,7 +146,12 @@ async fn run(cli: Cli) -> Result<(), LocalError> {
             let poller = Poller {
                 streams: aws_sdk_dynamodbstreams::Client::new(&config),
                 sqs,
-                invoker: Invoker::new(&invoke, Duration::from_secs(invoke_timeout))?,
+                invoker: match invocations_file {
+                    Some(file) => {
+                        Invoker::new(&invoke, Duration::from_secs(invoke_timeout))?.counting_to(file)
+                    }
+                    None => Invoker::new(&invoke, Duration::from_secs(invoke_timeout))?,
+                },
                 queue_pollers,
                 checkpoints,
             };

@@ -436,6 +436,10 @@ fn passing<E>(error: &SdkError<E, HttpResponse>) -> bool {
 pub struct Invoker {
     client: reqwest::Client,
     endpoint: String,
+    /// Invocations so far, by function: what Lambda would bill for.
+    invocations: std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, u64>>>,
+    /// Where they are written after each invocation, for the cost figures.
+    counts_file: Option<std::path::PathBuf>,
 }
 
 impl Invoker {
@@ -449,7 +453,36 @@ impl Invoker {
         Ok(Self {
             client,
             endpoint: endpoint.trim_end_matches('/').to_owned(),
+            invocations: std::sync::Arc::default(),
+            counts_file: None,
         })
+    }
+
+    /// Also writes the invocations so far, by function, as a JSON object to `file` after each
+    /// one (replacing it whole, so a reader never sees half of it).
+    pub fn counting_to(mut self, file: std::path::PathBuf) -> Self {
+        self.counts_file = Some(file);
+        self
+    }
+
+    fn count(&self, function: &str) {
+        let counts = {
+            let mut invocations = self
+                .invocations
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            *invocations.entry(function.to_owned()).or_default() += 1;
+            serde_json::to_vec(&*invocations)
+        };
+        let (Some(file), Ok(counts)) = (&self.counts_file, counts) else {
+            return;
+        };
+        let partial = file.with_extension("partial");
+        if let Err(error) =
+            std::fs::write(&partial, counts).and_then(|()| std::fs::rename(&partial, file))
+        {
+            tracing::warn!(file = %file.display(), %error, "could not write the invocation counts");
+        }
     }
 
     /// Invokes `function` with `event` and reads its answer.
@@ -462,6 +495,7 @@ impl Invoker {
             "{}/2015-03-31/functions/{function}/invocations",
             self.endpoint
         );
+        self.count(function);
         let answer = self
             .client
             .post(&url)
