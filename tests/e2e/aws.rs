@@ -1,0 +1,314 @@
+//! The AWS form end to end: `scripts/local-aws.sh up` (what `make local-aws` runs) starts the
+//! emulator, makes the stack in it through CloudFormation, serves every function under
+//! `cargo lambda watch` and delivers the table's stream and the queues to them with the poller,
+//! on ports and in a state directory of this test's own; `overture --backend aws` then deploys
+//! through the submit function and follows the deployment on the events table.
+//!
+//! The same blueprints run embedded too, and the two histories must have the same shape: for
+//! every step, the same events in the same order. No byte of the secret may show in any table,
+//! queue message, payload object or function log.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+use crate::support::{step_events, text, types, Overture};
+
+/// The secret hello-world publishes with, as the user's environment gives it.
+const TOKEN_VARIABLE: &str = "OVERTURE_E2E_AWS_TOKEN";
+
+/// A step that fails every time, retried once after a second: two attempts, then the
+/// deployment fails.
+const FLAKY: &str = "name: flaky
+steps:
+  prepare:
+    run: script
+    with: { command: echo ready }
+  flaky:
+    run: script
+    needs: [prepare]
+    retry: { step-failed: { times: 1, wait: 1s } }
+    with: { command: 'echo failing; exit 3' }
+";
+
+/// The local AWS form of this test, stopped (by the script, by PID) when dropped.
+struct LocalAws {
+    state: tempfile::TempDir,
+    settings: BTreeMap<String, String>,
+}
+
+impl LocalAws {
+    fn up() -> Self {
+        let state = tempfile::tempdir().expect("a state directory");
+        let started = Self::script(state.path(), "up");
+        assert!(
+            started.status.success(),
+            "local-aws.sh up failed: {}\n{}",
+            text(&started.stdout),
+            text(&started.stderr)
+        );
+        let exports = std::fs::read_to_string(state.path().join("local-aws.env"))
+            .expect("local-aws.sh writes the settings");
+        let settings = exports
+            .lines()
+            .filter_map(|line| line.strip_prefix("export "))
+            .filter_map(|line| line.split_once('='))
+            .map(|(name, value)| (name.to_owned(), value.trim_matches('\'').to_owned()))
+            .collect();
+        Self { state, settings }
+    }
+
+    /// Runs `scripts/local-aws.sh COMMAND` for the form whose state is under `state`, on free
+    /// ports and a stack of its own.
+    fn script(state: &Path, command: &str) -> Output {
+        let ports = std::fs::read_to_string(state.join("ports"))
+            .ok()
+            .and_then(|text| {
+                let (emulator, lambda) = text.trim().split_once(' ')?;
+                Some((emulator.to_owned(), lambda.to_owned()))
+            })
+            .unwrap_or_else(|| {
+                let ports = (free_port().to_string(), free_port().to_string());
+                std::fs::write(state.join("ports"), format!("{} {}", ports.0, ports.1))
+                    .expect("keep the ports");
+                ports
+            });
+        Command::new(root().join("scripts/local-aws.sh"))
+            .arg(command)
+            .current_dir(root())
+            .env("OVERTURE_LOCAL_STATE", state.join("local-aws"))
+            .env("OVERTURE_LOCAL_AWS_PORT", &ports.0)
+            .env("OVERTURE_LOCAL_LAMBDA_PORT", &ports.1)
+            .env("OVERTURE_LOCAL_STACK", "overture-e2e")
+            .output()
+            .expect("scripts/local-aws.sh runs")
+    }
+
+    /// `overture --backend aws ARGS`, with the settings `make local-aws` prints.
+    fn overture(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_overture"));
+        command
+            .args(["--backend", "aws"])
+            .args(args)
+            .env_remove("OVERTURE_DATA_DIR")
+            .env_remove("OVERTURE_TENANT")
+            .envs(&self.settings);
+        command
+    }
+
+    /// Deploys `file` with `--json` (and the secret, when given); the exit code and status.
+    fn deploy(&self, file: &Path, secret: Option<&str>) -> (i32, Value, Output) {
+        let mut command = self.overture(&["deploy", file.to_str().expect("utf-8"), "--json"]);
+        if let Some(value) = secret {
+            command
+                .args(["--secret", &format!("api_token={TOKEN_VARIABLE}")])
+                .env(TOKEN_VARIABLE, value);
+        }
+        let output = command.output().expect("overture runs");
+        let status = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
+        (output.status.code().unwrap_or(-1), status, output)
+    }
+
+    fn events(&self, id: &str) -> Vec<Value> {
+        let output = self
+            .overture(&["events", id, "--json"])
+            .output()
+            .expect("overture runs");
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        text(&output.stdout)
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("one envelope per line"))
+            .collect()
+    }
+
+    fn setting(&self, name: &str) -> &str {
+        self.settings
+            .get(name)
+            .unwrap_or_else(|| panic!("{name} is in the settings"))
+    }
+
+    /// Every function's and the poller's log, as written so far.
+    fn logs(&self) -> Vec<(PathBuf, Vec<u8>)> {
+        std::fs::read_dir(self.state.path().join("local-aws"))
+            .expect("the state directory")
+            .filter_map(Result::ok)
+            .map(|entry| entry.path())
+            .filter(|path| path.extension().is_some_and(|e| e == "log"))
+            .map(|path| {
+                let bytes = std::fs::read(&path).expect("a log");
+                (path, bytes)
+            })
+            .collect()
+    }
+}
+
+impl Drop for LocalAws {
+    fn drop(&mut self) {
+        let stopped = Self::script(self.state.path(), "down");
+        if !stopped.status.success() {
+            eprintln!("local-aws.sh down: {}", text(&stopped.stderr));
+        }
+    }
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// The shape of a history: for each step, its events (type and attempt) in order; and the
+/// deployment's own events in order.
+fn shape(events: &[Value]) -> BTreeMap<String, Vec<(String, u64)>> {
+    let mut shape = BTreeMap::new();
+    let steps: std::collections::BTreeSet<String> = events
+        .iter()
+        .filter_map(|e| e["data"]["step"].as_str().map(str::to_owned))
+        .collect();
+    for step in steps {
+        shape.insert(step.clone(), step_events(events, &step));
+    }
+    let own: Vec<(String, u64)> = events
+        .iter()
+        .filter(|e| e["data"]["step"].is_null())
+        .map(|e| (e["type"].as_str().unwrap_or_default().to_owned(), 0))
+        .collect();
+    shape.insert(String::new(), own);
+    shape
+}
+
+/// Whether `haystack` holds `needle`'s bytes anywhere.
+fn holds(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Everything the AWS form stored: every item of every table, every message still in a queue,
+/// every object in the payloads bucket.
+async fn everything_stored(aws: &LocalAws) -> Vec<(String, Vec<u8>)> {
+    let config =
+        overture_aws::config::for_endpoint(aws.setting("AWS_ENDPOINT_URL"), "eu-west-1").await;
+    let dynamodb = aws_sdk_dynamodb::Client::new(&config);
+    let sqs = aws_sdk_sqs::Client::new(&config);
+    let s3 = overture_aws::s3::client(&config);
+    let mut stored = Vec::new();
+    let tables = dynamodb.list_tables().send().await.expect("tables");
+    for table in tables.table_names() {
+        let items = dynamodb
+            .scan()
+            .table_name(table)
+            .send()
+            .await
+            .expect("scan");
+        stored.push((format!("table {table}"), format!("{:?}", items.items()).into_bytes()));
+    }
+    let queues = sqs.list_queues().send().await.expect("queues");
+    for queue in queues.queue_urls() {
+        let messages = sqs
+            .receive_message()
+            .queue_url(queue)
+            .max_number_of_messages(10)
+            .visibility_timeout(0)
+            .send()
+            .await
+            .expect("receive");
+        for message in messages.messages() {
+            stored.push((
+                format!("queue {queue}"),
+                message.body().unwrap_or_default().as_bytes().to_vec(),
+            ));
+        }
+    }
+    let bucket = aws.setting("OVERTURE_PAYLOADS_BUCKET");
+    let objects = s3
+        .list_objects_v2()
+        .bucket(bucket)
+        .send()
+        .await
+        .expect("objects");
+    for object in objects.contents() {
+        let key = object.key().unwrap_or_default();
+        let body = s3
+            .get_object()
+            .bucket(bucket)
+            .key(key)
+            .send()
+            .await
+            .expect("object")
+            .body
+            .collect()
+            .await
+            .expect("its bytes")
+            .into_bytes()
+            .to_vec();
+        stored.push((format!("object {key}"), body));
+    }
+    stored
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hello_world_and_a_retried_failure_run_through_the_functions_as_they_run_embedded() {
+    let aws = LocalAws::up();
+    let embedded = Overture::new();
+    let token = format!("aws-e2e-{}", uuid::Uuid::new_v4().simple());
+    let hello = root().join("examples/hello-world/blueprint.yaml");
+
+    // hello-world, through submit, the orchestrator, the runner and the projector.
+    let (code, status, output) = tokio::task::block_in_place(|| aws.deploy(&hello, Some(&token)));
+    assert_eq!(code, 0, "{status}\n{}", text(&output.stderr));
+    assert_eq!(status["status"], "succeeded", "{status}");
+    let id = status["id"].as_str().expect("an id").to_owned();
+    let on_aws = tokio::task::block_in_place(|| aws.events(&id));
+
+    let (code, status, output) = embedded.deploy_with_secret(&hello, "api_token", &token);
+    assert_eq!(code, 0, "{status}\n{}", text(&output.stderr));
+    let there = embedded.events(status["id"].as_str().expect("an id"));
+    assert_eq!(shape(&on_aws), shape(&there), "AWS: {:?}", types(&on_aws));
+
+    // The same answers from the read models as embedded: status and the list.
+    let shown = tokio::task::block_in_place(|| {
+        aws.overture(&["status", &id, "--json"])
+            .output()
+            .expect("status")
+    });
+    let shown: Value = serde_json::from_slice(&shown.stdout).expect("JSON");
+    assert_eq!(shown["status"], "succeeded", "{shown}");
+    assert_eq!(shown["steps"]["publish"]["status"], "succeeded", "{shown}");
+
+    // A failing step, retried once after its wait, then the deployment fails: exit 1.
+    let flaky = embedded.blueprint("flaky.yaml", FLAKY);
+    let (code, status, output) = tokio::task::block_in_place(|| aws.deploy(&flaky, None));
+    assert_eq!(code, 1, "{status}\n{}", text(&output.stderr));
+    assert_eq!(status["status"], "failed", "{status}");
+    let on_aws = tokio::task::block_in_place(|| aws.events(status["id"].as_str().expect("id")));
+    let (code, status, _) = embedded.deploy(&flaky, &[]);
+    assert_eq!(code, 1);
+    let there = embedded.events(status["id"].as_str().expect("an id"));
+    assert_eq!(shape(&on_aws), shape(&there), "AWS: {:?}", types(&on_aws));
+    assert_eq!(
+        step_events(&on_aws, "flaky")
+            .iter()
+            .filter(|(kind, _)| kind == "StepStarted")
+            .count(),
+        2,
+        "the failed attempt was retried once"
+    );
+
+    // The secret's bytes are nowhere: not in a table, a queue, an object, or a log.
+    for (place, bytes) in everything_stored(&aws).await {
+        assert!(!holds(&bytes, token.as_bytes()), "the secret is in {place}");
+    }
+    for (path, bytes) in aws.logs() {
+        assert!(
+            !holds(&bytes, token.as_bytes()),
+            "the secret is in {}",
+            path.display()
+        );
+    }
+}
