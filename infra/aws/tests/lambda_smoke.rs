@@ -1,6 +1,7 @@
 //! The function binaries as AWS runs them: started by `cargo lambda watch` (the Lambda runtime
 //! API, locally) and sent one real event of their trigger, against the local AWS emulator: the
-//! orchestrator and the projector, each sent a DynamoDB stream record of a requested deployment.
+//! orchestrator and the projector, each sent a DynamoDB stream record of a requested deployment,
+//! and the submit function, sent HTTP requests through its function URL.
 
 mod support;
 
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 use overture_aws::custody::create_custody_table;
 use overture_aws::dynamodb::{create_events_table, DynamoDeployments};
 use overture_aws::read_models::{create_read_model_tables, DynamoReadModels};
+use overture_aws::s3::create_payloads_bucket;
 use overture_aws::seals::create_seals_table;
 use overture_aws::sqs::create_queue;
 use overture_domain::blueprint::parse;
@@ -263,5 +265,120 @@ async fn the_projector_lambda_folds_a_stream_record_into_the_read_models() {
         (tenant.total, tenant.running),
         (1, 1),
         "counted once, though delivered twice"
+    );
+}
+
+/// POSTs `body` to the submit function's URL, as `cargo lambda watch` serves it; the status and
+/// the JSON answer.
+async fn post_to_submit(watch: &Watch, body: &Value) -> (u16, Value) {
+    let url = format!(
+        "http://127.0.0.1:{}/lambda-url/submit/deployments",
+        watch.port
+    );
+    let client = reqwest::Client::new();
+    let started = Instant::now();
+    let answer = loop {
+        match client
+            .post(&url)
+            .json(body)
+            .timeout(FIRST_INVOCATION)
+            .send()
+            .await
+        {
+            Ok(answer) => break answer,
+            // cargo lambda is still starting to listen.
+            Err(error) if error.is_connect() && started.elapsed() < FIRST_INVOCATION => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(error) => panic!("posting to submit failed: {error}"),
+        }
+    };
+    let status = answer.status().as_u16();
+    let text = answer.text().await.expect("an answer");
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or_else(|_| panic!("JSON: {status} {text}")),
+    )
+}
+
+#[tokio::test]
+async fn the_submit_lambda_records_a_posted_deployment_and_refuses_a_broken_one() {
+    const SECRET: &[u8] = b"smoke-secret-value-0042";
+    let config = overture_aws::config::for_endpoint(support::emulator(), "eu-west-1").await;
+    let dynamodb = aws_sdk_dynamodb::Client::new(&config);
+    let kms = aws_sdk_kms::Client::new(&config);
+    let log = events_log(&dynamodb).await;
+    create_custody_table(&dynamodb, "smoke-custody")
+        .await
+        .expect("table");
+    create_seals_table(&dynamodb, "smoke-seals")
+        .await
+        .expect("table");
+    create_payloads_bucket(&overture_aws::s3::client(&config), "smoke-payloads")
+        .await
+        .expect("bucket");
+    let key = support::kms_key(&kms).await;
+
+    let watch = watch(&[
+        ("OVERTURE_EVENTS_TABLE", EVENTS),
+        ("OVERTURE_CUSTODY_TABLE", "smoke-custody"),
+        ("OVERTURE_SEALS_TABLE", "smoke-seals"),
+        ("OVERTURE_PAYLOADS_BUCKET", "smoke-payloads"),
+        ("OVERTURE_KMS_KEY", key),
+    ]);
+    let blueprint = "name: hello\nsecrets: [api_token]\nsteps:\n  compose: { run: script, with: { command: 'echo hello' } }\n  publish:\n    run: script\n    needs: [compose]\n    with: { command: 'echo {{ secrets.api_token }}' }\n";
+    let (status, answer) = post_to_submit(
+        &watch,
+        &json!({
+            "source": "hello/blueprint.yaml",
+            "blueprint": blueprint,
+            "tenant": "smoke-tenant",
+            "requested_by": "ada",
+            "secrets": { "api_token": std::str::from_utf8(SECRET).expect("text") },
+        }),
+    )
+    .await;
+    assert_eq!(status, 201, "{answer}");
+    let deployment: DeploymentId = answer["deployment"]
+        .as_str()
+        .expect("the id")
+        .parse()
+        .expect("a deployment id");
+    let recorded = log.read_stream(deployment, 0).await.expect("read");
+    assert_eq!(
+        recorded.first().map(|e| e.event_type.as_str()),
+        Some("DeploymentRequested"),
+        "{recorded:?}"
+    );
+    for table in [EVENTS, "smoke-seals"] {
+        let items = dynamodb
+            .scan()
+            .table_name(table)
+            .send()
+            .await
+            .expect("scan");
+        assert!(
+            !support::holds_bytes(items.items(), SECRET),
+            "the secret's bytes are in {table}"
+        );
+    }
+
+    let broken = blueprint.replace("needs: [compose]", "needs: [missing]");
+    let (status, answer) = post_to_submit(
+        &watch,
+        &json!({
+            "source": "hello/blueprint.yaml",
+            "blueprint": broken,
+            "requested_by": "ada",
+            "secrets": { "api_token": "x" },
+        }),
+    )
+    .await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("hello/blueprint.yaml: steps.publish.needs: ")),
+        "{answer}"
     );
 }

@@ -2,8 +2,8 @@
 //! once from the environment (the stack sets the variables), and each HTTP request goes to
 //! `overture_submit::http::on_request`.
 //!
-//! `OVERTURE_AUTH_URL`, the cloud's identity service (Keystone v3), is optional: without it a
-//! request that brings a cloud token is refused, as nothing could vouch for the token.
+//! `OVERTURE_AUTH_URL`, the cloud's identity service (Keystone v3), is optional: without it (or
+//! empty) a request that brings a cloud token is refused, as nothing could vouch for the token.
 
 use std::sync::Arc;
 
@@ -78,7 +78,10 @@ async fn main() -> Result<(), lambda_http::Error> {
             overture_aws::s3::client(&config),
             setting("OVERTURE_PAYLOADS_BUCKET")?,
         ),
-        identity: std::env::var("OVERTURE_AUTH_URL").ok().map(Keystone::new),
+        identity: std::env::var("OVERTURE_AUTH_URL")
+            .ok()
+            .filter(|url| !url.is_empty())
+            .map(Keystone::new),
     });
     lambda_http::run(service_fn(move |request: Request| {
         let adapters = Arc::clone(&adapters);
