@@ -9,6 +9,8 @@
 //! - [`logs`]: every attempt's output, as files in the data directory.
 //! - [`payloads`]: large non-secret bytes (a blueprint's files) by content hash, as files in
 //!   the data directory.
+//! - [`query`]: the query port ([`overture_kit::query::QueryDeployments`]) on the read models,
+//!   the log and the attempt logs of a data directory.
 //! - [`openstack`]: the OpenStack client (Keystone tokens, Nova servers, Neutron security groups),
 //!   and the engine's ports that open and close a bastion with it.
 //! - [`session`]: the users' cloud tokens, in memory while their deployments run.
@@ -19,6 +21,7 @@ pub mod keystore;
 pub mod logs;
 pub mod openstack;
 pub mod payloads;
+pub mod query;
 pub mod sandbox;
 pub mod session;
 pub mod sqlite;
