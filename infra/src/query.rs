@@ -61,7 +61,10 @@ impl QueryDeployments for EmbeddedQueries {
     }
 
     async fn events(&self, id: DeploymentId) -> Result<Vec<Envelope>, QueryError> {
-        self.log.read_stream(&id.stream(), 0).await.map_err(from_log)
+        self.log
+            .read_stream(&id.stream(), 0)
+            .await
+            .map_err(from_log)
     }
 
     async fn attempt_log(

@@ -1,0 +1,234 @@
+//! `overture --backend aws` reads the serverless form's tables and prints exactly what the
+//! embedded engine prints for the same events: the events are written to DynamoDB in the local
+//! AWS emulator and folded there by the projector's handler, the very same envelopes are written
+//! to an embedded data directory, and the two programs' outputs are compared.
+
+#[path = "../../../infra/aws/tests/support/mod.rs"]
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::Arc;
+
+use overture_aws::dynamodb::{create_events_table, DynamoDeployments};
+use overture_aws::read_models::{create_read_model_tables, DynamoReadModels};
+use overture_domain::blueprint::parse;
+use overture_events::{DeploymentEvent, DeploymentId, Timestamp};
+use overture_infra::clock::SystemClock;
+use overture_infra::sqlite::{Database, EventLog, ExpectedRevision, NewEvent};
+use overture_kit::{Cause, DeploymentLog, ReadStream};
+
+const REGION: &str = "eu-west-1";
+const EVENTS: &str = "cli-events";
+const DEPLOYMENTS: &str = "cli-deployments";
+const TENANTS: &str = "cli-tenants";
+
+fn requested(tenant: &str) -> DeploymentEvent {
+    DeploymentEvent::DeploymentRequested {
+        tenant: tenant.into(),
+        requested_by: "ada".into(),
+        trigger: "cli".into(),
+        source: "hello.yaml".into(),
+        blueprint: parse("name: hello\nsteps:\n  build: { run: noop }\n")
+            .expect("valid")
+            .snapshot,
+        blueprint_hash: "h".into(),
+        params: BTreeMap::new(),
+        cloud: None,
+    }
+}
+
+/// A deployment that ran its one step and succeeded.
+fn succeeded(tenant: &str) -> Vec<DeploymentEvent> {
+    vec![
+        requested(tenant),
+        DeploymentEvent::StepScheduled {
+            step: "build".into(),
+            attempt: 1,
+            not_before: Timestamp::UNIX_EPOCH,
+        },
+        DeploymentEvent::StepStarted {
+            step: "build".into(),
+            attempt: 1,
+            sandbox: "sandbox-1".into(),
+            lease_until: None,
+        },
+        DeploymentEvent::StepSucceeded {
+            step: "build".into(),
+            attempt: 1,
+            outputs: BTreeMap::from([("greeting".into(), "hello".into())]),
+            duration_ms: 1200,
+        },
+        DeploymentEvent::DeploymentSucceeded {},
+    ]
+}
+
+/// Two deployments of two tenants, one ended and one running, on DynamoDB (folded into its read
+/// models by the projector's handler) and in an embedded data directory: the same envelopes.
+async fn the_same_deployments_on_both(data_dir: &Path) -> [DeploymentId; 2] {
+    let config = overture_aws::config::for_endpoint(support::emulator(), REGION).await;
+    let dynamodb = aws_sdk_dynamodb::Client::new(&config);
+    create_events_table(&dynamodb, EVENTS).await.expect("table");
+    create_read_model_tables(&dynamodb, DEPLOYMENTS, TENANTS)
+        .await
+        .expect("tables");
+    let log = DynamoDeployments::new(dynamodb.clone(), EVENTS, Arc::new(SystemClock));
+    let views = DynamoReadModels::new(dynamodb, DEPLOYMENTS, TENANTS);
+    let embedded = EventLog::new(
+        Database::open(data_dir.join("overture.db"))
+            .await
+            .expect("database"),
+    );
+
+    let mut ids = Vec::new();
+    for (tenant, events) in [
+        ("acme", succeeded("acme")),
+        ("globex", vec![requested("globex")]),
+    ] {
+        let id = DeploymentId::from_uuid(uuid::Uuid::now_v7());
+        let cause = Cause::new("ada", id, id.uuid());
+        log.append(id, tenant, None, events, &cause)
+            .await
+            .expect("appended");
+        let envelopes = log.read_stream(id, 0).await.expect("read");
+        overture_projector::project_stream(id, &envelopes, &log, &views)
+            .await
+            .expect("projected");
+        let copies = envelopes
+            .into_iter()
+            .map(|e| NewEvent {
+                id: e.id,
+                event_type: e.event_type,
+                data: e.data,
+                metadata: e.metadata,
+            })
+            .collect();
+        embedded
+            .append(&id.stream(), ExpectedRevision::NoStream, copies)
+            .await
+            .expect("copied");
+        ids.push(id);
+    }
+    [ids[0], ids[1]]
+}
+
+fn overture(args: &[&str], env: &[(&str, &str)], data_dir: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_overture"))
+        .args(args)
+        .env_remove("OVERTURE_BACKEND")
+        .env("OVERTURE_DATA_DIR", data_dir)
+        .env("AWS_ACCESS_KEY_ID", "overture-local")
+        .env("AWS_SECRET_ACCESS_KEY", "overture-local")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .envs(env.iter().copied())
+        .output()
+        .expect("overture runs")
+}
+
+fn aws_settings() -> Vec<(&'static str, &'static str)> {
+    vec![
+        ("OVERTURE_BACKEND", "aws"),
+        ("AWS_ENDPOINT_URL", support::emulator()),
+        ("AWS_REGION", REGION),
+        ("OVERTURE_EVENTS_TABLE", EVENTS),
+        ("OVERTURE_DEPLOYMENTS_TABLE", DEPLOYMENTS),
+        ("OVERTURE_TENANTS_TABLE", TENANTS),
+    ]
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[tokio::test]
+async fn the_aws_backend_prints_what_the_embedded_engine_prints_for_the_same_events() {
+    let dir = tempfile::tempdir().expect("a data directory");
+    let [ended, running] = the_same_deployments_on_both(dir.path()).await;
+    let (ended, running) = (ended.to_string(), running.to_string());
+    let settings = aws_settings();
+
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["status", &ended, "--json"],
+        vec!["status", &running, "--json"],
+        vec!["status", &ended],
+        vec!["list", "--json"],
+        vec!["list"],
+        vec!["list", "--tenant", "acme", "--json"],
+        vec!["list", "--status", "running", "--json"],
+        vec!["tenants", "--json"],
+        vec!["tenants"],
+        vec!["events", &ended, "--json"],
+        vec!["events", &ended],
+        vec!["grants", "--json"],
+    ];
+    for args in commands {
+        let embedded = overture(&args, &[], dir.path());
+        let aws = overture(&args, &settings, dir.path());
+        assert_eq!(
+            embedded.status.code(),
+            Some(0),
+            "{args:?} embedded: {}",
+            text(&embedded.stderr)
+        );
+        assert_eq!(
+            aws.status.code(),
+            Some(0),
+            "{args:?} aws: {}",
+            text(&aws.stderr)
+        );
+        assert!(!embedded.stdout.is_empty(), "{args:?} printed nothing");
+        assert_eq!(
+            text(&aws.stdout),
+            text(&embedded.stdout),
+            "{args:?}: the backends differ"
+        );
+    }
+
+    // An unknown deployment is bad input on both.
+    let unknown = DeploymentId::from_uuid(uuid::Uuid::now_v7()).to_string();
+    for env in [&[][..], &settings[..]] {
+        let output = overture(&["status", &unknown, "--json"], env, dir.path());
+        assert_eq!(output.status.code(), Some(2), "{}", text(&output.stderr));
+        assert!(text(&output.stderr).contains(&unknown));
+    }
+}
+
+#[tokio::test]
+async fn the_aws_backend_names_a_missing_setting_and_refuses_what_it_does_not_do() {
+    let dir = tempfile::tempdir().expect("a data directory");
+    let settings = aws_settings();
+    let without: Vec<_> = settings
+        .iter()
+        .copied()
+        .filter(|(name, _)| *name != "OVERTURE_TENANTS_TABLE")
+        .collect();
+    let output = Command::new(env!("CARGO_BIN_EXE_overture"))
+        .args(["tenants"])
+        .env_remove("OVERTURE_TENANTS_TABLE")
+        .env("OVERTURE_DATA_DIR", dir.path())
+        .envs(without)
+        .output()
+        .expect("overture runs");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("OVERTURE_TENANTS_TABLE") && stderr.contains(".overture/local-aws.env"),
+        "{stderr}"
+    );
+
+    for args in [
+        &["resume"][..],
+        &["cloud", "status"][..],
+        &["replay"][..],
+        &["cancel", "0190a0a0-0000-7000-8000-000000000000"][..],
+    ] {
+        let output = overture(args, &settings, dir.path());
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        assert!(
+            text(&output.stderr).contains("only with the embedded backend"),
+            "{args:?}: {}",
+            text(&output.stderr)
+        );
+    }
+}
