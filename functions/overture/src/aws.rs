@@ -216,3 +216,45 @@ pub async fn follow(
         tokio::time::sleep(FOLLOW_POLL).await;
     }
 }
+
+/// `replay --check` on AWS: every deployment the read models hold, folded afresh from its own
+/// stream, compared with its stored view, and the tenants' summaries folded from those streams
+/// compared with the stored ones. Returns what differs, worded as the embedded check words it.
+///
+/// Without a global order, the deployments checked are the ones the deployments table lists: a
+/// stream the projector never folded at all is not seen here.
+pub async fn check(queries: &DynamoQueries) -> Result<Vec<String>, Failure> {
+    use overture_domain::projection::ReadModels;
+    use overture_kit::query::{DeploymentFilter, QueryDeployments};
+
+    let stored = queries.list(&DeploymentFilter::default()).await?;
+    let mut fresh = ReadModels::default();
+    for view in &stored {
+        for envelope in queries.events(view.id).await? {
+            fresh
+                .apply(&envelope)
+                .with_context(|| format!("folding deployment {}", view.id))?;
+        }
+    }
+    let mut differences = Vec::new();
+    for view in &stored {
+        if fresh.deployments.get(&view.id) != Some(view) {
+            differences.push(format!("deployment {}", view.id));
+        }
+    }
+    let stored_tenants = queries.tenants().await?;
+    let mut names: Vec<&String> = fresh
+        .tenants
+        .keys()
+        .chain(stored_tenants.iter().map(|t| &t.tenant))
+        .collect();
+    names.sort();
+    names.dedup();
+    for name in names {
+        let stored = stored_tenants.iter().find(|t| t.tenant == *name);
+        if fresh.tenants.get(name) != stored {
+            differences.push(format!("tenant {name}"));
+        }
+    }
+    Ok(differences)
+}

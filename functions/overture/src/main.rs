@@ -387,7 +387,6 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Destroy { .. } => Some("destroy"),
         Command::Resume { .. } => Some("resume"),
         Command::Replay { check: false } => Some("replay"),
-        Command::Replay { check: true } => Some("replay --check"),
         Command::Logs { follow: true, .. } => Some("logs --follow"),
         Command::Graph { target, .. } if !Path::new(target).exists() => Some("graph DEPLOYMENT"),
         _ => None,
@@ -555,6 +554,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             Ok(())
         }
         Command::Replay { check } => {
+            if backend == Backend::Aws {
+                let differences = aws::check(&aws::Aws::from_env().await?.queries).await?;
+                return checked(&differences);
+            }
             let engine = Engine::open(&data_dir).await?;
             if check {
                 let differences = overture_projector::check(
@@ -564,15 +567,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 )
                 .await
                 .map_err(anyhow::Error::from)?;
-                if differences.is_empty() {
-                    outln!("read models match the log");
-                    Ok(())
-                } else {
-                    Err(Failure::Unsuccessful(format!(
-                        "read models differ from the log for: {}",
-                        differences.join(", ")
-                    )))
-                }
+                checked(&differences)
             } else {
                 let folded = overture_projector::rebuild(
                     &engine.log,
@@ -864,6 +859,19 @@ fn no_such_deployment(id: DeploymentId) -> Failure {
     Failure::BadInput(format!(
         "no deployment {id} in this data directory (see `overture list`)"
     ))
+}
+
+/// How `replay --check` ends: 0 when the read models match the log, 1 naming what differs.
+fn checked(differences: &[String]) -> Result<(), Failure> {
+    if differences.is_empty() {
+        outln!("read models match the log");
+        Ok(())
+    } else {
+        Err(Failure::Unsuccessful(format!(
+            "read models differ from the log for: {}",
+            differences.join(", ")
+        )))
+    }
 }
 
 /// No such deployment, said where it was looked for.
