@@ -242,3 +242,154 @@ async fn the_aws_backend_names_a_missing_setting_and_refuses_what_it_does_not_do
         );
     }
 }
+
+/// `cargo lambda watch` serving the functions, in its own process group, ended (the group, by
+/// its id) when dropped.
+struct Watch {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        if let Ok(group) = i32::try_from(self.child.id()) {
+            // SAFETY: signals the process group this test made for the child it started.
+            unsafe { libc::kill(-group, libc::SIGTERM) };
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `cargo lambda watch` on a free port of 127.0.0.1 with `settings`, and returns once it
+/// listens.
+fn watch(settings: &[(&str, &str)]) -> Watch {
+    use std::os::unix::process::CommandExt;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let child = Command::new("cargo")
+        .args(["lambda", "watch", "--ignore-changes"])
+        .args([
+            "--invoke-address",
+            "127.0.0.1",
+            "--invoke-port",
+            &port.to_string(),
+        ])
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .env("AWS_ACCESS_KEY_ID", "overture-local")
+        .env("AWS_SECRET_ACCESS_KEY", "overture-local")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .envs(settings.iter().copied())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("cargo lambda (scripts/setup.sh installs it)");
+    let watch = Watch { child, port };
+    let started = std::time::Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(120),
+            "cargo lambda watch never listened"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    watch
+}
+
+#[tokio::test]
+async fn deploy_on_aws_submits_through_the_function_and_follows_the_log_to_the_end() {
+    use std::io::{BufRead, Read};
+
+    let config = overture_aws::config::for_endpoint(support::emulator(), REGION).await;
+    let dynamodb = aws_sdk_dynamodb::Client::new(&config);
+    create_events_table(&dynamodb, EVENTS).await.expect("table");
+    create_read_model_tables(&dynamodb, DEPLOYMENTS, TENANTS)
+        .await
+        .expect("tables");
+    let key = support::kms_key(&aws_sdk_kms::Client::new(&config)).await;
+    let mut settings = aws_settings();
+    let watch = watch(
+        &[
+            settings.clone(),
+            vec![
+                ("OVERTURE_CUSTODY_TABLE", "cli-custody"),
+                ("OVERTURE_SEALS_TABLE", "cli-seals"),
+                ("OVERTURE_PAYLOADS_BUCKET", "cli-payloads"),
+                ("OVERTURE_KMS_KEY", key),
+            ],
+        ]
+        .concat(),
+    );
+    let url = format!(
+        "http://127.0.0.1:{}/lambda-url/submit/deployments",
+        watch.port
+    );
+    settings.push(("OVERTURE_SUBMIT_URL", &url));
+    let dir = tempfile::tempdir().expect("a directory");
+    let blueprint = dir.path().join("hello.yaml");
+    std::fs::write(&blueprint, "name: hello\nsteps:\n  build: { run: noop }\n").expect("blueprint");
+
+    let mut deploy = Command::new(env!("CARGO_BIN_EXE_overture"))
+        .args([
+            "deploy",
+            &blueprint.display().to_string(),
+            "--tenant",
+            "acme",
+            "--json",
+        ])
+        .env("OVERTURE_DATA_DIR", dir.path())
+        .env("AWS_ACCESS_KEY_ID", "overture-local")
+        .env("AWS_SECRET_ACCESS_KEY", "overture-local")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .envs(settings.iter().copied())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("overture runs");
+    let mut progress = std::io::BufReader::new(deploy.stderr.take().expect("stderr"));
+    let mut shown = String::new();
+    let id: DeploymentId = loop {
+        let mut line = String::new();
+        let read = progress.read_line(&mut line).expect("stderr");
+        assert!(
+            read > 0,
+            "overture ended before naming the deployment: {shown}"
+        );
+        shown.push_str(&line);
+        if let Some(id) = line.trim().strip_prefix("deployment ") {
+            break id.parse().expect("a deployment id");
+        }
+    };
+
+    // The functions' part, played here: the step runs and the deployment ends.
+    let log = DynamoDeployments::new(dynamodb, EVENTS, Arc::new(SystemClock));
+    let rest = succeeded("acme").split_off(1);
+    log.append(
+        id,
+        "acme",
+        Some(0),
+        rest,
+        &Cause::new("runner", id, id.uuid()),
+    )
+    .await
+    .expect("appended");
+
+    let output = deploy.wait_with_output().expect("overture ends");
+    progress
+        .read_to_string(&mut shown)
+        .expect("the rest of stderr");
+    assert_eq!(output.status.code(), Some(0), "{shown}");
+    let status: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON status");
+    assert_eq!(status["id"], id.to_string());
+    assert_eq!(status["status"], "succeeded", "{status}");
+    assert_eq!(status["steps"]["build"]["status"], "succeeded", "{status}");
+    assert!(
+        shown.contains("deployment of `hello` for tenant `acme`")
+            && shown.contains("build")
+            && shown.contains("succeeded"),
+        "the progress lines: {shown}"
+    );
+}
