@@ -28,10 +28,12 @@ use serde_json::{json, Value};
 const FIRST_INVOCATION: Duration = Duration::from_secs(600);
 const EVENTS: &str = "smoke-events";
 
-/// `cargo lambda watch` in its own process group, ended (the group, by its id) when dropped.
+/// `cargo lambda watch` in its own process group, ended (the group, by its id) when dropped;
+/// what it and the functions print is kept in `output` (removed when dropped).
 struct Watch {
     child: Child,
     port: u16,
+    output: std::path::PathBuf,
 }
 
 impl Drop for Watch {
@@ -41,6 +43,7 @@ impl Drop for Watch {
             unsafe { libc::kill(-group, libc::SIGTERM) };
         }
         let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.output);
     }
 }
 
@@ -51,6 +54,8 @@ fn watch(settings: &[(&str, &str)]) -> Watch {
         .and_then(|l| l.local_addr())
         .expect("a free port")
         .port();
+    let output = std::env::temp_dir().join(format!("overture-lambda-watch-{port}.log"));
+    let printed = std::fs::File::create(&output).expect("the watch's output file");
     let mut command = Command::new("cargo");
     command
         .args(["lambda", "watch", "--ignore-changes"])
@@ -70,13 +75,17 @@ fn watch(settings: &[(&str, &str)]) -> Watch {
         ])
         .envs(settings.iter().copied())
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stdout(printed.try_clone().expect("the output file"))
+        .stderr(printed)
         .process_group(0);
     let child = command
         .spawn()
         .expect("cargo lambda (scripts/setup.sh installs it)");
-    Watch { child, port }
+    Watch {
+        child,
+        port,
+        output,
+    }
 }
 
 /// Invokes `function` with `event` and returns its answer, which must be a success.
@@ -325,6 +334,8 @@ async fn the_submit_lambda_records_a_posted_deployment_and_refuses_a_broken_one(
         ("OVERTURE_SEALS_TABLE", "smoke-seals"),
         ("OVERTURE_PAYLOADS_BUCKET", "smoke-payloads"),
         ("OVERTURE_KMS_KEY", key),
+        // The function's own logging at its most talkative, to show the secret is never in it.
+        ("OVERTURE_LOG", "debug"),
     ]);
     let blueprint = "name: hello\nsecrets: [api_token]\nsteps:\n  compose: { run: script, with: { command: 'echo hello' } }\n  publish:\n    run: script\n    needs: [compose]\n    with: { command: 'echo {{ secrets.api_token }}' }\n";
     let (status, answer) = post_to_submit(
@@ -380,5 +391,10 @@ async fn the_submit_lambda_records_a_posted_deployment_and_refuses_a_broken_one(
             .as_str()
             .is_some_and(|m| m.starts_with("hello/blueprint.yaml: steps.publish.needs: ")),
         "{answer}"
+    );
+    let printed = std::fs::read(&watch.output).expect("the function's output");
+    assert!(
+        !printed.is_empty() && !printed.windows(SECRET.len()).any(|w| w == SECRET),
+        "the secret's bytes are in the function's log"
     );
 }
