@@ -107,6 +107,7 @@ pub struct Request<'a> {
 /// Posts the request to the submit function (`OVERTURE_SUBMIT_URL`); the deployment's id.
 pub async fn submit(request: Request<'_>) -> Result<DeploymentId, Failure> {
     let url = setting("OVERTURE_SUBMIT_URL")?;
+    check_submit_url(&url)?;
     let secrets: BTreeMap<&str, &str> = request
         .secrets
         .iter()
@@ -146,6 +147,28 @@ pub async fn submit(request: Request<'_>) -> Result<DeploymentId, Failure> {
         400 => Err(Failure::BadInput(problems(&answer).unwrap_or(message))),
         _ => Err(Failure::Engine(anyhow::anyhow!(
             "the submit function answered {status}: {message}"
+        ))),
+    }
+}
+
+/// The request carries secret values and the token: only HTTPS takes them off this machine.
+fn check_submit_url(url: &str) -> Result<(), Failure> {
+    let parsed = reqwest::Url::parse(url)
+        .map_err(|e| Failure::BadInput(format!("OVERTURE_SUBMIT_URL `{url}` is not a URL: {e}")))?;
+    let loopback = match parsed.host_str() {
+        Some("localhost") => true,
+        Some(host) => host
+            .trim_matches(['[', ']'])
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback()),
+        None => false,
+    };
+    match parsed.scheme() {
+        "https" => Ok(()),
+        "http" if loopback => Ok(()),
+        _ => Err(Failure::BadInput(format!(
+            "OVERTURE_SUBMIT_URL `{url}`: the request carries secret values and the cloud \
+             token, so it must be https (plain http only to this machine's loopback address)"
         ))),
     }
 }
@@ -257,4 +280,29 @@ pub async fn check(queries: &DynamoQueries) -> Result<Vec<String>, Failure> {
         }
     }
     Ok(differences)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_submit_url;
+
+    #[test]
+    fn secrets_leave_this_machine_only_over_https() {
+        for url in [
+            "https://abc.lambda-url.eu-west-1.on.aws/",
+            "http://127.0.0.1:9000/lambda-url/submit/",
+            "http://localhost:9000/lambda-url/submit/",
+            "http://[::1]:9000/lambda-url/submit/",
+        ] {
+            assert!(check_submit_url(url).is_ok(), "{url}");
+        }
+        for url in [
+            "http://10.0.0.5/submit",
+            "http://example.com/",
+            "ftp://127.0.0.1/",
+            "nonsense",
+        ] {
+            assert!(check_submit_url(url).is_err(), "{url}");
+        }
+    }
 }
