@@ -953,8 +953,11 @@ async fn show_log(
             out!("{}", String::from_utf8_lossy(&bytes));
             Ok(())
         }
-        None => Err(Failure::BadInput(format!(
-            "step `{step}` has no output for that run"
-        ))),
+        None => Err(Failure::BadInput(match log {
+            AttemptLog::Destroy => format!("step `{step}` has not been destroyed yet"),
+            AttemptLog::Attempt(attempt) => {
+                format!("step `{step}` has no output for attempt {attempt}")
+            }
+        })),
     }
 }
