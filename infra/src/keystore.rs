@@ -371,13 +371,19 @@ impl overture_submit::SealSecrets for LocalKeyStore {
     ) -> Result<String, overture_submit::SealError> {
         let seal = self
             .seal_values(deployment, tenant, secrets, token)
-            .map_err(|e| overture_submit::SealError(e.to_string()))?;
+            .map_err(|e| overture_submit::SealError::Failed(Box::new(e)))?;
         // Whoever runs the deployment from here on needs the token to.
         if let Some(token) = token {
             self.custody
                 .keep(deployment, tenant, token)
                 .await
-                .map_err(|e| overture_submit::SealError(e.to_string()))?;
+                .map_err(|e| {
+                    if e.is_retryable() {
+                        overture_submit::SealError::Unavailable(Box::new(e))
+                    } else {
+                        overture_submit::SealError::Failed(Box::new(e))
+                    }
+                })?;
         }
         Ok(seal)
     }

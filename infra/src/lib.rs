@@ -8,6 +8,8 @@
 //! - [`logs`]: every attempt's output, as files in the data directory.
 //! - [`payloads`]: large non-secret bytes (a blueprint's files) by content hash, as files in
 //!   the data directory.
+//! - [`query`]: the query port ([`overture_kit::query::QueryDeployments`]) on the read models,
+//!   the log and the attempt logs of a data directory.
 //! - [`session`]: the users' cloud tokens, in memory while their deployments run.
 //!
 //! The adapters a function deployed on its own also needs have crates of their own, so that a
@@ -18,14 +20,6 @@
 pub mod keystore;
 pub mod logs;
 pub mod payloads;
+pub mod query;
 pub mod session;
 pub mod sqlite;
-
-/// The cloud client, from its own crate (the embedded wiring names it here).
-pub use overture_openstack as openstack;
-/// The sandbox, from its own crate (the embedded wiring names it here).
-pub use overture_sandbox as sandbox;
-/// The system clock, from the kit (the embedded wiring names it here).
-pub mod clock {
-    pub use overture_kit::SystemClock;
-}

@@ -9,6 +9,9 @@
 //! - [`execute`]: load, decide with the aggregate, append; on a conflicting writer, load again
 //!   and decide again. It keeps "the command was refused" (`Ok(Err(_))`) apart from "the
 //!   outcome could not be recorded" (`Err(_)`).
+//! - [`query`]: the query port ([`query::QueryDeployments`]): views, lists, tenants, the audit
+//!   trail and attempts' output, read the same on every backend; `query_contract` (feature
+//!   `query-contract`) the answers every query adapter must give.
 //! - [`queue`]: the job queue's port ([`queue::SendJobs`], [`queue::ReceiveJobs`]) and its
 //!   contract: at least once, unordered, not before due, delays bounded.
 //! - `queue_contract` (feature `queue-contract`): the tests every queue adapter must pass, so
@@ -35,6 +38,9 @@ pub mod memory;
 pub mod payload;
 #[cfg(feature = "payload-contract")]
 pub mod payload_contract;
+pub mod query;
+#[cfg(feature = "query-contract")]
+pub mod query_contract;
 pub mod queue;
 #[cfg(feature = "queue-contract")]
 pub mod queue_contract;

@@ -127,7 +127,13 @@ pub async fn cancel(
     }
 
     engine.project().await?;
-    crate::print_status(&engine, &id.to_string(), json).await?;
+    crate::print_status(
+        &engine.queries(),
+        crate::Backend::Embedded,
+        &id.to_string(),
+        json,
+    )
+    .await?;
     Ok(())
 }
 
@@ -143,7 +149,9 @@ async fn record(
         Err(DeploymentError::NotRequested) => Err(no_such_deployment(id)),
         Err(DeploymentError::AlreadyFinished) => {
             engine.project().await?;
-            let status = find_view(engine, &id.to_string()).await?.status;
+            let status = find_view(&engine.queries(), crate::Backend::Embedded, &id.to_string())
+                .await?
+                .status;
             Err(Failure::BadInput(format!(
                 "deployment {id} has already ended ({}); there is nothing to cancel",
                 status.as_str()

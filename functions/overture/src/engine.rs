@@ -98,6 +98,15 @@ pub struct Engine {
 }
 
 impl Engine {
+    /// The query port on this data directory, as fresh as the last fold ([`Engine::project`]).
+    pub fn queries(&self) -> overture_infra::query::EmbeddedQueries {
+        overture_infra::query::EmbeddedQueries::new(
+            self.read_models.clone(),
+            self.log.clone(),
+            self.logs.clone(),
+        )
+    }
+
     /// Opens (creating if needed) the data directory and its database.
     pub async fn open(data_dir: &Path) -> Result<Arc<Self>, EngineError> {
         let dir_error = |reason: String| EngineError::DataDir {

@@ -13,6 +13,11 @@
 //! - [`token`]: the user's cloud token, read and checked.
 //! - [`provision`]: `overture provision`, which a `servers` step runs inside its sandbox.
 //! - [`cloud`]: `overture cloud`, the local cloud for development and tests.
+//! - [`aws`]: `--backend aws`, the same commands on the serverless form (DynamoDB, the submit
+//!   function).
+//!
+//! The reading commands (`status`, `list`, `tenants`, `events`, `grants`) go through the query
+//! port ([`QueryDeployments`]), so one code path prints for both backends.
 
 /// `print!` for the program's results on stdout; see [`write_out`].
 macro_rules! out {
@@ -28,6 +33,7 @@ macro_rules! outln {
     };
 }
 
+mod aws;
 mod bundle;
 mod cancel;
 mod cloud;
@@ -52,7 +58,7 @@ use overture_domain::projection::DeploymentStatus;
 use overture_domain::secret::{SecretString, SecretValues};
 use overture_domain::text::escaped;
 use overture_events::DeploymentId;
-use overture_infra::sqlite::ListFilter;
+use overture_kit::query::{AttemptLog, DeploymentFilter, QueryDeployments, QueryError};
 use overture_orchestrator::Since;
 use overture_submit::{Submission, SubmitError};
 
@@ -72,8 +78,28 @@ struct Cli {
         default_value = ".overture"
     )]
     data_dir: PathBuf,
+    /// Where deployments run and are recorded: this machine (`embedded`), or the serverless
+    /// form on AWS or its local emulator (`aws`, configured by the environment that
+    /// `make local-aws` writes to .overture/local-aws.env).
+    #[arg(
+        long,
+        global = true,
+        env = "OVERTURE_BACKEND",
+        value_enum,
+        default_value = "embedded"
+    )]
+    backend: Backend,
     #[command(subcommand)]
     command: Command,
+}
+
+/// Where deployments run and are recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Backend {
+    /// One process on this machine, on the data directory.
+    Embedded,
+    /// The serverless form: Lambda functions on DynamoDB, SQS and KMS.
+    Aws,
 }
 
 #[derive(Subcommand)]
@@ -251,6 +277,15 @@ enum Failure {
     Engine(#[from] anyhow::Error),
 }
 
+impl From<QueryError> for Failure {
+    fn from(error: QueryError) -> Self {
+        match error {
+            QueryError::NotAvailable(message) => Failure::BadInput(message.into()),
+            other => Failure::Engine(other.into()),
+        }
+    }
+}
+
 impl From<engine::EngineError> for Failure {
     fn from(error: engine::EngineError) -> Self {
         Failure::Engine(error.into())
@@ -319,8 +354,46 @@ fn main() -> ExitCode {
     }
 }
 
+/// The query port of the backend chosen; embedded, the read models first fold what is new on
+/// the log.
+async fn queries(backend: Backend, data_dir: &Path) -> Result<Box<dyn QueryDeployments>, Failure> {
+    match backend {
+        Backend::Embedded => {
+            let engine = Engine::open(data_dir).await?;
+            engine.project().await?;
+            Ok(Box::new(engine.queries()))
+        }
+        Backend::Aws => Ok(Box::new(aws::Aws::from_env().await?.queries)),
+    }
+}
+
+/// Refuses a command the aws backend does not carry out.
+fn embedded_only(backend: Backend, command: &str) -> Result<(), Failure> {
+    if backend == Backend::Aws {
+        return Err(Failure::BadInput(format!(
+            "`overture {command}` works only with the embedded backend; leave out --backend aws \
+             (and unset OVERTURE_BACKEND)"
+        )));
+    }
+    Ok(())
+}
+
 async fn run(cli: Cli) -> Result<(), Failure> {
     let data_dir = cli.data_dir;
+    let backend = cli.backend;
+    let refused = match &cli.command {
+        Command::Cloud(_) => Some("cloud"),
+        Command::Cancel { .. } => Some("cancel"),
+        Command::Destroy { .. } => Some("destroy"),
+        Command::Resume { .. } => Some("resume"),
+        Command::Replay { check: false } => Some("replay"),
+        Command::Logs { follow: true, .. } => Some("logs --follow"),
+        Command::Graph { target, .. } if !Path::new(target).exists() => Some("graph DEPLOYMENT"),
+        _ => None,
+    };
+    if let Some(command) = refused {
+        embedded_only(backend, command)?;
+    }
     match cli.command {
         Command::Cloud(command) => cloud::run(command).await,
         Command::Deploy {
@@ -333,6 +406,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             json,
         } => {
             deploy(
+                backend,
                 &data_dir,
                 &file,
                 tenant,
@@ -345,16 +419,13 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             .await
         }
         Command::Grants { open, tenant, json } => {
-            let engine = Engine::open(&data_dir).await?;
-            engine.project().await?;
-            let views = engine
-                .read_models
-                .list(ListFilter {
+            let queries = queries(backend, &data_dir).await?;
+            let views = queries
+                .list(&DeploymentFilter {
                     tenant,
                     status: None,
                 })
-                .await
-                .map_err(anyhow::Error::from)?;
+                .await?;
             let grants = render::grant_rows(&views, open);
             if json {
                 outln!("{}", render::grants_json(&grants));
@@ -364,9 +435,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             Ok(())
         }
         Command::Status { id, json } => {
-            let engine = Engine::open(&data_dir).await?;
-            engine.project().await?;
-            print_status(&engine, &id, json).await?;
+            let queries = queries(backend, &data_dir).await?;
+            print_status(queries.as_ref(), backend, &id, json).await?;
             Ok(())
         }
         Command::List {
@@ -374,23 +444,14 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             status,
             json,
         } => {
-            let engine = Engine::open(&data_dir).await?;
-            engine.project().await?;
+            let queries = queries(backend, &data_dir).await?;
             let status = status.map(|s| match s {
                 StatusFilter::Running => DeploymentStatus::Running,
                 StatusFilter::Succeeded => DeploymentStatus::Succeeded,
                 StatusFilter::Failed => DeploymentStatus::Failed,
                 StatusFilter::Cancelled => DeploymentStatus::Cancelled,
             });
-            let filter = ListFilter {
-                tenant,
-                status: status.map(|s| s.as_str().to_owned()),
-            };
-            let views = engine
-                .read_models
-                .list(filter)
-                .await
-                .map_err(anyhow::Error::from)?;
+            let views = queries.list(&DeploymentFilter { tenant, status }).await?;
             if json {
                 outln!("{}", render::list_json(&views));
             } else {
@@ -399,13 +460,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             Ok(())
         }
         Command::Tenants { json } => {
-            let engine = Engine::open(&data_dir).await?;
-            engine.project().await?;
-            let tenants = engine
-                .read_models
-                .tenants()
-                .await
-                .map_err(anyhow::Error::from)?;
+            let tenants = queries(backend, &data_dir).await?.tenants().await?;
             if json {
                 outln!("{}", render::json(&tenants));
             } else {
@@ -414,15 +469,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             Ok(())
         }
         Command::Events { id, json } => {
-            let engine = Engine::open(&data_dir).await?;
             let id = parse_id(&id)?;
-            let envelopes = engine
-                .log
-                .read_stream(&id.stream(), 0)
-                .await
-                .context("reading the log")?;
+            let envelopes = queries(backend, &data_dir).await?.events(id).await?;
             if envelopes.is_empty() {
-                return Err(no_such_deployment(id));
+                return Err(missing(backend, id));
             }
             for envelope in &envelopes {
                 if json {
@@ -440,6 +490,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             destroy,
             follow,
         } => {
+            if backend == Backend::Aws {
+                let queries = queries(backend, &data_dir).await?;
+                return show_log(queries.as_ref(), backend, &id, &step, attempt, destroy).await;
+            }
             let which = match (destroy, attempt) {
                 (true, _) => logs::Which::Destroy,
                 (false, Some(attempt)) => logs::Which::Attempt(attempt),
@@ -500,6 +554,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             Ok(())
         }
         Command::Replay { check } => {
+            if backend == Backend::Aws {
+                let differences = aws::check(&aws::Aws::from_env().await?.queries).await?;
+                return checked(&differences);
+            }
             let engine = Engine::open(&data_dir).await?;
             if check {
                 let differences = overture_projector::check(
@@ -509,15 +567,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 )
                 .await
                 .map_err(anyhow::Error::from)?;
-                if differences.is_empty() {
-                    outln!("read models match the log");
-                    Ok(())
-                } else {
-                    Err(Failure::Unsuccessful(format!(
-                        "read models differ from the log for: {}",
-                        differences.join(", ")
-                    )))
-                }
+                checked(&differences)
             } else {
                 let folded = overture_projector::rebuild(
                     &engine.log,
@@ -563,8 +613,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 )
                 .await?;
             let mut unsuccessful = 0;
+            engine.project().await?;
+            let queries = engine.queries();
             for id in unfinished {
-                let view = find_view(&engine, &id.to_string()).await?;
+                let view = find_view(&queries, backend, &id.to_string()).await?;
                 outln!("{id} {}", view.status.as_str());
                 unsuccessful += usize::from(view.status != DeploymentStatus::Succeeded);
             }
@@ -613,6 +665,7 @@ async fn hand_over_tokens(
 
 #[allow(clippy::too_many_arguments)]
 async fn deploy(
+    backend: Backend,
     data_dir: &Path,
     file: &Path,
     tenant: Option<String>,
@@ -626,6 +679,33 @@ async fn deploy(
     let files = parsed.snapshot.files.clone();
     let params = parse_pairs(params, "--param", "NAME=VALUE")?;
     let secret_values = read_secrets(secrets)?;
+    if backend == Backend::Aws {
+        let aws = aws::Aws::from_env().await?;
+        let mut given = token.given()?;
+        if given.len() > 1 {
+            return Err(Failure::BadInput(
+                "--token-file: a deployment acts with one token; give it once".into(),
+            ));
+        }
+        let id = aws::submit(aws::Request {
+            file,
+            text,
+            files,
+            tenant,
+            requested_by: cancel::local_user(),
+            params,
+            secrets: secret_values,
+            token: given.pop(),
+        })
+        .await?;
+        eprintln!("deployment {id}");
+        let view = aws::follow(&aws.log, id, &mut Progress::new()).await?;
+        print_view(&view, json);
+        return match view.status {
+            DeploymentStatus::Succeeded => Ok(()),
+            _ => Err(Failure::Unsuccessful(String::new())),
+        };
+    }
     let mut tokens = token.check().await?;
     if tokens.len() > 1 {
         return Err(Failure::BadInput(
@@ -685,7 +765,9 @@ async fn deploy(
     let mut progress = Progress::new();
     let drive = engine.drive(Some(id), parallelism, &mut progress, start);
     cancel::drive_cancelling_on_signal(&engine, id, &requested_by, drive).await?;
-    let view = print_status(&engine, &id.to_string(), json).await?;
+    engine.project().await?;
+    let queries = engine.queries();
+    let view = print_status(&queries, backend, &id.to_string(), json).await?;
     match view.status {
         DeploymentStatus::Succeeded => Ok(()),
         _ => Err(Failure::Unsuccessful(String::new())),
@@ -779,30 +861,103 @@ fn no_such_deployment(id: DeploymentId) -> Failure {
     ))
 }
 
+/// How `replay --check` ends: 0 when the read models match the log, 1 naming what differs.
+fn checked(differences: &[String]) -> Result<(), Failure> {
+    if differences.is_empty() {
+        outln!("read models match the log");
+        Ok(())
+    } else {
+        Err(Failure::Unsuccessful(format!(
+            "read models differ from the log for: {}",
+            differences.join(", ")
+        )))
+    }
+}
+
+/// No such deployment, said where it was looked for.
+fn missing(backend: Backend, id: DeploymentId) -> Failure {
+    match backend {
+        Backend::Embedded => no_such_deployment(id),
+        Backend::Aws => Failure::BadInput(format!(
+            "no deployment {id} on the aws backend (see `overture --backend aws list`)"
+        )),
+    }
+}
+
 /// Prints a deployment's status (`--json`: the status object) and returns it.
 async fn print_status(
-    engine: &Engine,
+    queries: &dyn QueryDeployments,
+    backend: Backend,
     id: &str,
     json: bool,
 ) -> Result<overture_domain::projection::DeploymentView, Failure> {
-    let view = find_view(engine, id).await?;
-    if json {
-        outln!("{}", render::status_json(&view));
-    } else {
-        out!("{}", render::status(&view));
-    }
+    let view = find_view(queries, backend, id).await?;
+    print_view(&view, json);
     Ok(view)
 }
 
+/// Prints a deployment's view (`--json`: the status object).
+fn print_view(view: &overture_domain::projection::DeploymentView, json: bool) {
+    if json {
+        outln!("{}", render::status_json(view));
+    } else {
+        out!("{}", render::status(view));
+    }
+}
+
 async fn find_view(
-    engine: &Engine,
+    queries: &dyn QueryDeployments,
+    backend: Backend,
     id: &str,
 ) -> Result<overture_domain::projection::DeploymentView, Failure> {
     let id = parse_id(id)?;
-    engine
-        .read_models
+    queries
         .deployment(id)
-        .await
-        .map_err(anyhow::Error::from)?
-        .ok_or_else(|| no_such_deployment(id))
+        .await?
+        .ok_or_else(|| missing(backend, id))
+}
+
+/// Prints a step's log through the query port (the aws backend's `logs`): the attempt given,
+/// or the step's last.
+async fn show_log(
+    queries: &dyn QueryDeployments,
+    backend: Backend,
+    id: &str,
+    step: &str,
+    attempt: Option<u32>,
+    destroy: bool,
+) -> Result<(), Failure> {
+    let view = find_view(queries, backend, id).await?;
+    let Some(step_view) = view.steps.get(step) else {
+        let steps: Vec<&str> = view.steps.keys().map(String::as_str).collect();
+        return Err(Failure::BadInput(format!(
+            "deployment {} has no step `{step}`; its steps are: {}",
+            view.id,
+            steps.join(", ")
+        )));
+    };
+    let log = match (
+        destroy,
+        attempt.or((step_view.attempts > 0).then_some(step_view.attempts)),
+    ) {
+        (true, _) => AttemptLog::Destroy,
+        (false, Some(attempt)) => AttemptLog::Attempt(attempt),
+        (false, None) => {
+            return Err(Failure::BadInput(format!(
+                "step `{step}` has no output yet: no attempt has run"
+            )))
+        }
+    };
+    match queries.attempt_log(view.id, step, log).await? {
+        Some(bytes) => {
+            out!("{}", String::from_utf8_lossy(&bytes));
+            Ok(())
+        }
+        None => Err(Failure::BadInput(match log {
+            AttemptLog::Destroy => format!("step `{step}` has not been destroyed yet"),
+            AttemptLog::Attempt(attempt) => {
+                format!("step `{step}` has no output for attempt {attempt}")
+            }
+        })),
+    }
 }

@@ -54,7 +54,13 @@ pub async fn destroy(
         .map_err(|refused| refusal(id, refused))?;
 
     engine.project().await?;
-    crate::print_status(&engine, &id.to_string(), json).await?;
+    crate::print_status(
+        &engine.queries(),
+        crate::Backend::Embedded,
+        &id.to_string(),
+        json,
+    )
+    .await?;
     match outcome {
         DestroyOutcome::Destroyed => Ok(()),
         DestroyOutcome::Failed { step } => Err(Failure::Unsuccessful(format!(

@@ -11,6 +11,12 @@
 //! records each one's size and hash only, so it fits one DynamoDB item (400 KB) however large
 //! the files (up to 1 MiB). A refused or failed request may leave payloads behind: they are
 //! named by their content, so they harm nothing and a later request reuses them.
+//!
+//! [`http`]: the same function behind an HTTPS endpoint (a Lambda function URL): a JSON request
+//! in, the deployment's id or the problems out; a token sent with it is checked with the cloud
+//! through [`CheckToken`].
+
+pub mod http;
 
 use std::collections::BTreeMap;
 
@@ -75,10 +81,55 @@ pub trait SealSecrets: Send + Sync {
     ) -> Result<String, SealError>;
 }
 
-/// Sealing failed.
+/// Sealing failed; nothing sealed is left to use.
 #[derive(Debug, thiserror::Error)]
-#[error("could not seal the deployment's secrets: {0}")]
-pub struct SealError(pub String);
+pub enum SealError {
+    /// The key service or the store could not be reached, or failed on its side: asking again
+    /// later may help.
+    #[error("could not seal the deployment's secrets, for now: {0}")]
+    Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// Sealing was refused or cannot work (no such key, access denied): asking again will not
+    /// help.
+    #[error("could not seal the deployment's secrets: {0}")]
+    Failed(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl SealError {
+    /// Whether trying the same call again later may succeed.
+    pub const fn is_retryable(&self) -> bool {
+        matches!(self, SealError::Unavailable(_))
+    }
+}
+
+/// Says whom a user's cloud token was issued to, by asking the cloud's identity service, so that
+/// the cloud account of a request that comes with a token is never taken from the client.
+#[async_trait]
+pub trait CheckToken: Send + Sync {
+    /// The account the token acts for, as the cloud says.
+    async fn account(&self, token: &SecretString) -> Result<CloudAccount, TokenError>;
+}
+
+/// A token could not be checked, or the cloud refused it. No variant holds the token.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    /// The cloud does not know the token: expired, revoked or never issued.
+    #[error("the cloud refused the token (it is expired, revoked or unknown); get a new one and try again")]
+    Refused,
+    /// The identity service could not be reached or failed on its side: asking again later may
+    /// help.
+    #[error("could not check the token with the cloud, for now: {0}")]
+    Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The check failed for another reason: asking again will not help.
+    #[error("could not check the token with the cloud: {0}")]
+    Failed(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl TokenError {
+    /// Whether trying the same call again later may succeed.
+    pub const fn is_retryable(&self) -> bool {
+        matches!(self, TokenError::Unavailable(_))
+    }
+}
 
 /// The ports [`submit`] uses.
 pub struct SubmitPorts<'a> {

@@ -24,7 +24,9 @@ impl SealSecrets for NoSeal {
         _: &SecretValues,
         _: Option<&SecretString>,
     ) -> Result<String, SealError> {
-        Err(SealError("this blueprint has nothing to seal".into()))
+        Err(SealError::Failed(
+            "this blueprint has nothing to seal".into(),
+        ))
     }
 }
 

@@ -21,6 +21,8 @@
 //!   ([`read_models::DynamoReadModels`]), written by the projector conditional on each view's
 //!   revision, keeping the same contract as the SQLite read models
 //!   (`overture_projector::contract`).
+//! - [`query`]: the query port ([`overture_kit::query::QueryDeployments`]) on the read-model
+//!   and events tables ([`query::DynamoQueries`]); attempts' output not yet.
 //! - [`stack`]: the CloudFormation stack (`infra/aws/template.yaml`) made in the local emulator
 //!   ([`stack::deploy_local`]), as the tests and the local set-up use it.
 //! - `emulator` (feature `emulator`): the local AWS emulator as a child process, and the
@@ -33,6 +35,7 @@ pub mod dynamodb;
 pub mod emulator;
 pub mod kept;
 pub mod logs;
+pub mod query;
 pub mod read_models;
 pub mod s3;
 pub mod seals;

@@ -7,7 +7,8 @@
 //!   `status --json` object as JSON text.
 //! - **The tenants table** (partition key `tenant`): one item per tenant with the counters
 //!   `running`, `succeeded`, `failed`, `cancelled`, `total` and `last_deployment_at` (RFC 3339 in
-//!   UTC with microseconds, so text order is time order).
+//!   UTC with nanoseconds, fixed width, so text order is time order, and the time reads back
+//!   exactly as recorded, as from the SQLite read models).
 //! - **A save** is one `TransactWriteItems`: the view's `Put`, conditional on the revision it
 //!   was loaded at (`attribute_not_exists(id)` for a new one), and the tenant's `Update`, which
 //!   `ADD`s the counters' changes, so projectors of different deployments of one tenant never
@@ -66,7 +67,7 @@ enum Saved {
 }
 
 fn timestamp(at: Timestamp) -> String {
-    at.to_rfc3339_opts(SecondsFormat::Micros, true)
+    at.to_rfc3339_opts(SecondsFormat::Nanos, true)
 }
 
 fn unavailable(error: DynamoError) -> ViewError {

@@ -358,7 +358,13 @@ impl overture_submit::SealSecrets for KmsSeals {
     ) -> Result<String, overture_submit::SealError> {
         self.seal_secrets(deployment, tenant, secrets, token)
             .await
-            .map_err(|e| overture_submit::SealError(e.to_string()))
+            .map_err(|e| {
+                if e.is_retryable() {
+                    overture_submit::SealError::Unavailable(Box::new(e))
+                } else {
+                    overture_submit::SealError::Failed(Box::new(e))
+                }
+            })
     }
 }
 

@@ -2,7 +2,8 @@
 //! API, locally) and sent one real event of their trigger, against the local AWS emulator: the
 //! orchestrator and the projector, each sent a DynamoDB stream record of a requested deployment;
 //! the runner, sent the SQS message of a step's first attempt as it was received from the queue;
-//! the timer, sent a timer at a passed grace deadline; the dead letters, sent a dead-lettered job.
+//! the timer, sent a timer at a passed grace deadline; the dead letters, sent a dead-lettered job;
+//! and the submit function, sent HTTP requests through its function URL.
 
 mod support;
 
@@ -36,10 +37,12 @@ const FIRST_INVOCATION: Duration = Duration::from_secs(600);
 const EVENTS: &str = "smoke-events";
 const PAYLOADS: &str = "smoke-payloads";
 
-/// `cargo lambda watch` in its own process group, ended (the group, by its id) when dropped.
+/// `cargo lambda watch` in its own process group, ended (the group, by its id) when dropped;
+/// what it and the functions print is kept in `output` (removed when dropped).
 struct Watch {
     child: Child,
     port: u16,
+    output: std::path::PathBuf,
 }
 
 impl Drop for Watch {
@@ -49,6 +52,7 @@ impl Drop for Watch {
             unsafe { libc::kill(-group, libc::SIGTERM) };
         }
         let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.output);
     }
 }
 
@@ -59,6 +63,8 @@ fn watch(settings: &[(&str, &str)]) -> Watch {
         .and_then(|l| l.local_addr())
         .expect("a free port")
         .port();
+    let output = std::env::temp_dir().join(format!("overture-lambda-watch-{port}.log"));
+    let printed = std::fs::File::create(&output).expect("the watch's output file");
     let mut command = Command::new("cargo");
     command
         .args(["lambda", "watch", "--ignore-changes"])
@@ -78,13 +84,17 @@ fn watch(settings: &[(&str, &str)]) -> Watch {
         ])
         .envs(settings.iter().copied())
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stdout(printed.try_clone().expect("the output file"))
+        .stderr(printed)
         .process_group(0);
     let child = command
         .spawn()
         .expect("cargo lambda (scripts/setup.sh installs it)");
-    Watch { child, port }
+    Watch {
+        child,
+        port,
+        output,
+    }
 }
 
 /// Invokes `function` with `event` and returns its answer, which must be a success.
@@ -653,4 +663,126 @@ async fn the_runner_lambda_runs_a_steps_attempt_from_its_job_message() {
         .expect("the attempt's log");
     assert_eq!(String::from_utf8_lossy(&output), "hello\n");
     let _ = std::fs::remove_dir_all(work_dir);
+}
+
+/// POSTs `body` to the submit function's URL, as `cargo lambda watch` serves it; the status and
+/// the JSON answer.
+async fn post_to_submit(watch: &Watch, body: &Value) -> (u16, Value) {
+    let url = format!(
+        "http://127.0.0.1:{}/lambda-url/submit/deployments",
+        watch.port
+    );
+    let client = reqwest::Client::new();
+    let started = Instant::now();
+    let answer = loop {
+        match client
+            .post(&url)
+            .json(body)
+            .timeout(FIRST_INVOCATION)
+            .send()
+            .await
+        {
+            Ok(answer) => break answer,
+            // cargo lambda is still starting to listen.
+            Err(error) if error.is_connect() && started.elapsed() < FIRST_INVOCATION => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(error) => panic!("posting to submit failed: {error}"),
+        }
+    };
+    let status = answer.status().as_u16();
+    let text = answer.text().await.expect("an answer");
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or_else(|_| panic!("JSON: {status} {text}")),
+    )
+}
+
+#[tokio::test]
+async fn the_submit_lambda_records_a_posted_deployment_and_refuses_a_broken_one() {
+    const SECRET: &[u8] = b"smoke-secret-value-0042";
+    let config = overture_aws::config::for_endpoint(support::emulator(), "eu-west-1").await;
+    let dynamodb = aws_sdk_dynamodb::Client::new(&config);
+    let kms = aws_sdk_kms::Client::new(&config);
+    let log = events_log(&dynamodb).await;
+    create_custody_table(&dynamodb, "smoke-custody")
+        .await
+        .expect("table");
+    create_seals_table(&dynamodb, "smoke-seals")
+        .await
+        .expect("table");
+    create_payloads_bucket(&overture_aws::s3::client(&config), "smoke-payloads")
+        .await
+        .expect("bucket");
+    let key = support::kms_key(&kms).await;
+
+    let watch = watch(&[
+        ("OVERTURE_EVENTS_TABLE", EVENTS),
+        ("OVERTURE_CUSTODY_TABLE", "smoke-custody"),
+        ("OVERTURE_SEALS_TABLE", "smoke-seals"),
+        ("OVERTURE_PAYLOADS_BUCKET", "smoke-payloads"),
+        ("OVERTURE_KMS_KEY", key),
+        // The function's own logging at its most talkative, to show the secret is never in it.
+        ("OVERTURE_LOG", "debug"),
+    ]);
+    let blueprint = "name: hello\nsecrets: [api_token]\nsteps:\n  compose: { run: script, with: { command: 'echo hello' } }\n  publish:\n    run: script\n    needs: [compose]\n    with: { command: 'echo {{ secrets.api_token }}' }\n";
+    let (status, answer) = post_to_submit(
+        &watch,
+        &json!({
+            "source": "hello/blueprint.yaml",
+            "blueprint": blueprint,
+            "tenant": "smoke-tenant",
+            "requested_by": "ada",
+            "secrets": { "api_token": std::str::from_utf8(SECRET).expect("text") },
+        }),
+    )
+    .await;
+    assert_eq!(status, 201, "{answer}");
+    let deployment: DeploymentId = answer["deployment"]
+        .as_str()
+        .expect("the id")
+        .parse()
+        .expect("a deployment id");
+    let recorded = log.read_stream(deployment, 0).await.expect("read");
+    assert_eq!(
+        recorded.first().map(|e| e.event_type.as_str()),
+        Some("DeploymentRequested"),
+        "{recorded:?}"
+    );
+    for table in [EVENTS, "smoke-seals"] {
+        let items = dynamodb
+            .scan()
+            .table_name(table)
+            .send()
+            .await
+            .expect("scan");
+        assert!(
+            !support::holds_bytes(items.items(), SECRET),
+            "the secret's bytes are in {table}"
+        );
+    }
+
+    let broken = blueprint.replace("needs: [compose]", "needs: [missing]");
+    let (status, answer) = post_to_submit(
+        &watch,
+        &json!({
+            "source": "hello/blueprint.yaml",
+            "blueprint": broken,
+            "requested_by": "ada",
+            "secrets": { "api_token": "x" },
+        }),
+    )
+    .await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("hello/blueprint.yaml: steps.publish.needs: ")),
+        "{answer}"
+    );
+    let printed = std::fs::read(&watch.output).expect("the function's output");
+    assert!(
+        !printed.is_empty() && !printed.windows(SECRET.len()).any(|w| w == SECRET),
+        "the secret's bytes are in the function's log"
+    );
 }

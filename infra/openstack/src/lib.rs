@@ -4,7 +4,8 @@
 //!   Keystone (`GET {auth_url}/auth/tokens`, the token checking itself) and takes the services'
 //!   public endpoints from its catalog; the auth URL is the only address given from outside, so
 //!   the same client works against the local cloud (`cloud/API.md`) and a real OpenStack.
-//!   [`validate_token`] is the check `overture deploy` makes before recording anything.
+//!   [`validate_token`] is the check `overture deploy` makes before recording anything, and
+//!   [`Keystone`] the same check as the submit function's port.
 //! - `identity`: what a token says ([`TokenInfo`]) and its catalog.
 //! - `compute`: Nova servers ([`NewServer`], [`Server`]).
 //! - `network`: Neutron security groups and their rules ([`SecurityGroup`], [`NewRule`]).
@@ -55,6 +56,38 @@ const MAX_PAGES: usize = 1_000;
 /// could not be reached.
 pub async fn validate_token(auth_url: &str, token: &SecretString) -> Result<TokenInfo, CloudError> {
     Ok(Cloud::connect(auth_url, token.clone()).await?.info)
+}
+
+/// The cloud's identity service at one auth URL, which the operator configures: the submit
+/// function asks it whom a token sent over HTTP belongs to ([`overture_submit::CheckToken`]).
+#[derive(Clone, Debug)]
+pub struct Keystone {
+    auth_url: String,
+}
+
+impl Keystone {
+    /// Keystone v3 at `auth_url`.
+    pub fn new(auth_url: impl Into<String>) -> Self {
+        Self {
+            auth_url: auth_url.into(),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl overture_submit::CheckToken for Keystone {
+    async fn account(
+        &self,
+        token: &SecretString,
+    ) -> Result<overture_events::CloudAccount, overture_submit::TokenError> {
+        use overture_submit::TokenError;
+        match validate_token(&self.auth_url, token).await {
+            Ok(info) => Ok(info.account()),
+            Err(CloudError::Unauthorized(_)) => Err(TokenError::Refused),
+            Err(error) if error.is_backend() => Err(TokenError::Unavailable(Box::new(error))),
+            Err(error) => Err(TokenError::Failed(Box::new(error))),
+        }
+    }
 }
 
 /// A client acting in one project with one user's token.

@@ -147,9 +147,8 @@ async fn run(cli: Cli) -> Result<(), LocalError> {
                 streams: aws_sdk_dynamodbstreams::Client::new(&config),
                 sqs,
                 invoker: match invocations_file {
-                    Some(file) => {
-                        Invoker::new(&invoke, Duration::from_secs(invoke_timeout))?.counting_to(file)
-                    }
+                    Some(file) => Invoker::new(&invoke, Duration::from_secs(invoke_timeout))?
+                        .counting_to(file),
                     None => Invoker::new(&invoke, Duration::from_secs(invoke_timeout))?,
                 },
                 queue_pollers,

@@ -16,7 +16,7 @@ use overture_aws::dynamodb::DynamoDeployments;
 use overture_aws::read_models::DynamoReadModels;
 use overture_domain::blueprint::parse;
 use overture_events::{DeploymentEvent, DeploymentId};
-use overture_infra::clock::SystemClock;
+use overture_kit::SystemClock;
 use overture_kit::{Cause, DeploymentLog};
 use overture_local_aws::poller::{Invoker, Poller};
 use overture_local_aws::{setup, triggers};

@@ -1,0 +1,308 @@
+//! `--backend aws`: the same commands on the serverless form. Reads go to DynamoDB (the query
+//! port, [`DynamoQueries`]); `deploy` posts the request to the submit function and follows the
+//! deployment on the events table until it ends.
+//!
+//! Its settings come from the environment, as `make local-aws` writes them to
+//! `.overture/local-aws.env`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use overture_aws::dynamodb::DynamoDeployments;
+use overture_aws::query::DynamoQueries;
+use overture_aws::read_models::DynamoReadModels;
+use overture_domain::blueprint::{BlueprintError, BlueprintProblem};
+use overture_domain::projection::{project, DeploymentView};
+use overture_domain::secret::SecretValues;
+use overture_events::{DeploymentId, LogEntry};
+use overture_kit::SystemClock;
+use overture_kit::{DeploymentLog, ReadStream};
+use secrecy::ExposeSecret;
+use serde_json::json;
+
+use crate::engine::Watch;
+use crate::Failure;
+
+/// How often a followed deployment's log is read again.
+const FOLLOW_POLL: Duration = Duration::from_millis(500);
+
+/// The environment variables the aws backend reads.
+const SETTINGS: [&str; 5] = [
+    "AWS_ENDPOINT_URL",
+    "AWS_REGION",
+    "OVERTURE_EVENTS_TABLE",
+    "OVERTURE_DEPLOYMENTS_TABLE",
+    "OVERTURE_TENANTS_TABLE",
+];
+
+/// Where the serverless form keeps things.
+pub struct Aws {
+    /// The events table, as a deployment log.
+    pub log: DynamoDeployments,
+    /// The queries on the read models and the log.
+    pub queries: DynamoQueries,
+}
+
+fn setting(name: &str) -> Result<String, Failure> {
+    std::env::var(name)
+        .ok()
+        .filter(|value| !value.is_empty())
+        .ok_or_else(|| {
+            Failure::BadInput(format!(
+                "--backend aws: the environment variable {name} is not set; `make local-aws` \
+                 writes every setting the aws backend needs to .overture/local-aws.env \
+                 (`set -a; . .overture/local-aws.env; set +a`)"
+            ))
+        })
+}
+
+impl Aws {
+    /// The clients, from the environment; a missing setting is named.
+    pub async fn from_env() -> Result<Self, Failure> {
+        for name in SETTINGS {
+            setting(name)?;
+        }
+        let config = overture_aws::config::from_env().await;
+        let dynamodb = aws_sdk_dynamodb::Client::new(&config);
+        let log = DynamoDeployments::new(
+            dynamodb.clone(),
+            setting("OVERTURE_EVENTS_TABLE")?,
+            Arc::new(SystemClock),
+        );
+        let views = DynamoReadModels::new(
+            dynamodb,
+            setting("OVERTURE_DEPLOYMENTS_TABLE")?,
+            setting("OVERTURE_TENANTS_TABLE")?,
+        );
+        Ok(Self {
+            queries: DynamoQueries::new(views, log.clone()),
+            log,
+        })
+    }
+}
+
+/// A deployment request, as the submit function reads it.
+pub struct Request<'a> {
+    /// The blueprint file.
+    pub file: &'a Path,
+    /// Its text.
+    pub text: String,
+    /// The files its steps take.
+    pub files: BTreeMap<String, String>,
+    /// The tenant asked for, if any.
+    pub tenant: Option<String>,
+    /// Who asks.
+    pub requested_by: String,
+    /// Parameter values.
+    pub params: BTreeMap<String, String>,
+    /// Secret values.
+    pub secrets: SecretValues,
+    /// The user's cloud token, checked by the function.
+    pub token: Option<secrecy::SecretString>,
+}
+
+/// Posts the request to the submit function (`OVERTURE_SUBMIT_URL`); the deployment's id.
+pub async fn submit(request: Request<'_>) -> Result<DeploymentId, Failure> {
+    let url = setting("OVERTURE_SUBMIT_URL")?;
+    check_submit_url(&url)?;
+    let secrets: BTreeMap<&str, &str> = request
+        .secrets
+        .iter()
+        .map(|(name, value)| (name.as_str(), value.expose_secret()))
+        .collect();
+    let body = json!({
+        "source": request.file.display().to_string(),
+        "blueprint": request.text,
+        "tenant": request.tenant,
+        "requested_by": request.requested_by,
+        "params": request.params,
+        "secrets": secrets,
+        "files": request.files,
+        "token": request.token.as_ref().map(|t| t.expose_secret()),
+    });
+    let answer = reqwest::Client::new()
+        .post(&url)
+        .json(&body)
+        .send()
+        .await
+        .with_context(|| format!("posting the deployment to the submit function at {url}"))?;
+    let status = answer.status();
+    let answer: serde_json::Value = answer
+        .json()
+        .await
+        .with_context(|| format!("reading the submit function's answer ({status})"))?;
+    let message = answer["message"].as_str().unwrap_or_default().to_owned();
+    match status.as_u16() {
+        201 => answer["deployment"]
+            .as_str()
+            .and_then(|id| id.parse().ok())
+            .ok_or_else(|| {
+                Failure::Engine(anyhow::anyhow!(
+                    "the submit function answered 201 without a deployment id: {answer}"
+                ))
+            }),
+        400 => Err(Failure::BadInput(problems(&answer).unwrap_or(message))),
+        _ => Err(Failure::Engine(anyhow::anyhow!(
+            "the submit function answered {status}: {message}"
+        ))),
+    }
+}
+
+/// The request carries secret values and the token: only HTTPS takes them off this machine.
+fn check_submit_url(url: &str) -> Result<(), Failure> {
+    let parsed = reqwest::Url::parse(url)
+        .map_err(|e| Failure::BadInput(format!("OVERTURE_SUBMIT_URL `{url}` is not a URL: {e}")))?;
+    let loopback = match parsed.host_str() {
+        Some("localhost") => true,
+        Some(host) => host
+            .trim_matches(['[', ']'])
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback()),
+        None => false,
+    };
+    match parsed.scheme() {
+        "https" => Ok(()),
+        "http" if loopback => Ok(()),
+        _ => Err(Failure::BadInput(format!(
+            "OVERTURE_SUBMIT_URL `{url}`: the request carries secret values and the cloud \
+             token, so it must be https (plain http only to this machine's loopback address)"
+        ))),
+    }
+}
+
+/// The problems of a refused request worded as the embedded engine words them (the function's
+/// `message` names the file and field; its `problems` are read back to escape them here too).
+fn problems(answer: &serde_json::Value) -> Option<String> {
+    let problems = answer["problems"].as_array()?;
+    let source = answer["message"].as_str()?.split(": ").next()?.to_owned();
+    let problems: Vec<BlueprintProblem> = problems
+        .iter()
+        .map(|p| BlueprintProblem {
+            field: p["field"].as_str().unwrap_or_default().to_owned(),
+            problem: p["problem"].as_str().unwrap_or_default().to_owned(),
+        })
+        .collect();
+    Some(
+        BlueprintError(problems)
+            .0
+            .iter()
+            .map(|p| format!("{source}: {p}"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    )
+}
+
+/// Follows a deployment on the events table until it ends, showing each event to `watch`, and
+/// returns its view as the projector folds it from those same events.
+pub async fn follow(
+    log: &DynamoDeployments,
+    id: DeploymentId,
+    watch: &mut dyn Watch,
+) -> Result<DeploymentView, Failure> {
+    let mut recorded = Vec::new();
+    loop {
+        let from = u64::try_from(recorded.len()).unwrap_or(u64::MAX);
+        let new = log
+            .read_stream(id, from)
+            .await
+            .context("reading the events table")?;
+        for envelope in new {
+            watch.entry(&LogEntry {
+                position: envelope.revision + 1,
+                envelope: envelope.clone(),
+            });
+            recorded.push(envelope);
+        }
+        let loaded = log.load(id).await.context("reading the events table")?;
+        watch.tick(&loaded.state);
+        if loaded.state.is_finished() {
+            // What was appended after the last read, up to the end.
+            let rest = log
+                .read_stream(id, u64::try_from(recorded.len()).unwrap_or(u64::MAX))
+                .await
+                .context("reading the events table")?;
+            for envelope in rest {
+                watch.entry(&LogEntry {
+                    position: envelope.revision + 1,
+                    envelope: envelope.clone(),
+                });
+                recorded.push(envelope);
+            }
+            let projected = project(None, &recorded).context("folding the deployment's view")?;
+            return projected
+                .view
+                .ok_or_else(|| Failure::Engine(anyhow::anyhow!("deployment {id} has no view")));
+        }
+        tokio::time::sleep(FOLLOW_POLL).await;
+    }
+}
+
+/// `replay --check` on AWS: every deployment the read models hold, folded afresh from its own
+/// stream, compared with its stored view, and the tenants' summaries folded from those streams
+/// compared with the stored ones. Returns what differs, worded as the embedded check words it.
+///
+/// Without a global order, the deployments checked are the ones the deployments table lists: a
+/// stream the projector never folded at all is not seen here.
+pub async fn check(queries: &DynamoQueries) -> Result<Vec<String>, Failure> {
+    use overture_domain::projection::ReadModels;
+    use overture_kit::query::{DeploymentFilter, QueryDeployments};
+
+    let stored = queries.list(&DeploymentFilter::default()).await?;
+    let mut fresh = ReadModels::default();
+    for view in &stored {
+        for envelope in queries.events(view.id).await? {
+            fresh
+                .apply(&envelope)
+                .with_context(|| format!("folding deployment {}", view.id))?;
+        }
+    }
+    let mut differences = Vec::new();
+    for view in &stored {
+        if fresh.deployments.get(&view.id) != Some(view) {
+            differences.push(format!("deployment {}", view.id));
+        }
+    }
+    let stored_tenants = queries.tenants().await?;
+    let mut names: Vec<&String> = fresh
+        .tenants
+        .keys()
+        .chain(stored_tenants.iter().map(|t| &t.tenant))
+        .collect();
+    names.sort();
+    names.dedup();
+    for name in names {
+        let stored = stored_tenants.iter().find(|t| t.tenant == *name);
+        if fresh.tenants.get(name) != stored {
+            differences.push(format!("tenant {name}"));
+        }
+    }
+    Ok(differences)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_submit_url;
+
+    #[test]
+    fn secrets_leave_this_machine_only_over_https() {
+        for url in [
+            "https://abc.lambda-url.eu-west-1.on.aws/",
+            "http://127.0.0.1:9000/lambda-url/submit/",
+            "http://localhost:9000/lambda-url/submit/",
+            "http://[::1]:9000/lambda-url/submit/",
+        ] {
+            assert!(check_submit_url(url).is_ok(), "{url}");
+        }
+        for url in [
+            "http://10.0.0.5/submit",
+            "http://example.com/",
+            "ftp://127.0.0.1/",
+            "nonsense",
+        ] {
+            assert!(check_submit_url(url).is_err(), "{url}");
+        }
+    }
+}

@@ -1,0 +1,517 @@
+//! The submit function over HTTP, called with request values on in-memory ports: what each
+//! kind of request is answered, whose account a token acts for, and that no secret's value or
+//! token ever comes back.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use lambda_http::http::StatusCode;
+use lambda_http::{Body, Request, Response};
+use overture_domain::secret::{SecretString, SecretValues};
+use overture_domain::DeploymentState;
+use overture_events::{CloudAccount, DeploymentEvent, DeploymentId, Timestamp};
+use overture_kit::memory::MemoryLog;
+use overture_kit::payload::{MemoryPayloads, PayloadError, StorePayloads};
+use overture_kit::{Cause, DeploymentLog, Loaded, LogError};
+use overture_submit::http::{on_request, HttpPorts};
+use overture_submit::{CheckToken, SealError, SealSecrets, SubmitPorts, TokenError};
+use secrecy::ExposeSecret;
+use serde_json::{json, Value};
+
+const SECRET: &str = "s3cr3t-value-never-shown";
+const TOKEN: &str = "gAAAA-token-never-shown";
+
+const HELLO: &str = "name: hello\nsecrets: [api_token]\nsteps:\n  greet:\n    run: script\n    with: { command: 'echo hello {{ secrets.api_token }}' }\n";
+const BROKEN: &str = "name: hello\nsteps:\n  greet:\n    run: script\n    needs: [missing]\n    with: { command: 'echo hello' }\n";
+const IN_A_CLOUD: &str = "name: web\nsteps:\n  servers:\n    run: servers\n    with:\n      security_groups: { web: [] }\n      servers: { web-1: { security_groups: [web] } }\n";
+/// A secret and a step that takes files: every port is asked.
+const WITH_FILES: &str = "name: hello\nsecrets: [api_token]\nsteps:\n  infra: { run: terraform, with: { dir: infra } }\n  greet:\n    run: script\n    with: { command: 'echo hello {{ secrets.api_token }}' }\n";
+
+/// How the fake seal behaves.
+#[derive(Clone, Copy)]
+enum Sealing {
+    Works,
+    Unavailable,
+    Refused,
+}
+
+/// A seal that keeps what it was given in memory, or fails as told; its errors never quote the
+/// values (as the real ones do not).
+struct FakeSeal {
+    sealing: Sealing,
+    sealed: Mutex<Vec<(String, Option<String>)>>,
+}
+
+impl FakeSeal {
+    fn new(sealing: Sealing) -> Self {
+        Self {
+            sealing,
+            sealed: Mutex::default(),
+        }
+    }
+}
+
+#[async_trait]
+impl SealSecrets for FakeSeal {
+    async fn seal(
+        &self,
+        _: DeploymentId,
+        tenant: &str,
+        secrets: &SecretValues,
+        token: Option<&SecretString>,
+    ) -> Result<String, SealError> {
+        match self.sealing {
+            Sealing::Works => {
+                assert!(secrets.contains_key("api_token") || token.is_some());
+                self.sealed.lock().expect("lock").push((
+                    tenant.to_owned(),
+                    token.map(|t| t.expose_secret().to_owned()),
+                ));
+                Ok("seal-1".into())
+            }
+            Sealing::Unavailable => Err(SealError::Unavailable("KMS throttled the call".into())),
+            Sealing::Refused => Err(SealError::Failed("KMS: no such key".into())),
+        }
+    }
+}
+
+/// A log that cannot be written.
+struct DownLog;
+
+#[async_trait]
+impl DeploymentLog for DownLog {
+    async fn load(&self, _: DeploymentId) -> Result<Loaded, LogError> {
+        Ok(Loaded {
+            state: DeploymentState::default(),
+            revision: None,
+        })
+    }
+
+    async fn append(
+        &self,
+        _: DeploymentId,
+        _: &str,
+        _: Option<u64>,
+        _: Vec<DeploymentEvent>,
+        _: &Cause,
+    ) -> Result<(), LogError> {
+        Err(LogError::Unavailable("the table is throttled".into()))
+    }
+}
+
+/// A payload store that cannot be reached.
+struct DownPayloads;
+
+#[async_trait]
+impl StorePayloads for DownPayloads {
+    async fn put(&self, _: &[u8]) -> Result<String, PayloadError> {
+        Err(PayloadError::Unavailable(
+            "the bucket is unreachable".into(),
+        ))
+    }
+
+    async fn get(&self, _: &str) -> Result<Vec<u8>, PayloadError> {
+        Err(PayloadError::Unavailable(
+            "the bucket is unreachable".into(),
+        ))
+    }
+}
+
+/// An identity service that knows one token, or is down.
+struct FakeIdentity {
+    up: bool,
+}
+
+#[async_trait]
+impl CheckToken for FakeIdentity {
+    async fn account(&self, token: &SecretString) -> Result<CloudAccount, TokenError> {
+        if !self.up {
+            return Err(TokenError::Unavailable(
+                "keystone: connection refused".into(),
+            ));
+        }
+        if token.expose_secret() != TOKEN {
+            return Err(TokenError::Refused);
+        }
+        Ok(CloudAccount {
+            auth_url: "http://127.0.0.1:5000/v3".into(),
+            project_id: "p-1".into(),
+            project: "acme".into(),
+            user: "grace".into(),
+        })
+    }
+}
+
+fn post(body: &Value) -> Request {
+    lambda_http::http::Request::builder()
+        .method("POST")
+        .uri("/deployments")
+        .body(Body::from(body.to_string()))
+        .expect("a request")
+}
+
+fn request(blueprint: &str) -> Value {
+    json!({
+        "source": "examples/hello/blueprint.yaml",
+        "blueprint": blueprint,
+        "tenant": "acme",
+        "requested_by": "ada",
+        "params": {},
+        "secrets": { "api_token": SECRET },
+        "files": {},
+    })
+}
+
+/// The answer's status and JSON body, checked to hold neither the secret nor the token.
+fn read(response: &Response<Body>) -> (StatusCode, Value) {
+    let text = match response.body() {
+        Body::Text(text) => text.clone(),
+        other => panic!("a text body: {other:?}"),
+    };
+    assert!(
+        !text.contains(SECRET) && !text.contains(TOKEN),
+        "a secret in the answer: {text}"
+    );
+    (
+        response.status(),
+        serde_json::from_str(&text).expect("JSON"),
+    )
+}
+
+async fn answer_on(
+    body: &Value,
+    log: &dyn DeploymentLog,
+    seal: &FakeSeal,
+    payloads: &dyn StorePayloads,
+    tokens: Option<&dyn CheckToken>,
+) -> (StatusCode, Value) {
+    let ports = HttpPorts {
+        submit: SubmitPorts {
+            log,
+            seals: seal,
+            payloads,
+        },
+        tokens,
+    };
+    read(&on_request(post(body), &ports).await)
+}
+
+async fn answer(body: &Value) -> (StatusCode, Value, MemoryLog) {
+    let log = MemoryLog::new(Timestamp::UNIX_EPOCH);
+    let (status, json) = answer_on(
+        body,
+        &log,
+        &FakeSeal::new(Sealing::Works),
+        &MemoryPayloads::default(),
+        None,
+    )
+    .await;
+    (status, json, log)
+}
+
+#[tokio::test]
+async fn a_valid_request_is_recorded_and_answered_201_with_the_deployment_id() {
+    let (status, body, log) = answer(&request(HELLO)).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let id: DeploymentId = body["deployment"]
+        .as_str()
+        .expect("the id")
+        .parse()
+        .expect("a deployment id");
+    let events = log.events(id);
+    let Some(DeploymentEvent::DeploymentRequested {
+        tenant,
+        requested_by,
+        trigger,
+        source,
+        ..
+    }) = events.first()
+    else {
+        panic!("DeploymentRequested first: {events:?}");
+    };
+    assert_eq!(
+        (tenant.as_str(), requested_by.as_str(), trigger.as_str()),
+        ("acme", "ada", "http")
+    );
+    assert_eq!(source, "examples/hello/blueprint.yaml");
+    let recorded =
+        serde_json::to_string(&events.iter().map(|e| e.data()).collect::<Vec<_>>()).expect("json");
+    assert!(!recorded.contains(SECRET), "no secret in the events");
+}
+
+#[tokio::test]
+async fn a_broken_blueprint_is_answered_400_naming_the_field_as_the_command_line_does() {
+    let (status, body, _) = answer(&request(BROKEN)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["error"], "invalid");
+    let problems = body["problems"].as_array().expect("problems");
+    assert!(
+        problems
+            .iter()
+            .any(|p| p["field"] == "steps.greet.needs" && p["problem"].as_str().is_some()),
+        "{body}"
+    );
+    let message = body["message"].as_str().expect("message");
+    assert!(
+        message.starts_with("examples/hello/blueprint.yaml: steps.greet.needs: "),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_secret_and_an_undeclared_one_are_named() {
+    let mut body = request(HELLO);
+    body["secrets"] = json!({ "other": SECRET });
+    let (status, body, _) = answer(&body).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let fields: Vec<&str> = body["problems"]
+        .as_array()
+        .expect("problems")
+        .iter()
+        .filter_map(|p| p["field"].as_str())
+        .collect();
+    assert_eq!(fields, ["secrets.api_token", "--secret other"], "{body}");
+}
+
+#[tokio::test]
+async fn a_malformed_body_is_answered_400_without_quoting_it() {
+    for body in [
+        json!({ "source": "b.yaml", "blueprint": HELLO, "secrets": SECRET }),
+        json!({ "source": "b.yaml", "blueprint": HELLO, "token": { "t": TOKEN } }),
+        json!({ "source": "b.yaml", "blueprint": HELLO, "secrets": { "api_token": [SECRET] } }),
+        json!({ "source": "b.yaml", "blueprint": HELLO, "extra": SECRET }),
+        json!(SECRET),
+    ] {
+        let (status, answer, _) = answer(&body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+        assert!(
+            answer["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("line 1 column")),
+            "{answer}"
+        );
+    }
+    let not_json = lambda_http::http::Request::builder()
+        .method("POST")
+        .body(Body::from(format!("{{\"secrets\": {SECRET}")))
+        .expect("request");
+    let log = MemoryLog::new(Timestamp::UNIX_EPOCH);
+    let seal = FakeSeal::new(Sealing::Works);
+    let payloads = MemoryPayloads::default();
+    let ports = HttpPorts {
+        submit: SubmitPorts {
+            log: &log,
+            seals: &seal,
+            payloads: &payloads,
+        },
+        tokens: None,
+    };
+    let (status, body) = read(&on_request(not_json, &ports).await);
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+}
+
+#[tokio::test]
+async fn only_post_submits() {
+    let log = MemoryLog::new(Timestamp::UNIX_EPOCH);
+    let seal = FakeSeal::new(Sealing::Works);
+    let payloads = MemoryPayloads::default();
+    let ports = HttpPorts {
+        submit: SubmitPorts {
+            log: &log,
+            seals: &seal,
+            payloads: &payloads,
+        },
+        tokens: None,
+    };
+    let get = lambda_http::http::Request::builder()
+        .method("GET")
+        .body(Body::Empty)
+        .expect("request");
+    let (status, _) = read(&on_request(get, &ports).await);
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+}
+
+#[tokio::test]
+async fn a_failure_that_may_pass_is_503_and_one_that_will_not_is_500() {
+    let log = MemoryLog::new(Timestamp::UNIX_EPOCH);
+    let memory = MemoryPayloads::default();
+    let cases: [(
+        &str,
+        &dyn DeploymentLog,
+        FakeSeal,
+        &dyn StorePayloads,
+        StatusCode,
+    ); 4] = [
+        (
+            "seal unavailable",
+            &log,
+            FakeSeal::new(Sealing::Unavailable),
+            &memory,
+            StatusCode::SERVICE_UNAVAILABLE,
+        ),
+        (
+            "seal refused",
+            &log,
+            FakeSeal::new(Sealing::Refused),
+            &memory,
+            StatusCode::INTERNAL_SERVER_ERROR,
+        ),
+        (
+            "log unavailable",
+            &DownLog,
+            FakeSeal::new(Sealing::Works),
+            &memory,
+            StatusCode::SERVICE_UNAVAILABLE,
+        ),
+        (
+            "payloads unavailable",
+            &log,
+            FakeSeal::new(Sealing::Works),
+            &DownPayloads,
+            StatusCode::SERVICE_UNAVAILABLE,
+        ),
+    ];
+    for (case, log, seal, payloads, expected) in cases {
+        let mut body = request(WITH_FILES);
+        body["files"] = json!({ "infra/main.tf": "resource \"terraform_data\" \"x\" {}\n" });
+        let (status, answer) = answer_on(&body, log, &seal, payloads, None).await;
+        assert_eq!(status, expected, "{case}: {answer}");
+        assert!(answer["message"].as_str().is_some(), "{case}: {answer}");
+    }
+}
+
+#[tokio::test]
+async fn with_a_token_the_cloud_says_the_tenant_and_the_requester() {
+    let log = MemoryLog::new(Timestamp::UNIX_EPOCH);
+    let seal = FakeSeal::new(Sealing::Works);
+    let identity = FakeIdentity { up: true };
+    let mut body = request(IN_A_CLOUD);
+    body["secrets"] = json!({});
+    body["tenant"] = Value::Null;
+    body["requested_by"] = json!("mallory");
+    body["token"] = json!(TOKEN);
+    let (status, answer) = answer_on(
+        &body,
+        &log,
+        &seal,
+        &MemoryPayloads::default(),
+        Some(&identity),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{answer}");
+    let id: DeploymentId = answer["deployment"]
+        .as_str()
+        .expect("id")
+        .parse()
+        .expect("id");
+    let Some(DeploymentEvent::DeploymentRequested {
+        tenant,
+        requested_by,
+        cloud,
+        ..
+    }) = log.events(id).first().cloned()
+    else {
+        panic!("requested");
+    };
+    assert_eq!((tenant.as_str(), requested_by.as_str()), ("acme", "grace"));
+    assert_eq!(cloud.expect("the account").project_id, "p-1");
+    assert_eq!(
+        seal.sealed.lock().expect("lock").as_slice(),
+        [("acme".to_owned(), Some(TOKEN.to_owned()))],
+        "the token is sealed for the token's project"
+    );
+    let recorded = serde_json::to_string(
+        &log.events(id)
+            .iter()
+            .map(DeploymentEvent::data)
+            .collect::<Vec<_>>(),
+    )
+    .expect("json");
+    assert!(!recorded.contains(TOKEN), "no token in the events");
+}
+
+/// A case, the request, the identity service, the answer's status and the field it names.
+type TokenCase<'a> = (
+    &'a str,
+    &'a Value,
+    Option<&'a dyn CheckToken>,
+    StatusCode,
+    &'a str,
+);
+
+#[tokio::test]
+async fn a_token_is_refused_unless_the_cloud_vouches_for_it() {
+    let mut with_token = request(IN_A_CLOUD);
+    with_token["secrets"] = json!({});
+    with_token["tenant"] = Value::Null;
+    with_token["token"] = json!(TOKEN);
+    let mut other_tenant = with_token.clone();
+    other_tenant["tenant"] = json!("globex");
+    let mut unknown = with_token.clone();
+    unknown["token"] = json!(format!("{TOKEN}-expired"));
+    let mut no_token = with_token.clone();
+    no_token["token"] = Value::Null;
+
+    let up = FakeIdentity { up: true };
+    let down = FakeIdentity { up: false };
+    let cases: [TokenCase<'_>; 5] = [
+        (
+            "no identity service",
+            &with_token,
+            None,
+            StatusCode::BAD_REQUEST,
+            "token",
+        ),
+        (
+            "another tenant",
+            &other_tenant,
+            Some(&up),
+            StatusCode::BAD_REQUEST,
+            "tenant",
+        ),
+        (
+            "an unknown token",
+            &unknown,
+            Some(&up),
+            StatusCode::BAD_REQUEST,
+            "token",
+        ),
+        (
+            "no token for a cloud",
+            &no_token,
+            Some(&up),
+            StatusCode::BAD_REQUEST,
+            "--token-file",
+        ),
+        (
+            "identity down",
+            &with_token,
+            Some(&down),
+            StatusCode::SERVICE_UNAVAILABLE,
+            "",
+        ),
+    ];
+    for (case, body, tokens, expected, field) in cases {
+        let log = MemoryLog::new(Timestamp::UNIX_EPOCH);
+        let seal = FakeSeal::new(Sealing::Works);
+        let (status, answer) =
+            answer_on(body, &log, &seal, &MemoryPayloads::default(), tokens).await;
+        assert_eq!(status, expected, "{case}: {answer}");
+        if !field.is_empty() {
+            assert_eq!(answer["problems"][0]["field"], field, "{case}: {answer}");
+        }
+        assert!(
+            seal.sealed.lock().expect("lock").is_empty(),
+            "{case}: nothing sealed"
+        );
+    }
+}
+
+#[test]
+fn the_request_type_never_needs_printing() {
+    // Secret values live in SecretStrings, whose Debug says nothing of them.
+    let values: BTreeMap<String, SecretString> =
+        [("api_token".to_owned(), SecretString::from(SECRET))].into();
+    assert!(!format!("{values:?}").contains(SECRET));
+}

@@ -1,0 +1,84 @@
+//! The query port on DynamoDB: the views from the read-model tables, the audit trail from the
+//! events table, every read strongly consistent.
+//!
+//! Attempts' output is not on this backend yet: [`QueryDeployments::attempt_log`] answers
+//! [`QueryError::NotAvailable`] until the runner's S3 attempt logs
+//! (`logs/<deployment>/<step>/<attempt>.log` in the payloads bucket) are read here.
+
+use async_trait::async_trait;
+use overture_domain::projection::{DeploymentView, TenantView};
+use overture_events::{DeploymentId, Envelope};
+use overture_kit::query::{AttemptLog, DeploymentFilter, QueryDeployments, QueryError};
+use overture_kit::{LogError, ReadStream};
+use overture_projector::{DeploymentViews, ViewError};
+
+use crate::dynamodb::DynamoDeployments;
+use crate::read_models::DynamoReadModels;
+
+/// Queries answered from the read-model tables and the events table.
+#[derive(Clone)]
+pub struct DynamoQueries {
+    views: DynamoReadModels,
+    log: DynamoDeployments,
+}
+
+impl DynamoQueries {
+    /// Queries on these read models and this log.
+    pub fn new(views: DynamoReadModels, log: DynamoDeployments) -> Self {
+        Self { views, log }
+    }
+}
+
+fn from_view(error: ViewError) -> QueryError {
+    match error {
+        ViewError::Unavailable(error) => QueryError::Unavailable(error),
+        other => QueryError::Corrupt(Box::new(other)),
+    }
+}
+
+fn from_log(error: LogError) -> QueryError {
+    if error.is_retryable() {
+        QueryError::Unavailable(Box::new(error))
+    } else {
+        QueryError::Corrupt(Box::new(error))
+    }
+}
+
+#[async_trait]
+impl QueryDeployments for DynamoQueries {
+    async fn deployment(&self, id: DeploymentId) -> Result<Option<DeploymentView>, QueryError> {
+        self.views.view(id).await.map_err(from_view)
+    }
+
+    async fn list(&self, filter: &DeploymentFilter) -> Result<Vec<DeploymentView>, QueryError> {
+        let mut views = self
+            .views
+            .deployments(filter.tenant.as_deref())
+            .await
+            .map_err(from_view)?;
+        views.retain(|view| filter.admits(view));
+        Ok(views)
+    }
+
+    async fn tenants(&self) -> Result<Vec<TenantView>, QueryError> {
+        self.views.tenants().await.map_err(from_view)
+    }
+
+    async fn events(&self, id: DeploymentId) -> Result<Vec<Envelope>, QueryError> {
+        self.log.read_stream(id, 0).await.map_err(from_log)
+    }
+
+    // NOT YET: the runner's S3 attempt logs are being added; read
+    // `logs/<deployment>/<step>/<attempt>.log` from the payloads bucket here once they land.
+    async fn attempt_log(
+        &self,
+        _: DeploymentId,
+        _: &str,
+        _: AttemptLog,
+    ) -> Result<Option<Vec<u8>>, QueryError> {
+        Err(QueryError::NotAvailable(
+            "attempts' output is not available on the aws backend yet; read the runner \
+             function's log in CloudWatch",
+        ))
+    }
+}
