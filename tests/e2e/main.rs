@@ -19,10 +19,13 @@
 //!   secrets) and `overture destroy`.
 //! - [`wait_ssh`]: `wait-ssh` steps against a real sshd, and a port that never answers.
 //! - [`servers`]: real servers on loopback for steps to talk to (sshd).
+//! - [`aws`]: the AWS form on this machine (`scripts/local-aws.sh`): hello-world and a retried
+//!   failure through the functions, with the histories they have embedded, and no secret stored.
 //! - [`cloud`]: the whole workflow through a bastion, against a local cloud of each test's own
 //!   ([`local_cloud`]): success, every failure path, a crash, isolation between tenants, tokens.
 
 mod ansible;
+mod aws;
 mod cancel;
 mod cloud;
 mod deploy;
