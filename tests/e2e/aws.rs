@@ -206,7 +206,10 @@ async fn everything_stored(aws: &LocalAws) -> Vec<(String, Vec<u8>)> {
             .send()
             .await
             .expect("scan");
-        stored.push((format!("table {table}"), format!("{:?}", items.items()).into_bytes()));
+        stored.push((
+            format!("table {table}"),
+            format!("{:?}", items.items()).into_bytes(),
+        ));
     }
     let queues = sqs.list_queues().send().await.expect("queues");
     for queue in queues.queue_urls() {

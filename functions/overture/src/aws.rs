@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use overture_aws::dynamodb::DynamoDeployments;
+use overture_aws::logs::S3AttemptLogs;
 use overture_aws::query::DynamoQueries;
 use overture_aws::read_models::DynamoReadModels;
 use overture_domain::blueprint::{BlueprintError, BlueprintProblem};
@@ -30,12 +31,13 @@ use crate::Failure;
 const FOLLOW_POLL: Duration = Duration::from_millis(500);
 
 /// The environment variables the aws backend reads.
-const SETTINGS: [&str; 5] = [
+const SETTINGS: [&str; 6] = [
     "AWS_ENDPOINT_URL",
     "AWS_REGION",
     "OVERTURE_EVENTS_TABLE",
     "OVERTURE_DEPLOYMENTS_TABLE",
     "OVERTURE_TENANTS_TABLE",
+    "OVERTURE_PAYLOADS_BUCKET",
 ];
 
 /// Where the serverless form keeps things.
@@ -77,8 +79,12 @@ impl Aws {
             setting("OVERTURE_DEPLOYMENTS_TABLE")?,
             setting("OVERTURE_TENANTS_TABLE")?,
         );
+        let outputs = S3AttemptLogs::new(
+            overture_aws::s3::client(&config),
+            setting("OVERTURE_PAYLOADS_BUCKET")?,
+        );
         Ok(Self {
-            queries: DynamoQueries::new(views, log.clone()),
+            queries: DynamoQueries::new(views, log.clone(), outputs),
             log,
         })
     }

@@ -1,9 +1,6 @@
 //! The query port on DynamoDB: the views from the read-model tables, the audit trail from the
-//! events table, every read strongly consistent.
-//!
-//! Attempts' output is not on this backend yet: [`QueryDeployments::attempt_log`] answers
-//! [`QueryError::NotAvailable`] until the runner's S3 attempt logs
-//! (`logs/<deployment>/<step>/<attempt>.log` in the payloads bucket) are read here.
+//! events table, every read strongly consistent; and attempts' output from the runner's S3
+//! attempt logs (`logs/<deployment>/<step>/<attempt>.log` in the payloads bucket).
 
 use async_trait::async_trait;
 use overture_domain::projection::{DeploymentView, TenantView};
@@ -12,7 +9,10 @@ use overture_kit::query::{AttemptLog, DeploymentFilter, QueryDeployments, QueryE
 use overture_kit::{LogError, ReadStream};
 use overture_projector::{DeploymentViews, ViewError};
 
+use overture_runner::logs::LogName;
+
 use crate::dynamodb::DynamoDeployments;
+use crate::logs::{LogsError, S3AttemptLogs};
 use crate::read_models::DynamoReadModels;
 
 /// Queries answered from the read-model tables and the events table.
@@ -20,12 +20,25 @@ use crate::read_models::DynamoReadModels;
 pub struct DynamoQueries {
     views: DynamoReadModels,
     log: DynamoDeployments,
+    outputs: S3AttemptLogs,
 }
 
 impl DynamoQueries {
-    /// Queries on these read models and this log.
-    pub fn new(views: DynamoReadModels, log: DynamoDeployments) -> Self {
-        Self { views, log }
+    /// Queries on these read models, this log and these attempt logs.
+    pub fn new(views: DynamoReadModels, log: DynamoDeployments, outputs: S3AttemptLogs) -> Self {
+        Self {
+            views,
+            log,
+            outputs,
+        }
+    }
+}
+
+fn from_logs(error: LogsError) -> QueryError {
+    if error.is_retryable() {
+        QueryError::Unavailable(Box::new(error))
+    } else {
+        QueryError::Corrupt(Box::new(error))
     }
 }
 
@@ -68,17 +81,16 @@ impl QueryDeployments for DynamoQueries {
         self.log.read_stream(id, 0).await.map_err(from_log)
     }
 
-    // NOT YET: the runner's S3 attempt logs are being added; read
-    // `logs/<deployment>/<step>/<attempt>.log` from the payloads bucket here once they land.
     async fn attempt_log(
         &self,
-        _: DeploymentId,
-        _: &str,
-        _: AttemptLog,
+        id: DeploymentId,
+        step: &str,
+        which: AttemptLog,
     ) -> Result<Option<Vec<u8>>, QueryError> {
-        Err(QueryError::NotAvailable(
-            "attempts' output is not available on the aws backend yet; read the runner \
-             function's log in CloudWatch",
-        ))
+        let name = match which {
+            AttemptLog::Attempt(attempt) => LogName::Attempt(attempt),
+            AttemptLog::Destroy => LogName::Destroy,
+        };
+        self.outputs.read(id, step, name).await.map_err(from_logs)
     }
 }
