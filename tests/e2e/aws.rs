@@ -16,6 +16,10 @@ use serde_json::Value;
 
 use crate::support::{step_events, text, types, Overture};
 
+/// How long a deployment through the local AWS form may take, the functions' first builds
+/// included.
+const DEPLOYMENT_WITHIN: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// The secret hello-world publishes with, as the user's environment gives it.
 const TOKEN_VARIABLE: &str = "OVERTURE_E2E_AWS_TOKEN";
 
@@ -106,7 +110,7 @@ impl LocalAws {
                 .args(["--secret", &format!("api_token={TOKEN_VARIABLE}")])
                 .env(TOKEN_VARIABLE, value);
         }
-        let output = command.output().expect("overture runs");
+        let output = within(DEPLOYMENT_WITHIN, command);
         let status = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
         (output.status.code().unwrap_or(-1), status, output)
     }
@@ -151,6 +155,30 @@ impl Drop for LocalAws {
             eprintln!("local-aws.sh down: {}", text(&stopped.stderr));
         }
     }
+}
+
+/// Runs `command` to its end, or kills it (by its PID) and fails the test once `limit` has
+/// passed: a deployment that stops moving must fail the test, not hang the suite.
+fn within(limit: std::time::Duration, mut command: Command) -> Output {
+    let mut child = command
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("overture runs");
+    let started = std::time::Instant::now();
+    while child.try_wait().expect("its status").is_none() {
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let output = child.wait_with_output().expect("its output");
+            panic!(
+                "not done within {limit:?}: {}\n{}",
+                text(&output.stdout),
+                text(&output.stderr)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    child.wait_with_output().expect("its output")
 }
 
 fn root() -> PathBuf {

@@ -120,18 +120,11 @@ impl Poller {
             (None, true) => ShardIteratorType::TrimHorizon,
             (None, false) => ShardIteratorType::Latest,
         };
+        // The last record done with; where to read on from.
+        let mut position = after;
         let mut iterator = self
-            .streams
-            .get_shard_iterator()
-            .stream_arn(arn)
-            .shard_id(&shard)
-            .shard_iterator_type(start)
-            .set_sequence_number(after)
-            .send()
-            .await
-            .map_err(|e| LocalError::call("GetShardIterator", DisplayErrorContext(e)))?
-            .shard_iterator()
-            .map(str::to_owned);
+            .iterator(arn, &shard, start.clone(), position.clone())
+            .await?;
         let mut pending: VecDeque<Record> = VecDeque::new();
         let mut attempts = 0_u32;
         loop {
@@ -163,6 +156,17 @@ impl Poller {
                 pending.extend(read.records().iter().cloned());
                 if pending.is_empty() {
                     tokio::time::sleep(IDLE).await;
+                    // moto undoes a cancelled TransactWriteItems by putting back a copy of the
+                    // table, stream shard included: an iterator taken before then reads the
+                    // old shard, empty for ever after. A fresh one after the last record done
+                    // with reads the live shard (on AWS the two are the same).
+                    if iterator.is_some() {
+                        let (kind, at) = match &position {
+                            Some(_) => (ShardIteratorType::AfterSequenceNumber, position.clone()),
+                            None => (start.clone(), None),
+                        };
+                        iterator = self.iterator(arn, &shard, kind, at).await?;
+                    }
                     continue;
                 }
             }
@@ -203,8 +207,11 @@ impl Poller {
                 }
             };
             pending.drain(..done);
-            if let (Some(file), Some(last)) = (&checkpoint, done.checked_sub(1)) {
-                self.keep_position(file, &batch[last]);
+            if let Some(last) = done.checked_sub(1) {
+                position = sequence_of(&batch[last]).or(position);
+                if let Some(file) = &checkpoint {
+                    self.keep_position(file, &batch[last]);
+                }
             }
             if done == batch.len() {
                 attempts = 0;
@@ -216,14 +223,40 @@ impl Poller {
                 self.record_failure(trigger, &shard, given_up, attempts)
                     .await;
                 pending.drain(..given_up.len());
-                if let (Some(file), Some(last)) = (&checkpoint, given_up.last()) {
-                    self.keep_position(file, last);
+                if let Some(last) = given_up.last() {
+                    position = sequence_of(last).or(position);
+                    if let Some(file) = &checkpoint {
+                        self.keep_position(file, last);
+                    }
                 }
                 attempts = 0;
                 continue;
             }
             tokio::time::sleep(backoff(attempts)).await;
         }
+    }
+
+    /// An iterator on `shard` of the stream `arn` of this kind, at `after` when it is after a
+    /// sequence number.
+    async fn iterator(
+        &self,
+        arn: &str,
+        shard: &str,
+        kind: ShardIteratorType,
+        after: Option<String>,
+    ) -> Result<Option<String>, LocalError> {
+        Ok(self
+            .streams
+            .get_shard_iterator()
+            .stream_arn(arn)
+            .shard_id(shard)
+            .shard_iterator_type(kind)
+            .set_sequence_number(after)
+            .send()
+            .await
+            .map_err(|e| LocalError::call("GetShardIterator", DisplayErrorContext(e)))?
+            .shard_iterator()
+            .map(str::to_owned))
     }
 
     /// Keeps `record`'s sequence number as the last one its function is done with, so a poller
@@ -511,6 +544,14 @@ impl Invoker {
             .map_err(|e| LocalError::call("Invoke", e))?;
         Ok(outcome(status, function_error, &body))
     }
+}
+
+/// A stream record's sequence number.
+fn sequence_of(record: &Record) -> Option<String> {
+    record
+        .dynamodb()
+        .and_then(|d| d.sequence_number())
+        .map(str::to_owned)
 }
 
 #[cfg(test)]
