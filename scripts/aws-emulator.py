@@ -8,7 +8,10 @@ request's writes. Real DynamoDB transactions are atomic, so DynamoDB requests ar
 here; the other services (SQS long polling) keep their threads.
 
 It also counts the requests it serves, by service and operation, with the items each DynamoDB
-write touches: `GET /overture/requests` answers them as JSON, and `POST /overture/requests/reset`
+write touches, in all and by the app id a client sets (`AWS_SDK_UA_APP_ID`, sent in its user
+agent), with the DynamoDB request units each app's requests would cost on AWS (on-demand:
+a write unit per 1 KB of an item written, two in a transaction; a strongly consistent read unit
+per 4 KB read). `GET /overture/requests` answers them as JSON, and `POST /overture/requests/reset`
 sets them to zero. The cost figures of the README and `make bench` come from these counts, so
 they are what the engine really asked for, not an estimate of it.
 
@@ -48,6 +51,9 @@ def serialise_dynamodb(app):
 SCOPE = re.compile(r"Credential=[^/]+/[^/]+/[^/]+/([^/]+)/")
 
 
+APP = re.compile(r"(?:^| )app/([^ ]+)")
+
+
 class Requests:
     """What was asked of the emulator since it started or was last reset."""
 
@@ -59,17 +65,36 @@ class Requests:
         with self.lock:
             self.operations = collections.Counter()
             self.items_written = collections.Counter()
+            self.by_app = collections.defaultdict(
+                lambda: {
+                    "operations": collections.Counter(),
+                    "dynamodb_read_units": 0,
+                    "dynamodb_write_units": 0,
+                }
+            )
 
-    def note(self, service, operation, written):
+    def note(self, app, service, operation, written, write_units):
         with self.lock:
-            self.operations[f"{service}:{operation}"] += 1
+            key = f"{service}:{operation}"
+            self.operations[key] += 1
             if written:
-                self.items_written[f"{service}:{operation}"] += written
+                self.items_written[key] += written
+            mine = self.by_app[app]
+            mine["operations"][key] += 1
+            mine["dynamodb_write_units"] += write_units
+
+    def note_read(self, app, read_units):
+        with self.lock:
+            self.by_app[app]["dynamodb_read_units"] += read_units
 
     def as_json(self):
         with self.lock:
             return json.dumps(
-                {"operations": self.operations, "items_written": self.items_written},
+                {
+                    "operations": self.operations,
+                    "items_written": self.items_written,
+                    "by_app": self.by_app,
+                },
                 sort_keys=True,
             ).encode()
 
@@ -91,19 +116,44 @@ def operation_of(environ, body):
     return service, environ.get("REQUEST_METHOD", "GET")
 
 
-def items_written(operation, body):
-    """How many items a DynamoDB write touches (each costs at least one write unit)."""
+def item_units(item, per_kb):
+    """Request units for an item of this size: one per started kilobyte, at `per_kb` each."""
+    size = len(json.dumps(item))
+    return max(1, -(-size // 1024)) * per_kb
+
+
+def dynamodb_writes(operation, body):
+    """How many items a DynamoDB write touches, and the write units it costs on demand."""
     if operation in ("PutItem", "UpdateItem", "DeleteItem"):
-        return 1
+        try:
+            request = json.loads(body)
+        except ValueError:
+            return 1, 1
+        return 1, item_units(request.get("Item", request.get("Key", {})), 1)
     if operation in ("TransactWriteItems", "BatchWriteItem"):
         try:
             request = json.loads(body)
         except ValueError:
-            return 0
+            return 0, 0
         if operation == "TransactWriteItems":
-            return len(request.get("TransactItems", []))
-        return sum(len(writes) for writes in request.get("RequestItems", {}).values())
-    return 0
+            actions = request.get("TransactItems", [])
+            units = 0
+            for action in actions:
+                for kind in action.values():
+                    units += item_units(kind.get("Item", kind.get("Key", {})), 2)
+            return len(actions), units
+        writes = [w for ws in request.get("RequestItems", {}).values() for w in ws]
+        units = sum(
+            item_units(
+                w.get("PutRequest", {}).get("Item", w.get("DeleteRequest", {}).get("Key", {})), 1
+            )
+            for w in writes
+        )
+        return len(writes), units
+    return 0, 0
+
+
+READS = ("GetItem", "Query", "Scan", "BatchGetItem", "TransactGetItems")
 
 
 def counting(app, requests):
@@ -121,12 +171,24 @@ def counting(app, requests):
         length = int(environ.get("CONTENT_LENGTH") or 0)
         body = environ["wsgi.input"].read(length) if length else b""
         environ["wsgi.input"] = io.BytesIO(body)
+        agent = environ.get("HTTP_X_AMZ_USER_AGENT", "") + " " + environ.get("HTTP_USER_AGENT", "")
+        named = APP.search(agent)
+        client = named.group(1) if named else "unnamed"
         service, operation = operation_of(environ, body)
-        written = items_written(operation, body) if service == "dynamodb" else 0
-        requests.note(service, operation, written)
-        return app(environ, start_response)
+        written, write_units = (0, 0)
+        if service == "dynamodb":
+            written, write_units = dynamodb_writes(operation, body)
+        requests.note(client, service, operation, written, write_units)
+        answer = app(environ, start_response)
+        if service == "dynamodb" and operation in READS:
+            answer = list(answer)
+            size = sum(len(part) for part in answer)
+            # A strongly consistent read costs a unit per started 4 KB it returns.
+            requests.note_read(client, max(1, -(-size // 4096)))
+        return answer
 
     return wrapped
+
 
 def keep_event_source_mappings_inert():
     from moto.awslambda.models import LambdaBackend

@@ -121,7 +121,9 @@ up() {
         say "cargo lambda watch already running on 127.0.0.1:$lambda_port (pid $(cat $state/watch.pid))"
     else
         # The functions are given the stack's settings, as Lambda gives them the stack's.
+        # The app id marks the functions' requests in the emulator's counts (the cost figures).
         start watch bash -c '. "$1"; shift; exec "$@"' settings "$env_file" \
+            env AWS_SDK_UA_APP_ID=overture-functions \
             cargo lambda watch --ignore-changes \
             --invoke-address 127.0.0.1 --invoke-port "$lambda_port" \
             --concurrency "$concurrency"
@@ -133,7 +135,7 @@ up() {
         say "poller already running (pid $(cat $state/poller.pid))"
     else
         rm -f "$state/poller.ready"
-        start poller "$local_aws" --endpoint "$endpoint" --region "$region" --stack "$stack" \
+        start poller env AWS_SDK_UA_APP_ID=overture-local-poller "$local_aws" --endpoint "$endpoint" --region "$region" --stack "$stack" \
             poll --invoke "http://127.0.0.1:$lambda_port" --queue-pollers "$concurrency" \
             --checkpoints "$state/checkpoints" --invocations-file "$state/invocations.json" \
             --ready-file "$state/poller.ready"

@@ -19,10 +19,14 @@
 //! 5. [`sandbox::start_up`]: what the sandbox itself costs a step: `true` started one at a time
 //!    in a fresh sandbox, beside the same `/bin/sh -c true` started without one;
 //! 6. [`dynamodb::dynamodb`]: the DynamoDB event log in the local AWS emulator: appends per
-//!    second, the rate of reading streams back, and the DynamoDB requests each costs.
+//!    second, the rate of reading streams back, and the DynamoDB requests each costs;
+//! 7. [`aws_costs::aws_costs`]: `examples/hello-world` deployed through the local AWS form
+//!    (`scripts/local-aws.sh`): the Lambda invocations, DynamoDB request units, SQS, KMS and S3
+//!    requests per deployment and per step, and what 1,000 deployments cost on AWS.
 //!
 //! [`fixtures`] builds the events and blueprints; [`report`] prints the figures.
 
+mod aws_costs;
 mod deploy;
 mod dynamodb;
 mod fixtures;
@@ -102,6 +106,12 @@ async fn run() -> anyhow::Result<()> {
     let dynamodb =
         dynamodb::dynamodb(DYNAMODB_APPENDS, DYNAMODB_BATCHES, DYNAMODB_DEPLOYMENTS).await?;
 
+    eprintln!(
+        "the local AWS form: hello-world once to warm up, then {} deployments counted",
+        aws_costs::DEPLOYMENTS
+    );
+    let aws = aws_costs::aws_costs(&overture).await?;
+
     let figures = Figures {
         nproc,
         log_1,
@@ -113,6 +123,7 @@ async fn run() -> anyhow::Result<()> {
         script,
         start_up,
         dynamodb,
+        aws,
     };
     println!();
     print!("{}", report::table(&figures));

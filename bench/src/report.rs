@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 
+use crate::aws_costs::{AwsCosts, STEPS};
 use crate::deploy::Deployed;
 use crate::dynamodb::DynamoFigures;
 use crate::log_rate::CommitRate;
@@ -9,7 +10,7 @@ use crate::replay::Replay;
 use crate::sandbox::StartUp;
 
 /// Everything one run measured.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Figures {
     /// CPUs this process may use.
     pub nproc: usize,
@@ -31,6 +32,8 @@ pub struct Figures {
     pub start_up: StartUp,
     /// The DynamoDB log in the local emulator.
     pub dynamodb: DynamoFigures,
+    /// hello-world through the local AWS form.
+    pub aws: AwsCosts,
 }
 
 fn per_sec(value: f64) -> u64 {
@@ -160,6 +163,78 @@ pub fn table(f: &Figures) -> String {
             ),
         ],
         [
+            "AWS form: Lambda invocations per step (hello-world)".into(),
+            format!("{:.1}", f.aws.invocations() / STEPS as f64),
+            "invocations".into(),
+            format!(
+                "{:.1} per deployment: {}",
+                f.aws.invocations(),
+                f.aws
+                    .invocations
+                    .iter()
+                    .map(|(function, n)| format!(
+                        "{function} {:.1}",
+                        *n as f64 / f.aws.deployments as f64
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ],
+        [
+            "AWS form: DynamoDB write units per step".into(),
+            format!("{:.1}", f.aws.write_units() / STEPS as f64),
+            "WRU".into(),
+            format!("{:.1} per deployment", f.aws.write_units()),
+        ],
+        [
+            "AWS form: DynamoDB read units per step".into(),
+            format!("{:.1}", f.aws.read_units() / STEPS as f64),
+            "RRU".into(),
+            format!(
+                "{:.1} per deployment (strongly consistent)",
+                f.aws.read_units()
+            ),
+        ],
+        [
+            "AWS form: SQS requests per step".into(),
+            format!("{:.1}", f.aws.sqs_requests() / STEPS as f64),
+            "requests".into(),
+            format!(
+                "{:.1} per deployment, the trigger's receive and delete included",
+                f.aws.sqs_requests()
+            ),
+        ],
+        [
+            "AWS form: KMS and S3 requests per deployment".into(),
+            format!(
+                "{:.1}",
+                f.aws.kms_requests() + f.aws.s3_requests().0 + f.aws.s3_requests().1
+            ),
+            "requests".into(),
+            format!(
+                "KMS {:.1}, S3 writes {:.1}, S3 reads {:.1}",
+                f.aws.kms_requests(),
+                f.aws.s3_requests().0,
+                f.aws.s3_requests().1
+            ),
+        ],
+        [
+            "AWS form: 1,000 hello-world deployments cost".into(),
+            format!("{:.3}", f.aws.per_thousand()),
+            "$".into(),
+            format!(
+                "orchestration only; the steps on Fargate add ${:.2}; Step Functions Standard's transitions alone: ${:.2}",
+                f.aws.steps_per_thousand(),
+                f.aws.step_functions_per_thousand()
+            ),
+        ],
+        [
+            "AWS form: one hello-world deployment, locally".into(),
+            format!("{:.1}", f.aws.wall.as_secs_f64()),
+            "s".into(),
+            "emulator, cargo lambda watch and the poller on this machine".into(),
+        ],
+        [
             "CPUs (nproc)".into(),
             f.nproc.to_string(),
             String::new(),
@@ -235,5 +310,18 @@ pub fn json(f: &Figures) -> serde_json::Value {
         "dynamodb_requests_per_append": two_decimals(f.dynamodb.requests_per_append),
         "dynamodb_replay_events_per_sec": per_sec(f.dynamodb.replayed_per_sec),
         "dynamodb_requests_per_stream": two_decimals(f.dynamodb.requests_per_stream),
+        "aws_deployments_counted": f.aws.deployments,
+        "aws_invocations_per_deployment": two_decimals(f.aws.invocations()),
+        "aws_invocations_by_function": f.aws.invocations,
+        "aws_dynamodb_write_units_per_deployment": two_decimals(f.aws.write_units()),
+        "aws_dynamodb_read_units_per_deployment": two_decimals(f.aws.read_units()),
+        "aws_sqs_requests_per_deployment": two_decimals(f.aws.sqs_requests()),
+        "aws_kms_requests_per_deployment": two_decimals(f.aws.kms_requests()),
+        "aws_s3_writes_per_deployment": two_decimals(f.aws.s3_requests().0),
+        "aws_s3_reads_per_deployment": two_decimals(f.aws.s3_requests().1),
+        "aws_cost_per_1000_deployments": (f.aws.per_thousand() * 1000.0).round() / 1000.0,
+        "aws_fargate_steps_per_1000_deployments": two_decimals(f.aws.steps_per_thousand()),
+        "step_functions_transitions_per_1000_deployments": two_decimals(f.aws.step_functions_per_thousand()),
+        "aws_seconds_per_deployment_locally": two_decimals(f.aws.wall.as_secs_f64()),
     })
 }

@@ -47,12 +47,15 @@ impl LocalAws {
     fn up() -> Self {
         let state = tempfile::tempdir().expect("a state directory");
         let started = Self::script(state.path(), "up");
-        assert!(
-            started.status.success(),
-            "local-aws.sh up failed: {}\n{}",
-            text(&started.stdout),
-            text(&started.stderr)
-        );
+        if !started.status.success() {
+            // What did start is stopped before the test fails.
+            Self::script(state.path(), "down");
+            panic!(
+                "local-aws.sh up failed: {}\n{}",
+                text(&started.stdout),
+                text(&started.stderr)
+            );
+        }
         let exports = std::fs::read_to_string(state.path().join("local-aws.env"))
             .expect("local-aws.sh writes the settings");
         let settings = exports

@@ -120,18 +120,48 @@ pub struct Requests {
     pub operations: BTreeMap<String, u64>,
     /// Items touched per DynamoDB write operation (each costs at least one write unit).
     pub items_written: BTreeMap<String, u64>,
+    /// The same, by the app id the client set (`AWS_SDK_UA_APP_ID`; `unnamed` without one).
+    #[serde(default)]
+    pub by_app: BTreeMap<String, AppRequests>,
+}
+
+/// The requests of one app.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+pub struct AppRequests {
+    /// Requests per operation.
+    pub operations: BTreeMap<String, u64>,
+    /// The DynamoDB read request units they would cost on demand (strongly consistent).
+    pub dynamodb_read_units: u64,
+    /// The DynamoDB write request units they would cost on demand.
+    pub dynamodb_write_units: u64,
+}
+
+impl AppRequests {
+    /// Requests to `service` whose operation satisfies `matches`.
+    pub fn count(&self, service: &str, matches: impl Fn(&str) -> bool) -> u64 {
+        count(&self.operations, service, matches)
+    }
+}
+
+fn count(operations: &BTreeMap<String, u64>, service: &str, matches: impl Fn(&str) -> bool) -> u64 {
+    operations
+        .iter()
+        .filter_map(|(key, count)| {
+            let (s, operation) = key.split_once(':')?;
+            (s == service && matches(operation)).then_some(*count)
+        })
+        .sum()
 }
 
 impl Requests {
     /// Requests to `service` whose operation satisfies `matches`.
     pub fn count(&self, service: &str, matches: impl Fn(&str) -> bool) -> u64 {
-        self.operations
-            .iter()
-            .filter_map(|(key, count)| {
-                let (s, operation) = key.split_once(':')?;
-                (s == service && matches(operation)).then_some(*count)
-            })
-            .sum()
+        count(&self.operations, service, matches)
+    }
+
+    /// The requests of the app `app`; none when it asked nothing.
+    pub fn of(&self, app: &str) -> AppRequests {
+        self.by_app.get(app).cloned().unwrap_or_default()
     }
 
     /// DynamoDB items written, over every write operation.
