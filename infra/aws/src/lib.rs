@@ -25,6 +25,7 @@
 //!   and events tables ([`query::DynamoQueries`]); attempts' output not yet.
 //! - [`stack`]: the CloudFormation stack (`infra/aws/template.yaml`) made in the local emulator
 //!   ([`stack::deploy_local`]), as the tests and the local set-up use it.
+//! - [`function`]: what every function binary does as it starts (its log, its settings).
 //! - `emulator` (feature `emulator`): the local AWS emulator as a child process, and the
 //!   requests it counted.
 
@@ -33,6 +34,7 @@ pub mod custody;
 pub mod dynamodb;
 #[cfg(feature = "emulator")]
 pub mod emulator;
+pub mod function;
 pub mod kept;
 pub mod logs;
 pub mod query;

@@ -12,6 +12,8 @@ use std::sync::Arc;
 
 use overture_aws::custody::KmsTokenCustody;
 use overture_aws::dynamodb::DynamoDeployments;
+pub use overture_aws::function::init_tracing;
+use overture_aws::function::setting;
 use overture_aws::kept::KeptStates;
 use overture_aws::seals::KmsSeals;
 use overture_aws::sqs::{SqsQueue, SqsWork};
@@ -88,20 +90,4 @@ impl Adapters {
     pub fn timers(&self) -> &SqsQueue {
         &self.work.timers
     }
-}
-
-/// A variable the stack sets.
-fn setting(name: &str) -> Result<String, lambda_runtime::Error> {
-    std::env::var(name).map_err(|_| format!("{name} is not set; the stack sets it").into())
-}
-
-/// Logs to standard error (Lambda keeps it), at the level `OVERTURE_LOG` asks (default: warn).
-pub fn init_tracing() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("OVERTURE_LOG")
-                .unwrap_or_else(|_| "warn".into()),
-        )
-        .without_time()
-        .init();
 }

@@ -8,6 +8,7 @@ use aws_lambda_events::event::dynamodb::Event;
 use aws_lambda_events::event::streams::DynamoDbEventResponse;
 use lambda_runtime::{service_fn, LambdaEvent};
 use overture_aws::dynamodb::DynamoDeployments;
+use overture_aws::function::{init_tracing, setting};
 use overture_aws::read_models::DynamoReadModels;
 use overture_kit::SystemClock;
 use overture_projector::on_stream_records;
@@ -18,19 +19,9 @@ struct Adapters {
     views: DynamoReadModels,
 }
 
-fn setting(name: &str) -> Result<String, lambda_runtime::Error> {
-    std::env::var(name).map_err(|_| format!("{name} is not set; the stack sets it").into())
-}
-
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("OVERTURE_LOG")
-                .unwrap_or_else(|_| "warn".into()),
-        )
-        .without_time()
-        .init();
+    init_tracing();
     let config = overture_aws::config::from_env().await;
     let dynamodb = aws_sdk_dynamodb::Client::new(&config);
     let adapters = Arc::new(Adapters {

@@ -16,6 +16,7 @@ use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::{service_fn, LambdaEvent};
 use overture_aws::custody::KmsTokenCustody;
 use overture_aws::dynamodb::DynamoDeployments;
+use overture_aws::function::{init_tracing, setting};
 use overture_aws::kept::KeptStates;
 use overture_aws::logs::S3AttemptLogs;
 use overture_aws::s3::S3Payloads;
@@ -53,19 +54,9 @@ impl Adapters {
     }
 }
 
-fn setting(name: &str) -> Result<String, lambda_runtime::Error> {
-    std::env::var(name).map_err(|_| format!("{name} is not set; the stack sets it").into())
-}
-
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("OVERTURE_LOG")
-                .unwrap_or_else(|_| "warn".into()),
-        )
-        .without_time()
-        .init();
+    init_tracing();
     let config = overture_aws::config::from_env().await;
     let dynamodb = aws_sdk_dynamodb::Client::new(&config);
     let kms = aws_sdk_kms::Client::new(&config);

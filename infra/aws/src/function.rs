@@ -1,0 +1,23 @@
+//! What every function binary does as it starts: its log, and the settings the stack gives it.
+
+/// A setting the stack gives every function is missing from the environment.
+#[derive(Debug, thiserror::Error)]
+#[error("{0} is not set; the stack sets it (infra/aws/template.yaml)")]
+pub struct MissingSetting(pub String);
+
+/// The environment variable `name`, which the stack sets.
+pub fn setting(name: &str) -> Result<String, MissingSetting> {
+    std::env::var(name).map_err(|_| MissingSetting(name.to_owned()))
+}
+
+/// Logs to standard error (Lambda keeps it), at the level `OVERTURE_LOG` asks (default: warn),
+/// without a time of its own (Lambda stamps every line).
+pub fn init_tracing() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("OVERTURE_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .without_time()
+        .init();
+}
