@@ -3,10 +3,7 @@
 
 mod support;
 
-use std::collections::BTreeMap;
-
 use aws_lambda_events::event::sqs::SqsEvent;
-use overture_domain::blueprint::parse;
 use overture_events::{DeploymentEvent as E, DeploymentId, ErrorClass};
 use overture_kit::memory::MemoryLog;
 use overture_kit::{Cause, DeploymentLog};
@@ -29,37 +26,13 @@ fn deployment() -> DeploymentId {
 /// its lease until `lint_lease`.
 async fn two_steps(lint_lease: &str) -> MemoryLog {
     let log = MemoryLog::new(at("09:50"));
-    let blueprint = parse("name: x\nsteps:\n  build: { run: noop }\n  lint: { run: noop }\n")
-        .expect("valid")
-        .snapshot;
-    let history = vec![
-        E::DeploymentRequested {
-            tenant: "acme".into(),
-            requested_by: "ada".into(),
-            trigger: "cli".into(),
-            source: "x.yaml".into(),
-            blueprint,
-            blueprint_hash: "h".into(),
-            params: BTreeMap::new(),
-            cloud: None,
-        },
-        E::StepScheduled {
-            step: "build".into(),
-            attempt: 1,
-            not_before: at("09:50"),
-        },
-        E::StepScheduled {
-            step: "lint".into(),
-            attempt: 1,
-            not_before: at("09:50"),
-        },
-        E::StepStarted {
-            step: "lint".into(),
-            attempt: 1,
-            sandbox: "lint-1".into(),
-            lease_until: Some(at(lint_lease)),
-        },
-    ];
+    let mut history = support::two_steps_scheduled_at_nine_fifty();
+    history.extend([E::StepStarted {
+        step: "lint".into(),
+        attempt: 1,
+        sandbox: "lint-1".into(),
+        lease_until: Some(at(lint_lease)),
+    }]);
     let cause = Cause::new("runner", deployment(), uuid::Uuid::now_v7());
     log.append(deployment(), "acme", None, history, &cause)
         .await

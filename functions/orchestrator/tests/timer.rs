@@ -3,10 +3,7 @@
 
 mod support;
 
-use std::collections::BTreeMap;
-
 use aws_lambda_events::event::sqs::SqsEvent;
-use overture_domain::blueprint::parse;
 use overture_events::{DeploymentEvent as E, DeploymentId, ErrorClass};
 use overture_kit::memory::MemoryLog;
 use overture_kit::{Cause, DeploymentLog};
@@ -28,30 +25,8 @@ fn deployment() -> DeploymentId {
 /// lint failed for good at 09:58 while build ran; build may finish until 10:00.
 async fn failing_in_grace() -> MemoryLog {
     let log = MemoryLog::new(at("09:58"));
-    let blueprint = parse("name: x\nsteps:\n  build: { run: noop }\n  lint: { run: noop }\n")
-        .expect("valid")
-        .snapshot;
-    let history = vec![
-        E::DeploymentRequested {
-            tenant: "acme".into(),
-            requested_by: "ada".into(),
-            trigger: "cli".into(),
-            source: "x.yaml".into(),
-            blueprint,
-            blueprint_hash: "h".into(),
-            params: BTreeMap::new(),
-            cloud: None,
-        },
-        E::StepScheduled {
-            step: "build".into(),
-            attempt: 1,
-            not_before: at("09:50"),
-        },
-        E::StepScheduled {
-            step: "lint".into(),
-            attempt: 1,
-            not_before: at("09:50"),
-        },
+    let mut history = support::two_steps_scheduled_at_nine_fifty();
+    history.extend([
         E::StepStarted {
             step: "build".into(),
             attempt: 1,
@@ -81,7 +56,7 @@ async fn failing_in_grace() -> MemoryLog {
             failed_step: "lint".into(),
             deadline: at("10:00"),
         },
-    ];
+    ]);
     let cause = Cause::new("runner", deployment(), uuid::Uuid::now_v7());
     log.append(deployment(), "acme", None, history, &cause)
         .await

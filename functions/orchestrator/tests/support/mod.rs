@@ -89,3 +89,36 @@ pub fn at(time: &str) -> Timestamp {
         .parse()
         .expect("an instant")
 }
+
+/// A deployment of two `noop` steps, `build` and `lint`, requested by ada for acme, both
+/// scheduled at 09:50.
+pub fn two_steps_scheduled_at_nine_fifty() -> Vec<overture_events::DeploymentEvent> {
+    use overture_events::DeploymentEvent as E;
+    let blueprint = overture_domain::blueprint::parse(
+        "name: x\nsteps:\n  build: { run: noop }\n  lint: { run: noop }\n",
+    )
+    .expect("valid")
+    .snapshot;
+    vec![
+        E::DeploymentRequested {
+            tenant: "acme".into(),
+            requested_by: "ada".into(),
+            trigger: "cli".into(),
+            source: "x.yaml".into(),
+            blueprint,
+            blueprint_hash: "h".into(),
+            params: std::collections::BTreeMap::new(),
+            cloud: None,
+        },
+        E::StepScheduled {
+            step: "build".into(),
+            attempt: 1,
+            not_before: at("09:50"),
+        },
+        E::StepScheduled {
+            step: "lint".into(),
+            attempt: 1,
+            not_before: at("09:50"),
+        },
+    ]
+}
