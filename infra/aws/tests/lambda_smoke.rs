@@ -97,30 +97,33 @@ fn watch(settings: &[(&str, &str)]) -> Watch {
     }
 }
 
-/// Invokes `function` with `event` and returns its answer, which must be a success.
-async fn invoke(watch: &Watch, function: &str, event: &Value) -> Value {
-    let url = format!(
-        "http://127.0.0.1:{}/2015-03-31/functions/{function}/invocations",
-        watch.port
-    );
+/// POSTs `body` to `path` on the watch, once it listens (cargo lambda starts listening a moment
+/// after it starts; the first call also waits for the function's build).
+async fn post(watch: &Watch, path: &str, body: &Value) -> reqwest::Response {
+    let url = format!("http://127.0.0.1:{}{path}", watch.port);
     let client = reqwest::Client::new();
     let started = Instant::now();
-    let answer = loop {
+    loop {
         match client
             .post(&url)
-            .json(event)
+            .json(body)
             .timeout(FIRST_INVOCATION)
             .send()
             .await
         {
-            Ok(answer) => break answer,
-            // cargo lambda is still starting to listen.
+            Ok(answer) => return answer,
             Err(error) if error.is_connect() && started.elapsed() < FIRST_INVOCATION => {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
-            Err(error) => panic!("invoking {function} failed: {error}"),
+            Err(error) => panic!("POST {path} failed: {error}"),
         }
-    };
+    }
+}
+
+/// Invokes `function` with `event` and returns its answer, which must be a success.
+async fn invoke(watch: &Watch, function: &str, event: &Value) -> Value {
+    let path = format!("/2015-03-31/functions/{function}/invocations");
+    let answer = post(watch, &path, event).await;
     let status = answer.status();
     let body: Value = answer.json().await.expect("a JSON answer");
     assert!(status.is_success(), "{function}: {status}: {body}");
@@ -668,28 +671,7 @@ async fn the_runner_lambda_runs_a_steps_attempt_from_its_job_message() {
 /// POSTs `body` to the submit function's URL, as `cargo lambda watch` serves it; the status and
 /// the JSON answer.
 async fn post_to_submit(watch: &Watch, body: &Value) -> (u16, Value) {
-    let url = format!(
-        "http://127.0.0.1:{}/lambda-url/submit/deployments",
-        watch.port
-    );
-    let client = reqwest::Client::new();
-    let started = Instant::now();
-    let answer = loop {
-        match client
-            .post(&url)
-            .json(body)
-            .timeout(FIRST_INVOCATION)
-            .send()
-            .await
-        {
-            Ok(answer) => break answer,
-            // cargo lambda is still starting to listen.
-            Err(error) if error.is_connect() && started.elapsed() < FIRST_INVOCATION => {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(error) => panic!("posting to submit failed: {error}"),
-        }
-    };
+    let answer = post(watch, "/lambda-url/submit/deployments", body).await;
     let status = answer.status().as_u16();
     let text = answer.text().await.expect("an answer");
     (
