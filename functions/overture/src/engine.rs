@@ -15,7 +15,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use overture_domain::deployment::Interruption;
 use overture_domain::{DeploymentCommand, DeploymentError, DeploymentState};
-use overture_events::{DeploymentId, Envelope, LogEntry};
+use overture_events::{DeploymentId, Envelope, LogEntry, Timestamp};
 use overture_infra::keystore::LocalKeyStore;
 use overture_infra::logs::LogFiles;
 use overture_infra::payloads::DirPayloads;
@@ -557,7 +557,9 @@ struct QueueLease {
 
 #[async_trait]
 impl KeepAlive for QueueLease {
-    async fn keep_alive(&self) -> Result<(), PortError> {
+    // The engine's own lease is short and renewed every heartbeat: a dead engine's job is
+    // found by `resume`, which holds every engine's lock, not by waiting for the attempt's.
+    async fn keep_alive(&self, _: Option<Timestamp>) -> Result<(), PortError> {
         let until = self.clock.now() + chrono::TimeDelta::from_std(LEASE).unwrap_or_default();
         self.queue
             .extend(&self.receipt, until)

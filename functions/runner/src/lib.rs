@@ -187,8 +187,10 @@ pub enum GrantError {
 /// Keeps the job's lease while the attempt runs, so no other runner takes it.
 #[async_trait]
 pub trait KeepAlive: Send + Sync {
-    /// Renews the lease; an error means the job is no longer ours.
-    async fn keep_alive(&self) -> Result<(), PortError>;
+    /// Renews the lease; an error means the job is no longer ours. `attempt_lease` is when the
+    /// attempt's own lease ends (`StepStarted.lease_until`: its timeout and a margin): should
+    /// the runner die, the job is best back then, when the attempt can be found interrupted.
+    async fn keep_alive(&self, attempt_lease: Option<Timestamp>) -> Result<(), PortError>;
 }
 
 /// A port failed, saying whether trying again can help; never carries a secret.
@@ -531,7 +533,16 @@ async fn run_in_sandbox(
     let job = step::sandbox_job(sandbox_id, prepared, &input, name, log, &masker);
 
     let lost_job = std::sync::atomic::AtomicBool::new(false);
-    let watch = watch_for_abandonment(ports.log, lease, deployment, &spec.name, attempt, &lost_job);
+    let attempt_lease = state.steps.get(&spec.name).and_then(|s| s.lease_until);
+    let watch = watch_for_abandonment(
+        ports.log,
+        lease,
+        attempt_lease,
+        deployment,
+        &spec.name,
+        attempt,
+        &lost_job,
+    );
     let result = match ports.sandbox.run(job, Box::pin(watch)).await {
         Ok(result) => result,
         // Nothing ran, and running it again would be refused again: a failed attempt, which
@@ -714,6 +725,7 @@ fn conclude(input: &StepInput, code: i32, result: &SandboxResult) -> Verdict {
 async fn watch_for_abandonment(
     log: &dyn DeploymentLog,
     lease: &dyn KeepAlive,
+    attempt_lease: Option<Timestamp>,
     deployment: DeploymentId,
     step: &str,
     attempt: u32,
@@ -723,7 +735,7 @@ async fn watch_for_abandonment(
     ticks.tick().await;
     loop {
         ticks.tick().await;
-        if let Err(error) = lease.keep_alive().await {
+        if let Err(error) = lease.keep_alive(attempt_lease).await {
             tracing::warn!(%deployment, step, attempt, %error, "lost the job's lease; stopping the attempt");
             lost_job.store(true, std::sync::atomic::Ordering::Relaxed);
             return;

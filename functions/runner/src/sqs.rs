@@ -39,11 +39,11 @@ use crate::{
 
 /// The longest SQS hides a message (`ChangeMessageVisibility`).
 pub const MAX_VISIBILITY: Duration = Duration::from_secs(12 * 60 * 60);
-/// How long each extension keeps a running job's message hidden.
+/// How long each extension keeps a running job's message hidden when the attempt has no lease
+/// of its own to go by.
 pub const EXTENSION: Duration = Duration::from_secs(5 * 60);
-/// How often a running job's message is extended: well within [`EXTENSION`], so one failed call
-/// leaves time for the next, and far less often than the attempt's heartbeat, which is every
-/// second (each call costs a request).
+/// How long before its hiding lapses a running job's message is hidden again: well before, so
+/// one failed call leaves time for the next.
 pub const EXTEND_EVERY: Duration = Duration::from_secs(60);
 
 /// Changes how long a received message stays hidden from other receivers, by its receipt handle
@@ -167,9 +167,10 @@ async fn on_job_message(
     }
     let lease = MessageLease {
         visibility,
+        clock: ports.clock,
         receipt,
         run: &run,
-        extended: Mutex::new(None),
+        hidden: Mutex::new(None),
     };
     let again_at = match run_attempt(&run, ports, &lease).await? {
         AttemptReport::NotYetDue(at) | AttemptReport::StillRunning(at) => at,
@@ -188,36 +189,51 @@ async fn on_job_message(
 }
 
 /// The job's lease on SQS: its message kept hidden while the attempt runs.
+///
+/// It is hidden until the attempt's own lease ends (and a second more), in one call: should the
+/// runner die, the job comes back just when the attempt can be found interrupted, and a step
+/// that runs an hour costs one `ChangeMessageVisibility`, not sixty. Without a lease to go by it
+/// is hidden [`EXTENSION`] at a time. Either way it is hidden again [`EXTEND_EVERY`] (or half the
+/// last hiding, if shorter) before the hiding lapses.
 struct MessageLease<'a> {
     visibility: &'a dyn ChangeVisibility,
+    clock: &'a dyn overture_kit::Clock,
     receipt: &'a str,
     run: &'a RunAttempt,
-    /// When the message was last extended (tokio's clock, so tests control it).
-    extended: Mutex<Option<tokio::time::Instant>>,
+    /// Until when the message is hidden, and for how long it was (tokio's clock, so tests
+    /// control it).
+    hidden: Mutex<Option<(tokio::time::Instant, Duration)>>,
 }
 
 #[async_trait]
 impl KeepAlive for MessageLease<'_> {
-    async fn keep_alive(&self) -> Result<(), PortError> {
+    async fn keep_alive(&self, attempt_lease: Option<Timestamp>) -> Result<(), PortError> {
         let now = tokio::time::Instant::now();
         let due = self
-            .extended
+            .hidden
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .is_none_or(|last| now.duration_since(last) >= EXTEND_EVERY);
+            .is_none_or(|(until, length)| {
+                until.saturating_duration_since(now) < EXTEND_EVERY.min(length / 2)
+            });
         if !due {
             return Ok(());
         }
+        let length = attempt_lease
+            .and_then(|until| (until - self.clock.now()).to_std().ok())
+            .map_or(EXTENSION, |left| left + Duration::from_secs(1))
+            .min(MAX_VISIBILITY);
         match self
             .visibility
-            .change_visibility(self.receipt, EXTENSION)
+            .change_visibility(self.receipt, length)
             .await
         {
             Ok(()) => {
                 *self
-                    .extended
+                    .hidden
                     .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(now);
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                    Some((now + length, length));
                 Ok(())
             }
             // The message stays hidden for the rest of its last extension: the next heartbeat

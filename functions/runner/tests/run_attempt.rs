@@ -140,7 +140,7 @@ struct Lease {
 
 #[async_trait]
 impl KeepAlive for Lease {
-    async fn keep_alive(&self) -> Result<(), PortError> {
+    async fn keep_alive(&self, _: Option<Timestamp>) -> Result<(), PortError> {
         if self.lost.load(Ordering::SeqCst) {
             Err(PortError::refused("another runner holds the job now"))
         } else {

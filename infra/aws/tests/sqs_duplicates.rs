@@ -117,7 +117,7 @@ struct Visibility<'a> {
 
 #[async_trait]
 impl KeepAlive for Visibility<'_> {
-    async fn keep_alive(&self) -> Result<(), PortError> {
+    async fn keep_alive(&self, _: Option<overture_events::Timestamp>) -> Result<(), PortError> {
         self.queue
             .extend(&self.delivery.receipt, Duration::from_secs(30))
             .await
