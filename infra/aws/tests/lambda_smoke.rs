@@ -568,104 +568,219 @@ fn sqs_event(message: &aws_sdk_sqs::types::Message, queue: &str) -> Value {
     })
 }
 
+/// A runner's tables, bucket, queue and key, with one deployment of `blueprint` whose first
+/// attempt the orchestrator has queued, as its Lambda would.
+struct RunnerStack {
+    log: DynamoDeployments,
+    sqs: aws_sdk_sqs::Client,
+    s3: aws_sdk_s3::Client,
+    queue: String,
+    queue_name: String,
+    key: &'static str,
+    work_dir: std::path::PathBuf,
+    deployment: DeploymentId,
+}
+
+impl RunnerStack {
+    async fn new(blueprint: &str) -> Self {
+        let config = overture_aws::config::for_endpoint(support::emulator(), "eu-west-1").await;
+        let dynamodb = aws_sdk_dynamodb::Client::new(&config);
+        let sqs = aws_sdk_sqs::Client::new(&config);
+        let kms = aws_sdk_kms::Client::new(&config);
+        let s3 = overture_aws::s3::client(&config);
+        let log = events_log(&dynamodb).await;
+        create_custody_table(&dynamodb, "smoke-runner-custody")
+            .await
+            .expect("table");
+        create_seals_table(&dynamodb, "smoke-runner-seals")
+            .await
+            .expect("table");
+        create_payloads_bucket(&s3, PAYLOADS).await.expect("bucket");
+        // A queue of its own: another test receiving from it would hide what this one queued.
+        let queue_name = format!(
+            "smoke-runner-jobs-{}",
+            &uuid::Uuid::now_v7().simple().to_string()[20..]
+        );
+        let queue = create_queue(&sqs, &queue_name).await.expect("queue");
+        let key = support::kms_key(&kms).await;
+        let (deployment, _) = requested_with(&log, blueprint).await;
+
+        let clock = Arc::new(SystemClock);
+        let custody = Arc::new(KmsTokenCustody::new(
+            kms.clone(),
+            dynamodb.clone(),
+            "smoke-runner-custody",
+            key,
+        ));
+        let seals = KmsSeals::new(
+            kms,
+            dynamodb.clone(),
+            "smoke-runner-seals",
+            key,
+            custody.clone(),
+            KeptStates::new(s3.clone(), PAYLOADS),
+        );
+        let work = QueueOn::one(SqsQueue::new(sqs.clone(), &queue, clock.clone()));
+        let ports = OrchestratorPorts {
+            log: &log,
+            work: &work,
+            secrets: &seals,
+            access: &CloudAccess::new(custody),
+            clock: clock.as_ref(),
+        };
+        orchestrate(deployment, uuid::Uuid::now_v7(), Since::Unknown, &ports)
+            .await
+            .expect("orchestrated");
+        let work_dir =
+            std::env::temp_dir().join(format!("overture-smoke-{}", uuid::Uuid::new_v4()));
+        Self {
+            log,
+            sqs,
+            s3,
+            queue,
+            queue_name,
+            key,
+            work_dir,
+            deployment,
+        }
+    }
+
+    /// The next message of the queue, as the trigger receives it, waiting up to `within`.
+    async fn next_message(&self, within: Duration) -> aws_sdk_sqs::types::Message {
+        let started = Instant::now();
+        loop {
+            let received = self
+                .sqs
+                .receive_message()
+                .queue_url(&self.queue)
+                .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
+                .wait_time_seconds(5)
+                .send()
+                .await
+                .expect("receive");
+            if let Some(message) = received.messages().first() {
+                return message.clone();
+            }
+            assert!(
+                started.elapsed() < within,
+                "no message on the queue within {within:?}"
+            );
+        }
+    }
+
+    fn watch(&self) -> Watch {
+        watch(&[
+            ("OVERTURE_EVENTS_TABLE", EVENTS),
+            ("OVERTURE_CUSTODY_TABLE", "smoke-runner-custody"),
+            ("OVERTURE_SEALS_TABLE", "smoke-runner-seals"),
+            ("OVERTURE_KMS_KEY", self.key),
+            ("OVERTURE_JOBS_QUEUE_URL", &self.queue),
+            ("OVERTURE_PAYLOADS_BUCKET", PAYLOADS),
+            (
+                "OVERTURE_WORK_DIR",
+                self.work_dir.to_str().expect("a UTF-8 path"),
+            ),
+        ])
+    }
+
+    async fn types(&self) -> Vec<String> {
+        self.log
+            .read_stream(self.deployment, 0)
+            .await
+            .expect("read")
+            .into_iter()
+            .map(|envelope| envelope.event_type)
+            .collect()
+    }
+}
+
+impl Drop for RunnerStack {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.work_dir);
+    }
+}
+
 #[tokio::test]
 async fn the_runner_lambda_runs_a_steps_attempt_from_its_job_message() {
-    let config = overture_aws::config::for_endpoint(support::emulator(), "eu-west-1").await;
-    let dynamodb = aws_sdk_dynamodb::Client::new(&config);
-    let sqs = aws_sdk_sqs::Client::new(&config);
-    let kms = aws_sdk_kms::Client::new(&config);
-    let s3 = overture_aws::s3::client(&config);
-    let log = events_log(&dynamodb).await;
-    create_custody_table(&dynamodb, "smoke-runner-custody")
-        .await
-        .expect("table");
-    create_seals_table(&dynamodb, "smoke-runner-seals")
-        .await
-        .expect("table");
-    create_payloads_bucket(&s3, PAYLOADS).await.expect("bucket");
-    let queue = create_queue(&sqs, "smoke-runner-jobs")
-        .await
-        .expect("queue");
-    let key = support::kms_key(&kms).await;
-    let (deployment, _) = requested_with(
-        &log,
+    let stack = RunnerStack::new(
         "name: smoke\nsteps:\n  build: { run: script, with: { command: echo hello } }\n",
     )
     .await;
-
-    // The orchestrator schedules `build` and queues its first attempt, as its Lambda would.
-    let clock = Arc::new(SystemClock);
-    let custody = Arc::new(KmsTokenCustody::new(
-        kms.clone(),
-        dynamodb.clone(),
-        "smoke-runner-custody",
-        key,
-    ));
-    let seals = KmsSeals::new(
-        kms,
-        dynamodb.clone(),
-        "smoke-runner-seals",
-        key,
-        custody.clone(),
-        KeptStates::new(s3.clone(), PAYLOADS),
-    );
-    let work = QueueOn::one(SqsQueue::new(sqs.clone(), &queue, clock.clone()));
-    let ports = OrchestratorPorts {
-        log: &log,
-        work: &work,
-        secrets: &seals,
-        access: &CloudAccess::new(custody),
-        clock: clock.as_ref(),
-    };
-    orchestrate(deployment, uuid::Uuid::now_v7(), Since::Unknown, &ports)
-        .await
-        .expect("orchestrated");
-    let received = sqs
-        .receive_message()
-        .queue_url(&queue)
-        .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
-        .wait_time_seconds(5)
-        .send()
-        .await
-        .expect("receive");
-    let [message] = received.messages() else {
-        panic!("one job queued: {:?}", received.messages());
-    };
-
-    let work_dir = std::env::temp_dir().join(format!("overture-smoke-{}", uuid::Uuid::new_v4()));
-    let watch = watch(&[
-        ("OVERTURE_EVENTS_TABLE", EVENTS),
-        ("OVERTURE_CUSTODY_TABLE", "smoke-runner-custody"),
-        ("OVERTURE_SEALS_TABLE", "smoke-runner-seals"),
-        ("OVERTURE_KMS_KEY", key),
-        ("OVERTURE_JOBS_QUEUE_URL", &queue),
-        ("OVERTURE_PAYLOADS_BUCKET", PAYLOADS),
-        (
-            "OVERTURE_WORK_DIR",
-            work_dir.to_str().expect("a UTF-8 path"),
-        ),
-    ]);
-    let answer = invoke(&watch, "runner", &sqs_event(message, "smoke-runner-jobs")).await;
+    let message = stack.next_message(Duration::from_secs(10)).await;
+    let watch = stack.watch();
+    let answer = invoke(&watch, "runner", &sqs_event(&message, &stack.queue_name)).await;
     assert_eq!(answer["batchItemFailures"], json!([]), "{answer}");
 
-    let types: Vec<String> = log
-        .read_stream(deployment, 0)
-        .await
-        .expect("read")
-        .into_iter()
-        .map(|envelope| envelope.event_type)
-        .collect();
+    let types = stack.types().await;
     assert!(
         types.iter().any(|t| t == "StepSucceeded"),
         "the attempt's success is recorded: {types:?}"
     );
-    let output = S3AttemptLogs::new(s3, PAYLOADS)
-        .read(deployment, "build", LogName::Attempt(1))
+    let output = S3AttemptLogs::new(stack.s3.clone(), PAYLOADS)
+        .read(stack.deployment, "build", LogName::Attempt(1))
         .await
         .expect("read")
         .expect("the attempt's log");
     assert_eq!(String::from_utf8_lossy(&output), "hello\n");
-    let _ = std::fs::remove_dir_all(work_dir);
+}
+
+/// The runner's process ends mid-step (its `cargo lambda watch` is stopped, the sandbox with
+/// it): the job's message, hidden until the attempt's lease ends (its 5 s timeout and a minute),
+/// comes back then, and a new runner records the attempt as interrupted and its retry.
+#[tokio::test]
+async fn a_runner_killed_mid_step_leaves_its_job_to_come_back_and_the_attempt_interrupted() {
+    let stack = RunnerStack::new(
+        "name: smoke\nsteps:\n  build: { run: script, timeout: 5s, with: { command: sleep 30 } }\n",
+    )
+    .await;
+    let message = stack.next_message(Duration::from_secs(10)).await;
+    let first = stack.watch();
+    let event = sqs_event(&message, &stack.queue_name);
+    let port = first.port;
+    let invocation = tokio::spawn(async move {
+        let url = format!("http://127.0.0.1:{port}/2015-03-31/functions/runner/invocations");
+        // Ends when the runner is killed: its answer is never read.
+        let _ = reqwest::Client::new()
+            .post(url)
+            .json(&event)
+            .timeout(FIRST_INVOCATION)
+            .send()
+            .await;
+    });
+    let started = Instant::now();
+    while !stack.types().await.iter().any(|t| t == "StepStarted") {
+        assert!(
+            started.elapsed() < FIRST_INVOCATION,
+            "the attempt never started"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(first);
+    invocation.await.expect("the invocation ended");
+
+    // Back once the attempt's lease has ended, not before.
+    let again = stack.next_message(Duration::from_secs(150)).await;
+    assert_eq!(again.body(), message.body(), "the same job");
+    let second = stack.watch();
+    let answer = invoke(&second, "runner", &sqs_event(&again, &stack.queue_name)).await;
+    assert_eq!(answer["batchItemFailures"], json!([]), "{answer}");
+
+    let events = stack
+        .log
+        .read_stream(stack.deployment, 0)
+        .await
+        .expect("read");
+    let failed = events
+        .iter()
+        .find(|e| e.event_type == "StepAttemptFailed")
+        .expect("the attempt's end is recorded");
+    assert_eq!(failed.data["error_class"], "interrupted", "{}", failed.data);
+    assert_eq!(failed.data["attempt"], 1);
+    assert!(
+        events.iter().any(|e| e.event_type == "StepRetryScheduled"),
+        "an interrupted attempt is retried: {:?}",
+        stack.types().await
+    );
 }
 
 /// POSTs `body` to the submit function's URL, as `cargo lambda watch` serves it; the status and
