@@ -51,8 +51,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use aws_sdk_ecs::error::ProvideErrorMetadata;
 use aws_sdk_ecs::types::{
-    AssignPublicIp, AwsVpcConfiguration, ContainerOverride, LaunchType, NetworkConfiguration,
-    Task, TaskOverride,
+    AssignPublicIp, AwsVpcConfiguration, ContainerOverride, LaunchType, NetworkConfiguration, Task,
+    TaskOverride,
 };
 use aws_sdk_kms::primitives::Blob;
 use aws_sdk_kms::types::DataKeySpec;
@@ -60,8 +60,7 @@ use aws_sdk_s3::primitives::ByteStream;
 use base64::Engine as _;
 use overture_events::DeploymentId;
 use overture_runner::{
-    Cancel, OutputsFile, PortError, RunError, RunSandboxed, SandboxExit, SandboxJob,
-    SandboxResult,
+    Cancel, OutputsFile, PortError, RunError, RunSandboxed, SandboxExit, SandboxJob, SandboxResult,
 };
 use overture_seal::{SealKey, SealedValue, NONCE_BYTES, ROOT_KEY_BYTES};
 use secrecy::{ExposeSecret, SecretString};
@@ -149,7 +148,8 @@ impl AttemptRef {
                 .find(|(key, _)| key == name)
                 .map(|(_, value)| value.as_str())
         };
-        let refused = |what: &str| RunError::Failed(PortError::refused(FargateError::Job(what.into())));
+        let refused =
+            |what: &str| RunError::Failed(PortError::refused(FargateError::Job(what.into())));
         let deployment = variable("OVERTURE_DEPLOYMENT")
             .and_then(|d| d.parse().ok())
             .ok_or_else(|| refused("the job names no deployment (OVERTURE_DEPLOYMENT)"))?;
@@ -247,8 +247,7 @@ fn transient<E: ProvideErrorMetadata>(error: &aws_sdk_ecs::error::SdkError<E>) -
         None => true,
         Some(service) => matches!(
             service.code(),
-            Some("ServerException" | "ThrottlingException" | "ServiceUnavailableException")
-                | None
+            Some("ServerException" | "ThrottlingException" | "ServiceUnavailableException") | None
         ),
     }
 }
@@ -330,12 +329,18 @@ impl FargateSteps {
             timeout_ms: u64::try_from(job.timeout.as_millis()).unwrap_or(u64::MAX),
             output_limit: job.output_limit,
         };
-        let plain = SecretString::from(
-            serde_json::to_string(&input)
-                .map_err(|e| RunError::Failed(PortError::refused(FargateError::Job(e.to_string()))))?,
-        );
-        let body = seal(&root, encrypted, &attempt, "step-input", plain.expose_secret().as_bytes())
-            .map_err(|e| RunError::Failed(PortError::refused(e)))?;
+        let plain =
+            SecretString::from(serde_json::to_string(&input).map_err(|e| {
+                RunError::Failed(PortError::refused(FargateError::Job(e.to_string())))
+            })?);
+        let body = seal(
+            &root,
+            encrypted,
+            &attempt,
+            "step-input",
+            plain.expose_secret().as_bytes(),
+        )
+        .map_err(|e| RunError::Failed(PortError::refused(e)))?;
         self.s3
             .put_object()
             .bucket(&self.bucket)
@@ -439,7 +444,7 @@ impl FargateSteps {
                 }
                 () = tokio::time::sleep(self.poll) => {
                     if let Some(task) = self.describe(&started).await? {
-                        break Stop::Itself(task);
+                        break Stop::Itself(Box::new(task));
                     }
                 }
             }
@@ -452,7 +457,7 @@ impl FargateSteps {
             },
         };
         let finished = match result {
-            Ok((exit, task)) => self.finish(&started, exit, task.as_ref()).await,
+            Ok((exit, task)) => self.finish(&started, exit, task.as_deref()).await,
             Err(reason) => Err(unavailable(FargateError::StoppedBeforeRunning(reason))),
         };
         self.forget(&started.attempt).await;
@@ -548,8 +553,11 @@ impl FargateSteps {
         })
         .await
         .map_err(|e| RunError::Failed(PortError::refused(e)))?;
-        let result: AttemptResult = serde_json::from_slice(&plain)
-            .map_err(|e| RunError::Failed(PortError::refused(FargateError::DoesNotOpen(format!("result is malformed: {e}")))))?;
+        let result: AttemptResult = serde_json::from_slice(&plain).map_err(|e| {
+            RunError::Failed(PortError::refused(FargateError::DoesNotOpen(format!(
+                "result is malformed: {e}"
+            ))))
+        })?;
         let malformed = |what: &str| {
             RunError::Failed(PortError::refused(FargateError::DoesNotOpen(format!(
                 "result's {what} is not base64"
@@ -592,7 +600,7 @@ enum Stop {
     /// The runner stopped it.
     By(SandboxExit),
     /// It stopped by itself.
-    Itself(Task),
+    Itself(Box<Task>),
 }
 
 /// A step task that was started and not yet waited for.
@@ -670,19 +678,24 @@ pub async fn open_input(
     attempt: &AttemptRef,
     sealed: &[u8],
 ) -> Result<(AttemptInput, [u8; ROOT_KEY_BYTES]), FargateError> {
-    let (root, plain) = unseal(sealed, attempt, "step-input", |encrypted: Vec<u8>| async move {
-        let decrypted = kms
-            .decrypt()
-            .ciphertext_blob(Blob::new(encrypted))
-            .set_encryption_context(Some(attempt.encryption_context()))
-            .send()
-            .await
-            .map_err(call("KMS", "Decrypt"))?;
-        decrypted
-            .plaintext()
-            .and_then(|key| key.as_ref().try_into().ok())
-            .ok_or_else(|| FargateError::DoesNotOpen("input's data key is not 256 bits".into()))
-    })
+    let (root, plain) = unseal(
+        sealed,
+        attempt,
+        "step-input",
+        |encrypted: Vec<u8>| async move {
+            let decrypted = kms
+                .decrypt()
+                .ciphertext_blob(Blob::new(encrypted))
+                .set_encryption_context(Some(attempt.encryption_context()))
+                .send()
+                .await
+                .map_err(call("KMS", "Decrypt"))?;
+            decrypted
+                .plaintext()
+                .and_then(|key| key.as_ref().try_into().ok())
+                .ok_or_else(|| FargateError::DoesNotOpen("input's data key is not 256 bits".into()))
+        },
+    )
     .await?;
     let input = serde_json::from_slice(&plain)
         .map_err(|e| FargateError::DoesNotOpen(format!("input is malformed: {e}")))?;
@@ -803,7 +816,10 @@ mod tests {
             .containers(Container::builder().name(CONTAINER).build())
             .build();
         let reason = container_exit(&task).expect_err("no exit code");
-        assert!(reason.starts_with("TaskFailedToStart: CannotPullContainerError"), "{reason}");
+        assert!(
+            reason.starts_with("TaskFailedToStart: CannotPullContainerError"),
+            "{reason}"
+        );
         let error = unavailable(FargateError::StoppedBeforeRunning(reason));
         assert!(error.retryable(), "the sandbox failed, not the step");
     }

@@ -264,12 +264,18 @@ async fn an_attempt_is_one_fargate_task_in_the_step_subnets_told_only_where_its_
         .expect("started");
 
     let task = describe(&fixture, started.task_arn()).await;
-    assert!(task.cluster_arn().expect("cluster").ends_with(&format!("/{CLUSTER}")));
+    assert!(task
+        .cluster_arn()
+        .expect("cluster")
+        .ends_with(&format!("/{CLUSTER}")));
     assert!(task
         .task_definition_arn()
         .expect("definition")
         .contains(&format!("task-definition/{FAMILY}:")));
-    assert_eq!(task.launch_type(), Some(&aws_sdk_ecs::types::LaunchType::Fargate));
+    assert_eq!(
+        task.launch_type(),
+        Some(&aws_sdk_ecs::types::LaunchType::Fargate)
+    );
     assert_eq!(task.started_by(), Some("overture-runner"));
     let subnets: Vec<_> = task
         .attachments()
@@ -316,7 +322,10 @@ async fn an_attempt_is_one_fargate_task_in_the_step_subnets_told_only_where_its_
         .await
         .expect("the entrypoint opens its input");
     assert_eq!(opened.command, "terraform apply -auto-approve");
-    assert_eq!(opened.secret_env, [("OS_TOKEN".to_owned(), TOKEN.to_owned())]);
+    assert_eq!(
+        opened.secret_env,
+        [("OS_TOKEN".to_owned(), TOKEN.to_owned())]
+    );
     assert_eq!(
         opened.files,
         [(
@@ -348,7 +357,10 @@ async fn a_task_that_stopped_by_itself_reports_its_container_exit_code_and_leave
     // the code comes from the emulator, not from a step that ran.
     let result = fixture.steps.wait(started, never()).await.expect("stopped");
     assert_eq!(result.exit, SandboxExit::Code(0));
-    assert_eq!(describe(&fixture, &task).await.last_status(), Some("STOPPED"));
+    assert_eq!(
+        describe(&fixture, &task).await.last_status(),
+        Some("STOPPED")
+    );
     assert_eq!(result.outputs_file, OutputsFile::Read(Vec::new()));
     assert!(
         log.text().starts_with("the step task left no result"),
@@ -362,7 +374,10 @@ async fn a_task_that_stopped_by_itself_reports_its_container_exit_code_and_leave
         .key(format!("steps/{deployment}/network/1/input.sealed"))
         .send()
         .await;
-    assert!(gone.is_err(), "the sealed input is deleted with the attempt");
+    assert!(
+        gone.is_err(),
+        "the sealed input is deleted with the attempt"
+    );
 }
 
 #[tokio::test]
@@ -431,7 +446,11 @@ async fn an_abandoned_attempt_stops_its_task_and_says_why() {
     let fixture = fixture().await;
     let started = fixture
         .steps
-        .start(job(DeploymentId::from_uuid(uuid::Uuid::now_v7()), 1, Log::default()))
+        .start(job(
+            DeploymentId::from_uuid(uuid::Uuid::now_v7()),
+            1,
+            Log::default(),
+        ))
         .await
         .expect("started");
     let task = started.task_arn().to_owned();
@@ -444,13 +463,20 @@ async fn an_abandoned_attempt_stops_its_task_and_says_why() {
     assert_eq!(result.exit, SandboxExit::Cancelled);
     let task = describe(&fixture, &task).await;
     assert_eq!(task.desired_status(), Some("STOPPED"));
-    assert_eq!(task.stopped_reason(), Some("Overture abandoned the attempt"));
+    assert_eq!(
+        task.stopped_reason(),
+        Some("Overture abandoned the attempt")
+    );
 }
 
 #[tokio::test]
 async fn an_attempt_past_its_timeout_stops_its_task() {
     let fixture = fixture().await;
-    let mut job = job(DeploymentId::from_uuid(uuid::Uuid::now_v7()), 1, Log::default());
+    let mut job = job(
+        DeploymentId::from_uuid(uuid::Uuid::now_v7()),
+        1,
+        Log::default(),
+    );
     job.timeout = Duration::ZERO;
     let started = fixture.steps.start(job).await.expect("started");
     let task = started.task_arn().to_owned();
