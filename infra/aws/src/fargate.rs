@@ -435,31 +435,40 @@ impl FargateSteps {
         let stopped = loop {
             tokio::select! {
                 () = &mut cancel => {
-                    self.stop(&started, ABANDONED).await?;
-                    break Stop::By(SandboxExit::Cancelled);
+                    break self.stop(&started, ABANDONED).await
+                        .map(|()| Stop::By(SandboxExit::Cancelled));
                 }
                 () = tokio::time::sleep_until(deadline) => {
-                    self.stop(&started, TIMED_OUT).await?;
-                    break Stop::By(SandboxExit::TimedOut);
+                    break self.stop(&started, TIMED_OUT).await
+                        .map(|()| Stop::By(SandboxExit::TimedOut));
                 }
-                () = tokio::time::sleep(self.poll) => {
-                    if let Some(task) = self.describe(&started).await? {
-                        break Stop::Itself(Box::new(task));
+                () = tokio::time::sleep(self.poll) => match self.describe(&started).await {
+                    Ok(Some(task)) => break Ok(Stop::Itself(Box::new(task))),
+                    Ok(None) => {}
+                    // A call that may pass is asked again at the next poll: the timeout and the
+                    // lease still bound the wait.
+                    Err(error) if error.retryable() => {
+                        tracing::warn!(task = %started.task_arn, %error, "step task not described");
                     }
-                }
+                    Err(error) => {
+                        let _ = self.stop(&started, ABANDONED).await;
+                        break Err(error);
+                    }
+                },
             }
         };
-        let result = match stopped {
-            Stop::By(exit) => Ok((exit, None)),
-            Stop::Itself(task) => match container_exit(&task) {
-                Ok(code) => Ok((SandboxExit::Code(code), Some(task))),
-                Err(reason) => Err(reason),
+        let finished = match stopped {
+            Ok(Stop::By(exit)) => self.finish(&started, exit, None).await,
+            Ok(Stop::Itself(task)) => match container_exit(&task) {
+                Ok(code) => {
+                    self.finish(&started, SandboxExit::Code(code), Some(&task))
+                        .await
+                }
+                Err(reason) => Err(unavailable(FargateError::StoppedBeforeRunning(reason))),
             },
+            Err(error) => Err(error),
         };
-        let finished = match result {
-            Ok((exit, task)) => self.finish(&started, exit, task.as_deref()).await,
-            Err(reason) => Err(unavailable(FargateError::StoppedBeforeRunning(reason))),
-        };
+        // Whatever happened, the sealed job is no longer needed.
         self.forget(&started.attempt).await;
         let mut finished = finished?;
         if let Some(mut log) = started.job.log {
@@ -483,10 +492,12 @@ impl FargateSteps {
             .map_err(call("ECS", "DescribeTasks"))
             .map_err(unavailable)?;
         let Some(task) = described.tasks().first() else {
-            return Err(unavailable(FargateError::StoppedBeforeRunning(format!(
-                "ECS no longer knows task {}",
-                started.task_arn
-            ))));
+            return Err(RunError::Failed(PortError::refused(
+                FargateError::StoppedBeforeRunning(format!(
+                    "ECS no longer knows task {}",
+                    started.task_arn
+                )),
+            )));
         };
         Ok((task.last_status() == Some("STOPPED")).then(|| task.clone()))
     }

@@ -295,8 +295,24 @@ async fn an_attempt_is_one_fargate_task_in_the_step_subnets_told_only_where_its_
     );
     assert!(overrides[0].environment().is_empty());
 
-    // Nothing anyone who may describe the task sees holds a secret; the input in S3 is sealed.
-    let shown = format!("{task:?}");
+    // Nothing anyone who may describe the task sees holds a secret (ECS's answer as it came, byte
+    // for byte); the input in S3 is sealed.
+    let shown = reqwest::Client::new()
+        .post(support::emulator())
+        .header("Authorization", authorization("ecs"))
+        .header(
+            "X-Amz-Target",
+            "AmazonEC2ContainerServiceV20141113.DescribeTasks",
+        )
+        .header("Content-Type", "application/x-amz-json-1.1")
+        .body(serde_json::json!({"cluster": CLUSTER, "tasks": [started.task_arn()]}).to_string())
+        .send()
+        .await
+        .expect("ECS answers")
+        .text()
+        .await
+        .expect("its body");
+    assert!(shown.contains(started.task_arn()), "{shown}");
     for secret in [TOKEN, PASSWORD, "terraform apply"] {
         assert!(!shown.contains(secret), "DescribeTasks shows {secret}");
     }
