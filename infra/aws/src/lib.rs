@@ -8,6 +8,8 @@
 //!   bound to tenant and deployment ([`custody::KmsTokenCustody`]).
 //! - [`seals`]: a deployment's sealed secrets, KMS data keys combined with the user's token
 //!   ([`seals::KmsSeals`]).
+//! - [`fargate`]: each step attempt as an ECS Fargate task of its own ([`fargate::FargateSteps`],
+//!   the runner's sandbox port on AWS), its job sealed in S3, never in the task's overrides.
 //! - [`kept`]: what steps keep between attempts (a Terraform state), sealed as the secrets are,
 //!   as S3 objects ([`kept::KeptStates`]; [`seals::KmsSeals`] keeps and opens them).
 //! - [`logs`]: every attempt's output as S3 objects ([`logs::S3AttemptLogs`]), written by the
@@ -34,6 +36,7 @@ pub mod custody;
 pub mod dynamodb;
 #[cfg(feature = "emulator")]
 pub mod emulator;
+pub mod fargate;
 pub mod function;
 pub mod kept;
 pub mod logs;

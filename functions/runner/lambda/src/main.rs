@@ -3,8 +3,14 @@
 //! `overture_runner::on_job_messages`, whose answer names the messages SQS must keep
 //! (`ReportBatchItemFailures`).
 //!
-//! Each attempt runs in a bubblewrap sandbox, exactly as embedded, with its workspace under
-//! `$OVERTURE_WORK_DIR/sandboxes`: that is how `cargo lambda watch` runs the runner locally.
+//! On AWS (`OVERTURE_STEP_CLUSTER` set, as the stack sets it) each attempt runs as an ECS Fargate
+//! task of its own (`overture_aws::fargate::FargateSteps`) on that cluster, with the task
+//! definition `OVERTURE_STEP_TASK_DEFINITION`, in the subnets `OVERTURE_STEP_SUBNETS` and the
+//! security groups `OVERTURE_STEP_SECURITY_GROUPS` (comma-separated; none, the VPC's default):
+//! Lambda can make no namespaces and reuses its execution environment, so it is no sandbox.
+//!
+//! Without it each attempt runs in a bubblewrap sandbox, exactly as embedded, with its workspace
+//! under `$OVERTURE_WORK_DIR/sandboxes`: that is how `cargo lambda watch` runs the runner locally.
 //! `OVERTURE_ENGINE_PROGRAM`, when set, is the `overture` program shown to the steps the engine
 //! carries out itself (`servers`); without it those steps are refused, as their sandbox cannot
 //! run them.
@@ -16,6 +22,7 @@ use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::{service_fn, LambdaEvent};
 use overture_aws::custody::KmsTokenCustody;
 use overture_aws::dynamodb::DynamoDeployments;
+use overture_aws::fargate::{FargateSteps, StepTasks};
 use overture_aws::function::{init_tracing, setting};
 use overture_aws::kept::KeptStates;
 use overture_aws::logs::S3AttemptLogs;
@@ -24,13 +31,13 @@ use overture_aws::seals::KmsSeals;
 use overture_aws::sqs::SqsQueue;
 use overture_kit::SystemClock;
 use overture_openstack::CloudAccess;
-use overture_runner::{on_job_messages, RunnerPorts};
+use overture_runner::{on_job_messages, RunSandboxed, RunnerPorts};
 use overture_sandbox::Bubblewrap;
 
 /// The adapters, built once per execution environment.
 struct Adapters {
     log: DynamoDeployments,
-    sandbox: Bubblewrap,
+    sandbox: Box<dyn RunSandboxed>,
     seals: KmsSeals,
     access: CloudAccess,
     logs: S3AttemptLogs,
@@ -43,7 +50,7 @@ impl Adapters {
     fn ports(&self) -> RunnerPorts<'_> {
         RunnerPorts {
             log: &self.log,
-            sandbox: &self.sandbox,
+            sandbox: self.sandbox.as_ref(),
             seals: &self.seals,
             kept: &self.seals,
             access: &self.access,
@@ -52,6 +59,17 @@ impl Adapters {
             payloads: &self.payloads,
         }
     }
+}
+
+/// A comma-separated list setting; unset or empty, none.
+fn list(name: &str) -> Vec<String> {
+    std::env::var(name)
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|item| !item.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 #[tokio::main]
@@ -70,11 +88,29 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         setting("OVERTURE_CUSTODY_TABLE")?,
         key.clone(),
     ));
-    let mut sandbox =
-        Bubblewrap::new(PathBuf::from(setting("OVERTURE_WORK_DIR")?).join("sandboxes"));
-    if let Ok(program) = std::env::var("OVERTURE_ENGINE_PROGRAM") {
-        sandbox = sandbox.with_engine_program(PathBuf::from(program));
-    }
+    let sandbox: Box<dyn RunSandboxed> = match std::env::var("OVERTURE_STEP_CLUSTER") {
+        Ok(cluster) if !cluster.is_empty() => Box::new(FargateSteps::new(
+            aws_sdk_ecs::Client::new(&config),
+            s3.clone(),
+            kms.clone(),
+            bucket.clone(),
+            key.clone(),
+            StepTasks {
+                cluster,
+                task_definition: setting("OVERTURE_STEP_TASK_DEFINITION")?,
+                subnets: list("OVERTURE_STEP_SUBNETS"),
+                security_groups: list("OVERTURE_STEP_SECURITY_GROUPS"),
+            },
+        )),
+        _ => {
+            let mut sandbox =
+                Bubblewrap::new(PathBuf::from(setting("OVERTURE_WORK_DIR")?).join("sandboxes"));
+            if let Ok(program) = std::env::var("OVERTURE_ENGINE_PROGRAM") {
+                sandbox = sandbox.with_engine_program(PathBuf::from(program));
+            }
+            Box::new(sandbox)
+        }
+    };
     let adapters = Arc::new(Adapters {
         log: DynamoDeployments::new(
             dynamodb.clone(),

@@ -128,6 +128,9 @@ pub async fn settings(
             settings.extend(variables.iter().map(|(k, v)| (k.clone(), v.clone())));
         }
     }
+    // Locally the runner runs attempts in bubblewrap: the step cluster it would start Fargate
+    // tasks on is AWS's only (the emulator's ECS runs no container).
+    settings.remove("OVERTURE_STEP_CLUSTER");
     for (variable, value) in settings.iter_mut() {
         if variable.ends_with("_QUEUE_URL") {
             if let Some(queue) = value.rsplit('/').next().filter(|q| !q.is_empty()) {

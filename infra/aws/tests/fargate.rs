@@ -1,0 +1,539 @@
+//! Step attempts as ECS Fargate tasks, against the local AWS emulator's ECS, which records tasks
+//! and walks each through its states as it is described (RUNNING to STOPPED, exit code 0) but
+//! runs no container: the test stands in for the task's entrypoint where one is needed.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_smithy_runtime_api::client::http::{
+    HttpClient, HttpConnector, HttpConnectorFuture, HttpConnectorSettings, SharedHttpClient,
+    SharedHttpConnector,
+};
+use aws_smithy_runtime_api::client::orchestrator::{HttpRequest, HttpResponse};
+use aws_smithy_runtime_api::client::result::ConnectorError;
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use overture_aws::fargate::{
+    encode, open_input, seal_result, AttemptResult, FargateSteps, StepTasks,
+};
+use overture_aws::s3::create_payloads_bucket;
+use overture_events::DeploymentId;
+use overture_runner::{OutputsFile, SandboxExit, SandboxJob};
+use secrecy::SecretString;
+
+const REGION: &str = "eu-west-1";
+const CLUSTER: &str = "overture-steps";
+const FAMILY: &str = "overture-step";
+const BUCKET: &str = "overture-fargate-steps";
+const TOKEN: &str = "gAAAAAB-users-cloud-token-7d3e";
+const PASSWORD: &str = "db-password-in-a-file-41a9";
+
+struct Fixture {
+    steps: FargateSteps,
+    ecs: aws_sdk_ecs::Client,
+    s3: aws_sdk_s3::Client,
+    kms: aws_sdk_kms::Client,
+    subnet: String,
+    group: String,
+}
+
+async fn fixture() -> Fixture {
+    let config = overture_aws::config::for_endpoint(support::emulator(), REGION).await;
+    let mended = MendedCpu(config.http_client().expect("the SDK's HTTP client"));
+    let ecs = aws_sdk_ecs::Client::from_conf(
+        aws_sdk_ecs::config::Builder::from(&config)
+            .http_client(mended)
+            .build(),
+    );
+    let kms = aws_sdk_kms::Client::new(&config);
+    let s3 = overture_aws::s3::client(&config);
+    create_payloads_bucket(&s3, BUCKET).await.expect("bucket");
+    let key = support::kms_key(&kms).await;
+    ecs.create_cluster()
+        .cluster_name(CLUSTER)
+        .send()
+        .await
+        .expect("cluster");
+    register_task_definition().await;
+    let subnet = default_vpc("DescribeSubnets", "subnetId").await;
+    // The emulator refuses a task without security groups, which AWS would give the VPC's
+    // default one: the test names that one.
+    let group = default_vpc("DescribeSecurityGroups", "groupId").await;
+    let steps = FargateSteps::new(
+        ecs.clone(),
+        s3.clone(),
+        kms.clone(),
+        BUCKET,
+        key,
+        StepTasks {
+            cluster: CLUSTER.to_owned(),
+            task_definition: FAMILY.to_owned(),
+            subnets: vec![subnet.clone()],
+            security_groups: vec![group.clone()],
+        },
+    )
+    .with_poll_interval(Duration::from_millis(10));
+    Fixture {
+        steps,
+        ecs,
+        s3,
+        kms,
+        subnet,
+        group,
+    }
+}
+
+/// The emulator's HTTP client with one mend: the emulator answers a task's container `cpu` as a
+/// number (`"cpu": 0`), where ECS, and so the SDK reading it, has a string; every other byte of
+/// ECS's answers is passed as it came.
+#[derive(Debug)]
+struct MendedCpu(SharedHttpClient);
+
+impl HttpClient for MendedCpu {
+    fn http_connector(
+        &self,
+        settings: &HttpConnectorSettings,
+        components: &RuntimeComponents,
+    ) -> SharedHttpConnector {
+        SharedHttpConnector::new(MendedCpuConnector(
+            self.0.http_connector(settings, components),
+        ))
+    }
+}
+
+#[derive(Debug)]
+struct MendedCpuConnector(SharedHttpConnector);
+
+impl HttpConnector for MendedCpuConnector {
+    fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
+        let inner = self.0.clone();
+        HttpConnectorFuture::new(async move {
+            let response = inner.call(request).await?;
+            let status = response.status();
+            let mut headers = response.headers().clone();
+            let body = aws_sdk_s3::primitives::ByteStream::new(response.into_body())
+                .collect()
+                .await
+                .map_err(|e| ConnectorError::other(e.into(), None))?
+                .into_bytes();
+            let mended = String::from_utf8_lossy(&body).replace("\"cpu\": 0", "\"cpu\": \"0\"");
+            headers.remove("content-length");
+            let mut answer = HttpResponse::new(
+                status,
+                aws_sdk_s3::primitives::ByteStream::from(mended.into_bytes()).into_inner(),
+            );
+            *answer.headers_mut() = headers;
+            Ok(answer)
+        })
+    }
+}
+
+/// The step task definition, as the stack makes it, registered through ECS's JSON API: the SDK
+/// sends a container's `cpu` as 0 when unset, which the emulator then shows back as a number
+/// where ECS, and the SDK reading it, have a string. Its container has a memory reservation
+/// because the emulator sums its containers' memory, which Fargate does not need.
+async fn register_task_definition() {
+    let definition = serde_json::json!({
+        "family": FAMILY,
+        "requiresCompatibilities": ["FARGATE"],
+        "networkMode": "awsvpc",
+        "cpu": "512",
+        "memory": "1024",
+        "containerDefinitions": [{
+            "name": "step",
+            "image": "overture-step:test",
+            "essential": true,
+            "memoryReservation": 1024,
+        }],
+    });
+    let answer = reqwest::Client::new()
+        .post(support::emulator())
+        .header("Authorization", authorization("ecs"))
+        .header(
+            "X-Amz-Target",
+            "AmazonEC2ContainerServiceV20141113.RegisterTaskDefinition",
+        )
+        .header("Content-Type", "application/x-amz-json-1.1")
+        .body(definition.to_string())
+        .send()
+        .await
+        .expect("ECS answers");
+    assert!(answer.status().is_success(), "{:?}", answer.text().await);
+}
+
+/// Who the raw calls come from: the same account the SDK's clients act in.
+fn authorization(service: &str) -> String {
+    format!(
+        "AWS4-HMAC-SHA256 Credential=overture-local/20260101/{REGION}/{service}/aws4_request, \
+         SignedHeaders=host, Signature=0"
+    )
+}
+
+/// The first `field` of what `action` lists in the emulator's default VPC, through EC2's query
+/// API (the SDK's EC2 crate is not worth a dependency for two calls in a test).
+async fn default_vpc(action: &str, field: &str) -> String {
+    let answer = reqwest::Client::new()
+        .post(support::emulator())
+        .header("Authorization", authorization("ec2"))
+        .form(&[("Action", action), ("Version", "2016-11-15")])
+        .send()
+        .await
+        .expect("EC2 answers")
+        .text()
+        .await
+        .expect("its body");
+    let open = format!("<{field}>");
+    let start = answer.find(&open).expect("one listed") + open.len();
+    let end = start + answer[start..].find('<').expect("its end");
+    answer[start..end].to_owned()
+}
+
+/// A step's job as the runner prepares it, with a secret in a variable and one in a file.
+fn job(deployment: DeploymentId, attempt: u32, log: Log) -> SandboxJob {
+    SandboxJob {
+        id: format!("{deployment}-network-{attempt}"),
+        command: "terraform apply -auto-approve".to_owned(),
+        env: vec![
+            ("OVERTURE_DEPLOYMENT".to_owned(), deployment.to_string()),
+            ("OVERTURE_STEP".to_owned(), "network".to_owned()),
+            ("OVERTURE_ATTEMPT".to_owned(), attempt.to_string()),
+            ("TF_IN_AUTOMATION".to_owned(), "1".to_owned()),
+        ],
+        secret_env: vec![("OS_TOKEN".to_owned(), SecretString::from(TOKEN))],
+        files: vec![(
+            "terraform.tfvars".into(),
+            format!("db_password = \"{PASSWORD}\"\n").into_bytes(),
+        )],
+        collect: vec!["terraform.tfstate".into()],
+        network: true,
+        engine_program: false,
+        timeout: Duration::from_secs(3600),
+        output_limit: 64 * 1024,
+        log: Some(Box::new(log)),
+    }
+}
+
+/// The attempt's log, as the test reads it afterwards.
+#[derive(Clone, Default)]
+struct Log(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Log {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log").extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Log {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().expect("log")).into_owned()
+    }
+}
+
+async fn describe(fixture: &Fixture, task: &str) -> aws_sdk_ecs::types::Task {
+    fixture
+        .ecs
+        .describe_tasks()
+        .cluster(CLUSTER)
+        .tasks(task)
+        .send()
+        .await
+        .expect("described")
+        .tasks()
+        .first()
+        .expect("the task")
+        .clone()
+}
+
+fn never() -> overture_runner::Cancel<'static> {
+    Box::pin(std::future::pending())
+}
+
+#[tokio::test]
+async fn an_attempt_is_one_fargate_task_in_the_step_subnets_told_only_where_its_input_is() {
+    let fixture = fixture().await;
+    let deployment = DeploymentId::from_uuid(uuid::Uuid::now_v7());
+    let started = fixture
+        .steps
+        .start(job(deployment, 2, Log::default()))
+        .await
+        .expect("started");
+
+    let task = describe(&fixture, started.task_arn()).await;
+    assert!(task
+        .cluster_arn()
+        .expect("cluster")
+        .ends_with(&format!("/{CLUSTER}")));
+    assert!(task
+        .task_definition_arn()
+        .expect("definition")
+        .contains(&format!("task-definition/{FAMILY}:")));
+    assert_eq!(
+        task.launch_type(),
+        Some(&aws_sdk_ecs::types::LaunchType::Fargate)
+    );
+    assert_eq!(task.started_by(), Some("overture-runner"));
+    let subnets: Vec<_> = task
+        .attachments()
+        .iter()
+        .flat_map(|a| a.details())
+        .filter(|d| d.name() == Some("subnetId"))
+        .filter_map(|d| d.value())
+        .collect();
+    assert_eq!(subnets, [fixture.subnet.as_str()]);
+    let overrides = task.overrides().expect("overrides").container_overrides();
+    assert_eq!(overrides.len(), 1);
+    assert_eq!(overrides[0].name(), Some("step"));
+    let input = format!("steps/{deployment}/network/2/input.sealed");
+    assert_eq!(
+        overrides[0].command(),
+        ["overture", "step-run", "--bucket", BUCKET, "--input", &input]
+    );
+    assert!(overrides[0].environment().is_empty());
+
+    // Nothing anyone who may describe the task sees holds a secret (ECS's answer as it came, byte
+    // for byte); the input in S3 is sealed.
+    let shown = reqwest::Client::new()
+        .post(support::emulator())
+        .header("Authorization", authorization("ecs"))
+        .header(
+            "X-Amz-Target",
+            "AmazonEC2ContainerServiceV20141113.DescribeTasks",
+        )
+        .header("Content-Type", "application/x-amz-json-1.1")
+        .body(serde_json::json!({"cluster": CLUSTER, "tasks": [started.task_arn()]}).to_string())
+        .send()
+        .await
+        .expect("ECS answers")
+        .text()
+        .await
+        .expect("its body");
+    assert!(shown.contains(started.task_arn()), "{shown}");
+    for secret in [TOKEN, PASSWORD, "terraform apply"] {
+        assert!(!shown.contains(secret), "DescribeTasks shows {secret}");
+    }
+    let sealed = fixture
+        .s3
+        .get_object()
+        .bucket(BUCKET)
+        .key(&input)
+        .send()
+        .await
+        .expect("the input is put")
+        .body
+        .collect()
+        .await
+        .expect("its bytes")
+        .into_bytes();
+    for secret in [TOKEN, PASSWORD] {
+        assert!(!sealed.windows(secret.len()).any(|w| w == secret.as_bytes()));
+    }
+
+    // The task's entrypoint, with KMS's word for the attempt, opens the whole job.
+    let (opened, _) = open_input(&fixture.kms, started.attempt(), &sealed)
+        .await
+        .expect("the entrypoint opens its input");
+    assert_eq!(opened.command, "terraform apply -auto-approve");
+    assert_eq!(
+        opened.secret_env,
+        [("OS_TOKEN".to_owned(), TOKEN.to_owned())]
+    );
+    assert_eq!(
+        opened.files,
+        [(
+            "terraform.tfvars".into(),
+            encode(format!("db_password = \"{PASSWORD}\"\n").as_bytes())
+        )]
+    );
+    let mut other = started.attempt().clone();
+    other.attempt = 3;
+    assert!(
+        open_input(&fixture.kms, &other, &sealed).await.is_err(),
+        "the input opens for its own attempt only"
+    );
+}
+
+#[tokio::test]
+async fn a_task_that_stopped_by_itself_reports_its_container_exit_code_and_leaves_no_input() {
+    let fixture = fixture().await;
+    let deployment = DeploymentId::from_uuid(uuid::Uuid::now_v7());
+    let log = Log::default();
+    let started = fixture
+        .steps
+        .start(job(deployment, 1, log.clone()))
+        .await
+        .expect("started");
+    let task = started.task_arn().to_owned();
+
+    // The emulator moves the task one state on at each DescribeTasks and reports exit code 0:
+    // the code comes from the emulator, not from a step that ran.
+    let result = fixture.steps.wait(started, never()).await.expect("stopped");
+    assert_eq!(result.exit, SandboxExit::Code(0));
+    assert_eq!(
+        describe(&fixture, &task).await.last_status(),
+        Some("STOPPED")
+    );
+    assert_eq!(result.outputs_file, OutputsFile::Read(Vec::new()));
+    assert!(
+        log.text().starts_with("the step task left no result"),
+        "{}",
+        log.text()
+    );
+    let gone = fixture
+        .s3
+        .get_object()
+        .bucket(BUCKET)
+        .key(format!("steps/{deployment}/network/1/input.sealed"))
+        .send()
+        .await;
+    assert!(
+        gone.is_err(),
+        "the sealed input is deleted with the attempt"
+    );
+}
+
+#[tokio::test]
+async fn what_the_task_left_comes_back_opened_as_the_attempt_result() {
+    let fixture = fixture().await;
+    let deployment = DeploymentId::from_uuid(uuid::Uuid::now_v7());
+    let log = Log::default();
+    let started = fixture
+        .steps
+        .start(job(deployment, 1, log.clone()))
+        .await
+        .expect("started");
+
+    // The test does the entrypoint's part: open the input, seal a result under its data key.
+    let input = format!("steps/{deployment}/network/1/input.sealed");
+    let sealed = fixture
+        .s3
+        .get_object()
+        .bucket(BUCKET)
+        .key(&input)
+        .send()
+        .await
+        .expect("input")
+        .body
+        .collect()
+        .await
+        .expect("bytes")
+        .into_bytes();
+    let (_, data_key) = open_input(&fixture.kms, started.attempt(), &sealed)
+        .await
+        .expect("opens");
+    let result = AttemptResult {
+        output: encode(b"Apply complete! Resources: 1 added.\n"),
+        outputs_file: Ok(encode(b"network_id=net-42\n")),
+        collected: vec![("terraform.tfstate".into(), encode(b"{\"serial\":1}"))],
+    };
+    fixture
+        .s3
+        .put_object()
+        .bucket(BUCKET)
+        .key(format!("steps/{deployment}/network/1/result.sealed"))
+        .body(
+            seal_result(&data_key, started.attempt(), &result)
+                .expect("sealed")
+                .into(),
+        )
+        .send()
+        .await
+        .expect("put");
+
+    let result = fixture.steps.wait(started, never()).await.expect("stopped");
+    assert_eq!(result.exit, SandboxExit::Code(0));
+    assert_eq!(
+        result.outputs_file,
+        OutputsFile::Read(b"network_id=net-42\n".to_vec())
+    );
+    assert_eq!(
+        result.collected,
+        [("terraform.tfstate".into(), b"{\"serial\":1}".to_vec())]
+    );
+    assert_eq!(log.text(), "Apply complete! Resources: 1 added.\n");
+}
+
+#[tokio::test]
+async fn an_abandoned_attempt_stops_its_task_and_says_why() {
+    let fixture = fixture().await;
+    let started = fixture
+        .steps
+        .start(job(
+            DeploymentId::from_uuid(uuid::Uuid::now_v7()),
+            1,
+            Log::default(),
+        ))
+        .await
+        .expect("started");
+    let task = started.task_arn().to_owned();
+
+    let result = fixture
+        .steps
+        .wait(started, Box::pin(std::future::ready(())))
+        .await
+        .expect("stopped");
+    assert_eq!(result.exit, SandboxExit::Cancelled);
+    let task = describe(&fixture, &task).await;
+    assert_eq!(task.desired_status(), Some("STOPPED"));
+    assert_eq!(
+        task.stopped_reason(),
+        Some("Overture abandoned the attempt")
+    );
+}
+
+#[tokio::test]
+async fn an_attempt_past_its_timeout_stops_its_task() {
+    let fixture = fixture().await;
+    let mut job = job(
+        DeploymentId::from_uuid(uuid::Uuid::now_v7()),
+        1,
+        Log::default(),
+    );
+    job.timeout = Duration::ZERO;
+    let started = fixture.steps.start(job).await.expect("started");
+    let task = started.task_arn().to_owned();
+
+    let result = fixture.steps.wait(started, never()).await.expect("stopped");
+    assert_eq!(result.exit, SandboxExit::TimedOut);
+    let task = describe(&fixture, &task).await;
+    assert_eq!(
+        task.stopped_reason(),
+        Some("Overture stopped the attempt at its timeout")
+    );
+}
+
+#[tokio::test]
+async fn a_task_definition_ecs_does_not_know_is_refused_not_retried() {
+    let fixture = fixture().await;
+    let steps = FargateSteps::new(
+        fixture.ecs.clone(),
+        fixture.s3.clone(),
+        fixture.kms.clone(),
+        BUCKET,
+        support::kms_key(&fixture.kms).await,
+        StepTasks {
+            cluster: CLUSTER.to_owned(),
+            task_definition: "no-such-family".to_owned(),
+            subnets: vec![fixture.subnet.clone()],
+            security_groups: vec![fixture.group.clone()],
+        },
+    );
+    let deployment = DeploymentId::from_uuid(uuid::Uuid::now_v7());
+    let error = match steps.start(job(deployment, 1, Log::default())).await {
+        Ok(_) => panic!("ECS has no such task definition"),
+        Err(error) => error,
+    };
+    assert!(!error.retryable(), "{error}");
+    let left = fixture
+        .s3
+        .get_object()
+        .bucket(BUCKET)
+        .key(format!("steps/{deployment}/network/1/input.sealed"))
+        .send()
+        .await;
+    assert!(left.is_err(), "no sealed input is left behind");
+}
