@@ -99,8 +99,8 @@ up() {
         say "emulator started on $endpoint"
     fi
 
-    say "building overture-local-aws"
-    cargo build --quiet -p overture-local-aws
+    say "building overture-local-aws and the overture program (target/debug/overture)"
+    cargo build --quiet -p overture-local-aws -p overture
     "$local_aws" --endpoint "$endpoint" --region "$region" --stack "$stack" \
         stack --submit-url "http://127.0.0.1:$lambda_port/lambda-url/submit" >"$env_file.new"
     mv "$env_file.new" "$env_file"
