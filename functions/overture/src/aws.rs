@@ -31,13 +31,12 @@ use crate::Failure;
 const FOLLOW_POLL: Duration = Duration::from_millis(500);
 
 /// The environment variables the aws backend reads.
-const SETTINGS: [&str; 6] = [
+const SETTINGS: [&str; 5] = [
     "AWS_ENDPOINT_URL",
     "AWS_REGION",
     "OVERTURE_EVENTS_TABLE",
     "OVERTURE_DEPLOYMENTS_TABLE",
     "OVERTURE_TENANTS_TABLE",
-    "OVERTURE_PAYLOADS_BUCKET",
 ];
 
 /// Where the serverless form keeps things.
@@ -79,10 +78,10 @@ impl Aws {
             setting("OVERTURE_DEPLOYMENTS_TABLE")?,
             setting("OVERTURE_TENANTS_TABLE")?,
         );
-        let outputs = S3AttemptLogs::new(
-            overture_aws::s3::client(&config),
-            setting("OVERTURE_PAYLOADS_BUCKET")?,
-        );
+        // Only `logs` reads the bucket; the other commands need not be given it.
+        let outputs = setting("OVERTURE_PAYLOADS_BUCKET")
+            .ok()
+            .map(|bucket| S3AttemptLogs::new(overture_aws::s3::client(&config), bucket));
         Ok(Self {
             queries: DynamoQueries::new(views, log.clone(), outputs),
             log,

@@ -20,12 +20,17 @@ use crate::read_models::DynamoReadModels;
 pub struct DynamoQueries {
     views: DynamoReadModels,
     log: DynamoDeployments,
-    outputs: S3AttemptLogs,
+    outputs: Option<S3AttemptLogs>,
 }
 
 impl DynamoQueries {
-    /// Queries on these read models, this log and these attempt logs.
-    pub fn new(views: DynamoReadModels, log: DynamoDeployments, outputs: S3AttemptLogs) -> Self {
+    /// Queries on these read models, this log and, when the bucket is known, these attempt
+    /// logs.
+    pub fn new(
+        views: DynamoReadModels,
+        log: DynamoDeployments,
+        outputs: Option<S3AttemptLogs>,
+    ) -> Self {
         Self {
             views,
             log,
@@ -91,6 +96,10 @@ impl QueryDeployments for DynamoQueries {
             AttemptLog::Attempt(attempt) => LogName::Attempt(attempt),
             AttemptLog::Destroy => LogName::Destroy,
         };
-        self.outputs.read(id, step, name).await.map_err(from_logs)
+        let outputs = self.outputs.as_ref().ok_or(QueryError::NotAvailable(
+            "the attempts' output is in the payloads bucket: set OVERTURE_PAYLOADS_BUCKET \
+             (`make local-aws` writes it to .overture/local-aws.env)",
+        ))?;
+        outputs.read(id, step, name).await.map_err(from_logs)
     }
 }

@@ -79,7 +79,7 @@ async fn dynamodb_answers_the_query_contract() {
     // Another client, as the command line is.
     let (log, views, outputs) = tables().await;
     query_contract::check(
-        &DynamoQueries::new(views, log, outputs),
+        &DynamoQueries::new(views, log, Some(outputs)),
         &Written {
             ended,
             ended_tenant,
@@ -102,7 +102,7 @@ async fn an_attempts_output_is_read_back_as_the_runner_kept_it() {
     written.flush().expect("kept");
     drop(written);
 
-    let queries = DynamoQueries::new(views, log, outputs);
+    let queries = DynamoQueries::new(views, log, Some(outputs));
     let read = queries
         .attempt_log(id, "build", AttemptLog::Attempt(1))
         .await
