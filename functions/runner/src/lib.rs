@@ -29,6 +29,9 @@ pub mod step;
 pub mod terraform;
 #[cfg(test)]
 pub(crate) mod testing;
+
+#[cfg(feature = "fakes")]
+pub mod fakes;
 pub mod wait_ssh;
 
 use std::future::Future;

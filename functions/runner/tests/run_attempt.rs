@@ -4,8 +4,8 @@
 //! Time is the test's: the clock is fixed, and tokio's clock is paused (the heartbeat advances
 //! it), so nothing here waits for real.
 
+use overture_runner::fakes::Quiet;
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -13,21 +13,16 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::TimeDelta;
 use overture_domain::blueprint::parse;
-use overture_domain::deployment::{BastionAccess, Interruption, ATTEMPT_LEASE_MARGIN};
-use overture_domain::secret::SecretValues;
+use overture_domain::deployment::{Interruption, ATTEMPT_LEASE_MARGIN};
 use overture_events::{
-    BlueprintSnapshot, CloudAccount, DeploymentEvent as E, DeploymentId, ErrorClass, StoredFile,
-    Timestamp,
+    BlueprintSnapshot, DeploymentEvent as E, DeploymentId, ErrorClass, StoredFile, Timestamp,
 };
 use overture_kit::memory::MemoryLog;
 use overture_kit::payload::{MemoryPayloads, PayloadError, StorePayloads};
 use overture_kit::{Cause, Clock, DeploymentLog, ReadStream};
-use overture_runner::logs::{AttemptLogs, LogName};
-use overture_runner::step::SshAddress;
 use overture_runner::{
-    run_attempt, AttemptReport, Cancel, GrantAccess, GrantError, KeepAlive, KeepStepState,
-    OpenSeal, OutputsFile, PortError, RunAttempt, RunError, RunSandboxed, RunnerPorts, SandboxExit,
-    SandboxJob, SandboxResult, Unrunnable,
+    run_attempt, AttemptReport, Cancel, KeepAlive, OutputsFile, PortError, RunAttempt, RunError,
+    RunSandboxed, RunnerPorts, SandboxExit, SandboxJob, SandboxResult, Unrunnable,
 };
 
 fn t(seconds: i64) -> Timestamp {
@@ -84,52 +79,6 @@ impl RunSandboxed for FakeSandbox {
                 Ok(result(SandboxExit::Cancelled, ""))
             }
         }
-    }
-}
-
-/// The ports these tests do not exercise: no secrets, nothing kept, no bastion, logs dropped.
-struct Quiet;
-
-#[async_trait]
-impl OpenSeal for Quiet {
-    async fn open(&self, _: DeploymentId, _: &str, _: &str) -> Result<SecretValues, PortError> {
-        Ok(SecretValues::new())
-    }
-}
-
-#[async_trait]
-impl KeepStepState for Quiet {
-    async fn load(&self, _: DeploymentId, _: &str, _: &str) -> Result<Option<Vec<u8>>, PortError> {
-        Ok(None)
-    }
-    async fn save(&self, _: DeploymentId, _: &str, _: &str, _: &[u8]) -> Result<(), PortError> {
-        Ok(())
-    }
-}
-
-#[async_trait]
-impl GrantAccess for Quiet {
-    async fn grant(
-        &self,
-        _: DeploymentId,
-        _: &CloudAccount,
-        _: &SshAddress,
-        _: &str,
-    ) -> Result<BastionAccess, GrantError> {
-        Err(GrantError::Refused(
-            "no step of these tests goes through a bastion".into(),
-        ))
-    }
-}
-
-impl AttemptLogs for Quiet {
-    fn create(
-        &self,
-        _: DeploymentId,
-        _: &str,
-        _: LogName,
-    ) -> Result<Box<dyn Write + Send + Sync>, PortError> {
-        Ok(Box::new(std::io::sink()))
     }
 }
 

@@ -4,7 +4,7 @@
 //!
 //! Time is the test's: the clock is fixed at 10:00:01, and tokio's clock is paused.
 
-use std::io::Write;
+use overture_runner::fakes::Quiet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -12,18 +12,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use overture_domain::blueprint::parse;
-use overture_domain::deployment::BastionAccess;
-use overture_domain::secret::SecretValues;
-use overture_events::{CloudAccount, DeploymentEvent as E, DeploymentId, Timestamp};
+use overture_events::{DeploymentEvent as E, DeploymentId, Timestamp};
 use overture_kit::memory::MemoryLog;
 use overture_kit::queue::{Job, QueueError, SendJobs};
 use overture_kit::{Cause, Clock, DeploymentLog, Loaded, LogError};
-use overture_runner::logs::{AttemptLogs, LogName};
-use overture_runner::step::SshAddress;
 use overture_runner::{
-    on_job_messages, Cancel, ChangeVisibility, GrantAccess, GrantError, KeepStepState, OpenSeal,
-    OutputsFile, PortError, RunError, RunSandboxed, RunnerPorts, SandboxExit, SandboxJob,
-    SandboxResult,
+    on_job_messages, Cancel, ChangeVisibility, OutputsFile, RunError, RunSandboxed, RunnerPorts,
+    SandboxExit, SandboxJob, SandboxResult,
 };
 
 const BLUEPRINT: &str =
@@ -93,50 +88,6 @@ impl RunSandboxed for FakeSandbox {
             duration: self.takes,
             collected: Vec::new(),
         })
-    }
-}
-
-/// The ports these tests do not exercise.
-struct Quiet;
-
-#[async_trait]
-impl OpenSeal for Quiet {
-    async fn open(&self, _: DeploymentId, _: &str, _: &str) -> Result<SecretValues, PortError> {
-        Ok(SecretValues::new())
-    }
-}
-
-#[async_trait]
-impl KeepStepState for Quiet {
-    async fn load(&self, _: DeploymentId, _: &str, _: &str) -> Result<Option<Vec<u8>>, PortError> {
-        Ok(None)
-    }
-    async fn save(&self, _: DeploymentId, _: &str, _: &str, _: &[u8]) -> Result<(), PortError> {
-        Ok(())
-    }
-}
-
-#[async_trait]
-impl GrantAccess for Quiet {
-    async fn grant(
-        &self,
-        _: DeploymentId,
-        _: &CloudAccount,
-        _: &SshAddress,
-        _: &str,
-    ) -> Result<BastionAccess, GrantError> {
-        Err(GrantError::Refused("no bastion here".into()))
-    }
-}
-
-impl AttemptLogs for Quiet {
-    fn create(
-        &self,
-        _: DeploymentId,
-        _: &str,
-        _: LogName,
-    ) -> Result<Box<dyn Write + Send + Sync>, PortError> {
-        Ok(Box::new(std::io::sink()))
     }
 }
 

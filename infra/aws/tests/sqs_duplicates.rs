@@ -4,7 +4,7 @@
 
 mod support;
 
-use std::io::Write;
+use overture_runner::fakes::Quiet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,21 +13,16 @@ use async_trait::async_trait;
 use aws_sdk_sqs::Client;
 use overture_aws::sqs::{create_queue, SqsQueue, SqsWork};
 use overture_domain::blueprint::parse;
-use overture_domain::deployment::BastionAccess;
-use overture_domain::secret::SecretValues;
 use overture_events::job::Job;
-use overture_events::{CloudAccount, DeploymentEvent as E, DeploymentId, Timestamp};
+use overture_events::{DeploymentEvent as E, DeploymentId, Timestamp};
 use overture_kit::memory::MemoryLog;
 use overture_kit::queue::{take_due, Delivery, ReceiveJobs};
 use overture_kit::{Cause, Clock, DeploymentLog};
 use overture_orchestrator::queued::QueueOn;
 use overture_orchestrator::{QueueWork, WaitingAttempt};
-use overture_runner::logs::{AttemptLogs, LogName};
-use overture_runner::step::SshAddress;
 use overture_runner::{
-    run_attempt, AttemptReport, Cancel, GrantAccess, GrantError, KeepAlive, KeepStepState,
-    OpenSeal, OutputsFile, PortError, RunError, RunSandboxed, RunnerPorts, SandboxExit, SandboxJob,
-    SandboxResult,
+    run_attempt, AttemptReport, Cancel, KeepAlive, OutputsFile, PortError, RunError, RunSandboxed,
+    RunnerPorts, SandboxExit, SandboxJob, SandboxResult,
 };
 use tokio::sync::Notify;
 
@@ -62,50 +57,6 @@ impl RunSandboxed for FakeSandbox {
             duration: Duration::from_millis(5),
             collected: Vec::new(),
         })
-    }
-}
-
-/// The ports this test does not exercise.
-struct Quiet;
-
-#[async_trait]
-impl OpenSeal for Quiet {
-    async fn open(&self, _: DeploymentId, _: &str, _: &str) -> Result<SecretValues, PortError> {
-        Ok(SecretValues::new())
-    }
-}
-
-#[async_trait]
-impl KeepStepState for Quiet {
-    async fn load(&self, _: DeploymentId, _: &str, _: &str) -> Result<Option<Vec<u8>>, PortError> {
-        Ok(None)
-    }
-    async fn save(&self, _: DeploymentId, _: &str, _: &str, _: &[u8]) -> Result<(), PortError> {
-        Ok(())
-    }
-}
-
-#[async_trait]
-impl GrantAccess for Quiet {
-    async fn grant(
-        &self,
-        _: DeploymentId,
-        _: &CloudAccount,
-        _: &SshAddress,
-        _: &str,
-    ) -> Result<BastionAccess, GrantError> {
-        Err(GrantError::Refused("no bastion here".into()))
-    }
-}
-
-impl AttemptLogs for Quiet {
-    fn create(
-        &self,
-        _: DeploymentId,
-        _: &str,
-        _: LogName,
-    ) -> Result<Box<dyn Write + Send + Sync>, PortError> {
-        Ok(Box::new(std::io::sink()))
     }
 }
 
