@@ -6,6 +6,8 @@
 //! - [`ReadStream`]: the port through which the audit trail reads a deployment's events as
 //!   recorded, envelopes and all.
 //! - [`TokenCustody`]: the port that keeps a user's cloud token while their deployment runs.
+//! - [`batch`]: how a trigger's batch failed, as Lambda is told: partial failures, or, when
+//!   every item failed, a failed invocation whose stable error type says whether a retry helps.
 //! - [`execute`]: load, decide with the aggregate, append; on a conflicting writer, load again
 //!   and decide again. It keeps "the command was refused" (`Ok(Err(_))`) apart from "the
 //!   outcome could not be recorded" (`Err(_)`).
@@ -28,6 +30,7 @@
 //! - `sqs_message` (feature `sqs-messages`): an SQS message of a jobs queue read back into its
 //!   job, as every trigger on those queues reads it.
 
+pub mod batch;
 #[cfg(feature = "contract")]
 pub mod contract;
 #[cfg(feature = "esrs")]

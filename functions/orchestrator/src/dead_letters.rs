@@ -23,6 +23,7 @@ use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use overture_domain::{DeploymentCommand, DeploymentError};
 use overture_events::job::Job;
 use overture_events::DeploymentId;
+use overture_kit::batch::{BatchFailed, BatchTally};
 use overture_kit::sqs_message::{self, Unreadable};
 use overture_kit::{execute, Cause, LogError};
 
@@ -70,17 +71,18 @@ impl DeadLetterError {
 
     /// The stable error type Lambda reports: "Retryable" or "NonRetryable".
     pub fn error_type(&self) -> &'static str {
-        if self.is_retryable() {
-            "Retryable"
-        } else {
-            "NonRetryable"
-        }
+        overture_kit::batch::error_type(self.is_retryable())
     }
 }
 
-/// Records every dead letter of the batch on its deployment; returns the messages SQS must keep.
-pub async fn on_dead_letters(batch: &SqsEvent, ports: &OrchestratorPorts<'_>) -> SqsBatchResponse {
+/// Records every dead letter of the batch on its deployment; returns the messages SQS must keep,
+/// or fails the invocation when none could be recorded.
+pub async fn on_dead_letters(
+    batch: &SqsEvent,
+    ports: &OrchestratorPorts<'_>,
+) -> Result<SqsBatchResponse, BatchFailed> {
     let mut response = SqsBatchResponse::default();
+    let mut tally = BatchTally::new(batch.records.len());
     for message in &batch.records {
         if let Err(error) = on_dead_letter(message, ports).await {
             let message_id = sqs_message::message_id(message);
@@ -90,10 +92,11 @@ pub async fn on_dead_letters(batch: &SqsEvent, ports: &OrchestratorPorts<'_>) ->
                 %error,
                 "the dead letter was not recorded; it stays in the dead-letter queue"
             );
+            tally.failed(error.is_retryable(), &error);
             response.add_failure(message_id);
         }
     }
-    response
+    tally.answer(response)
 }
 
 /// Records one dead letter and moves its deployment on; `Ok` when it may be deleted.

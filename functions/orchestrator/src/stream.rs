@@ -12,6 +12,7 @@
 use aws_lambda_events::event::dynamodb::{Event, EventRecord};
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use overture_events::{DeploymentId, Envelope};
+use overture_kit::batch::{BatchFailed, BatchTally};
 use overture_kit::stream_record::{envelope_of, event_of};
 
 use crate::{orchestrate, OrchestratorPorts, Since};
@@ -27,11 +28,12 @@ struct Touched<'a> {
     records: Option<Vec<Envelope>>,
 }
 
-/// Moves every deployment of the batch on; returns the records to deliver again.
+/// Moves every deployment of the batch on; returns the records to deliver again, or fails the
+/// invocation when no deployment of the batch could be moved on.
 pub async fn on_stream_records(
     batch: &Event,
     ports: &OrchestratorPorts<'_>,
-) -> DynamoDbEventResponse {
+) -> Result<DynamoDbEventResponse, BatchFailed> {
     let mut touched: Vec<Touched<'_>> = Vec::new();
     for record in &batch.records {
         let Some((deployment, id)) = event_of(record) else {
@@ -59,6 +61,7 @@ pub async fn on_stream_records(
         }
     }
     let mut response = DynamoDbEventResponse::default();
+    let mut tally = BatchTally::new(touched.len());
     for Touched {
         deployment,
         first,
@@ -68,11 +71,17 @@ pub async fn on_stream_records(
     {
         let since = records.as_deref().map_or(Since::Unknown, Since::Records);
         if let Err(error) = orchestrate(deployment, last_event, since, ports).await {
-            tracing::warn!(%deployment, %error, "could not move the deployment on; the stream delivers it again");
+            tracing::warn!(
+                %deployment,
+                error_type = overture_kit::batch::error_type(error.is_retryable()),
+                %error,
+                "could not move the deployment on; the stream delivers it again"
+            );
+            tally.failed(error.is_retryable(), &error);
             let mut failure = DynamoDbBatchItemFailure::default();
             failure.item_identifier = first.change.sequence_number.clone();
             response.batch_item_failures.push(failure);
         }
     }
-    response
+    tally.answer(response)
 }

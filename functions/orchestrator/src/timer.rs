@@ -19,6 +19,7 @@
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use overture_events::job::Job;
+use overture_kit::batch::{BatchFailed, BatchTally};
 use overture_kit::queue::{due_or_sent_on, QueueError, SendJobs};
 use overture_kit::sqs_message::{self, Unreadable};
 
@@ -50,22 +51,20 @@ impl TimerError {
 
     /// The stable error type Lambda reports: "Retryable" or "NonRetryable".
     pub fn error_type(&self) -> &'static str {
-        if self.is_retryable() {
-            "Retryable"
-        } else {
-            "NonRetryable"
-        }
+        overture_kit::batch::error_type(self.is_retryable())
     }
 }
 
-/// Handles every timer of the batch; returns the messages SQS must keep. `timers` is the queue
+/// Handles every timer of the batch; returns the messages SQS must keep, or fails the
+/// invocation when none could be handled. `timers` is the queue
 /// the batch came from, where a timer delivered early goes back.
 pub async fn on_timer_messages(
     batch: &SqsEvent,
     ports: &OrchestratorPorts<'_>,
     timers: &dyn SendJobs,
-) -> SqsBatchResponse {
+) -> Result<SqsBatchResponse, BatchFailed> {
     let mut response = SqsBatchResponse::default();
+    let mut tally = BatchTally::new(batch.records.len());
     // One after the other: two timers of one deployment would only race on its stream.
     for message in &batch.records {
         if let Err(error) = on_timer_message(message, ports, timers).await {
@@ -76,10 +75,11 @@ pub async fn on_timer_messages(
                 %error,
                 "the timer was not handled; SQS delivers it again"
             );
+            tally.failed(error.is_retryable(), &error);
             response.add_failure(message_id);
         }
     }
-    response
+    tally.answer(response)
 }
 
 /// Handles one timer; `Ok` when it is done with and may be deleted.

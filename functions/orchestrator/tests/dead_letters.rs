@@ -66,7 +66,9 @@ async fn a_dead_lettered_attempt_is_recorded_and_its_retry_queued_once() {
         access: &Nothing,
         clock: &FixedClock(at("10:05")),
     };
-    let response = on_dead_letters(&batch(), &ports).await;
+    let response = on_dead_letters(&batch(), &ports)
+        .await
+        .expect("answered with partial failures");
     let kept: Vec<_> = response
         .batch_item_failures
         .iter()
@@ -111,7 +113,9 @@ async fn a_dead_lettered_attempt_is_recorded_and_its_retry_queued_once() {
     );
 
     // Delivered again (SQS delivers at least once): nothing more.
-    let again = on_dead_letters(&batch(), &ports).await;
+    let again = on_dead_letters(&batch(), &ports)
+        .await
+        .expect("answered with partial failures");
     assert_eq!(again.batch_item_failures.len(), 1);
     assert_eq!(recorded(&log).len(), 6);
     assert_eq!(work.attempts.jobs().len(), 2);
@@ -139,6 +143,15 @@ async fn a_dead_letter_of_a_running_attempt_waits_for_its_lease_and_no_job_is_lo
         .await
         .expect_err("not a job");
     assert_eq!(error.error_type(), "NonRetryable", "{error}");
+
+    // A batch of only these fails its invocation, as one that may pass: the lease ends.
+    let mut neither = batch();
+    neither.records = records[1..].to_vec();
+    let failed = on_dead_letters(&neither, &ports)
+        .await
+        .expect_err("no dead letter of the batch was recorded");
+    assert_eq!(failed.error_type(), "Retryable", "{failed}");
+    assert!(recorded(&log).is_empty());
 
     let late = OrchestratorPorts {
         clock: &FixedClock(at("11:00")),

@@ -88,7 +88,9 @@ async fn a_due_timer_moves_its_deployment_on_and_an_early_one_is_sent_on_for_the
         access: &Nothing,
         clock: &FixedClock(at("10:05")),
     };
-    let response = on_timer_messages(&batch(), &ports, &timers).await;
+    let response = on_timer_messages(&batch(), &ports, &timers)
+        .await
+        .expect("answered with partial failures");
 
     let kept: Vec<_> = response
         .batch_item_failures

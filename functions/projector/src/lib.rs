@@ -140,11 +140,7 @@ impl StreamProjectionError {
 
     /// The stable error type Lambda reports: "Retryable" or "NonRetryable".
     pub fn error_type(&self) -> &'static str {
-        if self.is_retryable() {
-            "Retryable"
-        } else {
-            "NonRetryable"
-        }
+        overture_kit::batch::error_type(self.is_retryable())
     }
 }
 

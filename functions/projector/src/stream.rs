@@ -14,6 +14,7 @@
 use aws_lambda_events::event::dynamodb::{Event, EventRecord};
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
 use overture_events::{DeploymentId, Envelope};
+use overture_kit::batch::{BatchFailed, BatchTally};
 use overture_kit::stream_record::{envelope_of, event_of, revision_of};
 use overture_kit::ReadStream;
 
@@ -31,12 +32,12 @@ struct Group<'a> {
 }
 
 /// Folds every deployment of the batch into the read models; returns the records to deliver
-/// again.
+/// again, or fails the invocation when no deployment of the batch could be folded.
 pub async fn on_stream_records(
     batch: &Event,
     log: &dyn ReadStream,
     views: &dyn DeploymentViews,
-) -> DynamoDbEventResponse {
+) -> Result<DynamoDbEventResponse, BatchFailed> {
     let mut groups: Vec<Group<'_>> = Vec::new();
     for record in &batch.records {
         let Some((deployment, _)) = event_of(record) else {
@@ -68,6 +69,7 @@ pub async fn on_stream_records(
         }
     }
     let mut response = DynamoDbEventResponse::default();
+    let mut tally = BatchTally::new(groups.len());
     for group in groups {
         if let Err(error) = project_group(&group, log, views).await {
             tracing::warn!(
@@ -76,12 +78,13 @@ pub async fn on_stream_records(
                 %error,
                 "could not fold the deployment's records; the stream delivers them again"
             );
+            tally.failed(error.is_retryable(), &error);
             let mut failure = DynamoDbBatchItemFailure::default();
             failure.item_identifier = group.first.change.sequence_number.clone();
             response.batch_item_failures.push(failure);
         }
     }
-    response
+    tally.answer(response)
 }
 
 /// Folds one group, its unreadable records read from the log instead.

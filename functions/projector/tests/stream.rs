@@ -10,6 +10,7 @@ use aws_lambda_events::event::dynamodb::Event;
 use aws_lambda_events::event::streams::DynamoDbEventResponse;
 use overture_domain::projection::{DeploymentView, TenantDelta, TenantView};
 use overture_events::{DeploymentId, Envelope};
+use overture_kit::batch::BatchFailed;
 use overture_kit::{LogError, ReadStream};
 use overture_projector::{on_stream_records, DeploymentViews, ViewError};
 
@@ -23,8 +24,11 @@ fn deployment(n: u8) -> DeploymentId {
         .expect("an id")
 }
 
-fn failed(response: &DynamoDbEventResponse) -> Vec<String> {
+/// The records a batch's answer gives back; the batch must not have failed as a whole.
+fn failed(response: &Result<DynamoDbEventResponse, BatchFailed>) -> Vec<String> {
     response
+        .as_ref()
+        .expect("answered with partial failures, not failed as a whole")
         .batch_item_failures
         .iter()
         .filter_map(|f| f.item_identifier.clone())
@@ -119,7 +123,8 @@ async fn a_batch_folds_into_each_deployments_view_and_the_tenants_summary() {
 #[tokio::test]
 async fn a_batch_delivered_again_changes_nothing() {
     let views = MemoryViews::default();
-    on_stream_records(&batch(), &NoLog, &views).await;
+    let first = on_stream_records(&batch(), &NoLog, &views).await;
+    assert!(failed(&first).is_empty(), "{first:?}");
     let before = (
         views.view(deployment(1)).await.expect("loads"),
         views.view(deployment(2)).await.expect("loads"),
@@ -148,6 +153,20 @@ async fn a_deployment_whose_view_cannot_be_saved_is_delivered_again_from_its_fir
         "its first record, not its last; the other deployment and the foreign item are not retried"
     );
     assert!(views.view(deployment(2)).await.expect("loads").is_some());
+}
+
+#[tokio::test]
+async fn a_batch_none_of_whose_deployments_can_be_folded_fails_its_invocation_as_retryable() {
+    let mut one = batch();
+    one.records
+        .retain(|r| r.change.sequence_number.as_deref() != Some("222200000000000000000002"));
+    let views = MemoryViews {
+        broken: Some(deployment(1)),
+        ..MemoryViews::default()
+    };
+    let outcome = on_stream_records(&one, &NoLog, &views).await;
+    let failed = outcome.expect_err("no deployment of the batch was folded");
+    assert_eq!(failed.error_type(), "Retryable", "{failed}");
 }
 
 /// The log: the events of the fixture's records, as the log itself reads them.

@@ -21,8 +21,9 @@
 //!   handled, and after `maxReceiveCount` receipts SQS moves it to the dead-letter queue instead
 //!   of looping on it.
 //!
-//! Every error says whether handling the message again may help ([`MessageError::error_type`]),
-//! as the Lambda `Diagnostic`'s stable error types will ("Retryable", "NonRetryable").
+//! Every error says whether handling the message again may help ([`MessageError::error_type`]).
+//! A batch whose every job failed with an error fails its invocation
+//! ([`overture_kit::batch::BatchFailed`]); jobs only put off are no error.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -30,6 +31,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use overture_events::Timestamp;
+use overture_kit::batch::{BatchFailed, BatchTally};
 use overture_kit::queue::{due_or_sent_on, QueueError, SendJobs};
 use overture_kit::sqs_message;
 
@@ -93,27 +95,25 @@ impl MessageError {
 
     /// The stable error type Lambda reports: "Retryable" or "NonRetryable".
     pub fn error_type(&self) -> &'static str {
-        if self.is_retryable() {
-            "Retryable"
-        } else {
-            "NonRetryable"
-        }
+        overture_kit::batch::error_type(self.is_retryable())
     }
 }
 
-/// Handles every job of the batch; returns the messages SQS must keep.
+/// Handles every job of the batch; returns the messages SQS must keep, or fails the invocation
+/// when every job failed with an error.
 pub async fn on_job_messages(
     batch: &SqsEvent,
     ports: &RunnerPorts<'_>,
     queue: &dyn SendJobs,
     visibility: &dyn ChangeVisibility,
-) -> SqsBatchResponse {
+) -> Result<SqsBatchResponse, BatchFailed> {
     let handled = batch
         .records
         .iter()
         .map(|message| on_job_message(message, ports, queue, visibility));
     let outcomes = futures_util::future::join_all(handled).await;
     let mut response = SqsBatchResponse::default();
+    let mut tally = BatchTally::new(batch.records.len());
     for (message, outcome) in batch.records.iter().zip(outcomes) {
         let Err(error) = outcome else { continue };
         let message_id = message.message_id.clone().unwrap_or_default();
@@ -121,18 +121,21 @@ pub async fn on_job_messages(
             MessageError::Later(at) => {
                 tracing::info!(message_id, %at, "the job comes back later")
             }
-            _ => tracing::warn!(
-                message_id,
-                error_type = error.error_type(),
-                %error,
-                "the job was not handled; SQS delivers it again"
-            ),
+            _ => {
+                tracing::warn!(
+                    message_id,
+                    error_type = error.error_type(),
+                    %error,
+                    "the job was not handled; SQS delivers it again"
+                );
+                tally.failed(error.is_retryable(), &error);
+            }
         }
         let mut failure = BatchItemFailure::default();
         failure.item_identifier = message_id;
         response.batch_item_failures.push(failure);
     }
-    response
+    tally.answer(response)
 }
 
 /// Handles one message; `Ok` when it is done with and may be deleted.

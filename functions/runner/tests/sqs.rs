@@ -13,6 +13,7 @@ use async_trait::async_trait;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use overture_domain::blueprint::parse;
 use overture_events::{DeploymentEvent as E, DeploymentId, Timestamp};
+use overture_kit::batch::BatchFailed;
 use overture_kit::memory::MemoryLog;
 use overture_kit::queue::{Job, QueueError, SendJobs};
 use overture_kit::{Cause, Clock, DeploymentLog, Loaded, LogError};
@@ -51,8 +52,11 @@ fn at(time: &str) -> Timestamp {
     format!("2026-11-23T{time}Z").parse().expect("a time")
 }
 
-fn failed(response: &SqsBatchResponse) -> Vec<&str> {
+/// The messages a batch's answer gives back; the batch must not have failed as a whole.
+fn failed(response: &Result<SqsBatchResponse, BatchFailed>) -> Vec<&str> {
     response
+        .as_ref()
+        .expect("answered with partial failures, not failed as a whole")
         .batch_item_failures
         .iter()
         .map(|f| f.item_identifier.as_str())
@@ -326,16 +330,47 @@ async fn a_job_delivered_before_it_is_due_goes_back_for_the_rest_of_its_wait() {
 
 #[tokio::test(start_paused = true)]
 async fn a_message_that_is_not_a_job_is_reported_failed_to_end_in_the_dead_letter_queue() {
-    let log = scheduled(&[], &[]).await;
+    let log = scheduled(&[deployment(1)], &[]).await;
     let sandbox = sandbox(Duration::from_secs(1));
     let response = on_job_messages(
-        &batch(&["m-unreadable"]),
+        &batch(&["m-unreadable", "m-due"]),
         &ports(&log, &sandbox),
         &Sent::default(),
         &Visibility::default(),
     )
     .await;
     assert_eq!(failed(&response), ["m-unreadable"]);
+    assert_eq!(sandbox.runs.load(Ordering::SeqCst), 1, "only the job ran");
+
+    // Alone in its batch, it fails the invocation, as one that handling again cannot mend.
+    let alone = on_job_messages(
+        &batch(&["m-unreadable"]),
+        &ports(&log, &sandbox),
+        &Sent::default(),
+        &Visibility::default(),
+    )
+    .await
+    .expect_err("the whole batch failed");
+    assert_eq!(alone.error_type(), "NonRetryable", "{alone}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_whose_every_job_failed_fails_its_invocation_as_retryable() {
+    let log = PartlyUnreachable {
+        log: scheduled(&[deployment(2)], &[]).await,
+        unreachable: deployment(2),
+    };
+    let sandbox = sandbox(Duration::from_secs(1));
+    let failed = on_job_messages(
+        &batch(&["m-other"]),
+        &ports(&log, &sandbox),
+        &Sent::default(),
+        &Visibility::default(),
+    )
+    .await
+    .expect_err("the whole batch failed");
+    assert_eq!(failed.error_type(), "Retryable", "{failed}");
+    assert_eq!(failed.failed, 1);
     assert_eq!(sandbox.runs.load(Ordering::SeqCst), 0);
 }
 

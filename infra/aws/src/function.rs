@@ -1,4 +1,5 @@
-//! What every function binary does as it starts: its log, and the settings the stack gives it.
+//! What every function binary does as it starts: its log, and the settings the stack gives it;
+//! and, with the feature `lambda`, how a batch that failed entirely is told to the runtime.
 
 /// A setting the stack gives every function is missing from the environment.
 #[derive(Debug, thiserror::Error)]
@@ -20,4 +21,14 @@ pub fn init_tracing() {
         )
         .without_time()
         .init();
+}
+
+/// A batch that failed entirely, as the Lambda runtime reports it: its error type is the stable
+/// "Retryable" or "NonRetryable" (see `overture_kit::batch`), never a Rust type's name.
+#[cfg(feature = "lambda")]
+pub fn diagnostic(failed: overture_kit::batch::BatchFailed) -> lambda_runtime::Diagnostic {
+    lambda_runtime::Diagnostic {
+        error_type: failed.error_type().to_owned(),
+        error_message: failed.to_string(),
+    }
 }

@@ -477,6 +477,19 @@ async fn the_timer_lambda_ends_a_deployment_whose_grace_deadline_has_passed() {
         ["StepAbandoned", "SecretsPurged", "DeploymentFailed"],
         "build, still running at the deadline, is abandoned and the deployment ends: {types:?}"
     );
+
+    // A batch none of whose messages can ever be handled fails the invocation, and the error
+    // Lambda reports names that class, not a Rust type.
+    let path = "/2015-03-31/functions/timer/invocations";
+    let answer = post(
+        watch.port,
+        path,
+        &sqs_batch("smoke-timers", "not a timer", 1),
+    )
+    .await;
+    assert!(!answer.status().is_success(), "{}", answer.status());
+    let error: Value = answer.json().await.expect("a JSON answer");
+    assert_eq!(error["errorType"], "NonRetryable", "{error}");
 }
 
 #[tokio::test]

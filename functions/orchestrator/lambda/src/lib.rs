@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use overture_aws::custody::KmsTokenCustody;
 use overture_aws::dynamodb::DynamoDeployments;
-pub use overture_aws::function::init_tracing;
 use overture_aws::function::setting;
+pub use overture_aws::function::{diagnostic, init_tracing};
 use overture_aws::kept::KeptStates;
 use overture_aws::seals::KmsSeals;
 use overture_aws::sqs::{SqsQueue, SqsWork};

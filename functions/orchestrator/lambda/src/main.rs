@@ -7,7 +7,7 @@ use std::sync::Arc;
 use aws_lambda_events::event::dynamodb::Event;
 use lambda_runtime::{service_fn, LambdaEvent};
 use overture_orchestrator::on_stream_records;
-use overture_orchestrator_lambda::{init_tracing, Adapters};
+use overture_orchestrator_lambda::{diagnostic, init_tracing, Adapters};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
@@ -16,8 +16,9 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Event>| {
         let adapters = Arc::clone(&adapters);
         async move {
-            let response = on_stream_records(&event.payload, &adapters.ports()).await;
-            Ok::<_, lambda_runtime::Error>(response)
+            on_stream_records(&event.payload, &adapters.ports())
+                .await
+                .map_err(diagnostic)
         }
     }))
     .await

@@ -5,10 +5,9 @@
 use std::sync::Arc;
 
 use aws_lambda_events::event::dynamodb::Event;
-use aws_lambda_events::event::streams::DynamoDbEventResponse;
 use lambda_runtime::{service_fn, LambdaEvent};
 use overture_aws::dynamodb::DynamoDeployments;
-use overture_aws::function::{init_tracing, setting};
+use overture_aws::function::{diagnostic, init_tracing, setting};
 use overture_aws::read_models::DynamoReadModels;
 use overture_kit::SystemClock;
 use overture_projector::on_stream_records;
@@ -40,9 +39,9 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Event>| {
         let adapters = Arc::clone(&adapters);
         async move {
-            let response: DynamoDbEventResponse =
-                on_stream_records(&event.payload, &adapters.log, &adapters.views).await;
-            Ok::<_, lambda_runtime::Error>(response)
+            on_stream_records(&event.payload, &adapters.log, &adapters.views)
+                .await
+                .map_err(diagnostic)
         }
     }))
     .await

@@ -18,12 +18,12 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use aws_lambda_events::event::sqs::SqsEvent;
 use lambda_runtime::{service_fn, LambdaEvent};
 use overture_aws::custody::KmsTokenCustody;
 use overture_aws::dynamodb::DynamoDeployments;
 use overture_aws::fargate::{FargateSteps, StepTasks};
-use overture_aws::function::{init_tracing, setting};
+use overture_aws::function::{diagnostic, init_tracing, setting};
 use overture_aws::kept::KeptStates;
 use overture_aws::logs::S3AttemptLogs;
 use overture_aws::s3::S3Payloads;
@@ -139,14 +139,14 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
         let adapters = Arc::clone(&adapters);
         async move {
-            let response: SqsBatchResponse = on_job_messages(
+            on_job_messages(
                 &event.payload,
                 &adapters.ports(),
                 &adapters.queue,
                 &adapters.queue,
             )
-            .await;
-            Ok::<_, lambda_runtime::Error>(response)
+            .await
+            .map_err(diagnostic)
         }
     }))
     .await
