@@ -208,12 +208,58 @@ def keep_event_source_mappings_inert():
     LambdaBackend.create_event_source_mapping = recorded_only
 
 
+def create_function_urls_in_stacks():
+    """moto's CloudFormation has no AWS::Lambda::Url: it skips one, and a stack output reading
+    its FunctionUrl then fails. Its Lambda API has function URL configs, so the resource is
+    made through that (the URL is recorded, not served, as moto serves no function URL)."""
+    from moto.awslambda.models import lambda_backends
+    from moto.core.common_models import CloudFormationModel
+
+    class FunctionUrl(CloudFormationModel):
+        # moto files every model under the service its module names.
+        __module__ = "moto.awslambda.function_urls"
+
+        def __init__(self, config):
+            self.config = config
+
+        @staticmethod
+        def cloudformation_name_type():
+            return ""
+
+        @staticmethod
+        def cloudformation_type():
+            return "AWS::Lambda::Url"
+
+        @classmethod
+        def create_from_cloudformation_json(
+            cls, resource_name, cloudformation_json, account_id, region_name, **kwargs
+        ):
+            properties = cloudformation_json["Properties"]
+            backend = lambda_backends[account_id][region_name]
+            config = {
+                key: properties[key] for key in ("AuthType", "Cors", "InvokeMode") if key in properties
+            }
+            return cls(backend.create_function_url_config(properties["TargetFunctionArn"], config))
+
+        @property
+        def physical_resource_id(self):
+            return self.config.function.function_arn
+
+        @classmethod
+        def has_cfn_attr(cls, attr):
+            return attr in ("FunctionUrl", "FunctionArn")
+
+        def get_cfn_attribute(self, attribute_name):
+            return self.config.to_dict()[attribute_name]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     keep_event_source_mappings_inert()
+    create_function_urls_in_stacks()
     run_simple(
         "127.0.0.1",
         args.port,

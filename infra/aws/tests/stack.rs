@@ -334,6 +334,12 @@ async fn with_the_functions_code_the_whole_template_is_created() {
     .await
     .expect("the stack with its functions is created");
     assert!(outputs.contains_key("StepTaskDefinition"), "{outputs:?}");
+    // Where `overture --backend aws deploy` submits: the submit function's own URL.
+    let submit_url = outputs.get("SubmitUrl").expect("the submit URL is an output");
+    assert!(
+        submit_url.starts_with("https://") && submit_url.contains(".lambda-url."),
+        "{submit_url}"
+    );
 
     let resources = cloudformation
         .describe_stack_resources()
@@ -352,6 +358,9 @@ async fn with_the_functions_code_the_whole_template_is_created() {
         .collect();
     for (logical, kind) in [
         ("SubmitFunction", "AWS::Lambda::Function"),
+        ("SubmitUrl", "AWS::Lambda::Url"),
+        ("SubmitUrlInvoke", "AWS::Lambda::Permission"),
+        ("SubmitUrlFunctionInvoke", "AWS::Lambda::Permission"),
         ("OrchestratorFunction", "AWS::Lambda::Function"),
         ("RunnerFunction", "AWS::Lambda::Function"),
         ("ProjectorFunction", "AWS::Lambda::Function"),
