@@ -28,8 +28,9 @@ use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};
 use aws_sdk_dynamodb::operation::create_table::CreateTableError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, ConditionCheck, KeySchemaElement, KeyType,
-    Put, ScalarAttributeType, StreamSpecification, StreamViewType, TransactWriteItem,
+    AttributeDefinition, AttributeValue, BillingMode, ConditionCheck, GlobalSecondaryIndex,
+    KeySchemaElement, KeyType, Projection, ProjectionType, Put, ScalarAttributeType,
+    StreamSpecification, StreamViewType, TransactWriteItem,
 };
 use aws_sdk_dynamodb::Client;
 use overture_events::{DeploymentEvent, DeploymentId, Envelope, Metadata};
@@ -400,30 +401,71 @@ pub async fn create_table_keyed_by(
     table: &str,
     key: &str,
 ) -> Result<(), DynamoError> {
+    create_table(client, table, key, None).await
+}
+
+/// A global secondary index of a table: its items by `partition` and `sort`, both text, with
+/// only the keys projected.
+pub struct KeysIndex<'a> {
+    /// The index's name.
+    pub name: &'a str,
+    /// Its partition key.
+    pub partition: &'a str,
+    /// Its sort key.
+    pub sort: &'a str,
+}
+
+/// Creates a table keyed by the text attribute `key`, with `index` if given, unless it exists.
+pub async fn create_table(
+    client: &Client,
+    table: &str,
+    key: &str,
+    index: Option<KeysIndex<'_>>,
+) -> Result<(), DynamoError> {
     let failed = |message: String| DynamoError::Call {
         table: table.to_owned(),
         operation: "CreateTable",
         message,
     };
-    let schema = KeySchemaElement::builder()
-        .attribute_name(key)
-        .key_type(KeyType::Hash)
-        .build()
-        .map_err(|e| failed(e.to_string()))?;
-    let attribute = AttributeDefinition::builder()
-        .attribute_name(key)
-        .attribute_type(ScalarAttributeType::S)
-        .build()
-        .map_err(|e| failed(e.to_string()))?;
-    let created = client
+    let element = |name: &str, kind: KeyType| {
+        KeySchemaElement::builder()
+            .attribute_name(name)
+            .key_type(kind)
+            .build()
+            .map_err(|e| failed(e.to_string()))
+    };
+    let text = |name: &str| {
+        AttributeDefinition::builder()
+            .attribute_name(name)
+            .attribute_type(ScalarAttributeType::S)
+            .build()
+            .map_err(|e| failed(e.to_string()))
+    };
+    let mut create = client
         .create_table()
         .table_name(table)
         .billing_mode(BillingMode::PayPerRequest)
-        .key_schema(schema)
-        .attribute_definitions(attribute)
-        .send()
-        .await;
-    match created {
+        .key_schema(element(key, KeyType::Hash)?)
+        .attribute_definitions(text(key)?);
+    if let Some(index) = index {
+        create = create
+            .attribute_definitions(text(index.partition)?)
+            .attribute_definitions(text(index.sort)?)
+            .global_secondary_indexes(
+                GlobalSecondaryIndex::builder()
+                    .index_name(index.name)
+                    .key_schema(element(index.partition, KeyType::Hash)?)
+                    .key_schema(element(index.sort, KeyType::Range)?)
+                    .projection(
+                        Projection::builder()
+                            .projection_type(ProjectionType::KeysOnly)
+                            .build(),
+                    )
+                    .build()
+                    .map_err(|e| failed(e.to_string()))?,
+            );
+    }
+    match create.send().await {
         Ok(_) => Ok(()),
         Err(error) if already_exists(&error) => Ok(()),
         Err(error) => Err(failed(DisplayErrorContext(error).to_string())),

@@ -16,7 +16,12 @@
 //!   [`ViewError::Conflict`]: the projector reloads and folds again. `last_deployment_at` is set
 //!   only if it moves forward: when that condition alone fails (an older deployment projected
 //!   after a newer one), the save is made again without it.
-//! - **Reads** are strongly consistent; [`DynamoReadModels::tenants`] and
+//! - **A tenant's deployments** are found through the table's global secondary index
+//!   [`BY_TENANT`] (`tenant`, `started_at`; keys only), so listing one tenant reads that
+//!   tenant's entries, not the whole table; the views are then read by their keys. The index is
+//!   eventually consistent: a deployment projected a moment ago may be missing from its
+//!   tenant's list for that moment (never from `status`, which reads its view by key).
+//! - **Reads** are strongly consistent (but the index's); [`DynamoReadModels::tenants`] and
 //!   [`DynamoReadModels::deployments`] follow `LastEvaluatedKey` to the last page.
 
 use std::collections::HashMap;
@@ -24,14 +29,14 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, Put, TransactWriteItem, Update};
 use aws_sdk_dynamodb::Client;
 use chrono::SecondsFormat;
 use overture_domain::projection::{DeploymentView, TenantDelta, TenantView};
 use overture_events::{DeploymentId, Timestamp};
 use overture_projector::{DeploymentViews, ViewError};
 
-use crate::dynamodb::create_table_keyed_by;
+use crate::dynamodb::{create_table, create_table_keyed_by, KeysIndex};
 
 use crate::dynamodb::{DynamoError, MAX_ITEM_BYTES};
 
@@ -42,6 +47,10 @@ const STARTED_AT: &str = "started_at";
 const REVISION: &str = "revision";
 const VIEW: &str = "view";
 const LAST_DEPLOYMENT_AT: &str = "last_deployment_at";
+/// The deployments table's index of each tenant's deployments by start (keys only).
+pub const BY_TENANT: &str = "by-tenant";
+/// The most keys one `BatchGetItem` asks for.
+const BATCH_GET_KEYS: usize = 100;
 
 /// How many times a save is tried again when DynamoDB cancels it for a concurrent transaction
 /// on the same tenant item (`TransactionConflict`), which says nothing about the view.
@@ -102,7 +111,7 @@ impl DynamoReadModels {
 
     /// Every tenant's summary, by tenant name, page after page.
     pub async fn tenants(&self) -> Result<Vec<TenantView>, ViewError> {
-        let items = self.scan(&self.tenants, None).await?;
+        let items = self.scan(&self.tenants).await?;
         let mut tenants = items
             .iter()
             .map(|item| self.tenant_view(item))
@@ -116,7 +125,13 @@ impl DynamoReadModels {
         &self,
         tenant: Option<&str>,
     ) -> Result<Vec<DeploymentView>, ViewError> {
-        let items = self.scan(&self.deployments, tenant).await?;
+        let items = match tenant {
+            Some(tenant) => {
+                let ids = self.tenant_deployments(tenant).await?;
+                self.get_views(ids).await?
+            }
+            None => self.scan(&self.deployments).await?,
+        };
         let mut views = items
             .iter()
             .map(|item| self.deployment_view(item))
@@ -125,27 +140,98 @@ impl DynamoReadModels {
         Ok(views)
     }
 
-    async fn scan(
+    /// The ids of a tenant's deployments, from the tenant index: a query reads that tenant's
+    /// entries only, where a scan of the table would read every tenant's deployments. The index
+    /// is eventually consistent; the views are then read strongly consistent by their keys.
+    async fn tenant_deployments(&self, tenant: &str) -> Result<Vec<String>, ViewError> {
+        let mut ids = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.deployments)
+                .index_name(BY_TENANT)
+                .key_condition_expression("#t = :t")
+                .expression_attribute_names("#t", TENANT)
+                .expression_attribute_values(":t", AttributeValue::S(tenant.to_owned()))
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| unavailable(Self::call_failed(&self.deployments, "Query", e)))?;
+            ids.extend(
+                page.items()
+                    .iter()
+                    .filter_map(|item| item.get(ID)?.as_s().ok().cloned()),
+            );
+            match page.last_evaluated_key() {
+                Some(key) if !key.is_empty() => start = Some(key.clone()),
+                _ => return Ok(ids),
+            }
+        }
+    }
+
+    /// The deployments table's items of `ids`, strongly consistent, a hundred keys a call, until
+    /// DynamoDB has answered for every key.
+    async fn get_views(
         &self,
-        table: &str,
-        tenant: Option<&str>,
+        ids: Vec<String>,
     ) -> Result<Vec<HashMap<String, AttributeValue>>, ViewError> {
+        let mut items = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(BATCH_GET_KEYS) {
+            let keys = chunk
+                .iter()
+                .map(|id| HashMap::from([(ID.to_owned(), AttributeValue::S(id.clone()))]))
+                .collect();
+            let mut wanted = Some(
+                KeysAndAttributes::builder()
+                    .set_keys(Some(keys))
+                    .consistent_read(true)
+                    .build()
+                    .map_err(|e| {
+                        corrupt(Self::call_failed(&self.deployments, "BatchGetItem", e))
+                    })?,
+            );
+            let mut round = 0;
+            while let Some(keys) = wanted.take() {
+                if round > 0 {
+                    // Keys left unanswered mean the table is busy: wait a little longer each
+                    // time, as DynamoDB asks of a client.
+                    tokio::time::sleep(std::time::Duration::from_millis(50 << round.min(6))).await;
+                }
+                round += 1;
+                let answer = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.deployments, keys)
+                    .send()
+                    .await
+                    .map_err(|e| {
+                        unavailable(Self::call_failed(&self.deployments, "BatchGetItem", e))
+                    })?;
+                if let Some(found) = answer.responses().and_then(|r| r.get(&self.deployments)) {
+                    items.extend(found.iter().cloned());
+                }
+                wanted = answer
+                    .unprocessed_keys()
+                    .and_then(|left| left.get(&self.deployments))
+                    .filter(|left| !left.keys().is_empty())
+                    .cloned();
+            }
+        }
+        Ok(items)
+    }
+
+    async fn scan(&self, table: &str) -> Result<Vec<HashMap<String, AttributeValue>>, ViewError> {
         let mut items = Vec::new();
         let mut start = None;
         loop {
-            let mut scan = self
+            let page = self
                 .client
                 .scan()
                 .table_name(table)
                 .consistent_read(true)
-                .set_exclusive_start_key(start);
-            if let Some(tenant) = tenant {
-                scan = scan
-                    .filter_expression("#t = :t")
-                    .expression_attribute_names("#t", TENANT)
-                    .expression_attribute_values(":t", AttributeValue::S(tenant.to_owned()));
-            }
-            let page = scan
+                .set_exclusive_start_key(start)
                 .send()
                 .await
                 .map_err(|e| unavailable(Self::call_failed(table, "Scan", e)))?;
@@ -451,6 +537,16 @@ pub async fn create_read_model_tables(
     deployments: &str,
     tenants: &str,
 ) -> Result<(), DynamoError> {
-    create_table_keyed_by(client, deployments, ID).await?;
+    create_table(
+        client,
+        deployments,
+        ID,
+        Some(KeysIndex {
+            name: BY_TENANT,
+            partition: TENANT,
+            sort: STARTED_AT,
+        }),
+    )
+    .await?;
     create_table_keyed_by(client, tenants, TENANT).await
 }

@@ -94,3 +94,69 @@ async fn a_view_beyond_one_item_is_refused_and_stores_nothing() {
     );
     assert_eq!(store.view(view.id).await.expect("loaded"), None);
 }
+
+#[tokio::test]
+async fn a_tenants_list_holds_all_its_deployments_newest_first_and_no_one_elses() {
+    let store = client().await;
+    let tenant = format!("many-{}", uuid::Uuid::now_v7());
+    let neighbour = format!("neighbour-{}", uuid::Uuid::now_v7());
+    let delta = TenantDelta {
+        running: 1,
+        total: 1,
+        ..TenantDelta::default()
+    };
+    let view = |tenant: &str, minute: u32| -> DeploymentView {
+        serde_json::from_value(serde_json::json!({
+            "id": DeploymentId::from_uuid(uuid::Uuid::now_v7()),
+            "tenant": tenant,
+            "blueprint": "many",
+            "status": "running",
+            "steps": {},
+            "started_at": format!("2027-01-15T{:02}:{:02}:00Z", minute / 60, minute % 60),
+            "finished_at": null,
+            "revision": 0,
+        }))
+        .expect("a deployment view")
+    };
+    // More than one BatchGetItem's hundred keys, saved in no particular order of start.
+    let mut saved = Vec::new();
+    for n in 0..130u32 {
+        let view = view(&tenant, (n * 37) % 130);
+        store.save(&view, None, &delta).await.expect("saved");
+        saved.push(view);
+    }
+    store
+        .save(&view(&neighbour, 5), None, &delta)
+        .await
+        .expect("saved");
+
+    // Read by a client that names itself, so that the emulator's counts tell its requests.
+    let app = format!("list-{}", &uuid::Uuid::now_v7().simple().to_string()[20..]);
+    let config = overture_aws::config::for_endpoint(support::emulator(), "eu-west-1").await;
+    let reader = DynamoReadModels::new(
+        Client::from_conf(
+            aws_sdk_dynamodb::config::Builder::from(&config)
+                .app_name(aws_config::AppName::new(app.clone()).expect("an app name"))
+                .build(),
+        ),
+        DEPLOYMENTS,
+        TENANTS,
+    );
+    let listed = reader.deployments(Some(&tenant)).await.expect("listed");
+    saved.sort_by_key(|view| std::cmp::Reverse((view.started_at, view.id)));
+    assert_eq!(listed, saved);
+    // Through the tenant's index and by key, not by reading every tenant's deployments.
+    let counts: serde_json::Value =
+        reqwest::get(format!("{}/overture/requests", support::emulator()))
+            .await
+            .expect("the emulator's counts")
+            .json()
+            .await
+            .expect("as JSON");
+    let asked = &counts["by_app"][&app]["operations"];
+    assert_eq!(asked["dynamodb:Scan"], serde_json::Value::Null, "{asked}");
+    assert_eq!(asked["dynamodb:Query"], 1, "{asked}");
+    assert_eq!(asked["dynamodb:BatchGetItem"], 2, "{asked}");
+    let everyone = store.deployments(None).await.expect("listed");
+    assert!(everyone.iter().any(|view| view.tenant == neighbour));
+}

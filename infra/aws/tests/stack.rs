@@ -335,7 +335,9 @@ async fn with_the_functions_code_the_whole_template_is_created() {
     .expect("the stack with its functions is created");
     assert!(outputs.contains_key("StepTaskDefinition"), "{outputs:?}");
     // Where `overture --backend aws deploy` submits: the submit function's own URL.
-    let submit_url = outputs.get("SubmitUrl").expect("the submit URL is an output");
+    let submit_url = outputs
+        .get("SubmitUrl")
+        .expect("the submit URL is an output");
     assert!(
         submit_url.starts_with("https://") && submit_url.contains(".lambda-url."),
         "{submit_url}"
