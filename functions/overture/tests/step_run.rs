@@ -392,3 +392,50 @@ async fn an_input_that_does_not_open_is_the_entrypoint_failing_and_shows_no_secr
         String::from_utf8_lossy(&result.output)
     );
 }
+
+#[tokio::test]
+async fn nothing_the_command_started_outlives_it_not_even_in_a_session_of_its_own() {
+    // Only root can run the command as a user of its own, whose every process can be found.
+    if !running_as_root() {
+        return;
+    }
+    let fixture = fixture().await;
+    let uid = FIRST_UID + 4;
+    let deployment = DeploymentId::from_uuid(uuid::Uuid::now_v7());
+    let started = fixture
+        .steps
+        .start(job(
+            deployment,
+            // The command ends only once its detached process runs in a session of its own.
+            "setsid sh -c 'echo $$ > detached.pid; exec sleep 600' > /dev/null 2>&1 < /dev/null &
+             until [ -s detached.pid ]; do :; done; echo detached",
+            Log::default(),
+        ))
+        .await
+        .expect("started");
+    let (_dir, work) = work_dir();
+
+    let ran = step_run(&input_key(&started), &work, uid).await;
+    assert_eq!(ran.status.code(), Some(0), "{}", text(&ran.stderr));
+    assert_eq!(text(&ran.stdout), "detached\n");
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter(|entry| entry.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .filter(|entry| {
+            use std::os::unix::fs::MetadataExt;
+            entry.metadata().is_ok_and(|meta| meta.uid() == uid)
+        })
+        .map(|entry| std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default())
+        // A zombie is dead, waiting for this machine's init to reap it.
+        .filter(|stat| {
+            stat.rsplit_once(") ")
+                .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+        })
+        .collect();
+    assert!(
+        left.is_empty(),
+        "processes of the step's user left: {left:?}"
+    );
+    fixture.steps.wait(started, never()).await.expect("stopped");
+}

@@ -15,7 +15,7 @@
 //! `AWS_CONTAINER_CREDENTIALS_RELATIVE_URI`, the path of the task role's credentials). Running
 //! as root, the entrypoint runs the command as another user, who can read neither the
 //! entrypoint's environment in `/proc` nor signal it; once the command ended, every process of
-//! that user is killed before anything is read back, so nothing can swap a file for a link
+//! that user is killed, and waited for, before anything is read back, so nothing can swap a file for a link
 //! while the entrypoint (root) reads it.
 
 use std::fs::File;
@@ -392,6 +392,11 @@ async fn run_command(
     };
     if let RunAs::User { uid, gid } = run_as {
         kill_every_process_of(uid, gid).map_err(failed("kill"))?;
+        // A killed process dies when it is next scheduled; until then it may finish a call.
+        tokio::task::spawn_blocking(move || wait_until_none_of(uid, CLOSE_GRACE))
+            .await
+            .unwrap_or_else(|join| Err(io::Error::other(join)))
+            .map_err(failed("wait for the end of"))?;
     }
     let echo = match tokio::time::timeout(CLOSE_GRACE, copying).await {
         Ok(Ok(echo)) => Some(echo),
@@ -507,6 +512,46 @@ fn kill_every_process_of(uid: u32, gid: u32) -> io::Result<()> {
         Ok(())
     } else {
         Err(io::Error::other(format!("the killer ended with {status}")))
+    }
+}
+
+/// Waits until no live process of `uid` is left (zombies are dead already), at most `grace`.
+/// Each process's `Uid:` line in `/proc/<pid>/status` is read rather than the owner of its
+/// directory, which is root for a process that made itself undumpable (ssh-agent does).
+fn wait_until_none_of(uid: u32, grace: Duration) -> io::Result<()> {
+    let start = std::time::Instant::now();
+    loop {
+        let mut left = false;
+        for entry in std::fs::read_dir("/proc")?.flatten() {
+            if entry.file_name().to_string_lossy().parse::<u32>().is_err() {
+                continue;
+            }
+            // A process gone meanwhile has no status to read.
+            let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else {
+                continue;
+            };
+            let field = |name: &str| {
+                status
+                    .lines()
+                    .find_map(|line| line.strip_prefix(name))
+                    .unwrap_or_default()
+                    .to_owned()
+            };
+            let ours = field("Uid:")
+                .split_whitespace()
+                .any(|id| id.parse() == Ok(uid));
+            let dead = field("State:").trim_start().starts_with('Z');
+            left |= ours && !dead;
+        }
+        if !left {
+            return Ok(());
+        }
+        if start.elapsed() > grace {
+            return Err(io::Error::other(format!(
+                "processes of uid {uid} were still running {grace:?} after they were killed"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
