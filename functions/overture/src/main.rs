@@ -12,6 +12,8 @@
 //! - [`bundle`]: reading the files a blueprint's steps take from its folder.
 //! - [`token`]: the user's cloud token, read and checked.
 //! - [`provision`]: `overture provision`, which a `servers` step runs inside its sandbox.
+//! - [`step_run`]: `overture step-run`, the entrypoint of a step's Fargate task on AWS (exit
+//!   code: the step command's, or 125 when the entrypoint itself failed).
 //! - [`cloud`]: `overture cloud`, the local cloud for development and tests.
 //! - [`aws`]: `--backend aws`, the same commands on the serverless form (DynamoDB, the submit
 //!   function).
@@ -43,6 +45,7 @@ mod logs;
 mod progress;
 mod provision;
 mod render;
+mod step_run;
 mod teardown;
 mod token;
 
@@ -232,6 +235,10 @@ enum Command {
         #[arg(long)]
         spec: PathBuf,
     },
+    /// Run a step attempt's sealed job: the entrypoint of a step's Fargate task on AWS, started
+    /// by the runner, not by users. Exits with the command's code, 125 if it could not run it.
+    #[command(hide = true)]
+    StepRun(step_run::StepRunArgs),
     /// Show the temporary grants of access deployments held: bastion rules, forwarding,
     /// deployment keys, sealed tokens; when each was opened and closed.
     Grants {
@@ -327,6 +334,10 @@ fn main() -> ExitCode {
     // Its exit codes are the `servers` step's, not the ones below, and it needs no data directory.
     if let Command::Provision { spec } = &cli.command {
         return provision::main(spec);
+    }
+    // Likewise: its exit code is the step command's.
+    if let Command::StepRun(args) = cli.command {
+        return step_run::main(args);
     }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
@@ -582,6 +593,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Provision { .. } => Err(Failure::BadInput(
             "`overture provision` runs only inside a `servers` step's sandbox".into(),
+        )),
+        Command::StepRun(_) => Err(Failure::BadInput(
+            "`overture step-run` runs only as a step task's entrypoint".into(),
         )),
         Command::Resume { parallelism, token } => {
             let tokens = token.check().await?;

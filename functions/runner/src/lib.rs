@@ -15,6 +15,8 @@
 //! On AWS, [`on_job_messages`] ([`sqs`]) is the trigger: it reads a batch of the step queue's
 //! SQS messages into jobs, runs each with its message's visibility as the lease, and reports the
 //! messages SQS must keep (partial batch failures).
+//! What every sandbox does with a step's working directory (the output's tail, the outputs file,
+//! the collected files) is in [`workspace`], shared by bubblewrap and the Fargate step task.
 
 pub mod ansible;
 pub mod destroy;
@@ -33,6 +35,7 @@ pub(crate) mod testing;
 #[cfg(feature = "fakes")]
 pub mod fakes;
 pub mod wait_ssh;
+pub mod workspace;
 
 use std::future::Future;
 use std::pin::Pin;

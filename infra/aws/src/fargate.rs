@@ -17,23 +17,27 @@
 //! is `STOPPED`, and stops it (`StopTask`) when the attempt is abandoned or runs past its timeout.
 //! Both objects are deleted once the attempt is over.
 //!
-//! # What the task's entrypoint must do (`overture step-run`, not built yet)
+//! # What the task's entrypoint does (`overture step-run`, [`crate::step_task`])
 //!
-//! This is the image's contract; [`open_input`] and [`seal_result`] are its two halves in code.
+//! This is the image's contract (`infra/aws/step-image/Dockerfile`); [`open_input`] and
+//! [`seal_result`] are its two halves in code, [`crate::step_task::run_step`] the whole.
 //! 1. Read the input object and open it with [`open_input`]: `kms:Decrypt` of its data key with
-//!    the encryption context above (the step task needs a task role allowing exactly that, and
-//!    `s3:GetObject` on `steps/*/input.sealed`, `s3:PutObject` on `steps/*/result.sealed`; the
-//!    stack gives it no task role yet).
-//! 2. Drop every AWS credential before the user's command runs: unset
-//!    `AWS_CONTAINER_CREDENTIALS_RELATIVE_URI` (and the rest of `AWS_*`) and run the command as an
-//!    unprivileged user of its own, so that it cannot read the entrypoint's environment either.
-//!    The user's tools act with what the step hands them, never with the engine's AWS rights.
+//!    the encryption context above. The stack's `StepTaskRole` allows exactly that (`kms:Decrypt`
+//!    with `purpose=step-input`), `s3:GetObject` on `steps/*/input.sealed` and `s3:PutObject` on
+//!    `steps/*/result.sealed`.
+//! 2. Drop every AWS credential before the user's command runs: the command's environment is
+//!    cleared (only the job's variables, `PATH`, `HOME` and `OVERTURE_OUTPUTS`; no
+//!    `AWS_CONTAINER_CREDENTIALS_RELATIVE_URI`, no other `AWS_*`) and it runs as an unprivileged
+//!    user of its own (`overture-step`), so that it cannot read the entrypoint's environment
+//!    either. The user's tools act with what the step hands them, never with the engine's rights.
 //! 3. Place the files under `/work`, set `$OVERTURE_OUTPUTS`, run the command with `/bin/sh -c`
 //!    and the variables, kill it at the timeout, keep the last `output_limit` bytes of its output
 //!    (and print it all, so that CloudWatch Logs has it).
 //! 4. Seal what the command left with [`seal_result`] under the input's data key (no new KMS call)
 //!    and put it as `result.sealed` beside the input; then exit with the command's exit code
-//!    (128 + the signal's number when a signal killed it, as a shell reports it).
+//!    (128 + the signal's number when a signal killed it, as a shell reports it). When the
+//!    entrypoint itself fails (the input does not open, S3 refuses), it exits with 125 and leaves
+//!    no result.
 //!
 //! What a Fargate task cannot give that bubblewrap does: a step that asks for no network
 //! (`network: false`) still has the network of its subnets, since a task's network is its
@@ -126,6 +130,26 @@ impl AttemptRef {
             "{KEY_PREFIX}{}/{}/{}/",
             self.deployment, self.step, self.attempt
         )
+    }
+
+    /// The attempt whose input is at `key` (`steps/<deployment>/<step>/<attempt>/input.sealed`,
+    /// as [`FargateSteps::start`] puts it); `None` for any other key.
+    pub fn of_input_key(key: &str) -> Option<Self> {
+        let rest = key
+            .strip_prefix(KEY_PREFIX)?
+            .strip_suffix("/input.sealed")?;
+        let mut parts = rest.split('/');
+        let (deployment, step, attempt) = (parts.next()?, parts.next()?, parts.next()?);
+        if parts.next().is_some() || step.is_empty() {
+            return None;
+        }
+        let parsed = Self {
+            deployment: deployment.parse().ok()?,
+            step: step.to_owned(),
+            attempt: attempt.parse().ok()?,
+        };
+        // Only the key this attempt's input is put at: no second spelling of the same attempt.
+        (format!("{}input.sealed", parsed.prefix()) == key).then_some(parsed)
     }
 
     fn sealed_name(&self, what: &str) -> String {
@@ -230,7 +254,10 @@ pub enum FargateError {
     DoesNotOpen(String),
 }
 
-fn call<E>(service: &'static str, operation: &'static str) -> impl FnOnce(E) -> FargateError
+pub(crate) fn call<E>(
+    service: &'static str,
+    operation: &'static str,
+) -> impl FnOnce(E) -> FargateError
 where
     E: std::error::Error + 'static,
 {
@@ -808,6 +835,30 @@ where
 mod tests {
     use super::*;
     use aws_sdk_ecs::types::{Container, TaskStopCode};
+
+    #[test]
+    fn an_input_key_names_its_attempt_in_one_spelling_only() {
+        let deployment = DeploymentId::from_uuid(uuid::Uuid::now_v7());
+        let attempt = AttemptRef {
+            deployment,
+            step: "network".into(),
+            attempt: 2,
+        };
+        let key = format!("steps/{deployment}/network/2/input.sealed");
+        assert_eq!(AttemptRef::of_input_key(&key), Some(attempt));
+        for bad in [
+            format!("steps/{deployment}/network/2/result.sealed"),
+            format!("steps/{deployment}/network/02/input.sealed"),
+            format!("steps/{deployment}/network/x/input.sealed"),
+            format!("steps/{deployment}//2/input.sealed"),
+            format!("steps/{deployment}/a/b/2/input.sealed"),
+            format!("kept/{deployment}/network/2/input.sealed"),
+            "steps/not-a-deployment/network/2/input.sealed".to_owned(),
+            String::new(),
+        ] {
+            assert_eq!(AttemptRef::of_input_key(&bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn a_container_that_exited_reports_its_code() {

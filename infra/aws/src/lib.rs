@@ -10,6 +10,8 @@
 //!   ([`seals::KmsSeals`]).
 //! - [`fargate`]: each step attempt as an ECS Fargate task of its own ([`fargate::FargateSteps`],
 //!   the runner's sandbox port on AWS), its job sealed in S3, never in the task's overrides.
+//! - [`step_task`]: the step task's entrypoint, `overture step-run`: opens the attempt's input,
+//!   runs its command as an unprivileged user with no AWS credentials, seals what it left.
 //! - [`kept`]: what steps keep between attempts (a Terraform state), sealed as the secrets are,
 //!   as S3 objects ([`kept::KeptStates`]; [`seals::KmsSeals`] keeps and opens them).
 //! - [`logs`]: every attempt's output as S3 objects ([`logs::S3AttemptLogs`]), written by the
@@ -46,3 +48,4 @@ pub mod s3;
 pub mod seals;
 pub mod sqs;
 pub mod stack;
+pub mod step_task;

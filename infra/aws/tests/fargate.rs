@@ -2,18 +2,13 @@
 //! and walks each through its states as it is described (RUNNING to STOPPED, exit code 0) but
 //! runs no container: the test stands in for the task's entrypoint where one is needed.
 
+#[path = "support/ecs.rs"]
+mod ecs;
 mod support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use aws_smithy_runtime_api::client::http::{
-    HttpClient, HttpConnector, HttpConnectorFuture, HttpConnectorSettings, SharedHttpClient,
-    SharedHttpConnector,
-};
-use aws_smithy_runtime_api::client::orchestrator::{HttpRequest, HttpResponse};
-use aws_smithy_runtime_api::client::result::ConnectorError;
-use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use overture_aws::fargate::{
     encode, open_input, seal_result, AttemptResult, FargateSteps, StepTasks,
 };
@@ -40,12 +35,7 @@ struct Fixture {
 
 async fn fixture() -> Fixture {
     let config = overture_aws::config::for_endpoint(support::emulator(), REGION).await;
-    let mended = MendedCpu(config.http_client().expect("the SDK's HTTP client"));
-    let ecs = aws_sdk_ecs::Client::from_conf(
-        aws_sdk_ecs::config::Builder::from(&config)
-            .http_client(mended)
-            .build(),
-    );
+    let ecs = ecs::client(&config);
     let kms = aws_sdk_kms::Client::new(&config);
     let s3 = overture_aws::s3::client(&config);
     create_payloads_bucket(&s3, BUCKET).await.expect("bucket");
@@ -55,11 +45,17 @@ async fn fixture() -> Fixture {
         .send()
         .await
         .expect("cluster");
-    register_task_definition().await;
-    let subnet = default_vpc("DescribeSubnets", "subnetId").await;
+    ecs::register_task_definition(support::emulator(), REGION, FAMILY).await;
+    let subnet = ecs::default_vpc(support::emulator(), REGION, "DescribeSubnets", "subnetId").await;
     // The emulator refuses a task without security groups, which AWS would give the VPC's
     // default one: the test names that one.
-    let group = default_vpc("DescribeSecurityGroups", "groupId").await;
+    let group = ecs::default_vpc(
+        support::emulator(),
+        REGION,
+        "DescribeSecurityGroups",
+        "groupId",
+    )
+    .await;
     let steps = FargateSteps::new(
         ecs.clone(),
         s3.clone(),
@@ -82,111 +78,6 @@ async fn fixture() -> Fixture {
         subnet,
         group,
     }
-}
-
-/// The emulator's HTTP client with one mend: the emulator answers a task's container `cpu` as a
-/// number (`"cpu": 0`), where ECS, and so the SDK reading it, has a string; every other byte of
-/// ECS's answers is passed as it came.
-#[derive(Debug)]
-struct MendedCpu(SharedHttpClient);
-
-impl HttpClient for MendedCpu {
-    fn http_connector(
-        &self,
-        settings: &HttpConnectorSettings,
-        components: &RuntimeComponents,
-    ) -> SharedHttpConnector {
-        SharedHttpConnector::new(MendedCpuConnector(
-            self.0.http_connector(settings, components),
-        ))
-    }
-}
-
-#[derive(Debug)]
-struct MendedCpuConnector(SharedHttpConnector);
-
-impl HttpConnector for MendedCpuConnector {
-    fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
-        let inner = self.0.clone();
-        HttpConnectorFuture::new(async move {
-            let response = inner.call(request).await?;
-            let status = response.status();
-            let mut headers = response.headers().clone();
-            let body = aws_sdk_s3::primitives::ByteStream::new(response.into_body())
-                .collect()
-                .await
-                .map_err(|e| ConnectorError::other(e.into(), None))?
-                .into_bytes();
-            let mended = String::from_utf8_lossy(&body).replace("\"cpu\": 0", "\"cpu\": \"0\"");
-            headers.remove("content-length");
-            let mut answer = HttpResponse::new(
-                status,
-                aws_sdk_s3::primitives::ByteStream::from(mended.into_bytes()).into_inner(),
-            );
-            *answer.headers_mut() = headers;
-            Ok(answer)
-        })
-    }
-}
-
-/// The step task definition, as the stack makes it, registered through ECS's JSON API: the SDK
-/// sends a container's `cpu` as 0 when unset, which the emulator then shows back as a number
-/// where ECS, and the SDK reading it, have a string. Its container has a memory reservation
-/// because the emulator sums its containers' memory, which Fargate does not need.
-async fn register_task_definition() {
-    let definition = serde_json::json!({
-        "family": FAMILY,
-        "requiresCompatibilities": ["FARGATE"],
-        "networkMode": "awsvpc",
-        "cpu": "512",
-        "memory": "1024",
-        "containerDefinitions": [{
-            "name": "step",
-            "image": "overture-step:test",
-            "essential": true,
-            "memoryReservation": 1024,
-        }],
-    });
-    let answer = reqwest::Client::new()
-        .post(support::emulator())
-        .header("Authorization", authorization("ecs"))
-        .header(
-            "X-Amz-Target",
-            "AmazonEC2ContainerServiceV20141113.RegisterTaskDefinition",
-        )
-        .header("Content-Type", "application/x-amz-json-1.1")
-        .body(definition.to_string())
-        .send()
-        .await
-        .expect("ECS answers");
-    assert!(answer.status().is_success(), "{:?}", answer.text().await);
-}
-
-/// Who the raw calls come from: the same account the SDK's clients act in.
-fn authorization(service: &str) -> String {
-    format!(
-        "AWS4-HMAC-SHA256 Credential=overture-local/20260101/{REGION}/{service}/aws4_request, \
-         SignedHeaders=host, Signature=0"
-    )
-}
-
-/// The first `field` of what `action` lists in the emulator's default VPC, through EC2's query
-/// API (the SDK's EC2 crate is not worth a dependency for two calls in a test).
-async fn default_vpc(action: &str, field: &str) -> String {
-    let answer = reqwest::Client::new()
-        .post(support::emulator())
-        .header("Authorization", authorization("ec2"))
-        .form(&[("Action", action), ("Version", "2016-11-15")])
-        .send()
-        .await
-        .expect("EC2 answers")
-        .text()
-        .await
-        .expect("its body");
-    let open = format!("<{field}>");
-    let start = answer.find(&open).expect("one listed") + open.len();
-    let end = start + answer[start..].find('<').expect("its end");
-    answer[start..end].to_owned()
 }
 
 /// A step's job as the runner prepares it, with a secret in a variable and one in a file.
@@ -299,7 +190,7 @@ async fn an_attempt_is_one_fargate_task_in_the_step_subnets_told_only_where_its_
     // for byte); the input in S3 is sealed.
     let shown = reqwest::Client::new()
         .post(support::emulator())
-        .header("Authorization", authorization("ecs"))
+        .header("Authorization", ecs::authorization(REGION, "ecs"))
         .header(
             "X-Amz-Target",
             "AmazonEC2ContainerServiceV20141113.DescribeTasks",

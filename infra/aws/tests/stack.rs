@@ -383,6 +383,7 @@ async fn with_the_functions_code_the_whole_template_is_created() {
         ("RunnerRole", "AWS::IAM::Role"),
         ("ProjectorRole", "AWS::IAM::Role"),
         ("StepExecutionRole", "AWS::IAM::Role"),
+        ("StepTaskRole", "AWS::IAM::Role"),
         ("StepCluster", "AWS::ECS::Cluster"),
         ("StepTask", "AWS::ECS::TaskDefinition"),
         ("JobsQueue", "AWS::SQS::Queue"),

@@ -46,16 +46,15 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 pub use error::SandboxError;
+/// How much of a step's outputs file and collected files is read back, as on every form.
+pub use overture_runner::workspace::{MAX_COLLECTED_FILE, MAX_OUTPUTS_FILE};
 pub use request::{Exit, OutputLog, OutputsFile, SandboxOutcome, SandboxRequest, ENGINE_PROGRAM};
 
 use args::{Fds, SystemLayout};
-use output::TailBuffer;
+use overture_runner::workspace::TailBuffer;
 use sys::Pidfd;
 use workspace::Workspace;
 
-/// The most the engine reads back from a step's `$OVERTURE_OUTPUTS` file; a step that writes
-/// more gets [`OutputsFile::TooLarge`](overture_runner::OutputsFile::TooLarge).
-pub const MAX_OUTPUTS_FILE: u64 = 1024 * 1024;
 /// The longest command a sandbox runs. A command over 64 KiB reaches the shell as a file rather
 /// than an argument, so the kernel's limits do not apply to it; this bound keeps a command
 /// (recorded in the blueprint's event) from being a way to ship data.
@@ -68,8 +67,6 @@ pub const MAX_VARIABLE: usize = 128 * 1024 - 1;
 /// environment together is a quarter of the stack limit (2 MiB by default), and the inline
 /// command needs its share.
 pub const MAX_ENVIRONMENT: usize = 1024 * 1024;
-/// The most the engine reads back of each file a request collects (a Terraform state, say).
-pub const MAX_COLLECTED_FILE: u64 = 64 * 1024 * 1024;
 
 /// How long the sandbox's processes get to vanish once killed, and the output pipes to close,
 /// before `run` reports [`SandboxError::StillRunning`]. Dying takes milliseconds; this only

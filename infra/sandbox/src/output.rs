@@ -5,42 +5,13 @@
 //! so they interleave exactly in the order they were written; two pipes read side by side could
 //! only approximate that, and could put a final error message before the output that preceded it.
 
-use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
+use overture_runner::workspace::TailBuffer;
+
 use super::request::OutputLog;
-
-/// The last `limit` bytes written to it.
-#[derive(Debug)]
-pub(super) struct TailBuffer {
-    bytes: VecDeque<u8>,
-    limit: usize,
-}
-
-impl TailBuffer {
-    /// An empty buffer that keeps at most `limit` bytes.
-    pub(super) fn new(limit: usize) -> Self {
-        Self {
-            bytes: VecDeque::new(),
-            limit,
-        }
-    }
-
-    /// Appends `chunk`, dropping the oldest bytes beyond the limit.
-    pub(super) fn push(&mut self, chunk: &[u8]) {
-        let chunk = &chunk[chunk.len().saturating_sub(self.limit)..];
-        let excess = (self.bytes.len() + chunk.len()).saturating_sub(self.limit);
-        self.bytes.drain(..excess);
-        self.bytes.extend(chunk);
-    }
-
-    /// The bytes kept, oldest first.
-    pub(super) fn into_vec(self) -> Vec<u8> {
-        self.bytes.into()
-    }
-}
 
 /// A buffer shared between the reading task and `run`, which takes what is there even if the
 /// reading had to be abandoned.
@@ -89,26 +60,5 @@ pub(super) async fn capture(
                 return;
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn keeps_only_the_tail() {
-        let mut tail = TailBuffer::new(5);
-        tail.push(b"abc");
-        tail.push(b"def");
-        assert_eq!(tail.into_vec(), b"bcdef");
-
-        let mut tail = TailBuffer::new(3);
-        tail.push(b"0123456789");
-        assert_eq!(tail.into_vec(), b"789");
-
-        let mut tail = TailBuffer::new(0);
-        tail.push(b"x");
-        assert!(tail.into_vec().is_empty());
     }
 }

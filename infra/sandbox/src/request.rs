@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use secrecy::SecretString;
@@ -254,25 +254,13 @@ fn invalid_env(name: &str, reason: &'static str) -> SandboxError {
 }
 
 fn validate_file_path(path: &Path) -> Result<(), SandboxError> {
-    let invalid = |reason| SandboxError::InvalidFilePath {
-        path: path.to_owned(),
-        reason,
-    };
-    if path.as_os_str().is_empty() {
-        return Err(invalid("it is empty"));
+    match overture_runner::workspace::path_outside(path) {
+        Some(reason) => Err(SandboxError::InvalidFilePath {
+            path: path.to_owned(),
+            reason,
+        }),
+        None => Ok(()),
     }
-    for component in path.components() {
-        match component {
-            Component::Normal(_) => {}
-            Component::RootDir | Component::Prefix(_) => {
-                return Err(invalid("it must be relative to the workspace"))
-            }
-            Component::ParentDir => return Err(invalid("it must not contain '..'")),
-            // `Path::components` drops inner `.`s, so this is only a leading `./`.
-            Component::CurDir => return Err(invalid("it must not start with '.'")),
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

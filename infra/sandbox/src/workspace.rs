@@ -8,11 +8,13 @@
 //! <id>/etc/       passwd and group for the sandbox (read-only)
 //! ```
 
-use std::fs::{self, DirBuilder, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::fs::{self, DirBuilder, OpenOptions};
+use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+pub(super) use overture_runner::workspace::read_inside;
+use overture_runner::workspace::read_outputs_file;
 use overture_runner::OutputsFile;
 
 use super::error::SandboxError;
@@ -71,18 +73,9 @@ impl Workspace {
     pub(super) async fn read_outputs(&self, limit: u64) -> Result<OutputsFile, SandboxError> {
         let path = self.dir.join(OUTPUTS_FILE);
         let reading = path.clone();
-        let read = tokio::task::spawn_blocking(move || -> io::Result<OutputsFile> {
-            let file = File::open(&reading)?;
-            let bytes = file.metadata()?.len();
-            if bytes > limit {
-                return Ok(OutputsFile::TooLarge { bytes, limit });
-            }
-            let mut content = Vec::new();
-            file.take(limit).read_to_end(&mut content)?;
-            Ok(OutputsFile::Read(content))
-        })
-        .await
-        .unwrap_or_else(|join| Err(io::Error::other(join)));
+        let read = tokio::task::spawn_blocking(move || read_outputs_file(&reading, limit))
+            .await
+            .unwrap_or_else(|join| Err(io::Error::other(join)));
         read.map_err(|source| SandboxError::Workspace {
             action: "read",
             path,
@@ -239,35 +232,6 @@ fn create_blocking(
         write_new(&path, content).map_err(failed("write", &path))?;
     }
     Ok(workspace)
-}
-
-/// The content of `work/relative` if it is a regular file reached through real directories only.
-pub(super) fn read_inside(work: &Path, relative: &Path, limit: u64) -> io::Result<Option<Vec<u8>>> {
-    let mut path = work.to_owned();
-    let mut components = relative.components().peekable();
-    while let Some(component) = components.next() {
-        path.push(component);
-        let metadata = match fs::symlink_metadata(&path) {
-            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
-            other => other?,
-        };
-        let wanted = if components.peek().is_some() {
-            metadata.is_dir()
-        } else {
-            metadata.is_file()
-        };
-        if !wanted {
-            return Ok(None);
-        }
-    }
-    let mut content = Vec::new();
-    File::open(&path)?
-        .take(limit.saturating_add(1))
-        .read_to_end(&mut content)?;
-    if u64::try_from(content.len()).map_or(true, |len| len > limit) {
-        return Err(io::ErrorKind::FileTooLarge.into());
-    }
-    Ok(Some(content))
 }
 
 /// Writes a file that must not exist yet, so nothing already there is followed or overwritten.
