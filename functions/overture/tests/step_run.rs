@@ -6,13 +6,13 @@
 
 #[path = "../../../infra/aws/tests/support/ecs.rs"]
 mod ecs;
+use ecs::{never, Log};
 #[path = "../../../infra/aws/tests/support/mod.rs"]
 mod support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Output;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use overture_aws::fargate::{FargateSteps, StartedStep, StepTasks};
@@ -100,30 +100,6 @@ fn job(deployment: DeploymentId, command: &str, log: Log) -> SandboxJob {
         output_limit: 64 * 1024,
         log: Some(Box::new(log)),
     }
-}
-
-/// The attempt's log, as the runner writes it and the test reads it afterwards.
-#[derive(Clone, Default)]
-struct Log(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Log {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("log").extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Log {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().expect("log")).into_owned()
-    }
-}
-
-fn never() -> overture_runner::Cancel<'static> {
-    Box::pin(std::future::pending())
 }
 
 fn input_key(started: &StartedStep) -> String {

@@ -4,9 +4,9 @@
 
 #[path = "support/ecs.rs"]
 mod ecs;
+use ecs::{never, Log};
 mod support;
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use overture_aws::fargate::{
@@ -105,26 +105,6 @@ fn job(deployment: DeploymentId, attempt: u32, log: Log) -> SandboxJob {
     }
 }
 
-/// The attempt's log, as the test reads it afterwards.
-#[derive(Clone, Default)]
-struct Log(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Log {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("log").extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Log {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().expect("log")).into_owned()
-    }
-}
-
 async fn describe(fixture: &Fixture, task: &str) -> aws_sdk_ecs::types::Task {
     fixture
         .ecs
@@ -138,10 +118,6 @@ async fn describe(fixture: &Fixture, task: &str) -> aws_sdk_ecs::types::Task {
         .first()
         .expect("the task")
         .clone()
-}
-
-fn never() -> overture_runner::Cancel<'static> {
-    Box::pin(std::future::pending())
 }
 
 #[tokio::test]

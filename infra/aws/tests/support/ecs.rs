@@ -126,3 +126,29 @@ pub async fn default_vpc(endpoint: &str, region: &str, action: &str, field: &str
     let end = start + answer[start..].find('<').expect("its end");
     answer[start..end].to_owned()
 }
+
+/// An attempt's log, as the runner writes it and the test reads it afterwards.
+#[derive(Clone, Default)]
+pub struct Log(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Log {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log").extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Log {
+    /// What was written, as text.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().expect("log")).into_owned()
+    }
+}
+
+/// A cancellation that never comes.
+pub fn never() -> overture_runner::Cancel<'static> {
+    Box::pin(std::future::pending())
+}
