@@ -8,6 +8,7 @@
 //! - [`cancel`]: `overture cancel` from another process, Ctrl-C, and a cancel with no engine.
 //! - [`secrets`]: a secret appears nowhere it should not.
 //! - [`pipe`]: a reader that goes away ends a reading command quietly.
+//! - [`portable`]: `export` and `import`, the log moved between data directories as JSON lines.
 //! - [`input`]: bad input is refused with exit code 2 and nothing recorded.
 //! - [`sandbox`]: what a step can and cannot see, and the sandbox's limits.
 //! - [`quoting`]: hostile values in every quoting context of a script reach it exactly, and
@@ -34,6 +35,7 @@ mod input;
 mod local_cloud;
 mod logs;
 mod pipe;
+mod portable;
 mod quoting;
 mod resume;
 mod sandbox;

@@ -42,6 +42,7 @@ mod cloud;
 mod engine;
 mod lock;
 mod logs;
+mod portable;
 mod progress;
 mod provision;
 mod render;
@@ -158,6 +159,20 @@ enum Command {
         /// One JSON envelope per line.
         #[arg(long)]
         json: bool,
+    },
+    /// Write the log as JSON lines, one event per line with its position, oldest first.
+    Export {
+        /// Only this tenant's deployments.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Only events after this position (the last line of an earlier export has it).
+        #[arg(long, value_name = "POSITION", default_value_t = 0)]
+        since: u64,
+    },
+    /// Add the events of an export to this data directory's log, as they were recorded.
+    Import {
+        /// The export (JSON lines).
+        file: PathBuf,
     },
     /// Check a blueprint without running anything.
     Validate {
@@ -398,6 +413,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Destroy { .. } => Some("destroy"),
         Command::Resume { .. } => Some("resume"),
         Command::Replay { check: false } => Some("replay"),
+        Command::Export { .. } => Some("export"),
+        Command::Import { .. } => Some("import"),
         Command::Logs { follow: true, .. } => Some("logs --follow"),
         Command::Graph { target, .. } if !Path::new(target).exists() => Some("graph DEPLOYMENT"),
         _ => None,
@@ -520,6 +537,22 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         } => cancel::cancel(&data_dir, &id, reason, &token, json).await,
         Command::Destroy { id, secrets, json } => {
             teardown::destroy(&data_dir, &id, &secrets, json).await
+        }
+        Command::Export { tenant, since } => {
+            let engine = Engine::open(&data_dir).await?;
+            portable::export(&engine.log, tenant.as_deref(), since).await?;
+            Ok(())
+        }
+        Command::Import { file } => {
+            let engine = Engine::open(&data_dir).await?;
+            let imported = portable::import(&engine, &file).await?;
+            outln!(
+                "imported {} event(s) from {} ({} already in the log)",
+                imported.added,
+                file.display(),
+                imported.already
+            );
+            Ok(())
         }
         Command::Validate { file } => {
             let (_, parsed) = read_blueprint(&file)?;

@@ -3,6 +3,7 @@
 //! - [`EventLog::append`] writes a batch to one stream in one transaction, or nothing.
 //! - [`EventLog::read_stream`] reads one stream; [`EventLog::read_all`] reads every stream in
 //!   append order (`$all`) by global position, for projections and export.
+//! - [`EventLog::import`] adds an export's events as they are, all or none, idempotently.
 //! - [`EventLog::checkpoint`] and [`EventLog::save_checkpoint`] remember how far a projection got.
 //!
 //! Event rows are only ever inserted. SQLite lets one writer commit at a time, so positions
@@ -100,9 +101,26 @@ pub enum LogError {
         /// What was wrong with it.
         reason: String,
     },
+    /// An imported event does not fit the log: nothing of the import was stored.
+    #[error("event {index} of the import: {reason}")]
+    ImportRefused {
+        /// Its 0-based index among the imported events.
+        index: usize,
+        /// Why it does not fit.
+        reason: String,
+    },
     /// The database failed.
     #[error(transparent)]
     Database(#[from] DbError),
+}
+
+/// What an import stored.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Imported {
+    /// Events added to the log.
+    pub added: u64,
+    /// Events the log already held, identical: left as they were.
+    pub already: u64,
 }
 
 fn describe_last(actual: &Option<u64>) -> String {
@@ -201,6 +219,35 @@ impl EventLog {
             })
             .await?;
         rows.into_iter().map(StoredRow::decode).collect()
+    }
+
+    /// Adds `envelopes` (an export, in its order) to the log as they are, ids, revisions and
+    /// times preserved, all of them or none, in one transaction. An event the log already holds,
+    /// identical, is left as it is, so importing the same export twice changes nothing. Each new
+    /// event must be the next revision of its stream; an id the log holds with other content is
+    /// refused. Positions are given in the import's order: a whole export imported into an empty
+    /// log has the positions it had.
+    pub async fn import(&self, envelopes: Vec<Envelope>) -> Result<Imported, LogError> {
+        let batch = envelopes
+            .into_iter()
+            .map(|envelope| {
+                let event = NewEvent {
+                    id: envelope.id,
+                    event_type: envelope.event_type,
+                    data: envelope.data,
+                    metadata: envelope.metadata,
+                };
+                Encoded::new(event).map(|encoded| (envelope.stream, envelope.revision, encoded))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let imported = self
+            .db
+            .with_connection(move |connection| import_batch(connection, batch))
+            .await??;
+        if imported.added > 0 {
+            self.db.appended.notify_waiters();
+        }
+        Ok(imported)
     }
 
     /// The position of the last event, 0 when the log is empty.
@@ -366,6 +413,63 @@ fn insert_batch(
         });
     }
     Ok(Ok(entries))
+}
+
+fn import_batch(
+    connection: &mut Connection,
+    batch: Vec<(String, u64, Encoded)>,
+) -> rusqlite::Result<Result<Imported, LogError>> {
+    let tx = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let mut imported = Imported::default();
+    for (index, (stream, revision, encoded)) in batch.into_iter().enumerate() {
+        let refused = |reason: String| Ok(Err(LogError::ImportRefused { index, reason }));
+        let held: Option<(String, u64, String, String, String)> = tx
+            .prepare_cached(
+                "SELECT stream, revision, type, data, metadata FROM events WHERE id = ?1",
+            )?
+            .query_row([encoded.event.id.to_string()], |row| {
+                Ok((
+                    row.get(0)?,
+                    row.get(1)?,
+                    row.get(2)?,
+                    row.get(3)?,
+                    row.get(4)?,
+                ))
+            })
+            .optional()?;
+        if let Some((held_stream, held_revision, event_type, data, metadata)) = held {
+            // Compared as JSON values, not text: the same event may be written with its keys
+            // in another order.
+            let same = held_stream == stream
+                && held_revision == revision
+                && event_type == encoded.event.event_type
+                && serde_json::from_str::<serde_json::Value>(&data).ok()
+                    == Some(encoded.event.data.clone())
+                && serde_json::from_str::<Metadata>(&metadata).ok()
+                    == Some(encoded.event.metadata.clone());
+            if !same {
+                return refused(format!(
+                    "event {} is in the log already, with other content",
+                    encoded.event.id
+                ));
+            }
+            imported.already += 1;
+            continue;
+        }
+        let next = last_revision(&tx, &stream)?.map_or(0, |last| last + 1);
+        if revision != next {
+            return refused(format!(
+                "stream `{stream}` takes revision {next} next, but the event is revision {revision}"
+            ));
+        }
+        let inserted = insert_batch(&tx, &stream, ExpectedRevision::Any, revision, vec![encoded])?;
+        if let Err(error) = inserted {
+            return refused(error.to_string());
+        }
+        imported.added += 1;
+    }
+    tx.commit()?;
+    Ok(Ok(imported))
 }
 
 fn is_constraint_violation(error: &rusqlite::Error) -> bool {

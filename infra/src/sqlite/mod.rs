@@ -31,7 +31,7 @@ use rusqlite::Connection;
 use tokio::sync::Notify;
 
 pub use deployments::SqliteDeployments;
-pub use log::{EventLog, ExpectedRevision, LogError, NewEvent};
+pub use log::{EventLog, ExpectedRevision, Imported, LogError, NewEvent};
 pub use overture_kit::esrs_store::EsrsStoreError;
 pub use queue::{JobQueue, NewJob, QueueError, Receipt, ReceivedJob};
 pub use read_models::{ListFilter, SqliteReadModels};
