@@ -203,6 +203,33 @@ pub struct SchemaError {
 }
 
 impl DeploymentEvent {
+    /// Every type string, in the order the variants are declared: what `overture events --type`
+    /// accepts.
+    pub const TYPES: [&'static str; 22] = [
+        "DeploymentRequested",
+        "CredentialsSealed",
+        "StepScheduled",
+        "StepStarted",
+        "StepSucceeded",
+        "StepAttemptFailed",
+        "StepJobDeadLettered",
+        "StepRetryScheduled",
+        "StepFailed",
+        "FailureGracePeriodStarted",
+        "StepAbandoned",
+        "BastionAccessGranted",
+        "BastionAccessRevoked",
+        "SecretsPurged",
+        "DeploymentSucceeded",
+        "DeploymentFailed",
+        "CancellationRequested",
+        "DeploymentCancelled",
+        "DestroyRequested",
+        "StepDestroyed",
+        "StepDestroyFailed",
+        "DeploymentDestroyed",
+    ];
+
     /// The stable type string of this event.
     pub const fn event_type(&self) -> &'static str {
         match self {
@@ -357,6 +384,24 @@ mod tests {
         assert_eq!(blueprint.stored_files["infra/main.tf"].size, 35);
         assert_eq!(event.data(), data);
         assert!(!event.data().to_string().contains("terraform_data"));
+    }
+
+    #[test]
+    fn the_list_of_types_is_every_variant_in_order() {
+        // serde names every variant it knows when it meets one it does not: the list is
+        // complete exactly when it matches that.
+        let error = DeploymentEvent::from_parts("NoSuchEvent", serde_json::json!({}))
+            .expect_err("unknown type")
+            .source
+            .to_string();
+        let known: Vec<&str> = error
+            .split("expected one of ")
+            .nth(1)
+            .expect("serde lists the variants")
+            .split(", ")
+            .map(|name| name.trim_matches('`'))
+            .collect();
+        assert_eq!(known, DeploymentEvent::TYPES, "{error}");
     }
 
     #[test]

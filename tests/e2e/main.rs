@@ -3,6 +3,7 @@
 //!
 //! - [`support`]: running the binary, reading its JSON, checking an event history's causality.
 //! - [`deploy`]: deployments that succeed, fail, and fail with a grace period.
+//! - [`events`]: `overture events`, the timeline of a retried failure, and its filters.
 //! - [`logs`]: every attempt's output, masked, shown and followed by `overture logs`.
 //! - [`resume`]: killing the engine mid-step and carrying on.
 //! - [`cancel`]: `overture cancel` from another process, Ctrl-C, and a cancel with no engine.
@@ -30,6 +31,7 @@ mod aws;
 mod cancel;
 mod cloud;
 mod deploy;
+mod events;
 mod http;
 mod input;
 mod local_cloud;

@@ -4,7 +4,8 @@
 //!   found differences, 2 bad input, 3 the engine itself failed).
 //! - [`engine`]: every function wired in one process on one data directory.
 //! - [`progress`]: live progress while a deployment runs.
-//! - [`render`]: status, lists and the audit trail for people.
+//! - [`render`]: status and lists for people, JSON for scripts.
+//! - [`timeline`]: `overture events`, the audit trail as a timeline, and its filters.
 //! - [`lock`]: the data directory's engine lock.
 //! - [`logs`]: `overture logs`, an attempt's output.
 //! - [`teardown`]: `overture destroy`.
@@ -48,6 +49,7 @@ mod provision;
 mod render;
 mod step_run;
 mod teardown;
+mod timeline;
 mod token;
 
 use std::collections::BTreeMap;
@@ -152,11 +154,22 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Show a deployment's audit trail: every event, in order.
+    /// Show a deployment's audit trail as a timeline: when, who, what and why, event by event.
     Events {
         /// The deployment id.
         id: String,
-        /// One JSON envelope per line.
+        /// Only the events of this step.
+        #[arg(long)]
+        step: Option<String>,
+        /// Only events of this type, such as StepAttemptFailed (repeatable, or comma-separated;
+        /// case does not matter).
+        #[arg(long = "type", value_name = "TYPE")]
+        types: Vec<String>,
+        /// Only events at or after this revision, or this time (RFC 3339, or as the timeline
+        /// shows it, in UTC).
+        #[arg(long, value_name = "REVISION|TIME")]
+        since: Option<String>,
+        /// One JSON envelope per line (the events the filters keep).
         #[arg(long)]
         json: bool,
     },
@@ -496,17 +509,28 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             }
             Ok(())
         }
-        Command::Events { id, json } => {
+        Command::Events {
+            id,
+            step,
+            types,
+            since,
+            json,
+        } => {
             let id = parse_id(&id)?;
+            let bad = |error: timeline::FilterError| Failure::BadInput(error.to_string());
+            let filter = timeline::Filter::parse(step, &types, since.as_deref()).map_err(bad)?;
             let envelopes = queries(backend, &data_dir).await?.events(id).await?;
             if envelopes.is_empty() {
                 return Err(missing(backend, id));
             }
-            for envelope in &envelopes {
-                if json {
+            filter.check_step(&envelopes).map_err(bad)?;
+            if json {
+                for envelope in envelopes.iter().filter(|e| filter.keeps(e)) {
                     outln!("{}", render::json_line(envelope));
-                } else {
-                    outln!("{}", render::event_line(envelope));
+                }
+            } else {
+                for line in timeline::lines(&envelopes, &filter) {
+                    outln!("{line}");
                 }
             }
             Ok(())
