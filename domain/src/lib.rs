@@ -8,6 +8,8 @@
 //! - [`deployment`]: the Deployment aggregate (commands, events, state) and the [`deployment::actions`]
 //!   its state calls for.
 //! - [`projection`]: the read models as folds over the log.
+//! - [`history`]: a deployment's past from its log alone (a stream as it stood at a revision or
+//!   an instant), and the check that folding a stream is deterministic.
 //! - [`secret`]: secret values and masking them.
 //! - [`shell`]: where a `script` command's references stand in the shell's quoting, and the
 //!   command text that gives each its exact value.
@@ -19,6 +21,7 @@ pub mod blueprint;
 pub mod deployment;
 pub mod duration;
 pub mod graph;
+pub mod history;
 pub mod kinds;
 pub mod projection;
 pub mod retry;

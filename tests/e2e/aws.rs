@@ -14,7 +14,7 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-use crate::support::{step_events, text, types, Overture};
+use crate::support::{assert_deterministic, envelopes, step_events, text, types, Overture};
 
 /// How long a deployment through the local AWS form may take, the functions' first builds
 /// included.
@@ -124,10 +124,23 @@ impl LocalAws {
             .output()
             .expect("overture runs");
         assert!(output.status.success(), "{}", text(&output.stderr));
-        text(&output.stdout)
+        let events: Vec<Value> = text(&output.stdout)
             .lines()
             .map(|line| serde_json::from_str(line).expect("one envelope per line"))
-            .collect()
+            .collect();
+        assert_deterministic(&events);
+        events
+    }
+
+    /// Runs `overture --backend aws ARGS` and parses its stdout as JSON.
+    fn json(&self, args: &[&str]) -> Value {
+        let output = self.overture(args).output().expect("overture runs");
+        assert!(
+            output.status.success(),
+            "{args:?}: {}",
+            text(&output.stderr)
+        );
+        serde_json::from_slice(&output.stdout).expect("JSON on stdout")
     }
 
     fn setting(&self, name: &str) -> &str {
@@ -314,6 +327,38 @@ async fn hello_world_and_a_retried_failure_run_through_the_functions_as_they_run
     let shown: Value = serde_json::from_slice(&shown.stdout).expect("JSON");
     assert_eq!(shown["status"], "succeeded", "{shown}");
     assert_eq!(shown["steps"]["publish"]["status"], "succeeded", "{shown}");
+
+    // Time travel reads the stream through the same query port: at every revision, the
+    // projection of exactly that prefix; at the last, the status now; the graph likewise.
+    tokio::task::block_in_place(|| {
+        let records = envelopes(&on_aws);
+        for revision in 0..records.len() {
+            let at = revision.to_string();
+            let then = aws.json(&["status", &id, "--at", &at, "--json"]);
+            let view = overture_domain::projection::project(None, &records[..=revision])
+                .expect("the prefix folds")
+                .view
+                .expect("a view");
+            assert_eq!(
+                then,
+                serde_json::to_value(&view).expect("JSON"),
+                "--at {at}"
+            );
+        }
+        let last = (records.len() - 1).to_string();
+        assert_eq!(aws.json(&["status", &id, "--at", &last, "--json"]), shown);
+        let drawn = aws
+            .overture(&["graph", &id, "--format", "dot", "--at", "0"])
+            .output()
+            .expect("graph");
+        assert!(drawn.status.success(), "{}", text(&drawn.stderr));
+        assert!(text(&drawn.stdout).contains("publish (pending)"));
+        let drawn = aws
+            .overture(&["graph", &id, "--format", "dot"])
+            .output()
+            .expect("graph");
+        assert!(text(&drawn.stdout).contains("publish (succeeded)"));
+    });
 
     // A failing step, retried once after its wait, then the deployment fails: exit 1.
     let flaky = embedded.blueprint("flaky.yaml", FLAKY);

@@ -1,9 +1,12 @@
 //! End-to-end tests of the `overture` program: the real binary, a real SQLite file, real
 //! bubblewrap sandboxes. Each test has its own data directory.
 //!
-//! - [`support`]: running the binary, reading its JSON, checking an event history's causality.
+//! - [`support`]: running the binary, reading its JSON, checking an event history's causality,
+//!   and checking every deployment stream a test leaves behind for a deterministic fold.
 //! - [`deploy`]: deployments that succeed, fail, and fail with a grace period.
 //! - [`events`]: `overture events`, the timeline of a retried failure, and its filters.
+//! - [`history`]: `status --at` and `graph --at`, a deployment as it stood at each revision and
+//!   instant.
 //! - [`logs`]: every attempt's output, masked, shown and followed by `overture logs`.
 //! - [`resume`]: killing the engine mid-step and carrying on.
 //! - [`cancel`]: `overture cancel` from another process, Ctrl-C, and a cancel with no engine.
@@ -32,6 +35,7 @@ mod cancel;
 mod cloud;
 mod deploy;
 mod events;
+mod history;
 mod http;
 mod input;
 mod local_cloud;

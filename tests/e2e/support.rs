@@ -1,4 +1,8 @@
 //! Running the `overture` binary against a fresh data directory, and checking histories.
+//!
+//! Every deployment stream a test leaves in its data directory is checked when its [`Overture`]
+//! is dropped: folding it through the aggregate twice yields the same state and the same
+//! decisions at every prefix ([`assert_deterministic`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{BufRead, BufReader};
@@ -88,6 +92,16 @@ impl Overture {
         )
     }
 
+    /// Every deployment's id in the data directory, as `list --json` prints them.
+    pub fn deployment_ids(&self) -> Vec<String> {
+        self.json(&["list", "--json"])
+            .as_array()
+            .expect("a list")
+            .iter()
+            .map(|view| view["id"].as_str().expect("an id").to_owned())
+            .collect()
+    }
+
     /// Every event of a deployment, as `events --json` prints them.
     pub fn events(&self, id: &str) -> Vec<Value> {
         let output = self.run(&["events", id, "--json"]);
@@ -100,6 +114,40 @@ impl Overture {
             .lines()
             .map(|line| serde_json::from_str(line).expect("one envelope per line"))
             .collect()
+    }
+}
+
+impl Drop for Overture {
+    /// Checks every deployment stream the test produced, unless the test failed already (a
+    /// second panic would abort the whole suite) or never made a data directory.
+    fn drop(&mut self) {
+        if std::thread::panicking() || !self.data_dir().join("overture.db").exists() {
+            return;
+        }
+        for id in self.deployment_ids() {
+            assert_deterministic(&self.events(&id));
+        }
+    }
+}
+
+/// The envelopes of `events --json` lines, as the log holds them.
+pub fn envelopes(events: &[Value]) -> Vec<overture_events::Envelope> {
+    events
+        .iter()
+        .map(|event| serde_json::from_value(event.clone()).expect("an envelope"))
+        .collect()
+}
+
+/// Checks that folding a deployment's stream through the aggregate is deterministic: two
+/// independent folds reach the same state, call for the same actions and decide the same on
+/// advancing at every instant the stream recorded, after every prefix of it.
+pub fn assert_deterministic(events: &[Value]) {
+    let records = envelopes(events);
+    let history = overture_domain::history::events_of(&records).expect("deployment events");
+    let moments: Vec<_> = records.iter().map(|r| r.metadata.recorded_at).collect();
+    if let Err(divergence) = overture_domain::history::check_determinism(&history, &moments) {
+        let stream = records.first().map(|r| r.stream.as_str()).unwrap_or("?");
+        panic!("{stream}: {divergence}: {:?}", types(events));
     }
 }
 

@@ -10,6 +10,7 @@
 //! - [`logs`]: `overture logs`, an attempt's output.
 //! - [`teardown`]: `overture destroy`.
 //! - [`cancel`]: `overture cancel`, and Ctrl-C on `overture deploy`.
+//! - [`history`]: `status --at` and `graph ID [--at]`, folded from the log alone.
 //! - [`bundle`]: reading the files a blueprint's steps take from its folder.
 //! - [`token`]: the user's cloud token, read and checked.
 //! - [`provision`]: `overture provision`, which a `servers` step runs inside its sandbox.
@@ -19,8 +20,8 @@
 //! - [`aws`]: `--backend aws`, the same commands on the serverless form (DynamoDB, the submit
 //!   function).
 //!
-//! The reading commands (`status`, `list`, `tenants`, `events`, `grants`) go through the query
-//! port ([`QueryDeployments`]), so one code path prints for both backends.
+//! The reading commands (`status`, `list`, `tenants`, `events`, `grants`, `graph ID`) go
+//! through the query port ([`QueryDeployments`]), so one code path prints for both backends.
 
 /// `print!` for the program's results on stdout; see [`write_out`].
 macro_rules! out {
@@ -41,6 +42,7 @@ mod bundle;
 mod cancel;
 mod cloud;
 mod engine;
+mod history;
 mod lock;
 mod logs;
 mod portable;
@@ -60,6 +62,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use overture_domain::blueprint;
 use overture_domain::graph::{self, GraphFormat};
+use overture_domain::history::Moment;
 use overture_domain::projection::DeploymentStatus;
 use overture_domain::secret::{SecretString, SecretValues};
 use overture_domain::text::escaped;
@@ -138,6 +141,10 @@ enum Command {
         id: String,
         #[arg(long)]
         json: bool,
+        /// Show it as it stood then, folded from the log alone: after the event at this revision
+        /// (0-based), or after every event recorded at or before this RFC 3339 time.
+        #[arg(long, value_name = "REVISION|TIME")]
+        at: Option<Moment>,
     },
     /// List deployments, newest first.
     List {
@@ -198,6 +205,10 @@ enum Command {
         target: String,
         #[arg(long, value_enum, default_value = "mermaid")]
         format: Format,
+        /// For a deployment: its steps' states as they stood then (a revision, 0-based, or an
+        /// RFC 3339 time), folded from the log alone.
+        #[arg(long, value_name = "REVISION|TIME")]
+        at: Option<Moment>,
     },
     /// Rebuild every read model from the log.
     Replay {
@@ -429,7 +440,6 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Export { .. } => Some("export"),
         Command::Import { .. } => Some("import"),
         Command::Logs { follow: true, .. } => Some("logs --follow"),
-        Command::Graph { target, .. } if !Path::new(target).exists() => Some("graph DEPLOYMENT"),
         _ => None,
     };
     if let Some(command) = refused {
@@ -475,7 +485,12 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             }
             Ok(())
         }
-        Command::Status { id, json } => {
+        Command::Status {
+            id,
+            json,
+            at: Some(moment),
+        } => history::status(backend, &data_dir, &id, moment, json).await,
+        Command::Status { id, json, at: None } => {
             let queries = queries(backend, &data_dir).await?;
             print_status(queries.as_ref(), backend, &id, json).await?;
             Ok(())
@@ -588,37 +603,27 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             );
             Ok(())
         }
-        Command::Graph { target, format } => {
+        Command::Graph { target, format, at } => {
             let format = match format {
                 Format::Mermaid => GraphFormat::Mermaid,
                 Format::Dot => GraphFormat::Dot,
             };
             let path = Path::new(&target);
-            if path.exists() {
-                let (_, parsed) = read_blueprint(path)?;
-                out!(
-                    "{}",
-                    graph::render(&parsed.snapshot.steps, format, |_| None)
-                );
-            } else {
-                let engine = Engine::open(&data_dir).await?;
-                let id = parse_id(&target).map_err(|_| {
-                    Failure::BadInput(format!(
-                        "`{target}` is neither a blueprint file nor a deployment id"
-                    ))
-                })?;
-                let state = engine.state(id).await?;
-                let Some(blueprint) = state.blueprint.as_ref() else {
-                    return Err(no_such_deployment(id));
-                };
-                out!(
-                    "{}",
-                    graph::render(&blueprint.steps, format, |step| state
-                        .steps
-                        .get(step)
-                        .map(|s| s.status.as_str().to_owned()))
-                );
+            if !path.exists() {
+                return history::graph(backend, &data_dir, &target, at, format).await;
             }
+            if at.is_some() {
+                return Err(Failure::BadInput(format!(
+                    "--at: `{}` is a blueprint file, which has no history; give a deployment id \
+                     instead (see `overture list`)",
+                    shown(path)
+                )));
+            }
+            let (_, parsed) = read_blueprint(path)?;
+            out!(
+                "{}",
+                graph::render(&parsed.snapshot.steps, format, |_| None)
+            );
             Ok(())
         }
         Command::Replay { check } => {

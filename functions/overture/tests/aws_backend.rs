@@ -147,11 +147,33 @@ async fn the_aws_backend_prints_what_the_embedded_engine_prints_for_the_same_eve
     let [ended, running] = the_same_deployments_on_both(dir.path()).await;
     let (ended, running) = (ended.to_string(), running.to_string());
     let settings = aws_settings();
+    // An instant between the step's start and its success, as the log recorded them.
+    let events = overture(&["events", &ended, "--json"], &[], dir.path());
+    let recorded: Vec<Timestamp> = text(&events.stdout)
+        .lines()
+        .map(|line| {
+            let envelope: serde_json::Value = serde_json::from_str(line).expect("an envelope");
+            envelope["metadata"]["recorded_at"]
+                .as_str()
+                .expect("a time")
+                .parse()
+                .expect("RFC 3339")
+        })
+        .collect();
+    let started = recorded[2].to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true);
 
     let commands: Vec<Vec<&str>> = vec![
         vec!["status", &ended, "--json"],
         vec!["status", &running, "--json"],
         vec!["status", &ended],
+        vec!["status", &ended, "--at", "0", "--json"],
+        vec!["status", &ended, "--at", "2", "--json"],
+        vec!["status", &ended, "--at", "4", "--json"],
+        vec!["status", &ended, "--at", "3"],
+        vec!["status", &ended, "--at", &started, "--json"],
+        vec!["graph", &ended],
+        vec!["graph", &ended, "--at", "2", "--format", "dot"],
+        vec!["graph", &running, "--at", "0"],
         vec!["list", "--json"],
         vec!["list"],
         vec!["list", "--tenant", "acme", "--json"],
@@ -183,6 +205,32 @@ async fn the_aws_backend_prints_what_the_embedded_engine_prints_for_the_same_eve
             text(&aws.stdout),
             text(&embedded.stdout),
             "{args:?}: the backends differ"
+        );
+    }
+
+    // Time travel folds the log, so it agrees with the stored view at the last revision and
+    // refuses a revision past it alike on both.
+    let now = overture(&["status", &ended, "--json"], &settings, dir.path());
+    let then = overture(
+        &["status", &ended, "--at", "4", "--json"],
+        &settings,
+        dir.path(),
+    );
+    assert_eq!(text(&then.stdout), text(&now.stdout));
+    let then = overture(
+        &["status", &ended, "--at", &started, "--json"],
+        &[],
+        dir.path(),
+    );
+    let then: serde_json::Value = serde_json::from_slice(&then.stdout).expect("JSON");
+    assert!(then["revision"].as_u64() >= Some(2), "{then}");
+    for env in [&[][..], &settings[..]] {
+        let output = overture(&["status", &ended, "--at", "5"], env, dir.path());
+        assert_eq!(output.status.code(), Some(2), "{}", text(&output.stderr));
+        assert!(
+            text(&output.stderr).contains("revisions 0 to 4"),
+            "{}",
+            text(&output.stderr)
         );
     }
 
