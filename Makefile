@@ -3,7 +3,8 @@
 # make bench  prints the benchmark figures
 # make local-aws       starts the AWS form locally (emulator, stack, functions, poller) on 127.0.0.1
 # make local-aws-down  stops it
-.PHONY: setup build demo test bench clean local-aws local-aws-down
+# make lambdas   builds every function for AWS Lambda (provided.al2023): target/lambda/NAME/bootstrap.zip
+.PHONY: setup build demo test bench clean local-aws local-aws-down lambdas
 
 setup:
 	@scripts/setup.sh
@@ -28,6 +29,13 @@ local-aws: setup
 
 local-aws-down:
 	@scripts/local-aws.sh down
+
+# ARCH=arm64 for Graviton (the stack's default Architecture is arm64).
+lambdas: setup
+	$(if $(filter arm64,$(ARCH)),rustup target add aarch64-unknown-linux-gnu,)
+	cargo lambda build --release $(if $(filter arm64,$(ARCH)),--arm64,) --output-format zip \
+		-p overture-submit-lambda -p overture-orchestrator-lambda \
+		-p overture-runner-lambda -p overture-projector-lambda
 
 clean:
 	cargo clean
