@@ -412,7 +412,9 @@ pub enum DeploymentError {
     #[error("the deployment is still running; redrive it once it has failed")]
     RedriveWhileRunning,
     /// A deployment that succeeded has nothing to carry on.
-    #[error("the deployment succeeded, so nothing is left to redrive; redeploy it to run it again")]
+    #[error(
+        "the deployment succeeded, so nothing is left to redrive; redeploy it to run it again"
+    )]
     RedriveSucceeded,
     /// A user ended the deployment on purpose.
     #[error("the deployment was cancelled, so it is not redriven; redeploy it to run it again")]

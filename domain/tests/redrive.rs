@@ -398,5 +398,8 @@ fn given_a_redriven_deployment_then_its_status_is_running_again_with_build_kept(
         assert_eq!(view.steps[step].status, StepStatus::Pending, "{step}");
         assert_eq!(view.steps[step].finished_at, None, "{step}");
     }
-    assert_eq!(view.steps["unit"].attempts, 1, "attempts already made count");
+    assert_eq!(
+        view.steps["unit"].attempts, 1,
+        "attempts already made count"
+    );
 }
