@@ -7,9 +7,11 @@
 
 use std::collections::BTreeMap;
 
-use overture_domain::blueprint::{BlueprintError, BlueprintProblem};
+use overture_domain::blueprint::{BlueprintError, BlueprintProblem, SERVERS_KIND};
 use overture_domain::secret::SecretValues;
-use overture_domain::{Deployment, DeploymentCommand, DeploymentError};
+use overture_domain::{
+    Deployment, DeploymentCommand, DeploymentError, DeploymentState, StepStatus,
+};
 use overture_events::{BlueprintSnapshot, CloudAccount, DeploymentId};
 use overture_kit::{execute, Cause};
 use uuid::Uuid;
@@ -50,6 +52,7 @@ pub async fn redrive(request: Redrive, ports: &SubmitPorts<'_>) -> Result<(), Su
         .as_ref()
         .ok_or(SubmitError::Refused(DeploymentError::NotRequested))?;
     check_secrets(&blueprint.secrets, &request.secrets)?;
+    keys_still_trusted(&state)?;
     let cloud = same_project(state.cloud.as_ref(), request.cloud)?;
     let (_, sealed) = seal_for(
         deployment,
@@ -157,6 +160,30 @@ fn same_project(
             recorded.project
         ))),
     }
+}
+
+/// Refuses a redrive whose servers would not let it in: a run seals a new SSH key of the
+/// deployment's (the old private half was purged with the secrets), and servers that a
+/// succeeded `servers` step made trust only the old one.
+fn keys_still_trusted(state: &DeploymentState) -> Result<(), SubmitError> {
+    let Some(blueprint) = &state.blueprint else {
+        return Ok(());
+    };
+    let made_servers = blueprint.steps.iter().any(|spec| {
+        spec.kind == SERVERS_KIND
+            && state
+                .steps
+                .get(&spec.name)
+                .is_some_and(|s| s.status == StepStatus::Succeeded)
+    });
+    if made_servers {
+        return Err(SubmitError::Invalid(BlueprintError(vec![BlueprintProblem {
+            field: "redrive".into(),
+            problem: "its servers were made for the deployment's SSH key, which was purged when                       it ended, and a redrive would come with a new one; redeploy it instead"
+                .into(),
+        }])));
+    }
+    Ok(())
 }
 
 fn token_problem(problem: String) -> SubmitError {
