@@ -1,7 +1,9 @@
 //! `overture redrive` carries a failed deployment on in its own stream, reusing what succeeded;
 //! `overture redeploy` runs a recorded request again as a new deployment.
 
-use crate::support::{files_containing, step_events, text, Overture};
+use std::time::Duration;
+
+use crate::support::{files_containing, marker, step_events, text, Overture};
 
 /// `stamp` makes a value no second run of it would make again; `check` fails unless the key
 /// it is given opens (starts with `open-`), and passes `stamp` on.
@@ -230,4 +232,40 @@ fn a_redeploy_runs_the_recorded_request_again_as_a_new_deployment() {
     }
     let leaks = files_containing(&overture.data_dir(), RIGHT_KEY.as_bytes());
     assert!(leaks.is_empty(), "files holding the key: {leaks:?}");
+}
+
+#[test]
+fn a_running_or_cancelled_deployment_is_not_redriven() {
+    let overture = Overture::new();
+    let file = overture.blueprint(
+        "slow.yaml",
+        &format!(
+            "name: slow\nsteps:\n  wait:\n    run: script\n    with: {{ command: 'sleep 120 # {}' }}\n",
+            marker("redrive")
+        ),
+    );
+    let mut deploying = overture.deploy_until(&file, &["wait", "started"]);
+    let id = deploying.id.clone();
+
+    let running = overture.run(&["redrive", &id]);
+    assert_eq!(running.status.code(), Some(2));
+    assert!(
+        text(&running.stderr).contains("still running"),
+        "{}",
+        text(&running.stderr)
+    );
+
+    let cancel = overture.run(&["cancel", &id]);
+    assert!(cancel.status.success(), "{}", text(&cancel.stderr));
+    assert_eq!(deploying.wait_within(Duration::from_secs(15)), 1);
+    let events = overture.events(&id).len();
+
+    let cancelled = overture.run(&["redrive", &id]);
+    assert_eq!(cancelled.status.code(), Some(2));
+    let said = text(&cancelled.stderr);
+    assert!(
+        said.contains("cancelled") && said.contains(&format!("overture redeploy {id}")),
+        "{said}"
+    );
+    assert_eq!(overture.events(&id).len(), events, "nothing recorded");
 }
