@@ -12,6 +12,9 @@
 //! the files (up to 1 MiB). A refused or failed request may leave payloads behind: they are
 //! named by their content, so they harm nothing and a later request reuses them.
 //!
+//! [`again`]: a recorded deployment run again, sealing anew what the user gives again: a redrive
+//! (in its own stream) or a redeploy (a new deployment of the same request).
+//!
 //! [`http`]: the same function behind an HTTPS endpoint (a Lambda function URL): a JSON request
 //! in, the deployment's id or the problems out; a token sent with it is checked with the cloud
 //! through [`CheckToken`].
