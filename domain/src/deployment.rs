@@ -71,6 +71,9 @@ pub struct StepState {
     pub outputs: BTreeMap<String, String>,
     /// Until when the running attempt may go unheard from (see [`ATTEMPT_LEASE_MARGIN`]).
     pub lease_until: Option<Timestamp>,
+    /// The number of the current run's first attempt: 1, or after a redrive the one after the
+    /// step's last attempt. The retry policy counts attempts from it.
+    pub first_attempt: u32,
 }
 
 /// How much longer than its timeout an attempt's lease lasts: the time its runner needs to kill
@@ -330,6 +333,13 @@ pub enum DeploymentCommand {
     RecordAccessRevoked { rule: String },
     /// The sealed secrets were deleted.
     RecordSecretsPurged,
+    /// A user carries a failed deployment on from its failed and abandoned steps; what the
+    /// user gave again (secrets, token) is sealed anew.
+    Redrive {
+        requested_by: String,
+        /// What was sealed, when there is anything to seal.
+        sealed: Option<SealedCredentials>,
+    },
     /// A user asks for the deployment's resources to be destroyed (or to carry on doing so).
     RequestDestroy,
     /// A step's resources were destroyed.
@@ -398,6 +408,20 @@ pub enum DeploymentError {
     /// The step is not the next one to destroy.
     #[error("step `{0}` is not the next one to destroy")]
     NotNextToDestroy(String),
+    /// Only a deployment that has ended is redriven.
+    #[error("the deployment is still running; redrive it once it has failed")]
+    RedriveWhileRunning,
+    /// A deployment that succeeded has nothing to carry on.
+    #[error(
+        "the deployment succeeded, so nothing is left to redrive; redeploy it to run it again"
+    )]
+    RedriveSucceeded,
+    /// A user ended the deployment on purpose.
+    #[error("the deployment was cancelled, so it is not redriven; redeploy it to run it again")]
+    RedriveCancelled,
+    /// Its resources were torn down (or are being): carrying it on would build on nothing.
+    #[error("the deployment's resources were destroyed; redeploy it to run it again")]
+    RedriveDestroyed,
 }
 
 /// What the handlers must carry out for a deployment, derived from its state alone.
@@ -477,6 +501,17 @@ impl Deployment {
             {
                 return Ok(vec![])
             }
+            (Phase::Finished(_), C::Redrive { .. }) if state.destroy.is_some() => {
+                return Err(DeploymentError::RedriveDestroyed)
+            }
+            (Phase::Finished(Outcome::Failed), C::Redrive { .. }) => {}
+            (Phase::Finished(Outcome::Succeeded), C::Redrive { .. }) => {
+                return Err(DeploymentError::RedriveSucceeded)
+            }
+            (Phase::Finished(Outcome::Cancelled), C::Redrive { .. }) => {
+                return Err(DeploymentError::RedriveCancelled)
+            }
+            (_, C::Redrive { .. }) => return Err(DeploymentError::RedriveWhileRunning),
             (
                 Phase::Finished(_),
                 C::RequestDestroy | C::RecordStepDestroyed { .. } | C::RecordDestroyFailure { .. },
@@ -510,12 +545,7 @@ impl Deployment {
                     params,
                     cloud,
                 };
-                let sealed = sealed.map(|sealed| DeploymentEvent::CredentialsSealed {
-                    seal: sealed.seal,
-                    secrets: sealed.secrets,
-                    ssh_public_key: sealed.ssh_public_key,
-                    token: sealed.token,
-                });
+                let sealed = sealed.map(credentials_sealed);
                 Ok(std::iter::once(requested).chain(sealed).collect())
             }
             C::Advance { now } => Ok(advance(state, now)),
@@ -640,6 +670,10 @@ impl Deployment {
                 }
             }
             C::RequestDestroy => request_destroy(state),
+            C::Redrive {
+                requested_by,
+                sealed,
+            } => Ok(redrive(state, requested_by, sealed)),
             C::RecordStepDestroyed { step, duration_ms } => {
                 let remaining = next_to_destroy(state, &step)?;
                 let mut events = vec![DeploymentEvent::StepDestroyed { step, duration_ms }];
@@ -693,6 +727,7 @@ impl Deployment {
                             not_before: None,
                             outputs: BTreeMap::new(),
                             lease_until: None,
+                            first_attempt: 1,
                         };
                         (s.name.clone(), fresh)
                     })
@@ -737,7 +772,11 @@ impl Deployment {
                 not_before,
                 ..
             } => {
-                let retry = state.steps.get(&step).is_some_and(|s| s.attempt > 0);
+                // The run's first attempt is scheduled; any later one is a retry.
+                let retry = state
+                    .steps
+                    .get(&step)
+                    .is_some_and(|s| attempt > s.first_attempt);
                 set_step(&mut state, &step, &|s| {
                     s.status = if retry {
                         StepStatus::Retrying
@@ -819,6 +858,22 @@ impl Deployment {
             E::DeploymentDestroyed {} => {
                 state.destroy = Some(Destroy::default());
             }
+            E::DeploymentRedriven { steps, .. } => {
+                for name in &steps {
+                    set_step(&mut state, name, &|s| {
+                        s.status = StepStatus::Pending;
+                        s.first_attempt = s.attempt + 1;
+                        s.not_before = None;
+                        s.lease_until = None;
+                        s.outputs.clear();
+                    });
+                }
+                // The last run purged its seal; what this run needs is sealed anew, if anything.
+                state.seal = None;
+                state.ssh_public_key = None;
+                state.secrets_purged = false;
+                state.phase = Phase::Running;
+            }
         }
         state
     }
@@ -863,7 +918,7 @@ fn advance(state: &DeploymentState, now: Timestamp) -> Vec<DeploymentEvent> {
                 })
                 .map(|spec| DeploymentEvent::StepScheduled {
                     step: spec.name.clone(),
-                    attempt: 1,
+                    attempt: state.steps.get(&spec.name).map_or(1, |s| s.first_attempt),
                     not_before: now,
                 })
                 .collect()
@@ -902,6 +957,37 @@ fn advance(state: &DeploymentState, now: Timestamp) -> Vec<DeploymentEvent> {
             }
         }
         Phase::NotRequested | Phase::Finished(_) => vec![],
+    }
+}
+
+/// The events of a redrive: every step that did not succeed runs again, and what the user gave
+/// again is sealed. Refusals are decided in [`Deployment::handle`].
+fn redrive(
+    state: &DeploymentState,
+    requested_by: String,
+    sealed: Option<SealedCredentials>,
+) -> Vec<DeploymentEvent> {
+    let steps = state
+        .steps
+        .iter()
+        .filter(|(_, s)| s.status != StepStatus::Succeeded)
+        .map(|(name, _)| name.clone())
+        .collect();
+    std::iter::once(DeploymentEvent::DeploymentRedriven {
+        requested_by,
+        steps,
+    })
+    .chain(sealed.map(credentials_sealed))
+    .collect()
+}
+
+/// The event naming what was sealed: references, never values.
+fn credentials_sealed(sealed: SealedCredentials) -> DeploymentEvent {
+    DeploymentEvent::CredentialsSealed {
+        seal: sealed.seal,
+        secrets: sealed.secrets,
+        ssh_public_key: sealed.ssh_public_key,
+        token: sealed.token,
     }
 }
 
@@ -1103,12 +1189,16 @@ fn after_failure(
     now: Timestamp,
 ) -> Vec<DeploymentEvent> {
     let spec = state.blueprint.as_ref().and_then(|b| b.step(step));
+    // The policy counts the attempts of this run: a redriven step gets its retries again.
+    let first = state.steps.get(step).map_or(1, |s| s.first_attempt);
+    let of_this_run = attempt.saturating_sub(first) + 1;
     let decision = match (spec, &state.phase) {
-        (Some(spec), Phase::Running) => retry::decide(spec, class, attempt),
+        (Some(spec), Phase::Running) => retry::decide(spec, class, of_this_run),
         // A deployment that is already failing starts no new attempts.
         _ => RetryDecision::GiveUp,
     };
-    if let RetryDecision::Retry { next_attempt, wait } = decision {
+    if let RetryDecision::Retry { wait, .. } = decision {
+        let next_attempt = attempt + 1;
         let delay_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
         return vec![DeploymentEvent::StepRetryScheduled {
             step: step.to_owned(),

@@ -501,6 +501,18 @@ fn fold(view: &mut DeploymentView, event: DeploymentEvent, at: Timestamp) {
             set_destroy(view, DestroyStatus::Failed, Some(reason), at)
         }
         E::DeploymentDestroyed {} => set_destroy(view, DestroyStatus::Destroyed, None, at),
+        E::DeploymentRedriven { steps, .. } => {
+            for name in &steps {
+                step(name, &mut |s| {
+                    s.status = StepStatus::Pending;
+                    s.finished_at = None;
+                    s.outputs.clear();
+                });
+            }
+            view.status = DeploymentStatus::Running;
+            view.reason = None;
+            view.finished_at = None;
+        }
         E::CredentialsSealed {
             seal,
             ssh_public_key,

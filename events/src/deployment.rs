@@ -23,9 +23,10 @@ pub enum DeploymentEvent {
         tenant: String,
         /// The user who asked.
         requested_by: String,
-        /// What asked: `cli`, `http`, or an event that triggered it.
+        /// What asked: `cli`, `http`, `redeploy`, or an event that triggered it.
         trigger: String,
-        /// Where the blueprint was read from, for people.
+        /// Where the blueprint was read from, for people; a redeploy's is the deployment it
+        /// came from, as `deployment:ID`.
         source: String,
         /// The blueprint as validated when it was requested.
         blueprint: BlueprintSnapshot,
@@ -175,6 +176,15 @@ pub enum DeploymentEvent {
     },
     /// Every resource the deployment made has been destroyed.
     DeploymentDestroyed {},
+    /// A user carried a failed deployment on: these steps (failed, abandoned, or never run
+    /// because of them) run again, their attempts numbered on from the last; steps that
+    /// succeeded keep their outputs. The deployment runs again, and ends as every run does.
+    DeploymentRedriven {
+        /// Who asked.
+        requested_by: String,
+        /// The steps to run again, in blueprint order.
+        steps: Vec<String>,
+    },
 }
 
 /// The cloud account a deployment acts for: who the user's token says they are. Never the
@@ -205,7 +215,7 @@ pub struct SchemaError {
 impl DeploymentEvent {
     /// Every type string, in the order the variants are declared: what `overture events --type`
     /// accepts.
-    pub const TYPES: [&'static str; 22] = [
+    pub const TYPES: [&'static str; 23] = [
         "DeploymentRequested",
         "CredentialsSealed",
         "StepScheduled",
@@ -228,6 +238,7 @@ impl DeploymentEvent {
         "StepDestroyed",
         "StepDestroyFailed",
         "DeploymentDestroyed",
+        "DeploymentRedriven",
     ];
 
     /// The stable type string of this event.
@@ -255,6 +266,7 @@ impl DeploymentEvent {
             Self::StepDestroyed { .. } => "StepDestroyed",
             Self::StepDestroyFailed { .. } => "StepDestroyFailed",
             Self::DeploymentDestroyed {} => "DeploymentDestroyed",
+            Self::DeploymentRedriven { .. } => "DeploymentRedriven",
         }
     }
 

@@ -12,6 +12,7 @@
 //! - [`cancel`]: `overture cancel` from another process, Ctrl-C, and a cancel with no engine.
 //! - [`secrets`]: a secret appears nowhere it should not.
 //! - [`pipe`]: a reader that goes away ends a reading command quietly.
+//! - [`redrive`]: `redrive` and `redeploy`, a recorded deployment run again.
 //! - [`portable`]: `export` and `import`, the log moved between data directories as JSON lines.
 //! - [`input`]: bad input is refused with exit code 2 and nothing recorded.
 //! - [`sandbox`]: what a step can and cannot see, and the sandbox's limits.
@@ -43,6 +44,7 @@ mod logs;
 mod pipe;
 mod portable;
 mod quoting;
+mod redrive;
 mod resume;
 mod sandbox;
 mod secrets;

@@ -150,6 +150,30 @@ impl Engine {
         .await
     }
 
+    /// Checks, seals and records the redrive of a failed deployment.
+    pub async fn redrive(
+        &self,
+        request: overture_submit::again::Redrive,
+    ) -> Result<(), SubmitError> {
+        overture_submit::again::redrive(request, &self.submit_ports()).await
+    }
+
+    /// Seals and records a new deployment of a recorded request.
+    pub async fn redeploy(
+        &self,
+        request: overture_submit::again::Redeploy,
+    ) -> Result<DeploymentId, SubmitError> {
+        overture_submit::again::redeploy(request, &self.submit_ports()).await
+    }
+
+    fn submit_ports(&self) -> SubmitPorts<'_> {
+        SubmitPorts {
+            log: &self.deployments,
+            seals: &self.keys,
+            payloads: &self.payloads,
+        }
+    }
+
     /// Folds new log entries into the read models, stream by stream, as DynamoDB Streams feed
     /// the projector on AWS: each touched deployment's new entries go to
     /// [`overture_projector::project_stream`], which applies only the revisions its view needs

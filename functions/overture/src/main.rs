@@ -10,6 +10,7 @@
 //! - [`logs`]: `overture logs`, an attempt's output.
 //! - [`teardown`]: `overture destroy`.
 //! - [`cancel`]: `overture cancel`, and Ctrl-C on `overture deploy`.
+//! - [`redrive`]: `overture redrive` and `overture redeploy`, a recorded deployment run again.
 //! - [`history`]: `status --at` and `graph ID [--at]`, folded from the log alone.
 //! - [`bundle`]: reading the files a blueprint's steps take from its folder.
 //! - [`token`]: the user's cloud token, read and checked.
@@ -48,6 +49,7 @@ mod logs;
 mod portable;
 mod progress;
 mod provision;
+mod redrive;
 mod render;
 mod step_run;
 mod teardown;
@@ -258,6 +260,21 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Carry a failed deployment on from its failed and abandoned steps, in the same deployment:
+    /// steps that succeeded are not run again and their outputs are reused.
+    Redrive {
+        /// The failed deployment's id.
+        id: String,
+        #[command(flatten)]
+        again: AgainArgs,
+    },
+    /// Start a new deployment of a recorded deployment's blueprint and parameters.
+    Redeploy {
+        /// The recorded deployment's id.
+        id: String,
+        #[command(flatten)]
+        again: AgainArgs,
+    },
     /// Carry on every unfinished deployment after a crash. A deployment made with a cloud token
     /// needs a token of its project again: its seal opens with nothing else.
     Resume {
@@ -293,6 +310,35 @@ enum Command {
     /// Runs the local cloud (development and tests).
     #[command(subcommand)]
     Cloud(cloud::CloudCommand),
+}
+
+/// What `redrive` and `redeploy` are given again: the deployment's secrets were purged when it
+/// ended, and the token it acted with is not kept.
+#[derive(clap::Args)]
+struct AgainArgs {
+    #[command(flatten)]
+    token: token::TokenArgs,
+    /// A secret, as NAME=ENV_VAR: its value is read from that environment variable.
+    #[arg(long = "secret", value_name = "NAME=ENV_VAR")]
+    secrets: Vec<String>,
+    /// How many steps may run at once.
+    #[arg(long, default_value_t = 8)]
+    parallelism: usize,
+    /// Print the final status as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+impl AgainArgs {
+    fn for_deployment<'a>(&'a self, id: &'a str) -> redrive::Again<'a> {
+        redrive::Again {
+            id,
+            token: &self.token,
+            secrets: &self.secrets,
+            parallelism: self.parallelism,
+            json: self.json,
+        }
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -436,6 +482,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Cancel { .. } => Some("cancel"),
         Command::Destroy { .. } => Some("destroy"),
         Command::Resume { .. } => Some("resume"),
+        Command::Redrive { .. } => Some("redrive"),
+        Command::Redeploy { .. } => Some("redeploy"),
         Command::Replay { check: false } => Some("replay"),
         Command::Export { .. } => Some("export"),
         Command::Import { .. } => Some("import"),
@@ -574,6 +622,12 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             token,
             json,
         } => cancel::cancel(&data_dir, &id, reason, &token, json).await,
+        Command::Redrive { id, again } => {
+            redrive::redrive(&data_dir, again.for_deployment(&id)).await
+        }
+        Command::Redeploy { id, again } => {
+            redrive::redeploy(&data_dir, again.for_deployment(&id)).await
+        }
         Command::Destroy { id, secrets, json } => {
             teardown::destroy(&data_dir, &id, &secrets, json).await
         }

@@ -175,6 +175,13 @@ impl Watch for Progress {
                 format!("{step:<20} destroy FAILED: {first}")
             }
             DeploymentEvent::DeploymentDestroyed {} => "deployment destroyed".to_owned(),
+            DeploymentEvent::DeploymentRedriven {
+                requested_by,
+                steps,
+            } => format!(
+                "redriven (asked by {requested_by}): running again {}",
+                steps.join(", ")
+            ),
         };
         self.line(text);
     }

@@ -318,6 +318,11 @@ impl Context {
                     failing.get_or_insert_with(|| step.clone());
                 }
                 Some(DeploymentEvent::CancellationRequested { .. }) => cancelling = true,
+                // A redrive starts a new run, which the policy retries again.
+                Some(DeploymentEvent::DeploymentRedriven { .. }) => {
+                    failing = None;
+                    cancelling = false;
+                }
                 _ => {}
             }
         }
@@ -628,6 +633,14 @@ impl Context {
             E::DestroyRequested { steps } => {
                 let steps: Vec<String> = steps.iter().map(|s| said(s)).collect();
                 format!("{title}: {}", steps.join(", "))
+            }
+            E::DeploymentRedriven {
+                requested_by,
+                steps,
+            } => {
+                let steps: Vec<String> = steps.iter().map(|s| said(s)).collect();
+                why.push(("again", steps.join(", ")));
+                format!("{title}: by {}", said(requested_by))
             }
             E::StepDestroyed { step, duration_ms } => {
                 format!("{title}: {} in {}", said(step), human(*duration_ms))

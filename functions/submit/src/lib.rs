@@ -12,10 +12,14 @@
 //! the files (up to 1 MiB). A refused or failed request may leave payloads behind: they are
 //! named by their content, so they harm nothing and a later request reuses them.
 //!
+//! [`again`]: a recorded deployment run again, sealing anew what the user gives again: a redrive
+//! (in its own stream) or a redeploy (a new deployment of the same request).
+//!
 //! [`http`]: the same function behind an HTTPS endpoint (a Lambda function URL): a JSON request
 //! in, the deployment's id or the problems out; a token sent with it is checked with the cloud
 //! through [`CheckToken`].
 
+pub mod again;
 pub mod http;
 
 use std::collections::BTreeMap;
@@ -201,41 +205,15 @@ pub async fn submit(
     store_files(&mut parsed.snapshot, ports.payloads).await?;
 
     let deployment = DeploymentId::from_uuid(Uuid::now_v7());
-    let uses_key = parsed.snapshot.bastion.is_some()
-        || parsed
-            .snapshot
-            .steps
-            .iter()
-            .any(|step| KINDS_USING_THE_KEY.contains(&step.kind.as_str()));
-    let mut to_seal = submission.secrets;
-    let ssh_public_key = if uses_key {
-        let (private, public) = deployment_key(deployment)?;
-        to_seal.insert(SSH_KEY_SECRET.to_owned(), private);
-        Some(public)
-    } else {
-        None
-    };
-    let (account, token) = match submission.cloud {
-        Some(CloudSession { account, token }) => (Some(account), Some(token)),
-        None => (None, None),
-    };
-    if let Some(token) = &token {
-        to_seal.insert(TOKEN_SECRET.to_owned(), token.clone());
-    }
-    let sealed = if to_seal.is_empty() {
-        None
-    } else {
-        let seal = ports
-            .seals
-            .seal(deployment, &submission.tenant, &to_seal, token.as_ref())
-            .await?;
-        Some(SealedCredentials {
-            seal,
-            secrets: parsed.snapshot.secrets.clone(),
-            ssh_public_key,
-            token: token.is_some(),
-        })
-    };
+    let (account, sealed) = seal_for(
+        deployment,
+        &submission.tenant,
+        &parsed.snapshot,
+        submission.secrets,
+        submission.cloud,
+        ports.seals,
+    )
+    .await?;
     let cause = Cause::new(
         submission.requested_by.clone(),
         deployment,
@@ -257,6 +235,52 @@ pub async fn submit(
     })
     .await??;
     Ok(deployment)
+}
+
+/// Seals what a run of the deployment needs: the user's secrets, a new SSH key of the
+/// deployment's when a step uses one, and the user's cloud token. Returns the token's account
+/// and what was sealed, if anything was.
+pub(crate) async fn seal_for(
+    deployment: DeploymentId,
+    tenant: &str,
+    blueprint: &BlueprintSnapshot,
+    secrets: SecretValues,
+    cloud: Option<CloudSession>,
+    seals: &dyn SealSecrets,
+) -> Result<(Option<CloudAccount>, Option<SealedCredentials>), SubmitError> {
+    let uses_key = blueprint.bastion.is_some()
+        || blueprint
+            .steps
+            .iter()
+            .any(|step| KINDS_USING_THE_KEY.contains(&step.kind.as_str()));
+    let mut to_seal = secrets;
+    let ssh_public_key = if uses_key {
+        let (private, public) = deployment_key(deployment)?;
+        to_seal.insert(SSH_KEY_SECRET.to_owned(), private);
+        Some(public)
+    } else {
+        None
+    };
+    let (account, token) = match cloud {
+        Some(CloudSession { account, token }) => (Some(account), Some(token)),
+        None => (None, None),
+    };
+    if let Some(token) = &token {
+        to_seal.insert(TOKEN_SECRET.to_owned(), token.clone());
+    }
+    if to_seal.is_empty() {
+        return Ok((account, None));
+    }
+    let seal = seals
+        .seal(deployment, tenant, &to_seal, token.as_ref())
+        .await?;
+    let sealed = SealedCredentials {
+        seal,
+        secrets: blueprint.secrets.clone(),
+        ssh_public_key,
+        token: token.is_some(),
+    };
+    Ok((account, Some(sealed)))
 }
 
 /// Moves the blueprint's files into the payload store, leaving each one's size and hash in the
@@ -310,7 +334,10 @@ fn deployment_key(deployment: DeploymentId) -> Result<(SecretString, String), Su
     Ok((SecretString::from(private.as_str().to_owned()), public))
 }
 
-fn check_secrets(declared: &[String], given: &SecretValues) -> Result<(), BlueprintError> {
+pub(crate) fn check_secrets(
+    declared: &[String],
+    given: &SecretValues,
+) -> Result<(), BlueprintError> {
     let mut problems = Vec::new();
     for name in declared.iter().filter(|name| !given.contains_key(*name)) {
         problems.push(BlueprintProblem {
