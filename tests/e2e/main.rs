@@ -11,6 +11,7 @@
 //! - [`resume`]: killing the engine mid-step and carrying on.
 //! - [`cancel`]: `overture cancel` from another process, Ctrl-C, and a cancel with no engine.
 //! - [`secrets`]: a secret appears nowhere it should not.
+//! - [`serve`]: `overture serve`, the HTTP API per tenant, against a local cloud's Keystone.
 //! - [`pipe`]: a reader that goes away ends a reading command quietly.
 //! - [`portable`]: `export` and `import`, the log moved between data directories as JSON lines.
 //! - [`input`]: bad input is refused with exit code 2 and nothing recorded.
@@ -46,6 +47,7 @@ mod quoting;
 mod resume;
 mod sandbox;
 mod secrets;
+mod serve;
 mod servers;
 mod support;
 mod terraform;

@@ -17,6 +17,7 @@
 //! - [`step_run`]: `overture step-run`, the entrypoint of a step's Fargate task on AWS (exit
 //!   code: the step command's, or 125 when the entrypoint itself failed).
 //! - [`cloud`]: `overture cloud`, the local cloud for development and tests.
+//! - [`serve`]: `overture serve`, the HTTP API: each tenant sees only its own deployments.
 //! - [`aws`]: `--backend aws`, the same commands on the serverless form (DynamoDB, the submit
 //!   function).
 //!
@@ -49,6 +50,7 @@ mod portable;
 mod progress;
 mod provision;
 mod render;
+mod serve;
 mod step_run;
 mod teardown;
 mod timeline;
@@ -293,6 +295,9 @@ enum Command {
     /// Runs the local cloud (development and tests).
     #[command(subcommand)]
     Cloud(cloud::CloudCommand),
+    /// Serve the HTTP API: deployments started, followed and cancelled per tenant, each caller
+    /// authenticated by its cloud token.
+    Serve(serve::ServeArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -433,6 +438,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     let backend = cli.backend;
     let refused = match &cli.command {
         Command::Cloud(_) => Some("cloud"),
+        Command::Serve(_) => Some("serve"),
         Command::Cancel { .. } => Some("cancel"),
         Command::Destroy { .. } => Some("destroy"),
         Command::Resume { .. } => Some("resume"),
@@ -447,6 +453,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     }
     match cli.command {
         Command::Cloud(command) => cloud::run(command).await,
+        Command::Serve(args) => serve::run(&data_dir, args).await,
         Command::Deploy {
             file,
             tenant,
