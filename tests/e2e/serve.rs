@@ -95,7 +95,7 @@ impl Client {
         &self,
         url: &str,
         last_event_id: Option<&str>,
-        stop: impl Fn(&str) -> bool,
+        stop: impl Fn(&str, &Value) -> bool,
     ) -> Vec<(u64, String, Value)> {
         let mut request = self
             .http
@@ -125,7 +125,7 @@ impl Client {
                 }
                 // Comments (keep-alives) carry no id.
                 if let (Some(id), Some(data)) = (id, data) {
-                    let stop_here = stop(&event);
+                    let stop_here = stop(&event, &data);
                     seen.push((id, event, data));
                     if stop_here {
                         return seen;
@@ -203,7 +203,7 @@ async fn a_tenant_deploys_over_http_and_another_tenant_sees_nothing_of_it() {
         .events(
             &server.at(&format!("/v1/deployments/{id}/events")),
             None,
-            |_| false,
+            |_, _| false,
         )
         .await;
     assert_eq!(
@@ -346,7 +346,7 @@ async fn streamed_all(client: &Client, server: &Server, id: &str) -> Vec<(u64, S
         .events(
             &server.at(&format!("/v1/deployments/{id}/events")),
             None,
-            |_| false,
+            |_, _| false,
         )
         .await
 }
@@ -476,10 +476,10 @@ async fn server_sent_events_deliver_each_event_once_in_order_and_resume_after_a_
 
     // Leave after the first step has succeeded, and come back.
     let before = client
-        .events(&url, None, |event| event == "StepSucceeded")
+        .events(&url, None, |event, _| event == "StepSucceeded")
         .await;
     let last = before.last().expect("some events").0.to_string();
-    let after = client.events(&url, Some(&last), |_| false).await;
+    let after = client.events(&url, Some(&last), |_, _| false).await;
 
     let revisions: Vec<u64> = before.iter().chain(&after).map(|(id, ..)| *id).collect();
     let recorded = o.events(&id);
@@ -504,7 +504,10 @@ async fn server_sent_events_deliver_each_event_once_in_order_and_resume_after_a_
 
     // Once it has ended, a stream resumed at its last event ends at once, empty.
     let end = revisions.last().expect("events").to_string();
-    assert!(client.events(&url, Some(&end), |_| false).await.is_empty());
+    assert!(client
+        .events(&url, Some(&end), |_, _| false)
+        .await
+        .is_empty());
     let bad = client
         .http
         .get(&url)
@@ -571,4 +574,110 @@ async fn the_openapi_document_lists_every_route() {
         .expect("GET");
     assert_eq!(missing.status(), StatusCode::NOT_FOUND);
     assert_eq!(code(&missing.text().await.expect("body")), "not_found");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restarted_server_resumes_a_deployment_when_its_tenant_comes_back() {
+    let cloud = LocalCloud::up();
+    let (_, token) = cloud.token("acme");
+    let o = Overture::new();
+    let client = Client::new(&token);
+    let blueprint = r#"
+name: resumable-over-http
+steps:
+  first:
+    run: script
+    with: { command: 'echo first' }
+  slow:
+    run: script
+    needs: [first]
+    with: { command: 'if [ "$OVERTURE_ATTEMPT" = 1 ]; then sleep 120; fi; echo slow done' }
+"#;
+    let server = Server::start(&o, &cloud.auth_url);
+    let (status, body) = client
+        .post(
+            &server.at("/v1/deployments"),
+            &json!({"blueprint": blueprint}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let id = parsed(&body)["id"].as_str().expect("an id").to_owned();
+    let path = format!("/v1/deployments/{id}/events");
+    let started = client
+        .events(&server.at(&path), None, |event, data| {
+            event == "StepStarted" && data["data"]["step"] == "slow"
+        })
+        .await;
+    let last = started.last().expect("events").0.to_string();
+    drop(server);
+
+    // Its token's seal opens only with a token of its project: it goes on at the first request
+    // of its tenant.
+    let server = Server::start(&o, &cloud.auth_url);
+    let rest = client
+        .events(&server.at(&path), Some(&last), |_, _| false)
+        .await;
+    let streamed: Vec<String> = rest.iter().map(|(_, e, _)| e.clone()).collect();
+    assert_eq!(
+        streamed.last().map(String::as_str),
+        Some("DeploymentSucceeded"),
+        "{streamed:?}"
+    );
+    let interrupted = rest
+        .iter()
+        .find(|(_, e, _)| e == "StepAttemptFailed")
+        .expect("the first attempt of `slow` was recorded as interrupted");
+    assert_eq!(
+        interrupted.2["data"]["error_class"], "interrupted",
+        "{}",
+        interrupted.2
+    );
+    let (_, body) = client
+        .get(&server.at(&format!("/v1/deployments/{id}")))
+        .await;
+    assert_eq!(parsed(&body)["steps"]["slow"]["attempts"], 2, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_running_deployment_is_cancelled_over_http() {
+    let cloud = LocalCloud::up();
+    let (_, token) = cloud.token("acme");
+    let o = Overture::new();
+    let client = Client::new(&token);
+    let server = Server::start(&o, &cloud.auth_url);
+    let blueprint = "name: cancelled-over-http\nsteps:\n  slow:\n    run: script\n    with: { command: 'sleep 120' }\n";
+    let (status, body) = client
+        .post(
+            &server.at("/v1/deployments"),
+            &json!({"blueprint": blueprint}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let id = parsed(&body)["id"].as_str().expect("an id").to_owned();
+    let path = format!("/v1/deployments/{id}/events");
+    let started = client
+        .events(&server.at(&path), None, |event, _| event == "StepStarted")
+        .await;
+    let last = started.last().expect("events").0.to_string();
+
+    let (status, body) = client
+        .post(
+            &server.at(&format!("/v1/deployments/{id}/cancel")),
+            &json!({}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let rest = client
+        .events(&server.at(&path), Some(&last), |_, _| false)
+        .await;
+    let end = rest.last().expect("events");
+    assert_eq!(end.1, "DeploymentCancelled", "{rest:?}");
+    assert_eq!(
+        end.2["metadata"]["actor"].as_str().map(|a| !a.is_empty()),
+        Some(true)
+    );
+    let (_, body) = client
+        .get(&server.at(&format!("/v1/deployments/{id}")))
+        .await;
+    assert_eq!(parsed(&body)["status"], "cancelled", "{body}");
 }
