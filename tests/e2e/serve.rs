@@ -217,6 +217,18 @@ async fn a_tenant_deploys_over_http_and_another_tenant_sees_nothing_of_it() {
     assert_eq!(view["steps"]["third"]["status"], "succeeded", "{body}");
     answers.push(body);
 
+    // As it stood after its request, folded from the log alone.
+    let (status, body) = a.get(&server.at(&format!("{location}?at=0"))).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(parsed(&body)["status"], "running", "{body}");
+    assert_eq!(parsed(&body)["revision"], 0, "{body}");
+    let (status, body) = a.get(&server.at(&format!("{location}?at=9999"))).await;
+    assert_eq!(
+        (status, code(&body).as_str()),
+        (StatusCode::BAD_REQUEST, "bad_request"),
+        "{body}"
+    );
+
     for query in ["", "?status=succeeded"] {
         let (status, body) = a.get(&server.at(&format!("/v1/deployments{query}"))).await;
         assert_eq!(status, StatusCode::OK);
@@ -286,6 +298,7 @@ async fn a_tenant_deploys_over_http_and_another_tenant_sees_nothing_of_it() {
     // Tenant B: A's deployment does not exist, on every route.
     for path in [
         format!("/v1/deployments/{id}"),
+        format!("/v1/deployments/{id}?at=0"),
         format!("/v1/deployments/{id}/events"),
         format!("/v1/deployments/{id}/logs/first"),
     ] {

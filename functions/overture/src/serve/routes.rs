@@ -15,7 +15,8 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::{middleware, Extension, Json, Router};
-use overture_domain::projection::{DeploymentStatus, DeploymentView, TenantView};
+use overture_domain::history::{self, Moment};
+use overture_domain::projection::{project, DeploymentStatus, DeploymentView, TenantView};
 use overture_domain::secret::{SecretString, SecretValues};
 use overture_domain::text::escaped;
 use overture_domain::DeploymentError;
@@ -298,14 +299,24 @@ async fn owned_view(api: &Api, caller: &Caller, id: &str) -> Result<DeploymentVi
     }
 }
 
-/// A deployment's status object, with its steps.
+/// When to show a deployment as it stood.
+#[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+struct StatusQuery {
+    /// As it stood then, folded from the log alone: after the event at this revision (0-based),
+    /// or after every event recorded at or before this RFC 3339 time.
+    at: Option<String>,
+}
+
+/// A deployment's status object, with its steps; with `at`, as it stood then.
 #[utoipa::path(
     get,
     path = "/v1/deployments/{id}",
-    params(("id" = String, Path, description = "The deployment id")),
+    params(("id" = String, Path, description = "The deployment id"), StatusQuery),
     security(("token" = [])),
     responses(
         (status = 200, description = "The status object", body = Object),
+        (status = 400, description = "`at` is not a revision or a time of it", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody),
     )
@@ -314,8 +325,26 @@ async fn get_deployment(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
+    query: Result<Query<StatusQuery>, QueryRejection>,
 ) -> Result<Json<DeploymentView>, ApiError> {
-    Ok(Json(owned_view(&api, &caller, &id).await?))
+    let view = owned_view(&api, &caller, &id).await?;
+    let Query(query) = query
+        .map_err(|_| ApiError::BadRequest("the only query parameter is at=REVISION|TIME".into()))?;
+    let Some(at) = query.at else {
+        return Ok(Json(view));
+    };
+    let moment: Moment = at
+        .parse()
+        .map_err(|e: overture_domain::history::MomentError| {
+            ApiError::BadRequest(format!("at: {e}"))
+        })?;
+    let records = api.queries.events(view.id).await?;
+    let then =
+        history::prefix(&records, moment).map_err(|e| ApiError::BadRequest(format!("at: {e}")))?;
+    let projected = project(None, then).map_err(|e| ApiError::Internal(e.to_string()))?;
+    projected.view.map(Json).ok_or_else(|| {
+        ApiError::Internal("the stream does not start with the deployment's request".into())
+    })
 }
 
 /// A deployment's events as recorded. With `Accept: text/event-stream`, Server-Sent Events: one
