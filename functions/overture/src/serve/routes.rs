@@ -216,10 +216,23 @@ fn refused(error: RunError) -> ApiError {
                     .collect(),
             }
         }
-        RunError::Submit(SubmitError::Refused(refusal)) => {
-            ApiError::BadRequest(refusal.to_string())
+        // An id collision: the aggregate refused it, and asking again makes a new id.
+        RunError::Submit(error @ SubmitError::Refused(_)) => {
+            ApiError::Unavailable(error.to_string())
         }
-        RunError::Submit(error) => ApiError::Unavailable(error.to_string()),
+        RunError::Submit(error) => {
+            let retryable = match &error {
+                SubmitError::Log(e) => e.is_retryable(),
+                SubmitError::Payload(e) => e.is_retryable(),
+                SubmitError::Seal(e) => e.is_retryable(),
+                _ => false,
+            };
+            if retryable {
+                ApiError::Unavailable(error.to_string())
+            } else {
+                ApiError::Internal(error.to_string())
+            }
+        }
         RunError::Engine(message) => ApiError::Internal(message),
     }
 }
