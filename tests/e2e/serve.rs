@@ -437,7 +437,7 @@ async fn bad_tokens_and_bad_requests_are_refused_and_nothing_is_recorded() {
             request().to_string().into_bytes(),
             "text/plain",
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
+            "unsupported",
         ),
         (
             invalid.to_string().into_bytes(),
@@ -579,6 +579,16 @@ async fn the_openapi_document_lists_every_route() {
             "POST /v1/deployments",
             "POST /v1/deployments/{id}/cancel",
         ]
+    );
+    let wrong = http
+        .delete(server.at("/healthz"))
+        .send()
+        .await
+        .expect("DELETE");
+    assert_eq!(wrong.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(
+        code(&wrong.text().await.expect("body")),
+        "method_not_allowed"
     );
     let missing = http
         .get(server.at("/v1/nowhere"))

@@ -65,7 +65,7 @@ pub struct Problem {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorBody {
     /// Stable: `unauthorized`, `not_found`, `bad_request`, `invalid`, `conflict`,
-    /// `payload_too_large`, `unsupported_media_type`, `method_not_allowed`, `unavailable`,
+    /// `payload_too_large`, `unsupported`, `method_not_allowed`, `unavailable`,
     /// `internal`.
     pub code: &'static str,
     /// What went wrong, for people.
@@ -85,9 +85,7 @@ impl ApiError {
             ApiError::Invalid { .. } => (StatusCode::BAD_REQUEST, "invalid"),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             ApiError::PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
-            ApiError::UnsupportedMediaType => {
-                (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
-            }
+            ApiError::UnsupportedMediaType => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported"),
             ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
