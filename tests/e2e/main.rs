@@ -11,6 +11,7 @@
 //! - [`resume`]: killing the engine mid-step and carrying on.
 //! - [`cancel`]: `overture cancel` from another process, Ctrl-C, and a cancel with no engine.
 //! - [`secrets`]: a secret appears nowhere it should not.
+//! - [`serve`]: `overture serve`, the HTTP API per tenant, against a local cloud's Keystone.
 //! - [`pipe`]: a reader that goes away ends a reading command quietly.
 //! - [`redrive`]: `redrive` and `redeploy`, a recorded deployment run again.
 //! - [`portable`]: `export` and `import`, the log moved between data directories as JSON lines.
@@ -48,6 +49,7 @@ mod redrive;
 mod resume;
 mod sandbox;
 mod secrets;
+mod serve;
 mod servers;
 mod support;
 mod terraform;

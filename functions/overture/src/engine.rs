@@ -381,7 +381,7 @@ impl Engine {
         self: &Arc<Self>,
         target: Option<DeploymentId>,
         parallelism: usize,
-        watch: &mut dyn Watch,
+        watch: &mut (dyn Watch + Send),
         from_position: u64,
     ) -> Result<(), EngineError> {
         let appended = self.log.appended();

@@ -18,6 +18,7 @@
 //! - [`step_run`]: `overture step-run`, the entrypoint of a step's Fargate task on AWS (exit
 //!   code: the step command's, or 125 when the entrypoint itself failed).
 //! - [`cloud`]: `overture cloud`, the local cloud for development and tests.
+//! - [`serve`]: `overture serve`, the HTTP API: each tenant sees only its own deployments.
 //! - [`aws`]: `--backend aws`, the same commands on the serverless form (DynamoDB, the submit
 //!   function).
 //!
@@ -51,6 +52,7 @@ mod progress;
 mod provision;
 mod redrive;
 mod render;
+mod serve;
 mod step_run;
 mod teardown;
 mod timeline;
@@ -310,6 +312,9 @@ enum Command {
     /// Runs the local cloud (development and tests).
     #[command(subcommand)]
     Cloud(cloud::CloudCommand),
+    /// Serve the HTTP API: deployments started, followed and cancelled per tenant, each caller
+    /// authenticated by its cloud token.
+    Serve(serve::ServeArgs),
 }
 
 /// What `redrive` and `redeploy` are given again: the deployment's secrets were purged when it
@@ -479,6 +484,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     let backend = cli.backend;
     let refused = match &cli.command {
         Command::Cloud(_) => Some("cloud"),
+        Command::Serve(_) => Some("serve"),
         Command::Cancel { .. } => Some("cancel"),
         Command::Destroy { .. } => Some("destroy"),
         Command::Resume { .. } => Some("resume"),
@@ -495,6 +501,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     }
     match cli.command {
         Command::Cloud(command) => cloud::run(command).await,
+        Command::Serve(args) => serve::run(&data_dir, args).await,
         Command::Deploy {
             file,
             tenant,
