@@ -6,7 +6,7 @@
 
 #[path = "../../../infra/aws/tests/support/ecs.rs"]
 mod ecs;
-use ecs::{never, Log};
+use ecs::{never, step_cluster, Log, StepCluster};
 #[path = "../../../infra/aws/tests/support/mod.rs"]
 mod support;
 
@@ -15,8 +15,7 @@ use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
 
-use overture_aws::fargate::{FargateSteps, StartedStep, StepTasks};
-use overture_aws::s3::create_payloads_bucket;
+use overture_aws::fargate::StartedStep;
 use overture_events::DeploymentId;
 use overture_runner::{OutputsFile, SandboxExit, SandboxJob};
 use secrecy::SecretString;
@@ -34,47 +33,8 @@ const CREDENTIALS_URI: &str = "/v2/credentials/8d1e5a4c-task-role";
 /// its step's user (in a task, the only step there is).
 const FIRST_UID: u32 = 64120;
 
-struct Fixture {
-    steps: FargateSteps,
-    s3: aws_sdk_s3::Client,
-}
-
-async fn fixture() -> Fixture {
-    let config = overture_aws::config::for_endpoint(support::emulator(), REGION).await;
-    let ecs = ecs::client(&config);
-    let kms = aws_sdk_kms::Client::new(&config);
-    let s3 = overture_aws::s3::client(&config);
-    create_payloads_bucket(&s3, BUCKET).await.expect("bucket");
-    let key = support::kms_key(&kms).await;
-    ecs.create_cluster()
-        .cluster_name(CLUSTER)
-        .send()
-        .await
-        .expect("cluster");
-    ecs::register_task_definition(support::emulator(), REGION, FAMILY).await;
-    let subnet = ecs::default_vpc(support::emulator(), REGION, "DescribeSubnets", "subnetId").await;
-    let group = ecs::default_vpc(
-        support::emulator(),
-        REGION,
-        "DescribeSecurityGroups",
-        "groupId",
-    )
-    .await;
-    let steps = FargateSteps::new(
-        ecs,
-        s3.clone(),
-        kms,
-        BUCKET,
-        key,
-        StepTasks {
-            cluster: CLUSTER.to_owned(),
-            task_definition: FAMILY.to_owned(),
-            subnets: vec![subnet],
-            security_groups: vec![group],
-        },
-    )
-    .with_poll_interval(Duration::from_millis(10));
-    Fixture { steps, s3 }
+async fn fixture() -> StepCluster {
+    step_cluster(REGION, CLUSTER, FAMILY, BUCKET).await
 }
 
 /// A Terraform step's job as the runner prepares it: a secret in a variable, one in a file.

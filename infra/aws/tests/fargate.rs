@@ -4,7 +4,7 @@
 
 #[path = "support/ecs.rs"]
 mod ecs;
-use ecs::{never, Log};
+use ecs::{never, step_cluster, Log, StepCluster};
 mod support;
 
 use std::time::Duration;
@@ -12,7 +12,6 @@ use std::time::Duration;
 use overture_aws::fargate::{
     encode, open_input, seal_result, AttemptResult, FargateSteps, StepTasks,
 };
-use overture_aws::s3::create_payloads_bucket;
 use overture_events::DeploymentId;
 use overture_runner::{OutputsFile, SandboxExit, SandboxJob};
 use secrecy::SecretString;
@@ -24,60 +23,8 @@ const BUCKET: &str = "overture-fargate-steps";
 const TOKEN: &str = "gAAAAAB-users-cloud-token-7d3e";
 const PASSWORD: &str = "db-password-in-a-file-41a9";
 
-struct Fixture {
-    steps: FargateSteps,
-    ecs: aws_sdk_ecs::Client,
-    s3: aws_sdk_s3::Client,
-    kms: aws_sdk_kms::Client,
-    subnet: String,
-    group: String,
-}
-
-async fn fixture() -> Fixture {
-    let config = overture_aws::config::for_endpoint(support::emulator(), REGION).await;
-    let ecs = ecs::client(&config);
-    let kms = aws_sdk_kms::Client::new(&config);
-    let s3 = overture_aws::s3::client(&config);
-    create_payloads_bucket(&s3, BUCKET).await.expect("bucket");
-    let key = support::kms_key(&kms).await;
-    ecs.create_cluster()
-        .cluster_name(CLUSTER)
-        .send()
-        .await
-        .expect("cluster");
-    ecs::register_task_definition(support::emulator(), REGION, FAMILY).await;
-    let subnet = ecs::default_vpc(support::emulator(), REGION, "DescribeSubnets", "subnetId").await;
-    // The emulator refuses a task without security groups, which AWS would give the VPC's
-    // default one: the test names that one.
-    let group = ecs::default_vpc(
-        support::emulator(),
-        REGION,
-        "DescribeSecurityGroups",
-        "groupId",
-    )
-    .await;
-    let steps = FargateSteps::new(
-        ecs.clone(),
-        s3.clone(),
-        kms.clone(),
-        BUCKET,
-        key,
-        StepTasks {
-            cluster: CLUSTER.to_owned(),
-            task_definition: FAMILY.to_owned(),
-            subnets: vec![subnet.clone()],
-            security_groups: vec![group.clone()],
-        },
-    )
-    .with_poll_interval(Duration::from_millis(10));
-    Fixture {
-        steps,
-        ecs,
-        s3,
-        kms,
-        subnet,
-        group,
-    }
+async fn fixture() -> StepCluster {
+    step_cluster(REGION, CLUSTER, FAMILY, BUCKET).await
 }
 
 /// A step's job as the runner prepares it, with a secret in a variable and one in a file.
@@ -105,7 +52,7 @@ fn job(deployment: DeploymentId, attempt: u32, log: Log) -> SandboxJob {
     }
 }
 
-async fn describe(fixture: &Fixture, task: &str) -> aws_sdk_ecs::types::Task {
+async fn describe(fixture: &StepCluster, task: &str) -> aws_sdk_ecs::types::Task {
     fixture
         .ecs
         .describe_tasks()

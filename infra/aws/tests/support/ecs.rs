@@ -152,3 +152,66 @@ impl Log {
 pub fn never() -> overture_runner::Cancel<'static> {
     Box::pin(std::future::pending())
 }
+
+/// The cluster a test starts step tasks on: what the stack makes, made in the emulator.
+pub struct StepCluster {
+    /// Starts and watches the step tasks, polling every 10 ms.
+    pub steps: overture_aws::fargate::FargateSteps,
+    /// ECS, through [`client`].
+    pub ecs: aws_sdk_ecs::Client,
+    /// S3, where the inputs and results are.
+    pub s3: aws_sdk_s3::Client,
+    /// KMS, which holds the key the inputs are sealed under.
+    pub kms: aws_sdk_kms::Client,
+    /// The default VPC's subnet the tasks run in.
+    pub subnet: String,
+    /// The default VPC's security group the tasks have.
+    pub group: String,
+}
+
+/// Makes `bucket`, a KMS key, the cluster `cluster` and the task definition `family` in the
+/// emulator, and the [`FargateSteps`](overture_aws::fargate::FargateSteps) that start tasks
+/// of it in the default VPC.
+pub async fn step_cluster(region: &str, cluster: &str, family: &str, bucket: &str) -> StepCluster {
+    let endpoint = crate::support::emulator();
+    let config = overture_aws::config::for_endpoint(endpoint, region).await;
+    let ecs = client(&config);
+    let kms = aws_sdk_kms::Client::new(&config);
+    let s3 = overture_aws::s3::client(&config);
+    overture_aws::s3::create_payloads_bucket(&s3, bucket)
+        .await
+        .expect("bucket");
+    let key = crate::support::kms_key(&kms).await;
+    ecs.create_cluster()
+        .cluster_name(cluster)
+        .send()
+        .await
+        .expect("cluster");
+    register_task_definition(endpoint, region, family).await;
+    let subnet = default_vpc(endpoint, region, "DescribeSubnets", "subnetId").await;
+    // The emulator refuses a task without security groups, which AWS would give the VPC's
+    // default one: the test names that one.
+    let group = default_vpc(endpoint, region, "DescribeSecurityGroups", "groupId").await;
+    let steps = overture_aws::fargate::FargateSteps::new(
+        ecs.clone(),
+        s3.clone(),
+        kms.clone(),
+        bucket,
+        key,
+        overture_aws::fargate::StepTasks {
+            cluster: cluster.to_owned(),
+            task_definition: family.to_owned(),
+            subnets: vec![subnet.clone()],
+            security_groups: vec![group.clone()],
+        },
+    )
+    .with_poll_interval(std::time::Duration::from_millis(10));
+    StepCluster {
+        steps,
+        ecs,
+        s3,
+        kms,
+        subnet,
+        group,
+    }
+}
