@@ -1,0 +1,365 @@
+//! `overture trigger send EVENT.json --triggers FILE` and `overture triggers log`: events in,
+//! deployments out, every decision recorded.
+//!
+//! The rules are the domain's ([`overture_domain::trigger`]); this module acts on them.
+//! [`Dispatcher::dispatch`] evaluates every trigger of the file for one event: a match claims
+//! (source, event id, trigger) in the data directory's ledger ([`TriggerLedger::claim`]) before
+//! it submits the deployment, so a redelivered event starts nothing new however many processes
+//! receive it at once. `send` drives what it started to its end, and feeds each end back in as an
+//! `overture` event, so chains of triggers run in one command, up to the domain's depth limit.
+//! `overture serve --triggers FILE` uses the same [`Dispatcher`] for `POST /v1/events`.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use overture_domain::projection::DeploymentStatus;
+use overture_domain::text::escaped;
+use overture_domain::trigger::{self, Decision, IncomingEvent, TriggerFile};
+use overture_events::DeploymentId;
+use overture_infra::sqlite::{Database, TriggerDecisionRecord, TriggerLedger};
+use overture_kit::query::QueryDeployments;
+use overture_submit::{Submission, SubmitError};
+
+use crate::engine::Engine;
+use crate::lock::{DriveLock, EngineLock};
+use crate::progress::Progress;
+use crate::{problems_in, read_blueprint, read_secrets, shown, Failure};
+
+/// `overture trigger ...`
+#[derive(Debug, Subcommand)]
+pub enum TriggerCommand {
+    /// Deliver one event (CloudEvents 1.0 or EventBridge JSON) to a trigger file: every matching
+    /// trigger deploys, once per event however often it is sent; chains are followed.
+    Send(SendArgs),
+}
+
+/// `overture trigger send`.
+#[derive(Debug, Args)]
+pub struct SendArgs {
+    /// The event, as a JSON file (`-` for standard input).
+    pub event: PathBuf,
+    /// The trigger file (YAML).
+    #[arg(long)]
+    pub triggers: PathBuf,
+    /// How many steps may run at once.
+    #[arg(long, default_value_t = 8)]
+    pub parallelism: usize,
+    /// Print the started deployments' final statuses as a JSON array.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `overture triggers ...`
+#[derive(Debug, Subcommand)]
+pub enum TriggersCommand {
+    /// Every trigger decision, oldest first: deployed, duplicate, not matched, refused, and why.
+    Log {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Reads and checks a trigger file; problems are bad input naming the file and the field.
+pub fn read_trigger_file(file: &Path) -> Result<TriggerFile, Failure> {
+    let text = std::fs::read_to_string(file).map_err(|e| {
+        Failure::BadInput(format!(
+            "{}: cannot read the trigger file: {e}",
+            shown(file)
+        ))
+    })?;
+    trigger::parse(&text).map_err(|problems| Failure::BadInput(problems_in(file, &problems)))
+}
+
+/// Reads an event from JSON text; `what` names where it came from in messages.
+pub fn read_event(text: &str, what: &str) -> Result<IncomingEvent, String> {
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("{what}: not JSON: {e}"))?;
+    IncomingEvent::from_json(value).map_err(|e| format!("{what}: {e}"))
+}
+
+/// Evaluates trigger files against events and starts what they decide, recording each decision.
+pub struct Dispatcher {
+    engine: Arc<Engine>,
+    ledger: TriggerLedger,
+    file: TriggerFile,
+    /// The trigger file's folder: `deploy` paths are relative to it.
+    base: PathBuf,
+}
+
+/// A deployment a trigger started.
+#[derive(Clone, Debug)]
+pub struct Started {
+    /// Its id.
+    pub id: DeploymentId,
+    /// The trigger that started it.
+    pub trigger: String,
+    /// The depth of the event that started it.
+    pub depth: u32,
+}
+
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+impl Dispatcher {
+    /// A dispatcher for this trigger file on the engine's data directory.
+    pub async fn new(
+        engine: Arc<Engine>,
+        data_dir: &Path,
+        file: TriggerFile,
+        path: &Path,
+    ) -> Result<Self, Failure> {
+        let db = Database::open(data_dir.join("overture.db"))
+            .await
+            .context("opening the trigger ledger")?;
+        Ok(Self {
+            engine,
+            ledger: TriggerLedger::new(db),
+            file,
+            base: path.parent().map(Path::to_path_buf).unwrap_or_default(),
+        })
+    }
+
+    /// Evaluates every trigger for the event and starts each deployment they decide on.
+    /// With `tenant`, a trigger that would deploy for another tenant is refused.
+    pub async fn dispatch(
+        &self,
+        event: &IncomingEvent,
+        tenant: Option<&str>,
+    ) -> Result<Vec<Started>, Failure> {
+        let mut started = Vec::new();
+        for trigger in &self.file.triggers {
+            let record = |decision: &str, deployment: Option<String>, reason: String| {
+                eprintln!(
+                    "trigger {}: event {} {}: {decision}{}",
+                    trigger.name,
+                    escaped(&event.source),
+                    escaped(&event.id),
+                    if reason.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", escaped(&reason))
+                    }
+                );
+                TriggerDecisionRecord {
+                    at: now(),
+                    source: event.source.clone(),
+                    event_id: event.id.clone(),
+                    trigger: trigger.name.clone(),
+                    decision: decision.into(),
+                    deployment,
+                    reason,
+                }
+            };
+            let params = match trigger.evaluate(event) {
+                Decision::NotMatched(why) => {
+                    self.keep(record("not-matched", None, why)).await?;
+                    continue;
+                }
+                Decision::Refused(why) => {
+                    self.keep(record("refused", None, why)).await?;
+                    continue;
+                }
+                Decision::Deploy { params } => params,
+            };
+            if let Some(caller) = tenant.filter(|caller| *caller != trigger.tenant) {
+                let why = format!(
+                    "tenant `{}` is not the caller's tenant `{caller}`; a trigger deploys only into its caller's tenant",
+                    trigger.tenant
+                );
+                self.keep(record("refused", None, why)).await?;
+                continue;
+            }
+            let claimed = self
+                .ledger
+                .claim(&event.source, &event.id, &trigger.name, &now())
+                .await
+                .context("claiming the event")?;
+            if !claimed {
+                eprintln!(
+                    "trigger {}: event {} {}: duplicate (already handled)",
+                    trigger.name,
+                    escaped(&event.source),
+                    escaped(&event.id)
+                );
+                continue;
+            }
+            let blueprint = self.base.join(&trigger.deploy);
+            match self.start(trigger, &blueprint, params, event).await {
+                Ok(id) => {
+                    let why = format!(
+                        "deployed {} for tenant {}",
+                        shown(&blueprint),
+                        trigger.tenant
+                    );
+                    self.keep(record("deployed", Some(id.to_string()), why))
+                        .await?;
+                    started.push(Started {
+                        id,
+                        trigger: trigger.name.clone(),
+                        depth: event.depth,
+                    });
+                }
+                Err(Failure::BadInput(why)) => {
+                    self.keep(record("refused", None, why)).await?;
+                }
+                Err(other) => return Err(other),
+            }
+        }
+        Ok(started)
+    }
+
+    async fn keep(&self, record: TriggerDecisionRecord) -> Result<(), Failure> {
+        self.ledger
+            .record(record)
+            .await
+            .context("recording a trigger decision")?;
+        Ok(())
+    }
+
+    /// Submits the trigger's deployment as `overture deploy` would; bad input is a refusal.
+    async fn start(
+        &self,
+        trigger: &trigger::Trigger,
+        blueprint: &Path,
+        params: std::collections::BTreeMap<String, String>,
+        event: &IncomingEvent,
+    ) -> Result<DeploymentId, Failure> {
+        let (text, parsed) = read_blueprint(blueprint)?;
+        let pairs: Vec<String> = trigger
+            .secrets
+            .iter()
+            .map(|(name, variable)| format!("{name}={variable}"))
+            .collect();
+        let secrets = read_secrets(&pairs)?;
+        let submission = Submission {
+            cloud: None,
+            source: blueprint.display().to_string(),
+            text,
+            tenant: trigger.tenant.clone(),
+            // The event is what asked; its source and id are read back from the record.
+            requested_by: format!("event:{}/{}", event.source, event.id),
+            trigger: format!("trigger:{}", trigger.name),
+            params,
+            secrets,
+            files: parsed.snapshot.files.clone(),
+        };
+        self.engine
+            .submit(submission)
+            .await
+            .map_err(|error| match error {
+                SubmitError::Invalid(problems) => {
+                    Failure::BadInput(problems_in(blueprint, &problems))
+                }
+                other => Failure::Engine(other.into()),
+            })
+    }
+}
+
+/// `overture trigger send`: dispatches the event, drives what it started, follows chains.
+pub async fn send(data_dir: &Path, args: SendArgs) -> Result<(), Failure> {
+    let file = read_trigger_file(&args.triggers)?;
+    let text = if args.event == Path::new("-") {
+        std::io::read_to_string(std::io::stdin())
+    } else {
+        std::fs::read_to_string(&args.event)
+    }
+    .map_err(|e| {
+        Failure::BadInput(format!(
+            "{}: cannot read the event: {e}",
+            shown(&args.event)
+        ))
+    })?;
+    let event = read_event(&text, &shown(&args.event)).map_err(Failure::BadInput)?;
+    let engine = Engine::open(data_dir).await?;
+    let _lock = EngineLock::take(data_dir, false).map_err(|e| Failure::BadInput(e.to_string()))?;
+    let dispatcher = Dispatcher::new(Arc::clone(&engine), data_dir, file, &args.triggers).await?;
+    let mut pending = VecDeque::from([event]);
+    let mut views = Vec::new();
+    while let Some(event) = pending.pop_front() {
+        let start = engine
+            .log
+            .head_position()
+            .await
+            .context("reading the log")?;
+        for started in dispatcher.dispatch(&event, None).await? {
+            eprintln!("deployment {} (trigger {})", started.id, started.trigger);
+            let _driving =
+                DriveLock::take(data_dir, started.id).context("taking the drive lock")?;
+            let mut progress = Progress::new();
+            engine
+                .drive(Some(started.id), args.parallelism, &mut progress, start)
+                .await?;
+            engine.project().await?;
+            let view = engine
+                .queries()
+                .deployment(started.id)
+                .await?
+                .with_context(|| format!("deployment {} has no view", started.id))?;
+            pending.push_back(IncomingEvent::deployment_ended(
+                &view.id.to_string(),
+                &view.tenant,
+                &view.blueprint,
+                view.status.as_str(),
+                started.depth,
+            ));
+            views.push(view);
+        }
+    }
+    if args.json {
+        let all: Vec<serde_json::Value> = views
+            .iter()
+            .map(|view| serde_json::from_str(&crate::render::status_json(view)))
+            .collect::<Result<_, _>>()
+            .context("rendering the statuses")?;
+        outln!("{}", serde_json::Value::Array(all));
+    } else {
+        for view in &views {
+            outln!("{} {} {}", view.id, view.blueprint, view.status.as_str());
+        }
+    }
+    let unsuccessful = views
+        .iter()
+        .filter(|view| view.status != DeploymentStatus::Succeeded)
+        .count();
+    if unsuccessful == 0 {
+        Ok(())
+    } else {
+        Err(Failure::Unsuccessful(format!(
+            "{unsuccessful} of {} deployments started by triggers did not succeed",
+            views.len()
+        )))
+    }
+}
+
+/// `overture triggers log`.
+pub async fn log(data_dir: &Path, json: bool) -> Result<(), Failure> {
+    let db = Database::open(data_dir.join("overture.db"))
+        .await
+        .context("opening the trigger ledger")?;
+    let records = TriggerLedger::new(db)
+        .list()
+        .await
+        .context("reading the trigger ledger")?;
+    if json {
+        let text = serde_json::to_string_pretty(&records).context("rendering the log")?;
+        outln!("{text}");
+        return Ok(());
+    }
+    for r in &records {
+        outln!(
+            "{}  {} {}  {}  {}  {}  {}",
+            r.at,
+            escaped(&r.source),
+            escaped(&r.event_id),
+            r.trigger,
+            r.decision,
+            r.deployment.as_deref().unwrap_or("-"),
+            escaped(&r.reason)
+        );
+    }
+    Ok(())
+}
