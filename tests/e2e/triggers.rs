@@ -241,3 +241,121 @@ fn a_malformed_event_exits_2_and_says_what_is_wrong() {
         "{message}"
     );
 }
+
+/// `overture serve --triggers FILE` on a port of its choosing; killed (by its PID) when dropped.
+struct Server {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Server {
+    fn start(overture: &Overture, auth_url: &str, triggers: &Path) -> Self {
+        use std::io::BufRead;
+        let mut child = overture
+            .command(&["serve", "--addr", "127.0.0.1:0", "--auth-url", auth_url])
+            .arg("--triggers")
+            .arg(triggers)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start overture serve");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("read the server's first line");
+        let url = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("not a listening line: {line:?}"))
+            .to_owned();
+        Self { child, url }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn events_over_http_deploy_only_into_the_callers_tenant_and_only_once() {
+    let cloud = crate::local_cloud::LocalCloud::up();
+    let (_, token) = cloud.token("acme");
+    let overture = Overture::new();
+    overture.blueprint("release.yaml", RELEASE_BLUEPRINT);
+    let triggers = overture.blueprint(
+        "triggers.yaml",
+        &format!(
+            "{TRIGGERS}  - name: into-globex\n    on: {{ source: artifacts, type: release.published }}\n    \
+             deploy: release.yaml\n    tenant: globex\n"
+        ),
+    );
+    let server = Server::start(&overture, &cloud.auth_url, &triggers);
+    let http = reqwest::Client::new();
+    let post = |body: String| {
+        http.post(format!("{}/v1/events", server.url))
+            .header("X-Auth-Token", &token)
+            .header("Content-Type", "application/cloudevents+json")
+            .body(body)
+            .send()
+    };
+    let event = json!({
+        "specversion": "1.0", "id": "h-1", "source": "artifacts", "type": "release.published",
+        "data": { "channel": "stable", "version": "2.0.0" }
+    });
+
+    let first = post(event.to_string()).await.expect("POST");
+    assert_eq!(first.status(), reqwest::StatusCode::ACCEPTED);
+    let first: Value = first.json().await.expect("JSON");
+    let again: Value = post(event.to_string())
+        .await
+        .expect("POST")
+        .json()
+        .await
+        .expect("JSON");
+    let bad = post("{\"id\": 1}".into()).await.expect("POST");
+
+    assert_eq!(first["deployments"].as_array().map(Vec::len), Some(1));
+    let decided = |answer: &Value| -> Vec<(String, String)> {
+        answer["decisions"]
+            .as_array()
+            .expect("decisions")
+            .iter()
+            .map(|d| {
+                (
+                    d["trigger"].as_str().unwrap_or_default().to_owned(),
+                    d["decision"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect()
+    };
+    let pairs = |list: &[(&str, &str)]| -> Vec<(String, String)> {
+        list.iter()
+            .map(|(t, d)| ((*t).to_owned(), (*d).to_owned()))
+            .collect()
+    };
+    assert_eq!(
+        decided(&first),
+        pairs(&[
+            ("deploy-on-release", "deployed"),
+            ("into-globex", "refused")
+        ])
+    );
+    assert!(first["decisions"][1]["reason"]
+        .as_str()
+        .is_some_and(|r| r.contains("caller's tenant `acme`")));
+    assert_eq!(
+        decided(&again),
+        pairs(&[
+            ("deploy-on-release", "duplicate"),
+            ("into-globex", "refused")
+        ])
+    );
+    assert_eq!(again["deployments"], json!([]));
+    assert_eq!(bad.status(), reqwest::StatusCode::BAD_REQUEST);
+    drop(server);
+    let ids = overture.deployment_ids();
+    assert_eq!(ids.len(), 1);
+    assert_eq!(overture.events(&ids[0])[0]["data"]["tenant"], "acme");
+}

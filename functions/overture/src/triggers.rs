@@ -15,15 +15,15 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use overture_domain::projection::DeploymentStatus;
+use overture_domain::projection::{DeploymentStatus, DeploymentView};
 use overture_domain::text::escaped;
 use overture_domain::trigger::{self, Decision, IncomingEvent, TriggerFile};
 use overture_events::DeploymentId;
-use overture_infra::sqlite::{Database, TriggerDecisionRecord, TriggerLedger};
+use overture_infra::sqlite::{triggers, Database, TriggerDecisionRecord, TriggerLedger};
 use overture_kit::query::QueryDeployments;
 use overture_submit::{Submission, SubmitError};
 
-use crate::engine::Engine;
+use crate::engine::{Engine, Unwatched, Watch};
 use crate::lock::{DriveLock, EngineLock};
 use crate::progress::Progress;
 use crate::{problems_in, read_blueprint, read_secrets, shown, Failure};
@@ -87,6 +87,8 @@ pub struct Dispatcher {
     file: TriggerFile,
     /// The trigger file's folder: `deploy` paths are relative to it.
     base: PathBuf,
+    /// How many steps of one deployment may run at once.
+    parallelism: usize,
 }
 
 /// A deployment a trigger started.
@@ -98,6 +100,17 @@ pub struct Started {
     pub trigger: String,
     /// The depth of the event that started it.
     pub depth: u32,
+    /// The log's head just before it was submitted: driving it reads on from there.
+    pub from: u64,
+}
+
+/// What [`Dispatcher::dispatch`] did with one event.
+#[derive(Debug, Default)]
+pub struct Dispatched {
+    /// The deployments it started.
+    pub started: Vec<Started>,
+    /// Every decision it took, as recorded.
+    pub decisions: Vec<TriggerDecisionRecord>,
 }
 
 fn now() -> String {
@@ -111,6 +124,7 @@ impl Dispatcher {
         data_dir: &Path,
         file: TriggerFile,
         path: &Path,
+        parallelism: usize,
     ) -> Result<Self, Failure> {
         let db = Database::open(data_dir.join("overture.db"))
             .await
@@ -120,6 +134,7 @@ impl Dispatcher {
             ledger: TriggerLedger::new(db),
             file,
             base: path.parent().map(Path::to_path_buf).unwrap_or_default(),
+            parallelism,
         })
     }
 
@@ -129,8 +144,14 @@ impl Dispatcher {
         &self,
         event: &IncomingEvent,
         tenant: Option<&str>,
-    ) -> Result<Vec<Started>, Failure> {
-        let mut started = Vec::new();
+    ) -> Result<Dispatched, Failure> {
+        let mut done = Dispatched::default();
+        let from = self
+            .engine
+            .log
+            .head_position()
+            .await
+            .context("reading the log")?;
         for trigger in &self.file.triggers {
             let record = |decision: &str, deployment: Option<String>, reason: String| {
                 eprintln!(
@@ -156,11 +177,12 @@ impl Dispatcher {
             };
             let params = match trigger.evaluate(event) {
                 Decision::NotMatched(why) => {
-                    self.keep(record("not-matched", None, why)).await?;
+                    self.keep(&mut done, record("not-matched", None, why))
+                        .await?;
                     continue;
                 }
                 Decision::Refused(why) => {
-                    self.keep(record("refused", None, why)).await?;
+                    self.keep(&mut done, record("refused", None, why)).await?;
                     continue;
                 }
                 Decision::Deploy { params } => params,
@@ -170,7 +192,7 @@ impl Dispatcher {
                     "tenant `{}` is not the caller's tenant `{caller}`; a trigger deploys only into its caller's tenant",
                     trigger.tenant
                 );
-                self.keep(record("refused", None, why)).await?;
+                self.keep(&mut done, record("refused", None, why)).await?;
                 continue;
             }
             let claimed = self
@@ -179,12 +201,9 @@ impl Dispatcher {
                 .await
                 .context("claiming the event")?;
             if !claimed {
-                eprintln!(
-                    "trigger {}: event {} {}: duplicate (already handled)",
-                    trigger.name,
-                    escaped(&event.source),
-                    escaped(&event.id)
-                );
+                // The ledger recorded it with the claim, in the same transaction.
+                done.decisions
+                    .push(record("duplicate", None, triggers::DUPLICATE_REASON.into()));
                 continue;
             }
             let blueprint = self.base.join(&trigger.deploy);
@@ -195,29 +214,87 @@ impl Dispatcher {
                         shown(&blueprint),
                         trigger.tenant
                     );
-                    self.keep(record("deployed", Some(id.to_string()), why))
+                    self.keep(&mut done, record("deployed", Some(id.to_string()), why))
                         .await?;
-                    started.push(Started {
+                    done.started.push(Started {
                         id,
                         trigger: trigger.name.clone(),
                         depth: event.depth,
+                        from,
                     });
                 }
                 Err(Failure::BadInput(why)) => {
-                    self.keep(record("refused", None, why)).await?;
+                    self.keep(&mut done, record("refused", None, why)).await?;
                 }
                 Err(other) => return Err(other),
             }
         }
-        Ok(started)
+        Ok(done)
     }
 
-    async fn keep(&self, record: TriggerDecisionRecord) -> Result<(), Failure> {
+    async fn keep(
+        &self,
+        done: &mut Dispatched,
+        record: TriggerDecisionRecord,
+    ) -> Result<(), Failure> {
         self.ledger
-            .record(record)
+            .record(record.clone())
             .await
             .context("recording a trigger decision")?;
+        done.decisions.push(record);
         Ok(())
+    }
+
+    /// Drives each started deployment to its end and feeds its end back in as an `overture`
+    /// event, until the chain ends; returns every deployment's final view, in order.
+    pub async fn follow(
+        &self,
+        started: Vec<Started>,
+        tenant: Option<&str>,
+        show_progress: bool,
+    ) -> Result<Vec<DeploymentView>, Failure> {
+        let mut pending = VecDeque::from(started);
+        let mut views = Vec::new();
+        while let Some(started) = pending.pop_front() {
+            if show_progress {
+                eprintln!("deployment {} (trigger {})", started.id, started.trigger);
+            }
+            let data_dir = &self.engine.data_dir;
+            // None: another process (`overture cancel`) drives it already; wait for its end all
+            // the same.
+            let _driving =
+                DriveLock::take(data_dir, started.id).context("taking the drive lock")?;
+            let mut watch: Box<dyn Watch + Send> = if show_progress {
+                Box::new(Progress::new())
+            } else {
+                Box::new(Unwatched)
+            };
+            self.engine
+                .drive(
+                    Some(started.id),
+                    self.parallelism,
+                    watch.as_mut(),
+                    started.from,
+                )
+                .await?;
+            self.engine.project().await?;
+            let view = self
+                .engine
+                .queries()
+                .deployment(started.id)
+                .await?
+                .with_context(|| format!("deployment {} has no view", started.id))?;
+            let ended = IncomingEvent::deployment_ended(
+                &view.id.to_string(),
+                &view.tenant,
+                &view.blueprint,
+                view.status.as_str(),
+                started.depth,
+            );
+            pending.extend(self.dispatch(&ended, tenant).await?.started);
+            views.push(view);
+        }
+        Ok(views)
     }
 
     /// Submits the trigger's deployment as `overture deploy` would; bad input is a refusal.
@@ -276,39 +353,16 @@ pub async fn send(data_dir: &Path, args: SendArgs) -> Result<(), Failure> {
     let event = read_event(&text, &shown(&args.event)).map_err(Failure::BadInput)?;
     let engine = Engine::open(data_dir).await?;
     let _lock = EngineLock::take(data_dir, false).map_err(|e| Failure::BadInput(e.to_string()))?;
-    let dispatcher = Dispatcher::new(Arc::clone(&engine), data_dir, file, &args.triggers).await?;
-    let mut pending = VecDeque::from([event]);
-    let mut views = Vec::new();
-    while let Some(event) = pending.pop_front() {
-        let start = engine
-            .log
-            .head_position()
-            .await
-            .context("reading the log")?;
-        for started in dispatcher.dispatch(&event, None).await? {
-            eprintln!("deployment {} (trigger {})", started.id, started.trigger);
-            let _driving =
-                DriveLock::take(data_dir, started.id).context("taking the drive lock")?;
-            let mut progress = Progress::new();
-            engine
-                .drive(Some(started.id), args.parallelism, &mut progress, start)
-                .await?;
-            engine.project().await?;
-            let view = engine
-                .queries()
-                .deployment(started.id)
-                .await?
-                .with_context(|| format!("deployment {} has no view", started.id))?;
-            pending.push_back(IncomingEvent::deployment_ended(
-                &view.id.to_string(),
-                &view.tenant,
-                &view.blueprint,
-                view.status.as_str(),
-                started.depth,
-            ));
-            views.push(view);
-        }
-    }
+    let dispatcher = Dispatcher::new(
+        Arc::clone(&engine),
+        data_dir,
+        file,
+        &args.triggers,
+        args.parallelism,
+    )
+    .await?;
+    let started = dispatcher.dispatch(&event, None).await?.started;
+    let views = dispatcher.follow(started, None, true).await?;
     if args.json {
         let all: Vec<serde_json::Value> = views
             .iter()

@@ -9,6 +9,9 @@ use serde::Serialize;
 
 use super::{Database, DbError};
 
+/// The reason recorded with a duplicate delivery.
+pub const DUPLICATE_REASON: &str = "this event was already handled by this trigger";
+
 /// One decision a trigger took about an event, as `overture triggers log` shows it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct TriggerDecisionRecord {
@@ -67,9 +70,8 @@ impl TriggerLedger {
                     tx.execute(
                         "INSERT INTO trigger_decisions
                              (at, source, event_id, trigger, decision, deployment, reason)
-                         VALUES (?1, ?2, ?3, ?4, 'duplicate', NULL,
-                                 'this event was already handled by this trigger')",
-                        params![at, source, event_id, trigger],
+                         VALUES (?1, ?2, ?3, ?4, 'duplicate', NULL, ?5)",
+                        params![at, source, event_id, trigger, DUPLICATE_REASON],
                     )?;
                 }
                 tx.commit()?;
