@@ -209,11 +209,7 @@ impl Dispatcher {
             let blueprint = self.base.join(&trigger.deploy);
             match self.start(trigger, &blueprint, params, event).await {
                 Ok(id) => {
-                    let why = format!(
-                        "deployed {} for tenant {}",
-                        shown(&blueprint),
-                        trigger.tenant
-                    );
+                    let why = format!("{} for tenant {}", shown(&blueprint), trigger.tenant);
                     self.keep(&mut done, record("deployed", Some(id.to_string()), why))
                         .await?;
                     done.started.push(Started {
