@@ -171,6 +171,14 @@ fn the_chained_example_runs_both_deployments() {
         .find(|d| d["trigger"] == "smoke-after-deploy" && d["decision"] == "deployed")
         .expect("the smoke check was deployed");
     assert_eq!(smoke["source"], "overture");
+    // The secret the trigger file names reaches hello-world's step, and nothing a user reads.
+    let everything = format!(
+        "{}{}{}",
+        text(&output.stdout),
+        text(&output.stderr),
+        serde_json::to_string(&log).expect("JSON")
+    );
+    assert!(!everything.contains("s3cr3t"), "the secret leaked");
 }
 
 #[test]

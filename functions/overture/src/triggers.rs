@@ -256,8 +256,9 @@ impl Dispatcher {
                 eprintln!("deployment {} (trigger {})", started.id, started.trigger);
             }
             let data_dir = &self.engine.data_dir;
-            // None: another process (`overture cancel`) drives it already; wait for its end all
-            // the same.
+            // As for `deploy`: only a `cancel` racing this line could hold it, and it would then
+            // drive the deployment beside this process, which is harmless (every action is
+            // idempotent); this process waits for the end either way.
             let _driving =
                 DriveLock::take(data_dir, started.id).context("taking the drive lock")?;
             let mut watch: Box<dyn Watch + Send> = if show_progress {
