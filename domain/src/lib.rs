@@ -14,6 +14,8 @@
 //! - [`shell`]: where a `script` command's references stand in the shell's quoting, and the
 //!   command text that gives each its exact value.
 //! - [`servers`]: the settings of a `servers` step (the groups and servers it makes), read and checked.
+//! - [`trigger`]: trigger files, incoming events (CloudEvents, EventBridge) and what a trigger
+//!   decides for an event.
 //!
 //! With the `esrs` feature, [`deployment::Deployment`] implements `esrs::Aggregate`.
 
@@ -31,6 +33,7 @@ pub mod shape;
 pub mod shell;
 pub mod template;
 pub mod text;
+pub mod trigger;
 
 pub use deployment::{
     Action, Deployment, DeploymentCommand, DeploymentError, DeploymentState, StepStatus,

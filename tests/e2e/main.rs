@@ -16,6 +16,8 @@
 //! - [`redrive`]: `redrive` and `redeploy`, a recorded deployment run again.
 //! - [`portable`]: `export` and `import`, the log moved between data directories as JSON lines.
 //! - [`input`]: bad input is refused with exit code 2 and nothing recorded.
+//! - [`triggers`]: `trigger send` and `triggers log`: matching, exactly once, chains and the
+//!   depth limit.
 //! - [`sandbox`]: what a step can and cannot see, and the sandbox's limits.
 //! - [`quoting`]: hostile values in every quoting context of a script reach it exactly, and
 //!   never run.
@@ -53,4 +55,5 @@ mod serve;
 mod servers;
 mod support;
 mod terraform;
+mod triggers;
 mod wait_ssh;

@@ -578,6 +578,7 @@ async fn the_openapi_document_lists_every_route() {
             "GET /v1/tenant",
             "POST /v1/deployments",
             "POST /v1/deployments/{id}/cancel",
+            "POST /v1/events",
         ]
     );
     let wrong = http

@@ -57,6 +57,7 @@ mod step_run;
 mod teardown;
 mod timeline;
 mod token;
+mod triggers;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -262,6 +263,12 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Deliver an event to a trigger file (see `overture trigger send --help`).
+    #[command(subcommand)]
+    Trigger(triggers::TriggerCommand),
+    /// What triggers decided, and why (see `overture triggers log --help`).
+    #[command(subcommand)]
+    Triggers(triggers::TriggersCommand),
     /// Carry a failed deployment on from its failed and abandoned steps, in the same deployment:
     /// steps that succeeded are not run again and their outputs are reused.
     Redrive {
@@ -489,6 +496,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Destroy { .. } => Some("destroy"),
         Command::Resume { .. } => Some("resume"),
         Command::Redrive { .. } => Some("redrive"),
+        Command::Trigger(_) => Some("trigger send"),
+        Command::Triggers(_) => Some("triggers log"),
         Command::Redeploy { .. } => Some("redeploy"),
         Command::Replay { check: false } => Some("replay"),
         Command::Export { .. } => Some("export"),
@@ -629,6 +638,12 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             token,
             json,
         } => cancel::cancel(&data_dir, &id, reason, &token, json).await,
+        Command::Trigger(triggers::TriggerCommand::Send(args)) => {
+            triggers::send(&data_dir, args).await
+        }
+        Command::Triggers(triggers::TriggersCommand::Log { json }) => {
+            triggers::log(&data_dir, json).await
+        }
         Command::Redrive { id, again } => {
             redrive::redrive(&data_dir, again.for_deployment(&id)).await
         }

@@ -11,6 +11,7 @@
 //!   aggregate (the kit's store, on [`SqliteDeployments`]).
 //! - [`read_models`]: the read models' tables.
 //! - [`work`]: the orchestrator's work port on the queue, and the [`Job`]s it queues.
+//! - [`triggers`]: the trigger ledger: claims of (event, trigger) pairs and every decision.
 //!
 //! Several processes may open the same file: every write transaction starts with
 //! `BEGIN IMMEDIATE`, so a writer holds the lock before it reads what it is about to check, and
@@ -21,6 +22,7 @@ pub mod log;
 pub mod queue;
 pub mod read_models;
 pub mod schema;
+pub mod triggers;
 pub mod work;
 
 use std::path::{Path, PathBuf};
@@ -35,6 +37,7 @@ pub use log::{EventLog, ExpectedRevision, Imported, LogError, NewEvent};
 pub use overture_kit::esrs_store::EsrsStoreError;
 pub use queue::{JobQueue, NewJob, QueueError, Receipt, ReceivedJob};
 pub use read_models::{ListFilter, SqliteReadModels};
+pub use triggers::{TriggerDecisionRecord, TriggerLedger};
 pub use work::Job;
 
 /// The SQLite log as an esrs event store.

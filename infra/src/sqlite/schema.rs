@@ -49,6 +49,23 @@ const MIGRATIONS: &[&str] = &[
          tenant TEXT PRIMARY KEY,
          view   TEXT NOT NULL
      );",
+    // 3: triggers: which (event, trigger) pairs were claimed, and every decision taken.
+    "CREATE TABLE trigger_claims (
+         source   TEXT NOT NULL,
+         event_id TEXT NOT NULL,
+         trigger  TEXT NOT NULL,
+         PRIMARY KEY (source, event_id, trigger)
+     );
+     CREATE TABLE trigger_decisions (
+         seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+         at         TEXT    NOT NULL, -- RFC 3339
+         source     TEXT    NOT NULL,
+         event_id   TEXT    NOT NULL,
+         trigger    TEXT    NOT NULL,
+         decision   TEXT    NOT NULL, -- deployed, duplicate, not-matched, refused
+         deployment TEXT,
+         reason     TEXT    NOT NULL
+     );",
 ];
 
 /// The schema version this build migrates files to.

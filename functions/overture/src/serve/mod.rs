@@ -9,6 +9,7 @@
 //!   token's project.
 //! - [`error`]: errors as JSON with stable codes.
 //! - [`embedded`]: the ports on the embedded engine.
+//! - [`events`]: `POST /v1/events`, events for the trigger file given with `--triggers`.
 //!
 //! The application is a plain `Router` over [`Api`], so the same routes could be served by
 //! `lambda_http` with ports on the serverless form.
@@ -16,6 +17,7 @@
 pub mod auth;
 mod embedded;
 pub mod error;
+pub mod events;
 pub mod routes;
 
 use std::net::SocketAddr;
@@ -44,6 +46,9 @@ pub struct ServeArgs {
     /// How many steps of one deployment may run at once.
     #[arg(long, default_value_t = 8)]
     pub parallelism: usize,
+    /// A trigger file: `POST /v1/events` evaluates it, deploying into the caller's tenant only.
+    #[arg(long, value_name = "FILE")]
+    pub triggers: Option<std::path::PathBuf>,
 }
 
 /// Why the engine could not start or cancel a deployment.
@@ -85,12 +90,33 @@ pub struct Api {
     pub identity: Arc<dyn CheckToken>,
     /// The engine.
     pub deployments: Arc<dyn RunDeployments>,
+    /// The trigger file's dispatcher, with `--triggers`.
+    pub triggers: Option<Arc<crate::triggers::Dispatcher>>,
 }
 
 /// `overture serve`: resumes what was unfinished, then serves until killed.
 pub async fn run(data_dir: &Path, args: ServeArgs) -> Result<(), Failure> {
+    // Checked before anything starts: a bad trigger file is bad input, as for `trigger send`.
+    let trigger_file = match &args.triggers {
+        Some(path) => Some((crate::triggers::read_trigger_file(path)?, path)),
+        None => None,
+    };
     let engine = embedded::Embedded::start(data_dir, args.parallelism).await?;
+    let triggers = match trigger_file {
+        Some((file, path)) => Some(Arc::new(
+            crate::triggers::Dispatcher::new(
+                Arc::clone(&engine.engine),
+                data_dir,
+                file,
+                path,
+                args.parallelism,
+            )
+            .await?,
+        )),
+        None => None,
+    };
     let api = Api {
+        triggers,
         queries: Arc::new(embedded::FreshQueries(Arc::clone(&engine.engine))),
         identity: Arc::new(overture_openstack::Keystone::new(args.auth_url)),
         deployments: Arc::new(engine),

@@ -71,7 +71,8 @@ fn described() -> (OpenApiRouter<Api>, OpenApiRouter<Api>) {
         .routes(routes!(step_log))
         .routes(routes!(cancel_deployment))
         .routes(routes!(tenant))
-        .routes(routes!(grants));
+        .routes(routes!(grants))
+        .routes(routes!(super::events::post_event));
     let open = OpenApiRouter::new()
         .routes(routes!(healthz))
         .routes(routes!(openapi));
