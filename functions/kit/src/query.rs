@@ -47,6 +47,10 @@ pub enum QueryError {
     /// This backend does not answer this query (yet); the message says what instead.
     #[error("{0}")]
     NotAvailable(&'static str),
+    /// The service answering the queries refused the caller (an HTTP API that does not accept
+    /// its token): asking again the same way will not help; the message says why.
+    #[error("{0}")]
+    Refused(String),
 }
 
 impl QueryError {
