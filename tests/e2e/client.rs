@@ -229,6 +229,15 @@ async fn reads_through_the_server_print_what_they_print_on_its_data_directory_pe
         .output()
         .expect("run overture");
     assert_eq!(shown(&no_token).0, 2, "{}", shown(&no_token).2);
+    // Refused before anything is sent: the token would cross the network in clear text.
+    let far = o
+        .command(&["--server", "http://192.0.2.1:8080", "list"])
+        .env("OS_TOKEN", &token_a)
+        .output()
+        .expect("run overture");
+    let (code, _, stderr) = shown(&far);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("https://"), "{stderr}");
     let blueprint = o.blueprint("read-remotely.yaml", BLUEPRINT);
     let blueprint = blueprint.to_str().expect("utf-8 path");
     for args in [

@@ -85,15 +85,24 @@ pub struct Remote {
 impl Remote {
     /// A caller of the server at `base` (such as `http://127.0.0.1:8080`) with `token`.
     pub fn new(base: &str, token: SecretString) -> Result<Self, String> {
+        let shown = overture_domain::text::escaped(base);
         let base = Url::parse(base)
             .ok()
             .filter(|url| matches!(url.scheme(), "http" | "https") && url.has_host())
             .ok_or_else(|| {
                 format!(
-                    "--server `{}`: expected the server's URL, such as http://127.0.0.1:8080",
-                    overture_domain::text::escaped(base)
+                    "--server `{shown}`: expected the server's URL, such as http://127.0.0.1:8080"
                 )
             })?;
+        // Every request carries the cloud token, and a redrive the secrets: in clear text only
+        // to this machine.
+        if base.scheme() == "http" && !is_loopback(&base) {
+            return Err(format!(
+                "--server `{shown}`: the token and secrets would cross the network unencrypted; \
+                 use https:// (a proxy in front of `overture serve` terminates TLS), or a \
+                 loopback address"
+            ));
+        }
         let http = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .build()
@@ -201,6 +210,19 @@ impl Remote {
             },
         }
     }
+}
+
+/// Whether `url`'s host is this machine.
+fn is_loopback(url: &Url) -> bool {
+    let Some(host) = url.host_str() else {
+        return false;
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|address| address.is_loopback())
 }
 
 /// Reads a JSON answer.
