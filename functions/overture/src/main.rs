@@ -550,17 +550,12 @@ fn through_server(cli: &Cli, url: &str) -> Result<Backend, Failure> {
     if let Some(command) = refused {
         embedded_only(Backend::Server, command)?;
     }
-    // A command's own --token-file (cancel's, redrive's) is the same flag as the global one.
-    let own = match &cli.command {
-        Command::Cancel { token, .. } => token.token_files.clone(),
-        Command::Redrive { again, .. } => again.token.token_files.clone(),
-        _ => Vec::new(),
-    };
+    let own = own_token_files(&cli.command).unwrap_or_default();
     let given = token::TokenArgs {
         token_files: if own.is_empty() {
             cli.token_files.clone()
         } else {
-            own
+            own.to_vec()
         },
         auth_url: None,
     }
@@ -586,11 +581,33 @@ fn through_server(cli: &Cli, url: &str) -> Result<Backend, Failure> {
     Ok(Backend::Server)
 }
 
+/// The `--token-file`s a command takes itself (the same flag as the global one of `--server`).
+fn own_token_files(command: &Command) -> Option<&[PathBuf]> {
+    match command {
+        Command::Deploy { token, .. }
+        | Command::Cancel { token, .. }
+        | Command::Resume { token, .. } => Some(&token.token_files),
+        Command::Redrive { again, .. } | Command::Redeploy { again, .. } => {
+            Some(&again.token.token_files)
+        }
+        _ => None,
+    }
+}
+
 async fn run(cli: Cli) -> Result<(), Failure> {
     let backend = match cli.server.as_deref().filter(|url| !url.is_empty()) {
         Some(url) => through_server(&cli, url)?,
         None => cli.backend,
     };
+    // Given before the command, or to one that takes no token, it would be silently unused.
+    let unused = own_token_files(&cli.command).is_none_or(<[PathBuf]>::is_empty);
+    if backend != Backend::Server && !cli.token_files.is_empty() && unused {
+        return Err(Failure::BadInput(
+            "--token-file: without --server, give it after a command that acts with a token \
+             (deploy, cancel, redrive, redeploy, resume)"
+                .into(),
+        ));
+    }
     let data_dir = cli.data_dir;
     let refused = match &cli.command {
         Command::Cloud(_) => Some("cloud"),
