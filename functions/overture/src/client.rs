@@ -2,8 +2,8 @@
 //! of the user's cloud token.
 //!
 //! [`Remote`] is the query port ([`QueryDeployments`]) over the API's read routes, so `status`,
-//! `list`, `events`, `logs`, `grants` and `tenants` print with the very code they print with on a
-//! data directory. The server answers only for the token's tenant: another tenant's deployment
+//! `list`, `events`, `logs`, `grants`, `tenants` and `graph` print with the very code they print
+//! with on a data directory. The server answers only for the token's tenant: another tenant's deployment
 //! answers 404, which reads here as "no such deployment", as it would locally.
 //! [`Remote::act`] posts the commands the API carries out (`cancel`, `redrive`).
 
@@ -47,7 +47,7 @@ pub enum ClientError {
         message: String,
     },
     /// The answer is not of the shape the API documents.
-    #[error("{url}: the answer is not what the API documents: {source}")]
+    #[error("{url}: the answer is not what the API documents")]
     Unreadable {
         /// What was asked.
         url: Url,
