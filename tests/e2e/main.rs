@@ -12,6 +12,9 @@
 //! - [`cancel`]: `overture cancel` from another process, Ctrl-C, and a cancel with no engine.
 //! - [`secrets`]: a secret appears nowhere it should not.
 //! - [`serve`]: `overture serve`, the HTTP API per tenant, against a local cloud's Keystone.
+//! - [`client`]: `overture --server URL`, the commands through that API, printing what they print
+//!   on the server's data directory, per tenant; and a redrive over HTTP.
+//! - [`api`]: a server process and callers of its API, for both.
 //! - [`pipe`]: a reader that goes away ends a reading command quietly.
 //! - [`redrive`]: `redrive` and `redeploy`, a recorded deployment run again.
 //! - [`portable`]: `export` and `import`, the log moved between data directories as JSON lines.
@@ -34,8 +37,10 @@
 //!   ([`local_cloud`]): success, every failure path, a crash, isolation between tenants, tokens.
 
 mod ansible;
+mod api;
 mod aws;
 mod cancel;
+mod client;
 mod cloud;
 mod deploy;
 mod events;

@@ -3,148 +3,15 @@
 //! A's; bad tokens and bad bodies change nothing; Server-Sent Events resume without gaps or
 //! repeats; the OpenAPI document lists every route.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Stdio};
-
 use reqwest::header::{ACCEPT, CONTENT_TYPE, LOCATION};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
+use crate::api::{code, parsed, streamed_all, Client, Server};
 use crate::local_cloud::LocalCloud;
 use crate::support::{files_containing, types, Overture};
 
 const SECRET: &str = "http-s3cr3t-never-shown";
-
-/// A running `overture serve` on a port of its choosing; killed (by its PID) when dropped.
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Server {
-    fn start(o: &Overture, auth_url: &str) -> Self {
-        let mut child = o
-            .command(&["serve", "--addr", "127.0.0.1:0", "--auth-url", auth_url])
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start overture serve");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut line)
-            .expect("read the server's first line");
-        let url = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("not a listening line: {line:?}"))
-            .to_owned();
-        Self { child, url }
-    }
-
-    fn at(&self, path: &str) -> String {
-        format!("{}{path}", self.url)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A caller of the API with one token.
-struct Client {
-    http: reqwest::Client,
-    token: String,
-}
-
-impl Client {
-    fn new(token: &str) -> Self {
-        Self {
-            http: reqwest::Client::new(),
-            token: token.to_owned(),
-        }
-    }
-
-    async fn get(&self, url: &str) -> (StatusCode, String) {
-        let response = self
-            .http
-            .get(url)
-            .header("X-Auth-Token", &self.token)
-            .send()
-            .await
-            .expect("GET");
-        (response.status(), response.text().await.expect("body"))
-    }
-
-    async fn post(&self, url: &str, body: &Value) -> (StatusCode, String) {
-        let response = self
-            .http
-            .post(url)
-            .header("X-Auth-Token", &self.token)
-            .json(body)
-            .send()
-            .await
-            .expect("POST");
-        (response.status(), response.text().await.expect("body"))
-    }
-
-    /// Reads a deployment's Server-Sent Events: `(id, event, data)` of each, until the stream
-    /// ends or `stop` says so after an event.
-    async fn events(
-        &self,
-        url: &str,
-        last_event_id: Option<&str>,
-        stop: impl Fn(&str, &Value) -> bool,
-    ) -> Vec<(u64, String, Value)> {
-        let mut request = self
-            .http
-            .get(url)
-            .header("X-Auth-Token", &self.token)
-            .header(ACCEPT, "text/event-stream");
-        if let Some(id) = last_event_id {
-            request = request.header("Last-Event-ID", id);
-        }
-        let mut response = request.send().await.expect("GET events");
-        assert_eq!(response.status(), StatusCode::OK);
-        let mut buffer = String::new();
-        let mut seen = Vec::new();
-        while let Some(chunk) = response.chunk().await.expect("a chunk") {
-            buffer.push_str(std::str::from_utf8(&chunk).expect("utf-8"));
-            while let Some(end) = buffer.find("\n\n") {
-                let block: String = buffer.drain(..end + 2).collect();
-                let (mut id, mut event, mut data) = (None, String::new(), None);
-                for line in block.lines() {
-                    if let Some(value) = line.strip_prefix("id:") {
-                        id = Some(value.trim().parse::<u64>().expect("a revision"));
-                    } else if let Some(value) = line.strip_prefix("event:") {
-                        event = value.trim().to_owned();
-                    } else if let Some(value) = line.strip_prefix("data:") {
-                        data = Some(serde_json::from_str(value.trim()).expect("JSON data"));
-                    }
-                }
-                // Comments (keep-alives) carry no id.
-                if let (Some(id), Some(data)) = (id, data) {
-                    let stop_here = stop(&event, &data);
-                    seen.push((id, event, data));
-                    if stop_here {
-                        return seen;
-                    }
-                }
-            }
-        }
-        seen
-    }
-}
-
-fn parsed(body: &str) -> Value {
-    serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
-}
-
-/// The error code of an error answer.
-fn code(body: &str) -> String {
-    parsed(body)["code"].as_str().unwrap_or_default().to_owned()
-}
 
 const BLUEPRINT: &str = r#"
 name: over-http
@@ -352,16 +219,6 @@ async fn a_tenant_deploys_over_http_and_another_tenant_sees_nothing_of_it() {
         files_containing(&o.data_dir(), SECRET.as_bytes()),
         Vec::<String>::new()
     );
-}
-
-async fn streamed_all(client: &Client, server: &Server, id: &str) -> Vec<(u64, String, Value)> {
-    client
-        .events(
-            &server.at(&format!("/v1/deployments/{id}/events")),
-            None,
-            |_, _| false,
-        )
-        .await
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -578,6 +435,7 @@ async fn the_openapi_document_lists_every_route() {
             "GET /v1/tenant",
             "POST /v1/deployments",
             "POST /v1/deployments/{id}/cancel",
+            "POST /v1/deployments/{id}/redrive",
             "POST /v1/events",
         ]
     );

@@ -1,6 +1,7 @@
 //! The query port: what people read about deployments (`overture status`, `list`, `tenants`,
 //! `events`, `grants`, `logs`), answered the same from the embedded engine's SQLite read
-//! models and from DynamoDB, and meant to be served by an HTTP read API too.
+//! models and from DynamoDB, served by the HTTP API of `overture serve`, and answered by that API
+//! for `overture --server URL`.
 //!
 //! The views are the projector's read models; the audit trail is the stream as recorded. Grants
 //! are read from the deployments' views ([`QueryDeployments::list`]), which hold them.
@@ -47,6 +48,10 @@ pub enum QueryError {
     /// This backend does not answer this query (yet); the message says what instead.
     #[error("{0}")]
     NotAvailable(&'static str),
+    /// The service answering the queries refused the caller (an HTTP API that does not accept
+    /// its token): asking again the same way will not help; the message says why.
+    #[error("{0}")]
+    Refused(String),
 }
 
 impl QueryError {

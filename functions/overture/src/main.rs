@@ -21,9 +21,11 @@
 //! - [`serve`]: `overture serve`, the HTTP API: each tenant sees only its own deployments.
 //! - [`aws`]: `--backend aws`, the same commands on the serverless form (DynamoDB, the submit
 //!   function).
+//! - [`client`]: `--server URL`, the commands through the HTTP API of an `overture serve`.
 //!
-//! The reading commands (`status`, `list`, `tenants`, `events`, `grants`, `graph ID`) go
-//! through the query port ([`QueryDeployments`]), so one code path prints for both backends.
+//! The reading commands (`status`, `list`, `tenants`, `events`, `grants`, `graph ID`, and `logs`
+//! but on the embedded backend) go through the query port ([`QueryDeployments`]), so one code
+//! path prints for every backend and for the HTTP API.
 
 /// `print!` for the program's results on stdout; see [`write_out`].
 macro_rules! out {
@@ -42,6 +44,7 @@ macro_rules! outln {
 mod aws;
 mod bundle;
 mod cancel;
+mod client;
 mod cloud;
 mod engine;
 mod history;
@@ -103,6 +106,15 @@ struct Cli {
         default_value = "embedded"
     )]
     backend: Backend,
+    /// Go through the HTTP API of an `overture serve` at this URL, as the tenant of your cloud
+    /// token (OS_TOKEN or --token-file): status, list, events, logs, grants, tenants, graph,
+    /// cancel and redrive; the server's tenant boundary applies. Given before the command
+    /// (`overture --server URL status ID`), apart from `cloud fault`'s own `--server NAME`.
+    #[arg(long, env = "OVERTURE_SERVER", value_name = "URL")]
+    server: Option<String>,
+    /// With --server: a file holding your cloud token (otherwise the OS_TOKEN variable).
+    #[arg(long = "token-file", global = true, value_name = "FILE")]
+    token_files: Vec<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -114,7 +126,14 @@ enum Backend {
     Embedded,
     /// The serverless form: Lambda functions on DynamoDB, SQS and KMS.
     Aws,
+    /// The HTTP API of an `overture serve` (`--server URL`), as one tenant.
+    #[value(skip)]
+    Server,
 }
+
+/// The server given with `--server`, with the caller's token: set once, before any command
+/// runs, so that the query port of every read command is chosen in one place ([`queries`]).
+static SERVER: std::sync::OnceLock<client::Remote> = std::sync::OnceLock::new();
 
 #[derive(Subcommand)]
 enum Command {
@@ -385,6 +404,7 @@ impl From<QueryError> for Failure {
     fn from(error: QueryError) -> Self {
         match error {
             QueryError::NotAvailable(message) => Failure::BadInput(message.into()),
+            QueryError::Refused(message) => Failure::BadInput(message),
             other => Failure::Engine(other.into()),
         }
     }
@@ -472,30 +492,139 @@ async fn queries(backend: Backend, data_dir: &Path) -> Result<Box<dyn QueryDeplo
             Ok(Box::new(engine.queries()))
         }
         Backend::Aws => Ok(Box::new(aws::Aws::from_env().await?.queries)),
+        Backend::Server => Ok(Box::new(server()?.clone())),
     }
 }
 
-/// Refuses a command the aws backend does not carry out.
+/// The server of `--server`.
+fn server() -> Result<&'static client::Remote, Failure> {
+    SERVER
+        .get()
+        .ok_or_else(|| Failure::Engine(anyhow::anyhow!("--server was not set up")))
+}
+
+/// Refuses a command the aws backend, or the HTTP API, does not carry out.
 fn embedded_only(backend: Backend, command: &str) -> Result<(), Failure> {
-    if backend == Backend::Aws {
-        return Err(Failure::BadInput(format!(
+    match backend {
+        Backend::Embedded => Ok(()),
+        Backend::Aws => Err(Failure::BadInput(format!(
             "`overture {command}` works only with the embedded backend; leave out --backend aws \
              (and unset OVERTURE_BACKEND)"
-        )));
+        ))),
+        Backend::Server => Err(Failure::BadInput(format!(
+            "`overture {command}` does not go through the HTTP API; leave out --server (and \
+             unset OVERTURE_SERVER) to run it on this machine's data directory"
+        ))),
     }
-    Ok(())
+}
+
+/// With `--server`: checks what goes with it, and sets the server up ([`SERVER`]).
+fn through_server(cli: &Cli, url: &str) -> Result<Backend, Failure> {
+    if cli.backend == Backend::Aws {
+        return Err(Failure::BadInput(
+            "--server goes through an `overture serve`, which runs the embedded engine; leave \
+             out --backend aws (or --server)"
+                .into(),
+        ));
+    }
+    let refused = match &cli.command {
+        Command::Status { .. }
+        | Command::List { .. }
+        | Command::Events { .. }
+        | Command::Grants { .. }
+        | Command::Tenants { .. }
+        | Command::Graph { .. }
+        | Command::Validate { .. }
+        | Command::Redrive { .. } => None,
+        Command::Logs { follow: true, .. } => Some("logs --follow"),
+        Command::Logs { .. } => None,
+        Command::Cancel {
+            reason: Some(_), ..
+        } => Some("cancel --reason"),
+        Command::Cancel { .. } => None,
+        Command::Deploy { .. } => Some("deploy"),
+        Command::Export { .. } => Some("export"),
+        Command::Import { .. } => Some("import"),
+        Command::Replay { .. } => Some("replay"),
+        Command::Destroy { .. } => Some("destroy"),
+        Command::Redeploy { .. } => Some("redeploy"),
+        Command::Resume { .. } => Some("resume"),
+        Command::Provision { .. } => Some("provision"),
+        Command::StepRun(_) => Some("step-run"),
+        Command::Cloud(_) => Some("cloud"),
+        Command::Serve(_) => Some("serve"),
+        Command::Trigger(_) => Some("trigger send"),
+        Command::Triggers(_) => Some("triggers log"),
+    };
+    if let Some(command) = refused {
+        embedded_only(Backend::Server, command)?;
+    }
+    let own = own_token_files(&cli.command).unwrap_or_default();
+    let given = token::TokenArgs {
+        token_files: if own.is_empty() {
+            cli.token_files.clone()
+        } else {
+            own.to_vec()
+        },
+        auth_url: None,
+    }
+    .given()?;
+    let token = match <[_; 1]>::try_from(given) {
+        Ok([token]) => token,
+        Err(given) if given.is_empty() => {
+            return Err(Failure::BadInput(
+                "--server: the API answers for your cloud token's tenant; give the token with \
+                 --token-file FILE or OS_TOKEN"
+                    .into(),
+            ))
+        }
+        Err(_) => {
+            return Err(Failure::BadInput(
+                "--token-file: the API is called with one token; give it once".into(),
+            ))
+        }
+    };
+    let remote = client::Remote::new(url, token).map_err(Failure::BadInput)?;
+    // Set once per process, here; a second call finds it set and keeps the first.
+    let _ = SERVER.set(remote);
+    Ok(Backend::Server)
+}
+
+/// The `--token-file`s a command takes itself (the same flag as the global one of `--server`).
+fn own_token_files(command: &Command) -> Option<&[PathBuf]> {
+    match command {
+        Command::Deploy { token, .. }
+        | Command::Cancel { token, .. }
+        | Command::Resume { token, .. } => Some(&token.token_files),
+        Command::Redrive { again, .. } | Command::Redeploy { again, .. } => {
+            Some(&again.token.token_files)
+        }
+        _ => None,
+    }
 }
 
 async fn run(cli: Cli) -> Result<(), Failure> {
+    let backend = match cli.server.as_deref().filter(|url| !url.is_empty()) {
+        Some(url) => through_server(&cli, url)?,
+        None => cli.backend,
+    };
+    // Given before the command, or to one that takes no token, it would be silently unused.
+    let unused = own_token_files(&cli.command).is_none_or(<[PathBuf]>::is_empty);
+    if backend != Backend::Server && !cli.token_files.is_empty() && unused {
+        return Err(Failure::BadInput(
+            "--token-file: without --server, give it after a command that acts with a token \
+             (deploy, cancel, redrive, redeploy, resume)"
+                .into(),
+        ));
+    }
     let data_dir = cli.data_dir;
-    let backend = cli.backend;
     let refused = match &cli.command {
         Command::Cloud(_) => Some("cloud"),
         Command::Serve(_) => Some("serve"),
-        Command::Cancel { .. } => Some("cancel"),
+        Command::Cancel { .. } if backend == Backend::Aws => Some("cancel"),
         Command::Destroy { .. } => Some("destroy"),
         Command::Resume { .. } => Some("resume"),
-        Command::Redrive { .. } => Some("redrive"),
+        Command::Redrive { .. } if backend == Backend::Aws => Some("redrive"),
         Command::Trigger(_) => Some("trigger send"),
         Command::Triggers(_) => Some("triggers log"),
         Command::Redeploy { .. } => Some("redeploy"),
@@ -621,7 +750,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             destroy,
             follow,
         } => {
-            if backend == Backend::Aws {
+            if backend != Backend::Embedded {
                 let queries = queries(backend, &data_dir).await?;
                 return show_log(queries.as_ref(), backend, &id, &step, attempt, destroy).await;
             }
@@ -637,16 +766,20 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             reason,
             token,
             json,
-        } => cancel::cancel(&data_dir, &id, reason, &token, json).await,
+        } => match backend {
+            Backend::Server => client::cancel(server()?, &id, json).await,
+            _ => cancel::cancel(&data_dir, &id, reason, &token, json).await,
+        },
         Command::Trigger(triggers::TriggerCommand::Send(args)) => {
             triggers::send(&data_dir, args).await
         }
         Command::Triggers(triggers::TriggersCommand::Log { json }) => {
             triggers::log(&data_dir, json).await
         }
-        Command::Redrive { id, again } => {
-            redrive::redrive(&data_dir, again.for_deployment(&id)).await
-        }
+        Command::Redrive { id, again } => match backend {
+            Backend::Server => client::redrive(server()?, &id, &again.secrets, again.json).await,
+            _ => redrive::redrive(&data_dir, again.for_deployment(&id)).await,
+        },
         Command::Redeploy { id, again } => {
             redrive::redeploy(&data_dir, again.for_deployment(&id)).await
         }
@@ -1032,6 +1165,10 @@ fn missing(backend: Backend, id: DeploymentId) -> Failure {
         Backend::Embedded => no_such_deployment(id),
         Backend::Aws => Failure::BadInput(format!(
             "no deployment {id} on the aws backend (see `overture --backend aws list`)"
+        )),
+        // Also another tenant's: the server answers as if it did not exist.
+        Backend::Server => Failure::BadInput(format!(
+            "no deployment {id} on the server for your tenant (see `overture --server URL list`)"
         )),
     }
 }

@@ -16,6 +16,7 @@
 use std::collections::HashMap;
 
 use chrono::NaiveDateTime;
+use overture_domain::deployment::{Deployment, DeploymentState};
 use overture_domain::retry;
 use overture_domain::text::escaped;
 use overture_events::{BlueprintSnapshot, DeploymentEvent, Envelope, ErrorClass, Timestamp};
@@ -292,6 +293,24 @@ impl Context {
             .find(|e| e.event_type == "DeploymentRequested")
             .map(|e| e.metadata.recorded_at);
 
+        // The retry policy counts a step's attempts from its current run's first (a redrive
+        // starts a new run), as the aggregate folds it; the wording counts them the same way.
+        let mut state = DeploymentState::default();
+        let mut firsts = HashMap::new();
+        for (index, event) in events.iter().enumerate() {
+            let Some(event) = event else { continue };
+            state = Deployment::apply(state, event.clone());
+            if let DeploymentEvent::StepFailed { step, .. }
+            | DeploymentEvent::StepRetryScheduled { step, .. } = event
+            {
+                let first = state.steps.get(step).map_or(1, |s| s.first_attempt);
+                firsts.insert(index, first);
+            }
+        }
+        let of_this_run = |index: usize, attempt: u32| {
+            attempt.saturating_sub(firsts.get(&index).map_or(1, |f| *f)) + 1
+        };
+
         // The policy retries only while the deployment runs: once a step has failed for good,
         // or a cancel was asked for, a failed attempt is not retried whatever its class.
         let mut give_ups = HashMap::new();
@@ -312,7 +331,12 @@ impl Context {
                             escaped(first)
                         )
                     } else {
-                        not_retried(blueprint.as_ref(), step, *error_class, *attempts)
+                        not_retried(
+                            blueprint.as_ref(),
+                            step,
+                            *error_class,
+                            of_this_run(index, *attempts),
+                        )
                     };
                     give_ups.insert(index, reason);
                     failing.get_or_insert_with(|| step.clone());
@@ -345,7 +369,7 @@ impl Context {
                         delay_ms,
                         not_before,
                     }) if s == step && a == attempt => Some(retry_in(
-                        *next_attempt,
+                        of_this_run(later, *next_attempt),
                         *delay_ms,
                         *not_before,
                         history[later].metadata.recorded_at,
@@ -688,7 +712,8 @@ fn failure(
     }
 }
 
-/// Why a step that failed for good got no retry, by the retry rule of its blueprint.
+/// Why a step that failed for good got no retry, by the retry rule of its blueprint; `attempts`
+/// counts those of the run that failed.
 fn not_retried(
     blueprint: Option<&BlueprintSnapshot>,
     step: &str,
@@ -705,7 +730,8 @@ fn not_retried(
     }
 }
 
-/// A retry decision: `retry #2 in 10s (at 10:00:21.000)`.
+/// A retry decision: `retry #2 in 10s (at 10:00:21.000)`; `next_attempt` counts from the
+/// run's first attempt.
 fn retry_in(next_attempt: u32, delay_ms: u64, due: Timestamp, now: Timestamp) -> String {
     let retry = next_attempt.saturating_sub(1);
     if delay_ms == 0 {
@@ -1085,6 +1111,90 @@ mod tests {
             "                              why: no retry: the deployment is already failing (step `push` failed)",
         ];
         assert_eq!(lines, expected, "\n{}", lines.join("\n"));
+    }
+
+    #[test]
+    fn after_a_redrive_retries_and_give_ups_count_the_attempts_of_the_new_run() {
+        let push = step("push", &[(ErrorClass::BackendUnreachable, 1, 0)]);
+        let failure = |attempt| DeploymentEvent::StepAttemptFailed {
+            step: "push".into(),
+            attempt,
+            error_class: ErrorClass::BackendUnreachable,
+            exit_code: None,
+            message: "it broke".into(),
+            duration_ms: 0,
+        };
+        let retry = |attempt| DeploymentEvent::StepRetryScheduled {
+            step: "push".into(),
+            attempt,
+            next_attempt: attempt + 1,
+            delay_ms: 0,
+            not_before: at(0),
+        };
+        let given_up = |attempts| DeploymentEvent::StepFailed {
+            step: "push".into(),
+            attempts,
+            error_class: ErrorClass::BackendUnreachable,
+        };
+        let first_run = vec![
+            ("ada", 0, requested(vec![push])),
+            ("runner", 1_000, failure(1)),
+            ("runner", 1_000, retry(1)),
+            ("runner", 2_000, failure(2)),
+            ("runner", 2_000, given_up(2)),
+            (
+                "runner",
+                2_000,
+                DeploymentEvent::DeploymentFailed {
+                    reason: "step `push` failed".into(),
+                },
+            ),
+            (
+                "ada",
+                3_000,
+                DeploymentEvent::DeploymentRedriven {
+                    requested_by: "ada".into(),
+                    steps: vec!["push".into()],
+                },
+            ),
+            ("runner", 4_000, failure(3)),
+        ];
+        let decisions = |events: Vec<(&str, i64, DeploymentEvent)>| -> Vec<String> {
+            lines(&history(events), &Filter::default())
+                .into_iter()
+                .filter(|line| line.contains("next:") || line.contains("why: no retry"))
+                .map(|line| line.trim().to_owned())
+                .collect()
+        };
+
+        let mut retried = first_run.clone();
+        retried.extend([
+            ("runner", 4_000, retry(3)),
+            ("runner", 5_000, failure(4)),
+            ("runner", 5_000, given_up(4)),
+        ]);
+        let all_used = "no retry: class backend-unreachable allows 1, all used";
+        assert_eq!(
+            decisions(retried),
+            [
+                "next: retry #1 at once".to_owned(),
+                format!("next: {all_used}"),
+                format!("why: {all_used}"),
+                // Attempt 4 is the redriven run's second: its first retry.
+                "next: retry #1 at once".to_owned(),
+                format!("next: {all_used}"),
+                format!("why: {all_used}"),
+            ]
+        );
+
+        // Given up after the new run's first attempt: its one retry was not used.
+        let mut not_retried = first_run;
+        not_retried.push(("runner", 4_000, given_up(3)));
+        let decided = decisions(not_retried);
+        assert_eq!(
+            decided[3..],
+            ["next: no retry".to_owned(), "why: no retry".to_owned()]
+        );
     }
 
     #[test]

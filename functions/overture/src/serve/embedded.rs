@@ -15,6 +15,7 @@ use overture_domain::DeploymentError;
 use overture_events::{DeploymentId, Envelope};
 use overture_kit::query::{AttemptLog, DeploymentFilter, QueryDeployments, QueryError};
 use overture_orchestrator::Since;
+use overture_submit::again::Redrive;
 use overture_submit::Submission;
 
 use super::auth::Caller;
@@ -132,6 +133,15 @@ impl RunDeployments for Embedded {
         self.engine.project().await.map_err(engine_error)?;
         self.drive(id, from);
         Ok(id)
+    }
+
+    async fn redrive(&self, request: Redrive) -> Result<(), RunError> {
+        let from = self.head().await?;
+        let id = request.deployment;
+        self.engine.redrive(request).await?;
+        self.engine.project().await.map_err(engine_error)?;
+        self.drive(id, from);
+        Ok(())
     }
 
     async fn cancel(

@@ -1,7 +1,7 @@
 //! `overture serve`: the HTTP API, the tenant boundary of the embedded engine.
 //!
-//! - `mod.rs`: the application's state ([`Api`], a few ports), the port that starts and cancels
-//!   deployments ([`RunDeployments`]), and [`run`], which opens the data directory, resumes
+//! - `mod.rs`: the application's state ([`Api`], a few ports), the port that starts, redrives
+//!   and cancels deployments ([`RunDeployments`]), and [`run`], which opens the data directory, resumes
 //!   unfinished deployments, binds and serves.
 //! - [`routes`]: the routes, built as one axum `Router` with its OpenAPI document from the same
 //!   annotations, so the document cannot miss a route.
@@ -30,6 +30,7 @@ use clap::Args;
 use overture_domain::DeploymentError;
 use overture_events::DeploymentId;
 use overture_kit::query::QueryDeployments;
+use overture_submit::again::Redrive;
 use overture_submit::{CheckToken, Submission, SubmitError};
 
 use crate::Failure;
@@ -67,6 +68,8 @@ pub enum RunError {
 pub trait RunDeployments: Send + Sync {
     /// Validates, seals and records a deployment, and starts running it.
     async fn start(&self, submission: Submission) -> Result<DeploymentId, RunError>;
+    /// Checks, seals and records the redrive of a failed deployment, and drives it on.
+    async fn redrive(&self, request: Redrive) -> Result<(), RunError>;
     /// Records a user's cancel; whoever drives the deployment carries it out.
     async fn cancel(
         &self,

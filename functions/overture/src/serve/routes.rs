@@ -22,7 +22,9 @@ use overture_domain::text::escaped;
 use overture_domain::DeploymentError;
 use overture_events::{DeploymentId, Envelope};
 use overture_kit::query::{AttemptLog, DeploymentFilter};
+use overture_submit::again::Redrive;
 use overture_submit::{CloudSession, Submission, SubmitError};
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, SecurityScheme};
@@ -70,6 +72,7 @@ fn described() -> (OpenApiRouter<Api>, OpenApiRouter<Api>) {
         .routes(routes!(deployment_events))
         .routes(routes!(step_log))
         .routes(routes!(cancel_deployment))
+        .routes(routes!(redrive_deployment))
         .routes(routes!(tenant))
         .routes(routes!(grants))
         .routes(routes!(super::events::post_event));
@@ -156,22 +159,7 @@ async fn create_deployment(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let is_json = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
-    if !is_json {
-        return Err(ApiError::UnsupportedMediaType);
-    }
-    let body = body.map_err(|rejection| {
-        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::PayloadTooLarge
-        } else {
-            ApiError::BadRequest("the request body could not be read".into())
-        }
-    })?;
-    let request: CreateDeployment = serde_json::from_slice(&body).map_err(|e| malformed(&e))?;
+    let request: CreateDeployment = json_body(&headers, body)?;
     let submission = Submission {
         source: SOURCE.into(),
         text: request.blueprint,
@@ -194,6 +182,29 @@ async fn create_deployment(
         Json(view),
     )
         .into_response())
+}
+
+/// A JSON request body, read into `T`.
+fn json_body<T: DeserializeOwned>(
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<T, ApiError> {
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
+    if !is_json {
+        return Err(ApiError::UnsupportedMediaType);
+    }
+    let body = body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::PayloadTooLarge
+        } else {
+            ApiError::BadRequest("the request body could not be read".into())
+        }
+    })?;
+    serde_json::from_slice(&body).map_err(|e| malformed(&e))
 }
 
 fn refused(error: RunError) -> ApiError {
@@ -485,6 +496,9 @@ impl Follow {
 struct LogQuery {
     /// The attempt (1-based); the step's last when left out.
     attempt: Option<u32>,
+    /// The output of tearing the step down (`overture destroy`) instead of an attempt's.
+    #[serde(default)]
+    destroy: bool,
 }
 
 /// A step attempt's output, with secrets masked.
@@ -511,8 +525,11 @@ async fn step_log(
     query: Result<Query<LogQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let view = owned_view(&api, &caller, &id).await?;
-    let Query(query) =
-        query.map_err(|_| ApiError::BadRequest("the only query parameter is attempt=N".into()))?;
+    let Query(query) = query.map_err(|_| {
+        ApiError::BadRequest(
+            "the query parameters are attempt=N, or destroy=true for the teardown's output".into(),
+        )
+    })?;
     let Some(step_view) = view.steps.get(&step) else {
         return Err(ApiError::NotFound(format!(
             "deployment {} has no step `{}`",
@@ -520,27 +537,36 @@ async fn step_log(
             escaped(&step)
         )));
     };
-    let Some(attempt) = query
-        .attempt
-        .or((step_view.attempts > 0).then_some(step_view.attempts))
-    else {
-        return Err(ApiError::NotFound(format!(
-            "step `{}` has no output yet: no attempt has run",
-            escaped(&step)
-        )));
+    let log = match (query.destroy, query.attempt) {
+        (true, Some(_)) => {
+            return Err(ApiError::BadRequest(
+                "give attempt=N or destroy=true, not both".into(),
+            ))
+        }
+        (true, None) => AttemptLog::Destroy,
+        (false, attempt) => {
+            match attempt.or((step_view.attempts > 0).then_some(step_view.attempts)) {
+                Some(attempt) => AttemptLog::Attempt(attempt),
+                None => {
+                    return Err(ApiError::NotFound(format!(
+                        "step `{}` has no output yet: no attempt has run",
+                        escaped(&step)
+                    )))
+                }
+            }
+        }
     };
-    match api
-        .queries
-        .attempt_log(view.id, &step, AttemptLog::Attempt(attempt))
-        .await?
-    {
+    match api.queries.attempt_log(view.id, &step, log).await? {
         Some(bytes) => {
             Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], bytes).into_response())
         }
-        None => Err(ApiError::NotFound(format!(
-            "step `{}` has no output for attempt {attempt}",
-            escaped(&step)
-        ))),
+        None => Err(ApiError::NotFound(match log {
+            AttemptLog::Destroy => format!("step `{}` has not been destroyed yet", escaped(&step)),
+            AttemptLog::Attempt(attempt) => format!(
+                "step `{}` has no output for attempt {attempt}",
+                escaped(&step)
+            ),
+        })),
     }
 }
 
@@ -586,6 +612,92 @@ async fn cancel_deployment(
         }
     }
     let view = owned_view(&api, &caller, &id).await?;
+    Ok((StatusCode::ACCEPTED, Json(view)).into_response())
+}
+
+/// A redrive request: what was purged when the deployment ended and must be given again.
+///
+/// Secret values are read straight into [`SecretString`]s; this type is never printed.
+#[derive(Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RedriveDeployment {
+    /// Secret values, by name, as in a deployment request: the blueprint's secrets again.
+    #[serde(default, deserialize_with = "secret_values")]
+    #[schema(value_type = BTreeMap<String, String>)]
+    secrets: SecretValues,
+}
+
+/// Carry a failed deployment on from its failed and abandoned steps, in the same deployment:
+/// steps that succeeded are not run again. It acts with the caller's token; the body, optional
+/// when the blueprint has no secrets, gives the secrets again.
+#[utoipa::path(
+    post,
+    path = "/v1/deployments/{id}/redrive",
+    params(("id" = String, Path, description = "The deployment id")),
+    request_body(content = Option<RedriveDeployment>, description = "The secrets, given again"),
+    security(("token" = [])),
+    responses(
+        (status = 202, description = "Recorded and started: the status object", body = Object),
+        (status = 400, description = "Malformed, or a secret is missing; nothing recorded", body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody),
+        (status = 409, description = "It did not fail (it runs, succeeded, was cancelled or destroyed)", body = ErrorBody),
+        (status = 413, description = "Larger than 1 MiB", body = ErrorBody),
+        (status = 415, description = "Not JSON", body = ErrorBody),
+    )
+)]
+async fn redrive_deployment(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let view = owned_view(&api, &caller, &id).await?;
+    let empty = body
+        .as_ref()
+        .is_ok_and(|b| b.iter().all(u8::is_ascii_whitespace));
+    let request: RedriveDeployment = if empty {
+        RedriveDeployment::default()
+    } else {
+        json_body(&headers, body)?
+    };
+    let redrive = Redrive {
+        deployment: view.id,
+        requested_by: caller.account.user.clone(),
+        secrets: request.secrets,
+        cloud: Some(CloudSession {
+            account: caller.account.clone(),
+            token: caller.token.clone(),
+        }),
+    };
+    let id = view.id;
+    let refusal = match api.deployments.redrive(redrive).await {
+        Ok(()) => None,
+        Err(RunError::Submit(SubmitError::Refused(refusal))) => Some(refusal),
+        Err(other) => return Err(refused(other)),
+    };
+    let conflict = |why: &str| Err(ApiError::Conflict(format!("deployment {id} {why}")));
+    match refusal {
+        None => {}
+        Some(DeploymentError::NotRequested) => {
+            return Err(ApiError::no_deployment(&id.to_string()))
+        }
+        Some(DeploymentError::RedriveWhileRunning) => {
+            return conflict("is still running; only a failed deployment is redriven")
+        }
+        Some(DeploymentError::RedriveSucceeded) => {
+            return conflict("succeeded: nothing is left to redrive")
+        }
+        Some(DeploymentError::RedriveCancelled) => {
+            return conflict("was cancelled, so it is not redriven")
+        }
+        Some(DeploymentError::RedriveDestroyed) => {
+            return conflict("has had its resources destroyed, so it is not redriven")
+        }
+        Some(other) => return conflict(&format!("cannot be redriven: {other}")),
+    }
+    let view = owned_view(&api, &caller, &id.to_string()).await?;
     Ok((StatusCode::ACCEPTED, Json(view)).into_response())
 }
 
