@@ -57,7 +57,7 @@ pub enum ClientError {
     },
 }
 
-/// The body of the API's error answers (see `serve::error::ErrorBody`).
+/// The body of the API's error answers (see `overture_api::error::ErrorBody`).
 #[derive(Deserialize)]
 struct ErrorBody {
     message: String,

@@ -3,7 +3,8 @@
 //! orchestrator and the projector, each sent a DynamoDB stream record of a requested deployment;
 //! the runner, sent the SQS message of a step's first attempt as it was received from the queue;
 //! the timer, sent a timer at a passed grace deadline; the dead letters, sent a dead-lettered job;
-//! and the submit function, sent HTTP requests through its function URL.
+//! the submit function, sent HTTP requests through its function URL; and the api function, the
+//! HTTP API's reads through its function URL with tokens of the local cloud's Keystone.
 
 mod support;
 
@@ -910,4 +911,193 @@ async fn the_submit_lambda_records_a_posted_deployment_and_refuses_a_broken_one(
         !printed.is_empty() && !printed.windows(SECRET.len()).any(|w| w == SECRET),
         "the secret's bytes are in the function's log"
     );
+}
+
+/// GETs `path` from the api function's URL, as `cargo lambda watch` serves it, with `token`;
+/// the status and the JSON answer.
+async fn get_from_api(watch: &Watch, path: &str, token: Option<&str>) -> (u16, Value) {
+    let url = format!("http://127.0.0.1:{}/lambda-url/api{path}", watch.port);
+    let client = reqwest::Client::new();
+    let started = Instant::now();
+    let answer = loop {
+        let mut request = client.get(&url).timeout(FIRST_INVOCATION);
+        if let Some(token) = token {
+            request = request.header("X-Auth-Token", token);
+        }
+        match request.send().await {
+            Ok(answer) => break answer,
+            Err(error) if error.is_connect() && started.elapsed() < FIRST_INVOCATION => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(error) => panic!("GET {path} failed: {error}"),
+        }
+    };
+    let status = answer.status().as_u16();
+    let text = answer.text().await.expect("an answer");
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or_else(|_| panic!("JSON: {status} {text}")),
+    )
+}
+
+/// A local cloud of the test's own, brought down and cleaned up when dropped after a panic.
+struct LocalCloud {
+    running: Option<overture_cloud::Running>,
+    dir: tempfile::TempDir,
+}
+
+impl LocalCloud {
+    async fn up() -> Self {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let running = overture_cloud::start(overture_cloud::CloudConfig::new(dir.path()))
+            .await
+            .expect("the local cloud starts (run as root)");
+        Self {
+            running: Some(running),
+            dir,
+        }
+    }
+
+    fn running(&self) -> &overture_cloud::Running {
+        self.running.as_ref().expect("the cloud is up")
+    }
+}
+
+impl Drop for LocalCloud {
+    fn drop(&mut self) {
+        if let Some(running) = self.running.take() {
+            drop(running);
+            if let Err(error) = overture_cloud::clean_up(self.dir.path()) {
+                eprintln!("cleaning up the test cloud failed: {error}");
+            }
+        }
+    }
+}
+
+/// A token of `project` (made if new) from the local cloud's admin API.
+async fn cloud_token(cloud: &overture_cloud::Running, project: &str) -> String {
+    let http = reqwest::Client::new();
+    let admin = |path: String, body: Value| {
+        http.post(format!("{}{path}", cloud.url()))
+            .header("X-Admin-Token", cloud.admin_token())
+            .json(&body)
+            .send()
+    };
+    let made = admin("/admin/projects".into(), json!({ "name": project }))
+        .await
+        .expect("the admin API answers");
+    assert!(made.status().is_success(), "{}", made.status());
+    let token: Value = admin(
+        format!("/admin/projects/{project}/tokens"),
+        json!({ "expires_in_seconds": 3600 }),
+    )
+    .await
+    .expect("the admin API answers")
+    .json()
+    .await
+    .expect("JSON");
+    token["token"].as_str().expect("a token").to_owned()
+}
+
+#[tokio::test]
+async fn the_api_lambda_answers_a_tenant_its_own_deployments_and_refuses_writes_for_now() {
+    let config = overture_aws::config::for_endpoint(support::emulator(), "eu-west-1").await;
+    let dynamodb = aws_sdk_dynamodb::Client::new(&config);
+    let log = events_log(&dynamodb).await;
+    create_read_model_tables(&dynamodb, "smoke-api-deployments", "smoke-api-tenants")
+        .await
+        .expect("tables");
+    create_payloads_bucket(&overture_aws::s3::client(&config), PAYLOADS)
+        .await
+        .expect("bucket");
+    let (deployment, first) = requested(&log).await;
+    let views = DynamoReadModels::new(dynamodb, "smoke-api-deployments", "smoke-api-tenants");
+    overture_projector::project_stream(deployment, &[first], &log, &views)
+        .await
+        .expect("projected");
+
+    // The local cloud needs root (namespaces, bridges); its Keystone checks the tokens.
+    let mut cloud = LocalCloud::up().await;
+    let own = cloud_token(cloud.running(), "smoke-tenant").await;
+    let other = cloud_token(cloud.running(), "smoke-other").await;
+
+    let watch = watch(&[
+        ("OVERTURE_EVENTS_TABLE", EVENTS),
+        ("OVERTURE_DEPLOYMENTS_TABLE", "smoke-api-deployments"),
+        ("OVERTURE_TENANTS_TABLE", "smoke-api-tenants"),
+        ("OVERTURE_PAYLOADS_BUCKET", PAYLOADS),
+        ("OVERTURE_AUTH_URL", cloud.running().auth_url()),
+    ]);
+    let (status, answer) = get_from_api(&watch, "/healthz", None).await;
+    assert_eq!((status, &answer), (200, &json!({"status": "ok"})));
+    let (status, answer) = get_from_api(&watch, "/openapi.json", None).await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(
+        answer["paths"]["/v1/deployments/{id}"].is_object(),
+        "{answer}"
+    );
+
+    let path = format!("/v1/deployments/{deployment}");
+    let (status, answer) = get_from_api(&watch, &path, None).await;
+    assert_eq!(
+        (status, answer["code"].as_str()),
+        (401, Some("unauthorized"))
+    );
+    let (status, answer) = get_from_api(&watch, &path, Some("gAAAAA-not-a-token")).await;
+    assert_eq!(
+        (status, answer["code"].as_str()),
+        (401, Some("unauthorized"))
+    );
+
+    let (status, answer) = get_from_api(&watch, &path, Some(&own)).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["id"], json!(deployment.to_string()), "{answer}");
+    assert_eq!(answer["tenant"], json!("smoke-tenant"), "{answer}");
+    assert_eq!(answer["status"], json!("running"), "{answer}");
+    let (status, answer) = get_from_api(&watch, "/v1/deployments", Some(&own)).await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(
+        answer.as_array().is_some_and(|rows| rows
+            .iter()
+            .any(|r| r["id"] == json!(deployment.to_string()))),
+        "{answer}"
+    );
+
+    // Another tenant's deployment answers as one that does not exist.
+    let (status, answer) = get_from_api(&watch, &path, Some(&other)).await;
+    assert_eq!(
+        (status, answer["code"].as_str()),
+        (404, Some("not_found")),
+        "{answer}"
+    );
+
+    // Writes are not served on AWS yet, and say so.
+    let cancel = reqwest::Client::new()
+        .post(format!(
+            "http://127.0.0.1:{}/lambda-url/api{path}/cancel",
+            watch.port
+        ))
+        .header("X-Auth-Token", &own)
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(cancel.status().as_u16(), 501);
+    let answer: Value = cancel.json().await.expect("JSON");
+    assert_eq!(answer["code"], json!("not_on_this_backend"), "{answer}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("POST /v1/deployments/{id}/cancel")),
+        "{answer}"
+    );
+    let printed = std::fs::read(&watch.output).expect("the function's output");
+    assert!(
+        !printed.windows(own.len()).any(|w| w == own.as_bytes()),
+        "the token is in the function's log"
+    );
+
+    drop(watch);
+    if let Some(running) = cloud.running.take() {
+        running.shutdown().await.expect("the cloud shuts down");
+    }
 }

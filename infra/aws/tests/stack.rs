@@ -46,8 +46,9 @@ impl Stack {
 }
 
 /// Every function of the stack, by the name of its binary and zip.
-const FUNCTIONS: [&str; 6] = [
+const FUNCTIONS: [&str; 7] = [
     "submit",
+    "api",
     "orchestrator",
     "timer",
     "dead-letters",
@@ -342,6 +343,11 @@ async fn with_the_functions_code_the_whole_template_is_created() {
         submit_url.starts_with("https://") && submit_url.contains(".lambda-url."),
         "{submit_url}"
     );
+    let api_url = outputs.get("ApiUrl").expect("the API's URL is an output");
+    assert!(
+        api_url.starts_with("https://") && api_url.contains(".lambda-url."),
+        "{api_url}"
+    );
 
     let resources = cloudformation
         .describe_stack_resources()
@@ -363,6 +369,10 @@ async fn with_the_functions_code_the_whole_template_is_created() {
         ("SubmitUrl", "AWS::Lambda::Url"),
         ("SubmitUrlInvoke", "AWS::Lambda::Permission"),
         ("SubmitUrlFunctionInvoke", "AWS::Lambda::Permission"),
+        ("ApiFunction", "AWS::Lambda::Function"),
+        ("ApiUrl", "AWS::Lambda::Url"),
+        ("ApiUrlInvoke", "AWS::Lambda::Permission"),
+        ("ApiUrlFunctionInvoke", "AWS::Lambda::Permission"),
         ("OrchestratorFunction", "AWS::Lambda::Function"),
         ("RunnerFunction", "AWS::Lambda::Function"),
         ("ProjectorFunction", "AWS::Lambda::Function"),
@@ -377,6 +387,7 @@ async fn with_the_functions_code_the_whole_template_is_created() {
             "AWS::Lambda::EventSourceMapping",
         ),
         ("SubmitRole", "AWS::IAM::Role"),
+        ("ApiRole", "AWS::IAM::Role"),
         ("OrchestratorRole", "AWS::IAM::Role"),
         ("TimerRole", "AWS::IAM::Role"),
         ("DeadLettersRole", "AWS::IAM::Role"),

@@ -18,11 +18,11 @@ use overture_orchestrator::Since;
 use overture_submit::again::Redrive;
 use overture_submit::Submission;
 
-use super::auth::Caller;
-use super::{RunDeployments, RunError};
 use crate::engine::{Engine, Unwatched};
 use crate::lock::{DriveLock, EngineLock};
 use crate::Failure;
+use overture_api::auth::Caller;
+use overture_api::{RunDeployments, RunError};
 
 /// How often a waiter looks at the log when nothing in this process appended.
 const LOOK_EVERY: Duration = Duration::from_millis(500);

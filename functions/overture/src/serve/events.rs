@@ -1,97 +1,44 @@
-//! `POST /v1/events`: an event for the server's trigger file (`overture serve --triggers FILE`).
+//! `POST /v1/events` on `overture serve --triggers FILE`: the trigger file's dispatcher.
 //!
 //! The event is evaluated at once and each decision answered; the deployments it starts, and
-//! the chains their ends start, are driven in a task of their own. A trigger deploys only into
-//! the caller's tenant: one whose `tenant` is another is refused, and that is recorded.
+//! the chains their ends start, are driven in a task of their own.
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::State;
-use axum::http::{header, HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::{Extension, Json};
-use serde_json::json;
+use std::sync::Arc;
 
-use super::auth::Caller;
-use super::error::{ApiError, ErrorBody};
-use super::Api;
-use crate::triggers::read_event;
-use crate::Failure;
+use async_trait::async_trait;
+use overture_api::{DeliverError, DeliverEvents};
+use serde_json::{json, Value};
 
-/// Deliver an event (CloudEvents 1.0 JSON, or EventBridge's shape) to the server's triggers.
-#[utoipa::path(
-    post,
-    path = "/v1/events",
-    request_body(content = Object, description = "A CloudEvent (specversion 1.0) or an EventBridge event"),
-    security(("token" = [])),
-    responses(
-        (status = 202, description = "Evaluated: every trigger's decision, and the deployments started", body = Object),
-        (status = 400, description = "Not an event", body = ErrorBody),
-        (status = 401, body = ErrorBody),
-        (status = 404, description = "The server has no trigger file", body = ErrorBody),
-        (status = 413, description = "Larger than 1 MiB", body = ErrorBody),
-        (status = 415, description = "Not JSON", body = ErrorBody),
-    )
-)]
-pub async fn post_event(
-    State(api): State<Api>,
-    Extension(caller): Extension<Caller>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    let Some(dispatcher) = api.triggers.clone() else {
-        return Err(ApiError::NotFound(
-            "this server has no triggers; start it with `overture serve --triggers FILE`".into(),
-        ));
-    };
-    let is_json = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .map(str::trim)
-        .is_some_and(|v| {
-            v.eq_ignore_ascii_case("application/json")
-                || v.eq_ignore_ascii_case("application/cloudevents+json")
-        });
-    if !is_json {
-        return Err(ApiError::UnsupportedMediaType);
-    }
-    let body = body.map_err(|rejection| {
-        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::PayloadTooLarge
-        } else {
-            ApiError::BadRequest("the request body could not be read".into())
-        }
-    })?;
-    let text = std::str::from_utf8(&body)
-        .map_err(|_| ApiError::BadRequest("the body is not UTF-8 JSON".into()))?;
-    let event = read_event(text, "the event").map_err(ApiError::BadRequest)?;
-    let tenant = caller.tenant().to_owned();
-    let dispatched = dispatcher
-        .dispatch(&event, Some(&tenant))
-        .await
-        .map_err(internal)?;
-    let started: Vec<String> = dispatched
-        .started
-        .iter()
-        .map(|s| s.id.to_string())
-        .collect();
-    // The deployments outlive the request, as those of `POST /v1/deployments` do.
-    tokio::spawn(async move {
-        if let Err(error) = dispatcher
-            .follow(dispatched.started, Some(&tenant), false)
+use crate::triggers::{read_event, Dispatcher};
+
+/// The trigger file given with `--triggers`.
+pub struct TriggerFile(pub Arc<Dispatcher>);
+
+#[async_trait]
+impl DeliverEvents for TriggerFile {
+    async fn deliver(&self, event: &str, tenant: &str) -> Result<Value, DeliverError> {
+        let event = read_event(event, "the event").map_err(DeliverError::NotAnEvent)?;
+        let tenant = tenant.to_owned();
+        let dispatched = self
+            .0
+            .dispatch(&event, Some(&tenant))
             .await
-        {
-            tracing::error!(%error, "driving deployments started by a trigger failed");
-        }
-    });
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(json!({ "deployments": started, "decisions": dispatched.decisions })),
-    )
-        .into_response())
-}
-
-fn internal(failure: Failure) -> ApiError {
-    ApiError::Internal(failure.to_string())
+            .map_err(|failure| DeliverError::Failed(failure.to_string()))?;
+        let started: Vec<String> = dispatched
+            .started
+            .iter()
+            .map(|s| s.id.to_string())
+            .collect();
+        // The deployments outlive the request, as those of `POST /v1/deployments` do.
+        let dispatcher = Arc::clone(&self.0);
+        tokio::spawn(async move {
+            if let Err(error) = dispatcher
+                .follow(dispatched.started, Some(&tenant), false)
+                .await
+            {
+                tracing::error!(%error, "driving deployments started by a trigger failed");
+            }
+        });
+        Ok(json!({ "deployments": started, "decisions": dispatched.decisions }))
+    }
 }

@@ -1,37 +1,23 @@
 //! `overture serve`: the HTTP API, the tenant boundary of the embedded engine.
 //!
-//! - `mod.rs`: the application's state ([`Api`], a few ports), the port that starts, redrives
-//!   and cancels deployments ([`RunDeployments`]), and [`run`], which opens the data directory, resumes
-//!   unfinished deployments, binds and serves.
-//! - [`routes`]: the routes, built as one axum `Router` with its OpenAPI document from the same
-//!   annotations, so the document cannot miss a route.
-//! - [`auth`]: the `X-Auth-Token` check with the cloud's identity service; the tenant is the
-//!   token's project.
-//! - [`error`]: errors as JSON with stable codes.
-//! - [`embedded`]: the ports on the embedded engine.
-//! - [`events`]: `POST /v1/events`, events for the trigger file given with `--triggers`.
+//! The application (routes, authentication, errors, ports) is `overture_api`'s, shared with the
+//! `api` Lambda of the serverless form; this module gives it its ports on the embedded engine.
 //!
-//! The application is a plain `Router` over [`Api`], so the same routes could be served by
-//! `lambda_http` with ports on the serverless form.
+//! - `mod.rs`: [`run`], which opens the data directory, resumes unfinished deployments, binds
+//!   and serves.
+//! - [`embedded`]: the ports on the embedded engine.
+//! - [`events`]: the trigger file given with `--triggers`, for `POST /v1/events`.
 
-pub mod auth;
 mod embedded;
-pub mod error;
-pub mod events;
-pub mod routes;
+mod events;
 
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context;
-use async_trait::async_trait;
 use clap::Args;
-use overture_domain::DeploymentError;
-use overture_events::DeploymentId;
-use overture_kit::query::QueryDeployments;
-use overture_submit::again::Redrive;
-use overture_submit::{CheckToken, Submission, SubmitError};
+use overture_api::{routes, Api, DeliverEvents};
 
 use crate::Failure;
 
@@ -52,51 +38,6 @@ pub struct ServeArgs {
     pub triggers: Option<std::path::PathBuf>,
 }
 
-/// Why the engine could not start or cancel a deployment.
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    /// Submitting failed (the blueprint is invalid, or a store failed).
-    #[error(transparent)]
-    Submit(#[from] SubmitError),
-    /// The engine failed.
-    #[error("the engine failed: {0}")]
-    Engine(String),
-}
-
-/// Starts, cancels and watches deployments: the engine behind the API.
-#[async_trait]
-pub trait RunDeployments: Send + Sync {
-    /// Validates, seals and records a deployment, and starts running it.
-    async fn start(&self, submission: Submission) -> Result<DeploymentId, RunError>;
-    /// Checks, seals and records the redrive of a failed deployment, and drives it on.
-    async fn redrive(&self, request: Redrive) -> Result<(), RunError>;
-    /// Records a user's cancel; whoever drives the deployment carries it out.
-    async fn cancel(
-        &self,
-        id: DeploymentId,
-        requested_by: &str,
-        reason: &str,
-    ) -> Result<Result<(), DeploymentError>, RunError>;
-    /// Returns when the log may have grown (at the latest after a short while).
-    async fn changed(&self);
-    /// A caller the identity service accepted: deployments of its project that wait for a token
-    /// since the server restarted carry on with it.
-    async fn caller_seen(&self, caller: &auth::Caller);
-}
-
-/// The application's state: the ports the routes use.
-#[derive(Clone)]
-pub struct Api {
-    /// What the routes read.
-    pub queries: Arc<dyn QueryDeployments>,
-    /// Who checks the callers' tokens.
-    pub identity: Arc<dyn CheckToken>,
-    /// The engine.
-    pub deployments: Arc<dyn RunDeployments>,
-    /// The trigger file's dispatcher, with `--triggers`.
-    pub triggers: Option<Arc<crate::triggers::Dispatcher>>,
-}
-
 /// `overture serve`: resumes what was unfinished, then serves until killed.
 pub async fn run(data_dir: &Path, args: ServeArgs) -> Result<(), Failure> {
     // Checked before anything starts: a bad trigger file is bad input, as for `trigger send`.
@@ -106,7 +47,7 @@ pub async fn run(data_dir: &Path, args: ServeArgs) -> Result<(), Failure> {
     };
     let engine = embedded::Embedded::start(data_dir, args.parallelism).await?;
     let triggers = match trigger_file {
-        Some((file, path)) => Some(Arc::new(
+        Some((file, path)) => Some(Arc::new(events::TriggerFile(Arc::new(
             crate::triggers::Dispatcher::new(
                 Arc::clone(&engine.engine),
                 data_dir,
@@ -115,7 +56,7 @@ pub async fn run(data_dir: &Path, args: ServeArgs) -> Result<(), Failure> {
                 args.parallelism,
             )
             .await?,
-        )),
+        ))) as Arc<dyn DeliverEvents>),
         None => None,
     };
     let api = Api {

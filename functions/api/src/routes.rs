@@ -1,7 +1,7 @@
 //! The routes. Each handler carries its `#[utoipa::path]`, and [`router`] registers handlers
 //! only through `routes!`, so `/openapi.json` lists exactly what is served.
 //!
-//! Every route under `/v1` is authenticated ([`super::auth`]) and sees only the caller's
+//! Every route under `/v1` is authenticated ([`crate::auth`]) and sees only the caller's
 //! tenant: another tenant's deployment answers 404, as if it did not exist.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -32,10 +32,10 @@ use utoipa::{IntoParams, OpenApi, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::auth::{authenticate, Caller};
-use super::error::{malformed, ApiError, ErrorBody, Problem, MAX_BODY};
-use super::{Api, RunError};
-use crate::render;
+use crate::auth::{authenticate, Caller};
+use crate::error::{malformed, ApiError, ErrorBody, Problem, MAX_BODY};
+use crate::grants::{grant_rows, GrantRow};
+use crate::{Api, RunError};
 
 /// The document's frame; the paths come from the handlers.
 #[derive(OpenApi)]
@@ -75,7 +75,7 @@ fn described() -> (OpenApiRouter<Api>, OpenApiRouter<Api>) {
         .routes(routes!(redrive_deployment))
         .routes(routes!(tenant))
         .routes(routes!(grants))
-        .routes(routes!(super::events::post_event));
+        .routes(routes!(crate::events::post_event));
     let open = OpenApiRouter::new()
         .routes(routes!(healthz))
         .routes(routes!(openapi));
@@ -246,7 +246,13 @@ fn refused(error: RunError) -> ApiError {
             }
         }
         RunError::Engine(message) => ApiError::Internal(message),
+        error @ RunError::NotOnThisBackend(_) => ApiError::NotOnThisBackend(error.to_string()),
     }
+}
+
+/// One line of JSON: an event of a Server-Sent Events stream.
+fn json_line<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
 }
 
 /// Which deployments a list holds.
@@ -456,7 +462,7 @@ impl Follow {
                     Event::default()
                         .id(envelope.revision.to_string())
                         .event(envelope.event_type.clone())
-                        .data(render::json_line(&envelope)),
+                        .data(json_line(&envelope)),
                 );
             }
             if self.ended {
@@ -749,7 +755,7 @@ async fn grants(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
     query: Result<Query<GrantsQuery>, QueryRejection>,
-) -> Result<Json<Vec<render::GrantRow>>, ApiError> {
+) -> Result<Json<Vec<GrantRow>>, ApiError> {
     let Query(query) = query
         .map_err(|_| ApiError::BadRequest("the only query parameter is open=true|false".into()))?;
     let views = api
@@ -759,7 +765,7 @@ async fn grants(
             status: None,
         })
         .await?;
-    Ok(Json(render::grant_rows(&views, query.open)))
+    Ok(Json(grant_rows(&views, query.open)))
 }
 
 /// Whether the server answers.

@@ -50,6 +50,9 @@ pub enum ApiError {
     /// The server failed.
     #[error("{0}")]
     Internal(String),
+    /// This backend does not serve this route yet (the serverless form's writes, for now).
+    #[error("{0}")]
+    NotOnThisBackend(String),
 }
 
 /// One problem of a refused deployment request.
@@ -66,7 +69,7 @@ pub struct Problem {
 pub struct ErrorBody {
     /// Stable: `unauthorized`, `not_found`, `bad_request`, `invalid`, `conflict`,
     /// `payload_too_large`, `unsupported`, `method_not_allowed`, `unavailable`,
-    /// `internal`.
+    /// `internal`, `not_on_this_backend`.
     pub code: &'static str,
     /// What went wrong, for people.
     pub message: String,
@@ -89,6 +92,7 @@ impl ApiError {
             ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+            ApiError::NotOnThisBackend(_) => (StatusCode::NOT_IMPLEMENTED, "not_on_this_backend"),
         }
     }
 
@@ -104,7 +108,8 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
-        if status.is_server_error() {
+        // A route this backend does not serve yet is the client's news, not the server's fault.
+        if status.is_server_error() && status != StatusCode::NOT_IMPLEMENTED {
             tracing::warn!(code, error = %self, "request failed");
         }
         let message = self.to_string();

@@ -8,8 +8,8 @@ use overture_domain::secret::SecretString;
 use overture_events::CloudAccount;
 use overture_submit::TokenError;
 
-use super::error::ApiError;
-use super::Api;
+use crate::error::ApiError;
+use crate::Api;
 
 /// The header that carries the user's cloud token, as OpenStack's own APIs take it.
 pub const TOKEN_HEADER: &str = "x-auth-token";

@@ -1,0 +1,74 @@
+//! `POST /v1/events`: an event for the server's trigger file (`overture serve --triggers FILE`).
+//!
+//! The event is evaluated at once and each decision answered ([`crate::DeliverEvents`]); the
+//! deployments it starts, and the chains their ends start, are driven on by the server. A
+//! trigger deploys only into the caller's tenant: one whose `tenant` is another is refused, and
+//! that is recorded.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+
+use crate::auth::Caller;
+use crate::error::{ApiError, ErrorBody};
+use crate::{Api, DeliverError};
+
+/// Deliver an event (CloudEvents 1.0 JSON, or EventBridge's shape) to the server's triggers.
+#[utoipa::path(
+    post,
+    path = "/v1/events",
+    request_body(content = Object, description = "A CloudEvent (specversion 1.0) or an EventBridge event"),
+    security(("token" = [])),
+    responses(
+        (status = 202, description = "Evaluated: every trigger's decision, and the deployments started", body = Object),
+        (status = 400, description = "Not an event", body = ErrorBody),
+        (status = 401, body = ErrorBody),
+        (status = 404, description = "The server has no trigger file", body = ErrorBody),
+        (status = 413, description = "Larger than 1 MiB", body = ErrorBody),
+        (status = 415, description = "Not JSON", body = ErrorBody),
+    )
+)]
+pub async fn post_event(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let Some(dispatcher) = api.triggers.clone() else {
+        return Err(ApiError::NotFound(
+            "this server has no triggers; start it with `overture serve --triggers FILE`".into(),
+        ));
+    };
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .map(str::trim)
+        .is_some_and(|v| {
+            v.eq_ignore_ascii_case("application/json")
+                || v.eq_ignore_ascii_case("application/cloudevents+json")
+        });
+    if !is_json {
+        return Err(ApiError::UnsupportedMediaType);
+    }
+    let body = body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::PayloadTooLarge
+        } else {
+            ApiError::BadRequest("the request body could not be read".into())
+        }
+    })?;
+    let text = std::str::from_utf8(&body)
+        .map_err(|_| ApiError::BadRequest("the body is not UTF-8 JSON".into()))?;
+    let answer = dispatcher
+        .deliver(text, caller.tenant())
+        .await
+        .map_err(|error| match error {
+            DeliverError::NotAnEvent(message) => ApiError::BadRequest(message),
+            DeliverError::Failed(message) => ApiError::Internal(message),
+        })?;
+    Ok((StatusCode::ACCEPTED, Json(answer)).into_response())
+}

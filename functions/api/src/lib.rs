@@ -1,0 +1,96 @@
+//! The HTTP API as one axum application over a few ports, so the same routes are served by
+//! `overture serve` (the embedded engine) and by the `api` Lambda (the serverless form).
+//!
+//! - `lib.rs`: the application's state ([`Api`]) and its ports: [`RunDeployments`], which
+//!   starts, redrives and cancels deployments, and [`DeliverEvents`], a server's trigger file.
+//! - [`routes`]: the routes, built as one axum `Router` with its OpenAPI document from the same
+//!   annotations, so the document cannot miss a route.
+//! - [`auth`]: the `X-Auth-Token` check with the cloud's identity service; the tenant is the
+//!   token's project.
+//! - [`error`]: errors as JSON with stable codes.
+//! - [`events`]: `POST /v1/events`, events for a server's trigger file.
+//! - [`grants`]: the grant rows of `GET /v1/grants` (and of `overture grants`).
+
+pub mod auth;
+pub mod error;
+pub mod events;
+pub mod grants;
+pub mod routes;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use overture_domain::DeploymentError;
+use overture_events::DeploymentId;
+use overture_kit::query::QueryDeployments;
+use overture_submit::again::Redrive;
+use overture_submit::{CheckToken, Submission, SubmitError};
+
+pub use routes::{document, router};
+
+/// Why the engine could not start or cancel a deployment.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Submitting failed (the blueprint is invalid, or a store failed).
+    #[error(transparent)]
+    Submit(#[from] SubmitError),
+    /// The engine failed.
+    #[error("the engine failed: {0}")]
+    Engine(String),
+    /// This backend does not do this yet (the route, for example `POST /v1/deployments`).
+    #[error("{0} is not served on this backend yet; use the command line for it")]
+    NotOnThisBackend(&'static str),
+}
+
+/// Starts, cancels and watches deployments: the engine behind the API.
+#[async_trait]
+pub trait RunDeployments: Send + Sync {
+    /// Validates, seals and records a deployment, and starts running it.
+    async fn start(&self, submission: Submission) -> Result<DeploymentId, RunError>;
+    /// Checks, seals and records the redrive of a failed deployment, and drives it on.
+    async fn redrive(&self, request: Redrive) -> Result<(), RunError>;
+    /// Records a user's cancel; whoever drives the deployment carries it out.
+    async fn cancel(
+        &self,
+        id: DeploymentId,
+        requested_by: &str,
+        reason: &str,
+    ) -> Result<Result<(), DeploymentError>, RunError>;
+    /// Returns when the log may have grown (at the latest after a short while).
+    async fn changed(&self);
+    /// A caller the identity service accepted: deployments of its project that wait for a token
+    /// since the server restarted carry on with it.
+    async fn caller_seen(&self, caller: &auth::Caller);
+}
+
+/// Why an event was not delivered to the trigger file.
+#[derive(Debug, thiserror::Error)]
+pub enum DeliverError {
+    /// The body is not an event; nothing was evaluated.
+    #[error("{0}")]
+    NotAnEvent(String),
+    /// Evaluating the triggers or starting their deployments failed.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// A server's trigger file: evaluates events for a tenant and starts what they decide.
+#[async_trait]
+pub trait DeliverEvents: Send + Sync {
+    /// Evaluates the event (its JSON text) for `tenant`; answers every trigger's decision and
+    /// the deployments started (`{"deployments": [...], "decisions": [...]}`).
+    async fn deliver(&self, event: &str, tenant: &str) -> Result<serde_json::Value, DeliverError>;
+}
+
+/// The application's state: the ports the routes use.
+#[derive(Clone)]
+pub struct Api {
+    /// What the routes read.
+    pub queries: Arc<dyn QueryDeployments>,
+    /// Who checks the callers' tokens.
+    pub identity: Arc<dyn CheckToken>,
+    /// The engine.
+    pub deployments: Arc<dyn RunDeployments>,
+    /// The server's trigger file, if it has one.
+    pub triggers: Option<Arc<dyn DeliverEvents>>,
+}
