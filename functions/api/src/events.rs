@@ -39,7 +39,9 @@ pub async fn post_event(
 ) -> Result<Response, ApiError> {
     let Some(dispatcher) = api.triggers.clone() else {
         return Err(ApiError::NotFound(
-            "this server has no triggers; start it with `overture serve --triggers FILE`".into(),
+            "this server has no trigger file (`overture serve --triggers FILE` gives it one; \
+             the AWS api function has none yet)"
+                .into(),
         ));
     };
     let is_json = headers
