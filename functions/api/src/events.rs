@@ -8,7 +8,7 @@
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 
@@ -44,25 +44,11 @@ pub async fn post_event(
                 .into(),
         ));
     };
-    let is_json = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .map(str::trim)
-        .is_some_and(|v| {
-            v.eq_ignore_ascii_case("application/json")
-                || v.eq_ignore_ascii_case("application/cloudevents+json")
-        });
-    if !is_json {
-        return Err(ApiError::UnsupportedMediaType);
-    }
-    let body = body.map_err(|rejection| {
-        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::PayloadTooLarge
-        } else {
-            ApiError::BadRequest("the request body could not be read".into())
-        }
-    })?;
+    let body = crate::routes::body_of(
+        &headers,
+        body,
+        &["application/json", "application/cloudevents+json"],
+    )?;
     let text = std::str::from_utf8(&body)
         .map_err(|_| ApiError::BadRequest("the body is not UTF-8 JSON".into()))?;
     let answer = dispatcher

@@ -189,22 +189,32 @@ fn json_body<T: DeserializeOwned>(
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<T, ApiError> {
-    let is_json = headers
+    let body = body_of(headers, body, &["application/json"])?;
+    serde_json::from_slice(&body).map_err(|e| malformed(&e))
+}
+
+/// A request body of one of the media types `accepted`, within the size limit.
+pub(crate) fn body_of(
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+    accepted: &[&str],
+) -> Result<Bytes, ApiError> {
+    let accepted = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split(';').next())
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
-    if !is_json {
+        .map(str::trim)
+        .is_some_and(|v| accepted.iter().any(|a| v.eq_ignore_ascii_case(a)));
+    if !accepted {
         return Err(ApiError::UnsupportedMediaType);
     }
-    let body = body.map_err(|rejection| {
+    body.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::PayloadTooLarge
         } else {
             ApiError::BadRequest("the request body could not be read".into())
         }
-    })?;
-    serde_json::from_slice(&body).map_err(|e| malformed(&e))
+    })
 }
 
 fn refused(error: RunError) -> ApiError {
