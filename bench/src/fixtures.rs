@@ -149,6 +149,7 @@ impl Recorder {
                 anyhow::anyhow!("the blueprint's parameters do not resolve: {problems}")
             })?;
         let requested = DeploymentEvent::DeploymentRequested {
+            triggered_by: None,
             tenant: self.tenant.clone(),
             requested_by: REQUESTED_BY.to_owned(),
             trigger: "cli".to_owned(),

@@ -9,7 +9,9 @@ use std::collections::BTreeMap;
 
 use chrono::TimeDelta;
 use indexmap::IndexMap;
-use overture_events::{BlueprintSnapshot, CloudAccount, DeploymentEvent, ErrorClass, Timestamp};
+use overture_events::{
+    BlueprintSnapshot, CloudAccount, DeploymentEvent, ErrorClass, Timestamp, TriggeredBy,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::retry::{self, RetryDecision};
@@ -170,6 +172,8 @@ pub struct DeploymentState {
     pub destroy: Option<Destroy>,
     /// The cloud account the deployment acts for, when it was given a token.
     pub cloud: Option<CloudAccount>,
+    /// The trigger and event that started it, when a trigger did.
+    pub triggered_by: Option<TriggeredBy>,
     /// The engine's rule on the bastion, while it is open.
     pub bastion_access: Option<BastionAccess>,
 }
@@ -279,6 +283,8 @@ pub enum DeploymentCommand {
         cloud: Option<CloudAccount>,
         /// What was sealed, when there is anything to seal.
         sealed: Option<SealedCredentials>,
+        /// The trigger and event that asked, when a trigger did.
+        triggered_by: Option<TriggeredBy>,
     },
     /// Move on: schedule steps whose needs succeeded, abandon at a passed deadline, finish.
     Advance { now: Timestamp },
@@ -534,6 +540,7 @@ impl Deployment {
                 params,
                 cloud,
                 sealed,
+                triggered_by,
             } => {
                 let requested = DeploymentEvent::DeploymentRequested {
                     tenant,
@@ -544,6 +551,7 @@ impl Deployment {
                     blueprint_hash,
                     params,
                     cloud,
+                    triggered_by,
                 };
                 let sealed = sealed.map(credentials_sealed);
                 Ok(std::iter::once(requested).chain(sealed).collect())
@@ -714,9 +722,11 @@ impl Deployment {
                 blueprint,
                 params,
                 cloud,
+                triggered_by,
                 ..
             } => {
                 state.cloud = cloud;
+                state.triggered_by = triggered_by;
                 state.steps = blueprint
                     .steps
                     .iter()

@@ -208,6 +208,7 @@ mod tests {
         let now = Timestamp::UNIX_EPOCH;
         let events = vec![
             DeploymentEvent::DeploymentRequested {
+                triggered_by: None,
                 tenant: "acme".into(),
                 requested_by: "ada".into(),
                 trigger: "cli".into(),

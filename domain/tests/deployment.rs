@@ -34,6 +34,7 @@ steps:
 
 fn requested() -> E {
     E::DeploymentRequested {
+        triggered_by: None,
         tenant: "acme".into(),
         requested_by: "ada".into(),
         trigger: "cli".into(),
@@ -143,6 +144,7 @@ fn running_lint() -> Vec<E> {
 #[test]
 fn a_request_is_recorded_with_its_sealed_secrets() {
     let then = given([]).when(C::Request {
+        triggered_by: None,
         tenant: "acme".into(),
         requested_by: "ada".into(),
         trigger: "cli".into(),
@@ -175,6 +177,7 @@ fn a_request_is_recorded_with_its_sealed_secrets() {
 #[test]
 fn a_second_request_is_refused() {
     let request = C::Request {
+        triggered_by: None,
         tenant: "acme".into(),
         requested_by: "ada".into(),
         trigger: "cli".into(),
@@ -589,6 +592,7 @@ steps:
     .expect("valid")
     .snapshot;
     E::DeploymentRequested {
+        triggered_by: None,
         tenant: "acme".into(),
         requested_by: "ada".into(),
         trigger: "cli".into(),

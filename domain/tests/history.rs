@@ -44,6 +44,7 @@ impl Recorder {
         recorder.handle(
             0,
             C::Request {
+                triggered_by: None,
                 tenant: "acme".into(),
                 requested_by: "ada".into(),
                 trigger: "cli".into(),

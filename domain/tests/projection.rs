@@ -36,6 +36,7 @@ fn history(id: DeploymentId, tenant: &str, ending: E) -> Vec<Envelope> {
         .snapshot;
     let events = vec![
         E::DeploymentRequested {
+            triggered_by: None,
             tenant: tenant.into(),
             requested_by: "u".into(),
             trigger: "cli".into(),
@@ -193,6 +194,7 @@ fn the_grants_ledger_opens_and_closes_each_grant_with_its_pair_of_events() {
         .snapshot;
     let events = [
         E::DeploymentRequested {
+            triggered_by: None,
             tenant: "acme".into(),
             requested_by: "u".into(),
             trigger: "cli".into(),

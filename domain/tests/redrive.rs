@@ -37,6 +37,7 @@ steps:
     .expect("valid")
     .snapshot;
     E::DeploymentRequested {
+        triggered_by: None,
         tenant: "acme".into(),
         requested_by: "ada".into(),
         trigger: "cli".into(),

@@ -37,6 +37,9 @@ pub enum DeploymentEvent {
         /// The cloud account whose token the deployment acts with, when it was given one.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cloud: Option<CloudAccount>,
+        /// The trigger and the event that started it, when a trigger did.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        triggered_by: Option<TriggeredBy>,
     },
     /// The deployment's secrets were sealed; this carries references, never values.
     CredentialsSealed {
@@ -199,6 +202,20 @@ pub struct CloudAccount {
     pub project: String,
     /// The user the token was issued to.
     pub user: String,
+}
+
+/// The trigger that started a deployment, and the event it started it for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TriggeredBy {
+    /// The trigger's name in its trigger file.
+    pub trigger: String,
+    /// The event's `source`.
+    pub source: String,
+    /// The event's `id`, unique within its source.
+    pub event_id: String,
+    /// How many deployments deep in a chain of triggers the event was (0 from outside): the
+    /// deployment's own end is published one deeper.
+    pub depth: u32,
 }
 
 /// An event whose type string or data does not match the schema.

@@ -18,8 +18,8 @@ pub mod job;
 pub use blueprint::{
     BastionSpec, BlueprintSnapshot, ErrorClass, ParamSpec, RetryRule, StepSpec, StoredFile,
 };
-pub use deployment::CloudAccount;
 pub use deployment::DeploymentEvent;
+pub use deployment::{CloudAccount, TriggeredBy};
 pub use envelope::{Envelope, LogEntry, Metadata};
 pub use ids::{DeploymentId, ParseIdError};
 

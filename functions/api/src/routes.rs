@@ -161,6 +161,7 @@ async fn create_deployment(
 ) -> Result<Response, ApiError> {
     let request: CreateDeployment = json_body(&headers, body)?;
     let submission = Submission {
+        triggered_by: None,
         source: SOURCE.into(),
         text: request.blueprint,
         tenant: caller.tenant().to_owned(),

@@ -58,6 +58,7 @@ fn requested() -> DeploymentEvent {
         .map(|parsed| parsed.snapshot)
         .unwrap_or_else(|problems| panic!("the contract's blueprint is valid: {problems}"));
     DeploymentEvent::DeploymentRequested {
+        triggered_by: None,
         tenant: "acme".into(),
         requested_by: "ada".into(),
         trigger: "cli".into(),
@@ -257,6 +258,7 @@ pub async fn esrs_commands_are_recorded_in_the_log_and_conflicts_are_typed<L: Lo
             unreachable!("requested() is a request")
         };
         DeploymentCommand::Request {
+            triggered_by: None,
             tenant: "acme".into(),
             requested_by: "ada".into(),
             trigger: "test".into(),

@@ -32,6 +32,7 @@ pub fn fresh_tenant(prefix: &str) -> String {
 
 fn requested(tenant: &str) -> DeploymentEvent {
     DeploymentEvent::DeploymentRequested {
+        triggered_by: None,
         tenant: tenant.into(),
         requested_by: "ada".into(),
         trigger: "test".into(),

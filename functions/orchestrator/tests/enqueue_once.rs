@@ -142,6 +142,7 @@ impl Fixture {
     async fn request(&self) {
         let parsed = parse(BLUEPRINT).expect("valid");
         self.record(DeploymentCommand::Request {
+            triggered_by: None,
             tenant: "t".into(),
             requested_by: "u".into(),
             trigger: "cli".into(),

@@ -107,6 +107,7 @@ async fn requested_log() -> MemoryLog {
         .expect("valid")
         .snapshot;
     let requested = DeploymentEvent::DeploymentRequested {
+        triggered_by: None,
         tenant: "acme".into(),
         requested_by: "ada".into(),
         trigger: "cli".into(),

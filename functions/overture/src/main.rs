@@ -1026,6 +1026,7 @@ async fn deploy(
         .await
         .context("reading the log")?;
     let submission = Submission {
+        triggered_by: None,
         cloud,
         source: file.display().to_string(),
         text,

@@ -830,6 +830,7 @@ mod tests {
 
     fn requested(steps: Vec<StepSpec>) -> DeploymentEvent {
         DeploymentEvent::DeploymentRequested {
+            triggered_by: None,
             tenant: "acme".into(),
             requested_by: "ada".into(),
             trigger: "cli".into(),

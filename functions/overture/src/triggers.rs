@@ -310,6 +310,7 @@ impl Dispatcher {
             .collect();
         let secrets = read_secrets(&pairs)?;
         let submission = Submission {
+            triggered_by: None,
             cloud: None,
             source: blueprint.display().to_string(),
             text,

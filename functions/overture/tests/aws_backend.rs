@@ -26,6 +26,7 @@ const TENANTS: &str = "cli-tenants";
 
 fn requested(tenant: &str) -> DeploymentEvent {
     DeploymentEvent::DeploymentRequested {
+        triggered_by: None,
         tenant: tenant.into(),
         requested_by: "ada".into(),
         trigger: "cli".into(),

@@ -124,6 +124,7 @@ fn deployment(tenant: &str, requested: i64, ending: Option<DeploymentStatus>) ->
             .unwrap_or_else(|problems| panic!("the contract's blueprint is valid: {problems}"));
     let mut events = vec![
         DeploymentEvent::DeploymentRequested {
+            triggered_by: None,
             tenant: tenant.into(),
             requested_by: "ada".into(),
             trigger: "cli".into(),

@@ -125,6 +125,7 @@ fn requested(deployment: DeploymentId) -> Envelope {
         .expect("valid")
         .snapshot;
     let event = overture_events::DeploymentEvent::DeploymentRequested {
+        triggered_by: None,
         tenant: "acme".into(),
         requested_by: "ada".into(),
         trigger: "cli".into(),

@@ -27,6 +27,7 @@ pub const BASTION: &str =
 /// `DeploymentRequested` of `blueprint` with `params`, by user "u" of tenant "t".
 pub fn requested_event(blueprint: &BlueprintSnapshot, params: &[(&str, &str)]) -> DeploymentEvent {
     DeploymentEvent::DeploymentRequested {
+        triggered_by: None,
         tenant: "t".into(),
         requested_by: "u".into(),
         trigger: "cli".into(),

@@ -145,6 +145,7 @@ impl Fixture {
         fixture
             .record(vec![
                 E::DeploymentRequested {
+                    triggered_by: None,
                     tenant: "t".into(),
                     requested_by: "u".into(),
                     trigger: "cli".into(),

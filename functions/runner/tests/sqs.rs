@@ -171,6 +171,7 @@ async fn scheduled(deployments: &[DeploymentId], more: &[E]) -> MemoryLog {
     for &deployment in deployments {
         let mut events = vec![
             E::DeploymentRequested {
+                triggered_by: None,
                 tenant: "t".into(),
                 requested_by: "u".into(),
                 trigger: "cli".into(),

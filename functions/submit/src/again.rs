@@ -121,6 +121,7 @@ pub async fn redeploy(
     .await?;
     let cause = Cause::new(request.requested_by.clone(), deployment, deployment.uuid());
     let command = DeploymentCommand::Request {
+        triggered_by: None,
         tenant: request.tenant.clone(),
         requested_by: request.requested_by,
         trigger: REDEPLOY_TRIGGER.into(),

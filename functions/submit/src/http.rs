@@ -201,6 +201,7 @@ async fn submission(
         }
     };
     Ok(Submission {
+        triggered_by: None,
         source: request.source,
         text: request.blueprint,
         tenant,

@@ -31,7 +31,7 @@ use overture_domain::deployment::SealedCredentials;
 use overture_domain::secret::{SecretString, SecretValues, SSH_KEY_SECRET, TOKEN_SECRET};
 use overture_domain::text::{check_name, check_project_name};
 use overture_domain::{DeploymentCommand, DeploymentError};
-use overture_events::{BlueprintSnapshot, CloudAccount, DeploymentId, StoredFile};
+use overture_events::{BlueprintSnapshot, CloudAccount, DeploymentId, StoredFile, TriggeredBy};
 use overture_kit::payload::{PayloadError, StorePayloads};
 use overture_kit::{execute, Cause, DeploymentLog, LogError};
 use uuid::Uuid;
@@ -58,6 +58,8 @@ pub struct Submission {
     pub files: BTreeMap<String, String>,
     /// The user's cloud token and the account it was checked to belong to, when given.
     pub cloud: Option<CloudSession>,
+    /// The trigger and event that asked, when a trigger did.
+    pub triggered_by: Option<TriggeredBy>,
 }
 
 /// A user's cloud token, checked against the cloud's identity service before submitting.
@@ -220,6 +222,7 @@ pub async fn submit(
         deployment.uuid(),
     );
     let command = DeploymentCommand::Request {
+        triggered_by: submission.triggered_by,
         tenant: submission.tenant.clone(),
         requested_by: submission.requested_by,
         trigger: submission.trigger,

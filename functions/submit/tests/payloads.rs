@@ -55,6 +55,7 @@ async fn a_mebibyte_of_files_makes_a_deployment_requested_well_under_a_dynamodb_
     let payloads = MemoryPayloads::default();
     let id = submit(
         Submission {
+            triggered_by: None,
             source: "b.yaml".into(),
             text: "name: big\nsteps:\n  infra: { run: terraform, with: { dir: infra } }\n".into(),
             tenant: "acme".into(),

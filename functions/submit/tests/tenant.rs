@@ -58,6 +58,7 @@ impl SealSecrets for Counting {
 
 fn submission(tenant: &str, text: &str) -> Submission {
     Submission {
+        triggered_by: None,
         source: "b.yaml".into(),
         text: text.into(),
         tenant: tenant.into(),

@@ -140,6 +140,7 @@ async fn requested(log: &DynamoDeployments) -> (DeploymentId, Envelope) {
 async fn requested_with(log: &DynamoDeployments, blueprint: &str) -> (DeploymentId, Envelope) {
     let deployment = DeploymentId::from_uuid(uuid::Uuid::now_v7());
     let requested = DeploymentEvent::DeploymentRequested {
+        triggered_by: None,
         tenant: "smoke-tenant".into(),
         requested_by: "ada".into(),
         trigger: "cli".into(),
@@ -308,6 +309,7 @@ async fn past_its_grace_deadline(log: &DynamoDeployments) -> DeploymentId {
     let step = |name: &str| name.to_owned();
     let history = vec![
         DeploymentEvent::DeploymentRequested {
+            triggered_by: None,
             tenant: "smoke-tenant".into(),
             requested_by: "ada".into(),
             trigger: "cli".into(),

@@ -63,6 +63,7 @@ async fn a_mebibyte_of_files_goes_to_s3_and_deployment_requested_fits_dynamodb()
     assert!(files.values().map(String::len).sum::<usize>() > 990_000);
     let id = submit(
         Submission {
+            triggered_by: None,
             source: "big.yaml".into(),
             text: "name: big\nsteps:\n  infra: { run: terraform, with: { dir: infra } }\n".into(),
             tenant: "acme".into(),

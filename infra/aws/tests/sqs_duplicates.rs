@@ -91,6 +91,7 @@ async fn scheduled_and_sent_twice(log: &MemoryLog, queue: &SqsQueue) -> Deployme
     let now = chrono::Utc::now();
     let events = vec![
         E::DeploymentRequested {
+            triggered_by: None,
             tenant: "t".into(),
             requested_by: "u".into(),
             trigger: "cli".into(),

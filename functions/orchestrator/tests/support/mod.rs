@@ -101,6 +101,7 @@ pub fn two_steps_scheduled_at_nine_fifty() -> Vec<overture_events::DeploymentEve
     .snapshot;
     vec![
         E::DeploymentRequested {
+            triggered_by: None,
             tenant: "acme".into(),
             requested_by: "ada".into(),
             trigger: "cli".into(),

@@ -142,6 +142,7 @@ async fn a_requested_deployment_reaches_the_projector_and_the_orchestrator_throu
     );
     let deployment = DeploymentId::from_uuid(uuid::Uuid::now_v7());
     let requested = DeploymentEvent::DeploymentRequested {
+        triggered_by: None,
         tenant: "local-tenant".into(),
         requested_by: "ada".into(),
         trigger: "cli".into(),
@@ -307,6 +308,7 @@ async fn failed_items_come_back_and_the_others_are_done() {
     );
     let deployment = DeploymentId::from_uuid(uuid::Uuid::now_v7());
     let requested = DeploymentEvent::DeploymentRequested {
+        triggered_by: None,
         tenant: "t".into(),
         requested_by: "ada".into(),
         trigger: "cli".into(),
@@ -399,6 +401,7 @@ async fn failed_items_come_back_and_the_others_are_done() {
 async fn requested_on(log: &DynamoDeployments) {
     let deployment = DeploymentId::from_uuid(uuid::Uuid::now_v7());
     let requested = DeploymentEvent::DeploymentRequested {
+        triggered_by: None,
         tenant: "t".into(),
         requested_by: "ada".into(),
         trigger: "cli".into(),
