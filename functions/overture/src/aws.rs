@@ -15,6 +15,7 @@ use overture_aws::dynamodb::DynamoDeployments;
 use overture_aws::logs::S3AttemptLogs;
 use overture_aws::query::DynamoQueries;
 use overture_aws::read_models::DynamoReadModels;
+use overture_aws::triggers::{DynamoTriggerLedger, S3TriggerBundle, SqsEvents};
 use overture_domain::blueprint::{BlueprintError, BlueprintProblem};
 use overture_domain::projection::{project, DeploymentView};
 use overture_domain::secret::SecretValues;
@@ -87,6 +88,31 @@ impl Aws {
             log,
         })
     }
+}
+
+/// The trigger events queue (`OVERTURE_TRIGGER_EVENTS_QUEUE_URL`), where `trigger send` puts
+/// an event.
+pub async fn trigger_events() -> Result<SqsEvents, Failure> {
+    let url = setting("OVERTURE_TRIGGER_EVENTS_QUEUE_URL")?;
+    let config = overture_aws::config::from_env().await;
+    Ok(SqsEvents::new(aws_sdk_sqs::Client::new(&config), url))
+}
+
+/// The trigger ledger (`OVERTURE_TRIGGERS_TABLE`), which `triggers log` reads.
+pub async fn trigger_ledger() -> Result<DynamoTriggerLedger, Failure> {
+    let table = setting("OVERTURE_TRIGGERS_TABLE")?;
+    let config = overture_aws::config::from_env().await;
+    Ok(DynamoTriggerLedger::new(
+        aws_sdk_dynamodb::Client::new(&config),
+        table,
+    ))
+}
+
+/// Where `triggers publish` stores the trigger file (`OVERTURE_PAYLOADS_BUCKET`).
+pub async fn trigger_bundle() -> Result<S3TriggerBundle, Failure> {
+    let bucket = setting("OVERTURE_PAYLOADS_BUCKET")?;
+    let config = overture_aws::config::from_env().await;
+    Ok(S3TriggerBundle::new(overture_aws::s3::client(&config), bucket))
 }
 
 /// A deployment request, as the submit function reads it.

@@ -166,7 +166,8 @@ impl Engine {
         overture_submit::again::redeploy(request, &self.submit_ports()).await
     }
 
-    fn submit_ports(&self) -> SubmitPorts<'_> {
+    /// Where this engine seals and records what users submit.
+    pub fn submit_ports(&self) -> SubmitPorts<'_> {
         SubmitPorts {
             log: &self.deployments,
             seals: &self.keys,

@@ -625,8 +625,6 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Destroy { .. } => Some("destroy"),
         Command::Resume { .. } => Some("resume"),
         Command::Redrive { .. } if backend == Backend::Aws => Some("redrive"),
-        Command::Trigger(_) => Some("trigger send"),
-        Command::Triggers(_) => Some("triggers log"),
         Command::Redeploy { .. } => Some("redeploy"),
         Command::Replay { check: false } => Some("replay"),
         Command::Export { .. } => Some("export"),
@@ -770,12 +768,21 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             Backend::Server => client::cancel(server()?, &id, json).await,
             _ => cancel::cancel(&data_dir, &id, reason, &token, json).await,
         },
-        Command::Trigger(triggers::TriggerCommand::Send(args)) => {
-            triggers::send(&data_dir, args).await
-        }
-        Command::Triggers(triggers::TriggersCommand::Log { json }) => {
-            triggers::log(&data_dir, json).await
-        }
+        Command::Trigger(triggers::TriggerCommand::Send(args)) => match backend {
+            Backend::Aws => triggers::send_to_aws(args).await,
+            _ => triggers::send(&data_dir, args).await,
+        },
+        Command::Triggers(triggers::TriggersCommand::Log { json }) => match backend {
+            Backend::Aws => triggers::log_on_aws(json).await,
+            _ => triggers::log(&data_dir, json).await,
+        },
+        Command::Triggers(triggers::TriggersCommand::Publish { file }) => match backend {
+            Backend::Aws => triggers::publish(&file).await,
+            _ => Err(Failure::BadInput(
+                "`overture triggers publish` stores a trigger file for the serverless form; give                  --backend aws (the embedded engine reads the file given with                  `trigger send --triggers FILE` or `serve --triggers FILE`)"
+                    .into(),
+            )),
+        },
         Command::Redrive { id, again } => match backend {
             Backend::Server => client::redrive(server()?, &id, &again.secrets, again.json).await,
             _ => redrive::redrive(&data_dir, again.for_deployment(&id)).await,

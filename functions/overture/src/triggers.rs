@@ -1,11 +1,11 @@
 //! `overture trigger send EVENT.json --triggers FILE` and `overture triggers log`: events in,
 //! deployments out, every decision recorded.
 //!
-//! The rules are the domain's ([`overture_domain::trigger`]); this module acts on them.
-//! [`Dispatcher::dispatch`] evaluates every trigger of the file for one event: a match claims
-//! (source, event id, trigger) in the data directory's ledger ([`TriggerLedger::claim`]) before
-//! it submits the deployment, so a redelivered event starts nothing new however many processes
-//! receive it at once. `send` drives what it started to its end, and feeds each end back in as an
+//! The rules are the domain's ([`overture_domain::trigger`]) and dispatching is the triggers
+//! function's ([`overture_triggers::dispatch`]); this module gives it the data directory's
+//! ledger and the blueprint files beside the trigger file. A match claims (source, event id,
+//! trigger) in the ledger before it submits the deployment, so a redelivered event starts
+//! nothing new however many processes receive it at once. `send` drives what it started to its end, and feeds each end back in as an
 //! `overture` event, so chains of triggers run in one command, up to the domain's depth limit.
 //! `overture serve --triggers FILE` uses the same [`Dispatcher`] for `POST /v1/events`.
 
@@ -17,22 +17,27 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use overture_domain::projection::{DeploymentStatus, DeploymentView};
 use overture_domain::text::escaped;
-use overture_domain::trigger::{self, Decision, IncomingEvent, TriggerFile};
-use overture_events::DeploymentId;
-use overture_infra::sqlite::{triggers, Database, TriggerDecisionRecord, TriggerLedger};
+use overture_domain::trigger::{self, IncomingEvent, TriggerFile};
+use overture_infra::sqlite::{Database, SqliteTriggerLedger};
 use overture_kit::query::QueryDeployments;
-use overture_submit::{Submission, SubmitError};
+use overture_kit::SystemClock;
+use overture_triggers::bundle::TriggerBundle;
+use overture_triggers::{
+    dispatch, BlueprintSource, BlueprintUnavailable, FindBlueprints, ProcessEnvironment,
+    TriggerDecision, TriggerLedger, TriggerPorts,
+};
 
 use crate::engine::{Engine, Unwatched, Watch};
 use crate::lock::{DriveLock, EngineLock};
 use crate::progress::Progress;
-use crate::{problems_in, read_blueprint, read_secrets, shown, Failure};
+use crate::{problems_in, read_blueprint, shown, Failure};
 
 /// `overture trigger ...`
 #[derive(Debug, Subcommand)]
 pub enum TriggerCommand {
     /// Deliver one event (CloudEvents 1.0 or EventBridge JSON) to a trigger file: every matching
-    /// trigger deploys, once per event however often it is sent; chains are followed.
+    /// trigger deploys, once per event however often it is sent; chains are followed. With
+    /// --backend aws, the event is put on the trigger events queue, for the published file.
     Send(SendArgs),
 }
 
@@ -41,9 +46,9 @@ pub enum TriggerCommand {
 pub struct SendArgs {
     /// The event, as a JSON file (`-` for standard input).
     pub event: PathBuf,
-    /// The trigger file (YAML).
+    /// The trigger file (YAML); not with --backend aws, whose file is the published one.
     #[arg(long)]
-    pub triggers: PathBuf,
+    pub triggers: Option<PathBuf>,
     /// How many steps may run at once.
     #[arg(long, default_value_t = 8)]
     pub parallelism: usize,
@@ -59,6 +64,12 @@ pub enum TriggersCommand {
     Log {
         #[arg(long)]
         json: bool,
+    },
+    /// With --backend aws: check a trigger file and the blueprints it deploys, and store them
+    /// for the triggers function, replacing the file published before.
+    Publish {
+        /// The trigger file (YAML); its `deploy` paths are relative to it.
+        file: PathBuf,
     },
 }
 
@@ -80,26 +91,22 @@ pub fn read_event(text: &str, what: &str) -> Result<IncomingEvent, String> {
     IncomingEvent::from_json(value).map_err(|e| format!("{what}: {e}"))
 }
 
-/// Evaluates trigger files against events and starts what they decide, recording each decision.
+/// Evaluates a trigger file against events and starts what it decides, recording each
+/// decision in the data directory's ledger.
 pub struct Dispatcher {
     engine: Arc<Engine>,
-    ledger: TriggerLedger,
+    ledger: SqliteTriggerLedger,
     file: TriggerFile,
-    /// The trigger file's folder: `deploy` paths are relative to it.
-    base: PathBuf,
+    blueprints: BlueprintFiles,
     /// How many steps of one deployment may run at once.
     parallelism: usize,
 }
 
-/// A deployment a trigger started.
+/// A deployment a trigger started, and where driving it reads the log from.
 #[derive(Clone, Debug)]
 pub struct Started {
-    /// Its id.
-    pub id: DeploymentId,
-    /// The trigger that started it.
-    pub trigger: String,
-    /// The depth of the event that started it.
-    pub depth: u32,
+    /// The deployment, and the trigger and depth that started it.
+    pub by: overture_triggers::Started,
     /// The log's head just before it was submitted: driving it reads on from there.
     pub from: u64,
 }
@@ -110,11 +117,29 @@ pub struct Dispatched {
     /// The deployments it started.
     pub started: Vec<Started>,
     /// Every decision it took, as recorded.
-    pub decisions: Vec<TriggerDecisionRecord>,
+    pub decisions: Vec<TriggerDecision>,
 }
 
-fn now() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+/// The blueprints a trigger file deploys, read from the files its `deploy` paths name,
+/// relative to the trigger file's folder.
+struct BlueprintFiles {
+    base: PathBuf,
+}
+
+#[async_trait::async_trait]
+impl FindBlueprints for BlueprintFiles {
+    async fn blueprint(&self, deploy: &str) -> Result<BlueprintSource, BlueprintUnavailable> {
+        let file = self.base.join(deploy);
+        let (text, parsed) = read_blueprint(&file).map_err(|failure| match failure {
+            Failure::BadInput(why) => BlueprintUnavailable(why),
+            other => BlueprintUnavailable(other.to_string()),
+        })?;
+        Ok(BlueprintSource {
+            source: shown(&file),
+            text,
+            files: parsed.snapshot.files,
+        })
+    }
 }
 
 impl Dispatcher {
@@ -126,14 +151,13 @@ impl Dispatcher {
         path: &Path,
         parallelism: usize,
     ) -> Result<Self, Failure> {
-        let db = Database::open(data_dir.join("overture.db"))
-            .await
-            .context("opening the trigger ledger")?;
         Ok(Self {
             engine,
-            ledger: TriggerLedger::new(db),
+            ledger: ledger(data_dir).await?,
             file,
-            base: path.parent().map(Path::to_path_buf).unwrap_or_default(),
+            blueprints: BlueprintFiles {
+                base: path.parent().map(Path::to_path_buf).unwrap_or_default(),
+            },
             parallelism,
         })
     }
@@ -145,100 +169,44 @@ impl Dispatcher {
         event: &IncomingEvent,
         tenant: Option<&str>,
     ) -> Result<Dispatched, Failure> {
-        let mut done = Dispatched::default();
         let from = self
             .engine
             .log
             .head_position()
             .await
             .context("reading the log")?;
-        for trigger in &self.file.triggers {
-            let record = |decision: &str, deployment: Option<String>, reason: String| {
-                eprintln!(
-                    "trigger {}: event {} {}: {decision}{}",
-                    trigger.name,
-                    escaped(&event.source),
-                    escaped(&event.id),
-                    if reason.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" ({})", escaped(&reason))
-                    }
-                );
-                TriggerDecisionRecord {
-                    at: now(),
-                    source: event.source.clone(),
-                    event_id: event.id.clone(),
-                    trigger: trigger.name.clone(),
-                    decision: decision.into(),
-                    deployment,
-                    reason,
-                }
-            };
-            let params = match trigger.evaluate(event) {
-                Decision::NotMatched(why) => {
-                    self.keep(&mut done, record("not-matched", None, why))
-                        .await?;
-                    continue;
-                }
-                Decision::Refused(why) => {
-                    self.keep(&mut done, record("refused", None, why)).await?;
-                    continue;
-                }
-                Decision::Deploy { params } => params,
-            };
-            if let Some(caller) = tenant.filter(|caller| *caller != trigger.tenant) {
-                let why = format!(
-                    "tenant `{}` is not the caller's tenant `{caller}`; a trigger deploys only into its caller's tenant",
-                    trigger.tenant
-                );
-                self.keep(&mut done, record("refused", None, why)).await?;
-                continue;
-            }
-            let claimed = self
-                .ledger
-                .claim(&event.source, &event.id, &trigger.name, &now())
-                .await
-                .context("claiming the event")?;
-            if !claimed {
-                // The ledger recorded it with the claim, in the same transaction.
-                done.decisions
-                    .push(record("duplicate", None, triggers::DUPLICATE_REASON.into()));
-                continue;
-            }
-            let blueprint = self.base.join(&trigger.deploy);
-            match self.start(trigger, &blueprint, params, event).await {
-                Ok(id) => {
-                    let why = format!("{} for tenant {}", shown(&blueprint), trigger.tenant);
-                    self.keep(&mut done, record("deployed", Some(id.to_string()), why))
-                        .await?;
-                    done.started.push(Started {
-                        id,
-                        trigger: trigger.name.clone(),
-                        depth: event.depth,
-                        from,
-                    });
-                }
-                Err(Failure::BadInput(why)) => {
-                    self.keep(&mut done, record("refused", None, why)).await?;
-                }
-                Err(other) => return Err(other),
-            }
-        }
-        Ok(done)
-    }
-
-    async fn keep(
-        &self,
-        done: &mut Dispatched,
-        record: TriggerDecisionRecord,
-    ) -> Result<(), Failure> {
-        self.ledger
-            .record(record.clone())
+        let ports = TriggerPorts {
+            ledger: &self.ledger,
+            blueprints: &self.blueprints,
+            secrets: &ProcessEnvironment,
+            submit: self.engine.submit_ports(),
+            clock: &SystemClock,
+        };
+        let dispatched = dispatch(&self.file, event, tenant, &ports)
             .await
-            .context("recording a trigger decision")?;
-        done.decisions.push(record);
-        Ok(())
+            .map_err(|error| Failure::Engine(error.into()))?;
+        for decision in &dispatched.decisions {
+            eprintln!(
+                "trigger {}: event {} {}: {}{}",
+                decision.trigger,
+                escaped(&decision.source),
+                escaped(&decision.event_id),
+                decision.decision.as_str(),
+                if decision.reason.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", escaped(&decision.reason))
+                }
+            );
+        }
+        Ok(Dispatched {
+            started: dispatched
+                .started
+                .into_iter()
+                .map(|by| Started { by, from })
+                .collect(),
+            decisions: dispatched.decisions,
+        })
     }
 
     /// Drives each started deployment to its end and feeds its end back in as an `overture`
@@ -251,114 +219,67 @@ impl Dispatcher {
     ) -> Result<Vec<DeploymentView>, Failure> {
         let mut pending = VecDeque::from(started);
         let mut views = Vec::new();
-        while let Some(started) = pending.pop_front() {
+        while let Some(Started { by, from }) = pending.pop_front() {
             if show_progress {
-                eprintln!("deployment {} (trigger {})", started.id, started.trigger);
+                eprintln!("deployment {} (trigger {})", by.id, by.trigger);
             }
             let data_dir = &self.engine.data_dir;
             // As for `deploy`: only a `cancel` racing this line could hold it, and it would then
             // drive the deployment beside this process, which is harmless (every action is
             // idempotent); this process waits for the end either way.
-            let _driving =
-                DriveLock::take(data_dir, started.id).context("taking the drive lock")?;
+            let _driving = DriveLock::take(data_dir, by.id).context("taking the drive lock")?;
             let mut watch: Box<dyn Watch + Send> = if show_progress {
                 Box::new(Progress::new())
             } else {
                 Box::new(Unwatched)
             };
             self.engine
-                .drive(
-                    Some(started.id),
-                    self.parallelism,
-                    watch.as_mut(),
-                    started.from,
-                )
+                .drive(Some(by.id), self.parallelism, watch.as_mut(), from)
                 .await?;
             self.engine.project().await?;
             let view = self
                 .engine
                 .queries()
-                .deployment(started.id)
+                .deployment(by.id)
                 .await?
-                .with_context(|| format!("deployment {} has no view", started.id))?;
+                .with_context(|| format!("deployment {} has no view", by.id))?;
             let ended = IncomingEvent::deployment_ended(
                 &view.id.to_string(),
                 &view.tenant,
                 &view.blueprint,
                 view.status.as_str(),
-                started.depth,
+                by.depth,
             );
             pending.extend(self.dispatch(&ended, tenant).await?.started);
             views.push(view);
         }
         Ok(views)
     }
+}
 
-    /// Submits the trigger's deployment as `overture deploy` would; bad input is a refusal.
-    async fn start(
-        &self,
-        trigger: &trigger::Trigger,
-        blueprint: &Path,
-        params: std::collections::BTreeMap<String, String>,
-        event: &IncomingEvent,
-    ) -> Result<DeploymentId, Failure> {
-        let (text, parsed) = read_blueprint(blueprint)?;
-        let pairs: Vec<String> = trigger
-            .secrets
-            .iter()
-            .map(|(name, variable)| format!("{name}={variable}"))
-            .collect();
-        let secrets = read_secrets(&pairs)?;
-        let submission = Submission {
-            triggered_by: None,
-            cloud: None,
-            source: blueprint.display().to_string(),
-            text,
-            tenant: trigger.tenant.clone(),
-            // The event is what asked; its source and id are read back from the record.
-            requested_by: format!("event:{}/{}", event.source, event.id),
-            trigger: format!("trigger:{}", trigger.name),
-            params,
-            secrets,
-            files: parsed.snapshot.files.clone(),
-        };
-        self.engine
-            .submit(submission)
-            .await
-            .map_err(|error| match error {
-                SubmitError::Invalid(problems) => {
-                    Failure::BadInput(problems_in(blueprint, &problems))
-                }
-                other => Failure::Engine(other.into()),
-            })
-    }
+/// The data directory's trigger ledger.
+async fn ledger(data_dir: &Path) -> Result<SqliteTriggerLedger, Failure> {
+    let db = Database::open(data_dir.join("overture.db"))
+        .await
+        .context("opening the trigger ledger")?;
+    Ok(SqliteTriggerLedger::new(db))
 }
 
 /// `overture trigger send`: dispatches the event, drives what it started, follows chains.
 pub async fn send(data_dir: &Path, args: SendArgs) -> Result<(), Failure> {
-    let file = read_trigger_file(&args.triggers)?;
-    let text = if args.event == Path::new("-") {
-        std::io::read_to_string(std::io::stdin())
-    } else {
-        std::fs::read_to_string(&args.event)
-    }
-    .map_err(|e| {
-        Failure::BadInput(format!(
-            "{}: cannot read the event: {e}",
-            shown(&args.event)
-        ))
-    })?;
-    let event = read_event(&text, &shown(&args.event)).map_err(Failure::BadInput)?;
+    let Some(path) = &args.triggers else {
+        return Err(Failure::BadInput(
+            "--triggers: give the trigger file the event is delivered to (with --backend aws, \
+             the published one is used instead)"
+                .into(),
+        ));
+    };
+    let file = read_trigger_file(path)?;
+    let (_, event) = read_event_file(&args.event)?;
     let engine = Engine::open(data_dir).await?;
     let _lock = EngineLock::take(data_dir, false).map_err(|e| Failure::BadInput(e.to_string()))?;
-    let dispatcher = Dispatcher::new(
-        Arc::clone(&engine),
-        data_dir,
-        file,
-        &args.triggers,
-        args.parallelism,
-    )
-    .await?;
+    let dispatcher =
+        Dispatcher::new(Arc::clone(&engine), data_dir, file, path, args.parallelism).await?;
     let started = dispatcher.dispatch(&event, None).await?.started;
     let views = dispatcher.follow(started, None, true).await?;
     if args.json {
@@ -387,28 +308,119 @@ pub async fn send(data_dir: &Path, args: SendArgs) -> Result<(), Failure> {
     }
 }
 
-/// `overture triggers log`.
-pub async fn log(data_dir: &Path, json: bool) -> Result<(), Failure> {
-    let db = Database::open(data_dir.join("overture.db"))
+/// Reads an event from a JSON file (`-`: standard input): its text, and the event.
+fn read_event_file(path: &Path) -> Result<(String, IncomingEvent), Failure> {
+    let text = if path == Path::new("-") {
+        std::io::read_to_string(std::io::stdin())
+    } else {
+        std::fs::read_to_string(path)
+    }
+    .map_err(|e| Failure::BadInput(format!("{}: cannot read the event: {e}", shown(path))))?;
+    let event = read_event(&text, &shown(path)).map_err(Failure::BadInput)?;
+    Ok((text, event))
+}
+
+/// `overture --backend aws trigger send`: checks the event and puts it on the trigger events
+/// queue, where the triggers function dispatches it against the published trigger file.
+pub async fn send_to_aws(args: SendArgs) -> Result<(), Failure> {
+    if args.triggers.is_some() {
+        return Err(Failure::BadInput(
+            "--triggers: with --backend aws the event goes to the published trigger file; \
+             publish a new one with `overture --backend aws triggers publish FILE`"
+                .into(),
+        ));
+    }
+    let (text, event) = read_event_file(&args.event)?;
+    let queue = crate::aws::trigger_events().await?;
+    let message = queue
+        .send(&text, None)
         .await
-        .context("opening the trigger ledger")?;
-    let records = TriggerLedger::new(db)
-        .list()
+        .context("putting the event on the trigger events queue")?;
+    eprintln!(
+        "event {} {} queued for the triggers (message {message}); see `overture --backend aws \
+         triggers log`",
+        escaped(&event.source),
+        escaped(&event.id)
+    );
+    Ok(())
+}
+
+/// `overture --backend aws triggers publish FILE`: the trigger file and every blueprint it
+/// deploys, read and checked here as `deploy` would, stored as one bundle.
+pub async fn publish(path: &Path) -> Result<(), Failure> {
+    let file = read_trigger_file(path)?;
+    let blueprints = BlueprintFiles {
+        base: path.parent().map(Path::to_path_buf).unwrap_or_default(),
+    };
+    let mut bundle = TriggerBundle {
+        triggers: std::fs::read_to_string(path)
+            .map_err(|e| Failure::BadInput(format!("{}: {e}", shown(path))))?,
+        blueprints: std::collections::BTreeMap::new(),
+    };
+    let mut problems = Vec::new();
+    for trigger in &file.triggers {
+        match blueprints.blueprint(&trigger.deploy).await {
+            Ok(blueprint) => {
+                bundle.blueprints.insert(trigger.deploy.clone(), blueprint);
+            }
+            Err(unavailable) => problems.push(format!(
+                "{}: triggers.{}.deploy: {unavailable}",
+                shown(path),
+                trigger.name
+            )),
+        }
+    }
+    if !problems.is_empty() {
+        return Err(Failure::BadInput(problems.join("\n")));
+    }
+    crate::aws::trigger_bundle()
+        .await?
+        .publish(&bundle)
+        .await
+        .context("storing the trigger file")?;
+    outln!(
+        "published {} with {} trigger(s) and {} blueprint(s)",
+        shown(path),
+        file.triggers.len(),
+        bundle.blueprints.len()
+    );
+    Ok(())
+}
+
+/// `overture --backend aws triggers log`.
+pub async fn log_on_aws(json: bool) -> Result<(), Failure> {
+    let records = crate::aws::trigger_ledger()
+        .await?
+        .decisions()
         .await
         .context("reading the trigger ledger")?;
+    print_decisions(&records, json)
+}
+
+/// `overture triggers log`.
+pub async fn log(data_dir: &Path, json: bool) -> Result<(), Failure> {
+    let records = ledger(data_dir)
+        .await?
+        .decisions()
+        .await
+        .context("reading the trigger ledger")?;
+    print_decisions(&records, json)
+}
+
+fn print_decisions(records: &[TriggerDecision], json: bool) -> Result<(), Failure> {
     if json {
         let text = serde_json::to_string_pretty(&records).context("rendering the log")?;
         outln!("{text}");
         return Ok(());
     }
-    for r in &records {
+    for r in records {
         outln!(
             "{}  {} {}  {}  {}  {}  {}",
             r.at,
             escaped(&r.source),
             escaped(&r.event_id),
             r.trigger,
-            r.decision,
+            r.decision.as_str(),
             r.deployment.as_deref().unwrap_or("-"),
             escaped(&r.reason)
         );

@@ -27,6 +27,9 @@
 //!   (`overture_projector::contract`).
 //! - [`query`]: the query port ([`overture_kit::query::QueryDeployments`]) on the read-model
 //!   and events tables ([`query::DynamoQueries`]); attempts' output not yet.
+//! - [`triggers`]: the triggers function's adapters: its ledger on DynamoDB
+//!   ([`triggers::DynamoTriggerLedger`], keeping the same contract as the SQLite ledger), the
+//!   published trigger file on S3, events published on the trigger events queue.
 //! - [`stack`]: the CloudFormation stack (`infra/aws/template.yaml`) made in the local emulator
 //!   ([`stack::deploy_local`]), as the tests and the local set-up use it.
 //! - [`function`]: what every function binary does as it starts (its log, its settings).
@@ -49,3 +52,4 @@ pub mod seals;
 pub mod sqs;
 pub mod stack;
 pub mod step_task;
+pub mod triggers;

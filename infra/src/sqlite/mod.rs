@@ -37,7 +37,7 @@ pub use log::{EventLog, ExpectedRevision, Imported, LogError, NewEvent};
 pub use overture_kit::esrs_store::EsrsStoreError;
 pub use queue::{JobQueue, NewJob, QueueError, Receipt, ReceivedJob};
 pub use read_models::{ListFilter, SqliteReadModels};
-pub use triggers::{TriggerDecisionRecord, TriggerLedger};
+pub use triggers::SqliteTriggerLedger;
 pub use work::Job;
 
 /// The SQLite log as an esrs event store.

@@ -1,61 +1,47 @@
-//! The trigger ledger: which (event, trigger) pairs were claimed, and every decision taken.
+//! The trigger ledger in the data directory's SQLite file: which (event, trigger) pairs were
+//! claimed, and every decision taken ([`overture_triggers::TriggerLedger`]).
 //!
 //! A claim is an `INSERT OR IGNORE` of (source, event id, trigger) in one IMMEDIATE
 //! transaction, which also records the duplicate when the pair was claimed before: however many
 //! processes receive the same event at once, exactly one of them wins each pair and deploys.
 
+use async_trait::async_trait;
+use overture_triggers::{
+    Claim, LedgerError, TriggerDecision, TriggerLedger, Verdict, DUPLICATE_REASON,
+};
 use rusqlite::{params, TransactionBehavior};
-use serde::Serialize;
 
 use super::{Database, DbError};
 
-/// The reason recorded with a duplicate delivery.
-pub const DUPLICATE_REASON: &str = "this event was already handled by this trigger";
-
-/// One decision a trigger took about an event, as `overture triggers log` shows it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct TriggerDecisionRecord {
-    /// When, RFC 3339.
-    pub at: String,
-    /// The event's source.
-    pub source: String,
-    /// The event's id.
-    pub event_id: String,
-    /// The trigger's name.
-    pub trigger: String,
-    /// `deployed`, `duplicate`, `not-matched` or `refused`.
-    pub decision: String,
-    /// The deployment it started, when it started one.
-    pub deployment: Option<String>,
-    /// Why: the condition that failed, the refusal, or what was deployed.
-    pub reason: String,
-}
-
 /// The trigger tables of the SQLite file.
 #[derive(Clone, Debug)]
-pub struct TriggerLedger {
+pub struct SqliteTriggerLedger {
     db: Database,
 }
 
-impl TriggerLedger {
+impl SqliteTriggerLedger {
     /// The ledger in this database.
     pub fn new(db: Database) -> Self {
         Self { db }
     }
+}
 
-    /// Claims the (event, trigger) pair: `true` for the one caller that gets it; every other
-    /// gets `false`, and its delivery is recorded as a duplicate in the same transaction.
-    pub async fn claim(
-        &self,
-        source: &str,
-        event_id: &str,
-        trigger: &str,
-        at: &str,
-    ) -> Result<bool, DbError> {
+fn unavailable(error: DbError) -> LedgerError {
+    LedgerError::Unavailable(Box::new(error))
+}
+
+/// A verdict the ledger holds that this version does not know.
+#[derive(Debug, thiserror::Error)]
+#[error("the trigger ledger holds an unknown decision `{0}`")]
+struct UnknownVerdict(String);
+
+#[async_trait]
+impl TriggerLedger for SqliteTriggerLedger {
+    async fn claim(&self, claim: Claim<'_>, at: &str) -> Result<bool, LedgerError> {
         let (source, event_id, trigger, at) = (
-            source.to_owned(),
-            event_id.to_owned(),
-            trigger.to_owned(),
+            claim.source.to_owned(),
+            claim.event_id.to_owned(),
+            claim.trigger.to_owned(),
             at.to_owned(),
         );
         self.db
@@ -70,18 +56,44 @@ impl TriggerLedger {
                     tx.execute(
                         "INSERT INTO trigger_decisions
                              (at, source, event_id, trigger, decision, deployment, reason)
-                         VALUES (?1, ?2, ?3, ?4, 'duplicate', NULL, ?5)",
-                        params![at, source, event_id, trigger, DUPLICATE_REASON],
+                         VALUES (?1, ?2, ?3, ?4, ?5, NULL, ?6)",
+                        params![
+                            at,
+                            source,
+                            event_id,
+                            trigger,
+                            Verdict::Duplicate.as_str(),
+                            DUPLICATE_REASON
+                        ],
                     )?;
                 }
                 tx.commit()?;
                 Ok(inserted == 1)
             })
             .await
+            .map_err(unavailable)
     }
 
-    /// Records a decision.
-    pub async fn record(&self, record: TriggerDecisionRecord) -> Result<(), DbError> {
+    async fn release(&self, claim: Claim<'_>) -> Result<(), LedgerError> {
+        let (source, event_id, trigger) = (
+            claim.source.to_owned(),
+            claim.event_id.to_owned(),
+            claim.trigger.to_owned(),
+        );
+        self.db
+            .with_connection(move |connection| {
+                connection.execute(
+                    "DELETE FROM trigger_claims WHERE source = ?1 AND event_id = ?2 AND trigger = ?3",
+                    params![source, event_id, trigger],
+                )?;
+                Ok(())
+            })
+            .await
+            .map_err(unavailable)
+    }
+
+    async fn record(&self, decision: &TriggerDecision) -> Result<(), LedgerError> {
+        let decision = decision.clone();
         self.db
             .with_connection(move |connection| {
                 connection.execute(
@@ -89,42 +101,54 @@ impl TriggerLedger {
                          (at, source, event_id, trigger, decision, deployment, reason)
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                     params![
-                        record.at,
-                        record.source,
-                        record.event_id,
-                        record.trigger,
-                        record.decision,
-                        record.deployment,
-                        record.reason
+                        decision.at,
+                        decision.source,
+                        decision.event_id,
+                        decision.trigger,
+                        decision.decision.as_str(),
+                        decision.deployment,
+                        decision.reason
                     ],
                 )?;
                 Ok(())
             })
             .await
+            .map_err(unavailable)
     }
 
-    /// Every decision, oldest first.
-    pub async fn list(&self) -> Result<Vec<TriggerDecisionRecord>, DbError> {
-        self.db
+    async fn decisions(&self) -> Result<Vec<TriggerDecision>, LedgerError> {
+        let rows = self
+            .db
             .with_connection(|connection| {
                 let mut statement = connection.prepare(
                     "SELECT at, source, event_id, trigger, decision, deployment, reason
                      FROM trigger_decisions ORDER BY seq",
                 )?;
                 let rows = statement.query_map([], |row| {
-                    Ok(TriggerDecisionRecord {
-                        at: row.get(0)?,
-                        source: row.get(1)?,
-                        event_id: row.get(2)?,
-                        trigger: row.get(3)?,
-                        decision: row.get(4)?,
-                        deployment: row.get(5)?,
-                        reason: row.get(6)?,
-                    })
+                    Ok((
+                        row.get::<_, String>(4)?,
+                        TriggerDecision {
+                            at: row.get(0)?,
+                            source: row.get(1)?,
+                            event_id: row.get(2)?,
+                            trigger: row.get(3)?,
+                            decision: Verdict::Refused,
+                            deployment: row.get(5)?,
+                            reason: row.get(6)?,
+                        },
+                    ))
                 })?;
-                rows.collect()
+                rows.collect::<Result<Vec<_>, _>>()
             })
             .await
+            .map_err(unavailable)?;
+        rows.into_iter()
+            .map(|(verdict, mut decision)| {
+                decision.decision = Verdict::parse(&verdict)
+                    .ok_or_else(|| LedgerError::Failed(Box::new(UnknownVerdict(verdict))))?;
+                Ok(decision)
+            })
+            .collect()
     }
 }
 
@@ -133,20 +157,13 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn a_pair_is_claimed_once_and_the_duplicate_recorded() {
+    async fn the_sqlite_ledger_keeps_the_contract() {
         let dir = tempfile::tempdir().expect("temp dir");
-        let ledger = TriggerLedger::new(
+        let ledger = SqliteTriggerLedger::new(
             Database::open(dir.path().join("overture.db"))
                 .await
                 .expect("open"),
         );
-        let at = "2026-01-01T00:00:00Z";
-        assert!(ledger.claim("s", "e", "t", at).await.expect("claim"));
-        assert!(!ledger.claim("s", "e", "t", at).await.expect("claim"));
-        assert!(ledger.claim("s", "e", "other", at).await.expect("claim"));
-        let decisions = ledger.list().await.expect("list");
-        assert_eq!(decisions.len(), 1);
-        assert_eq!(decisions[0].decision, "duplicate");
-        assert_eq!(decisions[0].trigger, "t");
+        overture_triggers::contract::ledger_keeps_its_contract(&ledger).await;
     }
 }

@@ -27,7 +27,7 @@ impl DeliverEvents for TriggerFile {
         let started: Vec<String> = dispatched
             .started
             .iter()
-            .map(|s| s.id.to_string())
+            .map(|s| s.by.id.to_string())
             .collect();
         // The deployments outlive the request, as those of `POST /v1/deployments` do.
         let dispatcher = Arc::clone(&self.0);
