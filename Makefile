@@ -35,7 +35,8 @@ lambdas: setup
 	$(if $(filter arm64,$(ARCH)),rustup target add aarch64-unknown-linux-gnu,)
 	cargo lambda build --release $(if $(filter arm64,$(ARCH)),--arm64,) --output-format zip \
 		-p overture-submit-lambda -p overture-orchestrator-lambda \
-		-p overture-runner-lambda -p overture-projector-lambda
+		-p overture-runner-lambda -p overture-projector-lambda \
+		-p overture-api-lambda -p overture-triggers-lambda
 
 clean:
 	cargo clean

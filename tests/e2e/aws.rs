@@ -391,3 +391,153 @@ async fn hello_world_and_a_retried_failure_run_through_the_functions_as_they_run
         );
     }
 }
+
+/// Polls `look` every half second until it answers, or fails the test once `limit` has passed:
+/// the functions work on their own time, and a chain that stops must fail, not hang.
+fn until<T>(limit: std::time::Duration, what: &str, mut look: impl FnMut() -> Option<T>) -> T {
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(found) = look() {
+            return found;
+        }
+        assert!(started.elapsed() < limit, "not within {limit:?}: {what}");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+}
+
+const RELEASE_TRIGGERS: &str = r#"triggers:
+  - name: deploy-on-release
+    on: { source: artifacts, type: release.published }
+    where: { "data.channel": stable }
+    deploy: app.yaml
+    tenant: acme
+    params: { version: "{{ event.data.version }}" }
+  - name: smoke-after-app
+    on: { source: overture, type: deployment.succeeded }
+    where: { "data.blueprint": app }
+    deploy: smoke.yaml
+    tenant: acme
+"#;
+
+const APP: &str = "name: app
+params: { version: { default: none } }
+steps:
+  publish:
+    run: script
+    with: { command: 'echo publishing {{ params.version }}' }
+";
+
+const SMOKE: &str = "name: smoke\nsteps:\n  check: { run: noop }\n";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_published_trigger_file_deploys_once_per_event_and_chains_through_the_functions() {
+    let aws = LocalAws::up();
+    let dir = tempfile::tempdir().expect("a directory");
+    let file = dir.path().join("triggers.yaml");
+    std::fs::write(&file, RELEASE_TRIGGERS).expect("the trigger file");
+    std::fs::write(dir.path().join("app.yaml"), APP).expect("a blueprint");
+    std::fs::write(dir.path().join("smoke.yaml"), SMOKE).expect("a blueprint");
+    let path = file.to_str().expect("utf-8");
+
+    tokio::task::block_in_place(|| {
+        // A trigger file whose blueprint is missing is refused before anything is stored.
+        std::fs::write(
+            dir.path().join("broken.yaml"),
+            RELEASE_TRIGGERS.replace("smoke.yaml", "gone.yaml"),
+        )
+        .expect("a broken file");
+        let broken = dir.path().join("broken.yaml");
+        let refused = aws
+            .overture(&["triggers", "publish", broken.to_str().expect("utf-8")])
+            .output()
+            .expect("overture runs");
+        assert_eq!(refused.status.code(), Some(2), "{}", text(&refused.stderr));
+        assert!(
+            text(&refused.stderr).contains("triggers.smoke-after-app.deploy"),
+            "{}",
+            text(&refused.stderr)
+        );
+
+        let published = aws
+            .overture(&["triggers", "publish", path])
+            .output()
+            .expect("overture runs");
+        assert!(published.status.success(), "{}", text(&published.stderr));
+
+        // The same event, sent 20 times at once through the queue.
+        let event = dir.path().join("release.json");
+        std::fs::write(
+            &event,
+            r#"{"specversion": "1.0", "id": "release-7", "source": "artifacts",
+                "type": "release.published", "data": {"channel": "stable", "version": "7.0"}}"#,
+        )
+        .expect("the event");
+        let senders: Vec<_> = (0..20)
+            .map(|_| {
+                aws.overture(&["trigger", "send", event.to_str().expect("utf-8")])
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .expect("overture runs")
+            })
+            .collect();
+        for sender in senders {
+            let sent = sender.wait_with_output().expect("sent");
+            assert!(sent.status.success(), "{}", text(&sent.stderr));
+        }
+
+        // Every delivery decided: one deployment, 19 duplicates; then the chain's smoke check.
+        let log = until(
+            DEPLOYMENT_WITHIN,
+            "the release and the chained smoke check",
+            || {
+                let log = aws.json(&["triggers", "log", "--json"]);
+                let decided = |trigger: &str, decision: &str| {
+                    log.as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter(|d| d["trigger"] == trigger && d["decision"] == decision)
+                        .count()
+                };
+                let release_done = decided("deploy-on-release", "deployed")
+                    + decided("deploy-on-release", "duplicate")
+                    == 20;
+                (release_done && decided("smoke-after-app", "deployed") == 1).then_some(log)
+            },
+        );
+        let deployed: Vec<&Value> = log
+            .as_array()
+            .expect("a list")
+            .iter()
+            .filter(|d| d["decision"] == "deployed")
+            .collect();
+        assert_eq!(deployed.len(), 2, "{log:#}");
+        assert_eq!(deployed[0]["trigger"], "deploy-on-release", "{log:#}");
+
+        for decision in deployed {
+            let id = decision["deployment"].as_str().expect("an id");
+            let status = until(DEPLOYMENT_WITHIN, "the triggered deployment's end", || {
+                // No view until the projector has read its first events.
+                let shown = aws.overture(&["status", id, "--json"]).output().ok()?;
+                let status: Value = serde_json::from_slice(&shown.stdout).ok()?;
+                (status["status"] != "running").then_some(status)
+            });
+            assert_eq!(status["status"], "succeeded", "{status}");
+        }
+        let smoke = log
+            .as_array()
+            .expect("a list")
+            .iter()
+            .find(|d| d["trigger"] == "smoke-after-app" && d["decision"] == "deployed")
+            .and_then(|d| d["deployment"].as_str())
+            .expect("the smoke check's deployment");
+        let requested = aws.events(smoke).into_iter().next().expect("its request");
+        assert_eq!(requested["type"], "DeploymentRequested");
+        assert_eq!(
+            requested["data"]["triggered_by"]["trigger"],
+            "smoke-after-app"
+        );
+        assert_eq!(requested["data"]["triggered_by"]["source"], "overture");
+        assert_eq!(requested["data"]["triggered_by"]["depth"], 1);
+    });
+}

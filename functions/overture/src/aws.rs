@@ -112,7 +112,10 @@ pub async fn trigger_ledger() -> Result<DynamoTriggerLedger, Failure> {
 pub async fn trigger_bundle() -> Result<S3TriggerBundle, Failure> {
     let bucket = setting("OVERTURE_PAYLOADS_BUCKET")?;
     let config = overture_aws::config::from_env().await;
-    Ok(S3TriggerBundle::new(overture_aws::s3::client(&config), bucket))
+    Ok(S3TriggerBundle::new(
+        overture_aws::s3::client(&config),
+        bucket,
+    ))
 }
 
 /// A deployment request, as the submit function reads it.

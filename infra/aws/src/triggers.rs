@@ -9,7 +9,8 @@
 //! - [`S3TriggerBundle`]: the published trigger file with its blueprints, one object
 //!   ([`BUNDLE_KEY`]) in the payloads bucket.
 //! - [`SqsEvents`]: events published on the trigger events queue, where the triggers function
-//!   receives them: a deployment's end, or an event the HTTP API was sent.
+//!   receives them: a deployment's end, or an event the HTTP API was sent (`POST /v1/events` on
+//!   the api function, queued for the caller's tenant; the triggers decide later).
 
 use std::collections::HashMap;
 
@@ -22,6 +23,7 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_sqs::types::MessageAttributeValue;
+use overture_api::{DeliverError, DeliverEvents};
 use overture_domain::trigger::IncomingEvent;
 use overture_triggers::bundle::{BundleError, LoadBundle, TriggerBundle};
 use overture_triggers::ends::{PublishError, PublishEvents};
@@ -29,6 +31,8 @@ use overture_triggers::queue::TENANT_ATTRIBUTE;
 use overture_triggers::{
     Claim, LedgerError, TriggerDecision, TriggerLedger, Verdict, DUPLICATE_REASON,
 };
+
+use serde_json::{json, Value};
 
 use crate::dynamodb::DynamoError;
 use crate::s3::{passes, S3Error};
@@ -409,5 +413,27 @@ impl PublishEvents for SqsEvents {
     async fn publish(&self, event: &IncomingEvent) -> Result<(), PublishError> {
         self.send(&event.document.to_string(), None).await?;
         Ok(())
+    }
+}
+
+#[async_trait]
+impl DeliverEvents for SqsEvents {
+    async fn deliver(&self, event: &str, tenant: &str) -> Result<Value, DeliverError> {
+        let value = serde_json::from_str(event)
+            .map_err(|e| DeliverError::NotAnEvent(format!("the event: not JSON: {e}")))?;
+        let incoming = IncomingEvent::from_json(value)
+            .map_err(|e| DeliverError::NotAnEvent(format!("the event: {e}")))?;
+        let message = self
+            .send(event, Some(tenant))
+            .await
+            .map_err(|e| DeliverError::Failed(e.to_string()))?;
+        // The triggers function decides later; `overture triggers log` shows what it decided.
+        Ok(json!({
+            "queued": message,
+            "source": incoming.source,
+            "id": incoming.id,
+            "deployments": [],
+            "decisions": [],
+        }))
     }
 }

@@ -115,13 +115,18 @@ impl Poller {
             .and_then(|file| std::fs::read_to_string(file).ok())
             .map(|sequence| sequence.trim().to_owned())
             .filter(|sequence| !sequence.is_empty());
-        let start = match (&after, trigger.from_oldest) {
-            (Some(_), _) => ShardIteratorType::AfterSequenceNumber,
-            (None, true) => ShardIteratorType::TrimHorizon,
-            (None, false) => ShardIteratorType::Latest,
+        // The last record done with (where to read on from), and how to start without one.
+        let (start, mut position) = match (after, trigger.from_oldest) {
+            (Some(after), _) => (ShardIteratorType::AfterSequenceNumber, Some(after)),
+            (None, true) => (ShardIteratorType::TrimHorizon, None),
+            // LATEST: the records the shard holds now are passed over once, here, rather than
+            // with a LATEST iterator, which the idle refresh below would take again and again,
+            // skipping whatever arrived in between.
+            (None, false) => match self.last_sequence(arn, &shard).await? {
+                Some(last) => (ShardIteratorType::AfterSequenceNumber, Some(last)),
+                None => (ShardIteratorType::TrimHorizon, None),
+            },
         };
-        // The last record done with; where to read on from.
-        let mut position = after;
         let mut iterator = self
             .iterator(arn, &shard, start.clone(), position.clone())
             .await?;
@@ -234,6 +239,30 @@ impl Poller {
             }
             tokio::time::sleep(backoff(attempts)).await;
         }
+    }
+
+    /// The sequence number of the last record `shard` holds now, if it holds any.
+    async fn last_sequence(&self, arn: &str, shard: &str) -> Result<Option<String>, LocalError> {
+        let mut last = None;
+        let mut iterator = self
+            .iterator(arn, shard, ShardIteratorType::TrimHorizon, None)
+            .await?;
+        while let Some(current) = iterator {
+            let read = self
+                .streams
+                .get_records()
+                .shard_iterator(&current)
+                .limit(1000)
+                .send()
+                .await
+                .map_err(|e| LocalError::call("GetRecords", DisplayErrorContext(e)))?;
+            let Some(record) = read.records().last() else {
+                break;
+            };
+            last = sequence_of(record).or(last);
+            iterator = read.next_shard_iterator().map(str::to_owned);
+        }
+        Ok(last)
     }
 
     /// An iterator on `shard` of the stream `arn` of this kind, at `after` when it is after a
