@@ -29,6 +29,7 @@ use crate::{Api, DeliverError};
         (status = 404, description = "The server has no trigger file", body = ErrorBody),
         (status = 413, description = "Larger than 1 MiB", body = ErrorBody),
         (status = 415, description = "Not JSON", body = ErrorBody),
+        (status = 503, description = "A store failed; send the event again later", body = ErrorBody),
     )
 )]
 pub async fn post_event(
@@ -56,7 +57,10 @@ pub async fn post_event(
         .await
         .map_err(|error| match error {
             DeliverError::NotAnEvent(message) => ApiError::BadRequest(message),
-            DeliverError::Failed(message) => ApiError::Internal(message),
+            unavailable @ DeliverError::Unavailable(_) => {
+                ApiError::Unavailable(unavailable.to_string())
+            }
+            failed @ DeliverError::Failed(_) => ApiError::Internal(failed.to_string()),
         })?;
     Ok((StatusCode::ACCEPTED, Json(answer)).into_response())
 }

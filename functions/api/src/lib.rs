@@ -66,12 +66,23 @@ pub trait RunDeployments: Send + Sync {
 /// Why an event was not delivered to the trigger file.
 #[derive(Debug, thiserror::Error)]
 pub enum DeliverError {
-    /// The body is not an event; nothing was evaluated.
+    /// The body is not an event; nothing was evaluated. The message says what is wrong with it.
     #[error("{0}")]
     NotAnEvent(String),
+    /// A store failed in a way that delivering the event again later may mend (the decisions
+    /// taken before are recorded, and the ledger's claims make the next delivery safe).
+    #[error("the event was not wholly delivered, for now: {0}")]
+    Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// Evaluating the triggers or starting their deployments failed.
-    #[error("{0}")]
-    Failed(String),
+    #[error("the event was not delivered: {0}")]
+    Failed(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl DeliverError {
+    /// Whether delivering the same event again later may succeed.
+    pub const fn is_retryable(&self) -> bool {
+        matches!(self, DeliverError::Unavailable(_))
+    }
 }
 
 /// A server's trigger file: evaluates events for a tenant and starts what they decide.

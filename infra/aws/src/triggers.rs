@@ -423,10 +423,13 @@ impl DeliverEvents for SqsEvents {
             .map_err(|e| DeliverError::NotAnEvent(format!("the event: not JSON: {e}")))?;
         let incoming = IncomingEvent::from_json(value)
             .map_err(|e| DeliverError::NotAnEvent(format!("the event: {e}")))?;
-        let message = self
-            .send(event, Some(tenant))
-            .await
-            .map_err(|e| DeliverError::Failed(e.to_string()))?;
+        let message = self.send(event, Some(tenant)).await.map_err(|error| {
+            if error.is_retryable() {
+                DeliverError::Unavailable(Box::new(error))
+            } else {
+                DeliverError::Failed(Box::new(error))
+            }
+        })?;
         // The triggers function decides later; `overture triggers log` shows what it decided.
         Ok(json!({
             "queued": message,

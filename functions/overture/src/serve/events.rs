@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use overture_api::{DeliverError, DeliverEvents};
+use overture_triggers::DispatchError;
 use serde_json::{json, Value};
 
 use crate::triggers::{read_event, Dispatcher};
@@ -23,7 +24,15 @@ impl DeliverEvents for TriggerFile {
             .0
             .dispatch(&event, Some(&tenant))
             .await
-            .map_err(|failure| DeliverError::Failed(failure.to_string()))?;
+            .map_err(|failure| {
+                let retryable = matches!(&failure, crate::Failure::Engine(error)
+                    if error.downcast_ref::<DispatchError>().is_some_and(DispatchError::is_retryable));
+                if retryable {
+                    DeliverError::Unavailable(Box::new(failure))
+                } else {
+                    DeliverError::Failed(Box::new(failure))
+                }
+            })?;
         let started: Vec<String> = dispatched
             .started
             .iter()
