@@ -367,3 +367,108 @@ async fn events_over_http_deploy_only_into_the_callers_tenant_and_only_once() {
     assert_eq!(ids.len(), 1);
     assert_eq!(overture.events(&ids[0])[0]["data"]["tenant"], "acme");
 }
+
+/// A chain whose first deployment takes a while, then a quick second one on its success.
+const SLOW_CHAIN: &str = r#"triggers:
+  - name: slow-on-release
+    on: { source: artifacts, type: release.published }
+    deploy: slow.yaml
+    tenant: acme
+  - name: quick-after-slow
+    on: { source: overture, type: deployment.succeeded }
+    where: { "data.blueprint": slow }
+    deploy: quick.yaml
+    tenant: acme
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restarted_server_carries_on_the_chains_of_the_deployments_it_resumes() {
+    let cloud = crate::local_cloud::LocalCloud::up();
+    let (_, token) = cloud.token("acme");
+    let overture = Overture::new();
+    overture.blueprint(
+        "slow.yaml",
+        "name: slow\nsteps:\n  wait:\n    run: script\n    with: { command: sleep 8 }\n",
+    );
+    overture.blueprint("quick.yaml", "name: quick\nsteps:\n  done: { run: noop }\n");
+    let triggers = overture.blueprint("triggers.yaml", SLOW_CHAIN);
+    let server = Server::start(&overture, &cloud.auth_url, &triggers);
+    let answer: Value = reqwest::Client::new()
+        .post(format!("{}/v1/events", server.url))
+        .header("X-Auth-Token", &token)
+        .header("Content-Type", "application/json")
+        .body(
+            json!({"specversion": "1.0", "id": "r-1", "source": "artifacts",
+                   "type": "release.published"})
+            .to_string(),
+        )
+        .send()
+        .await
+        .expect("POST")
+        .json()
+        .await
+        .expect("JSON");
+    let slow = answer["deployments"][0]
+        .as_str()
+        .expect("started")
+        .to_owned();
+
+    // The server dies while the slow deployment's step runs, before its end could be delivered.
+    wait_for(|| {
+        overture
+            .events(&slow)
+            .iter()
+            .any(|event| event["type"] == "StepStarted")
+    });
+    drop(server);
+    let log = overture.json(&["triggers", "log", "--json"]);
+    assert!(
+        !log.as_array()
+            .expect("a list")
+            .iter()
+            .any(|d| d["trigger"] == "quick-after-slow" && d["decision"] == "deployed"),
+        "nothing chained yet: {log:#}"
+    );
+
+    let again = Server::start(&overture, &cloud.auth_url, &triggers);
+    wait_for(|| overture.deployment_ids().len() == 2);
+    let quick = overture
+        .deployment_ids()
+        .into_iter()
+        .find(|id| *id != slow)
+        .expect("the chained deployment");
+    wait_for(|| {
+        overture
+            .events(&quick)
+            .iter()
+            .any(|event| event["type"] == "DeploymentSucceeded")
+    });
+    drop(again);
+    let requested = &overture.events(&quick)[0];
+    assert_eq!(
+        requested["data"]["triggered_by"]["trigger"],
+        "quick-after-slow"
+    );
+    assert_eq!(
+        requested["data"]["triggered_by"]["event_id"],
+        format!("{slow}.succeeded")
+    );
+    assert_eq!(requested["data"]["triggered_by"]["depth"], 1);
+    assert!(overture
+        .events(&slow)
+        .iter()
+        .any(|event| event["type"] == "DeploymentSucceeded"));
+}
+
+/// Looks every 100 ms until `done`, failing the test after two minutes: the server works on its
+/// own time.
+fn wait_for(mut done: impl FnMut() -> bool) {
+    let started = std::time::Instant::now();
+    while !done() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(120),
+            "not within two minutes"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}

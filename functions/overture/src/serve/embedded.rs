@@ -37,6 +37,8 @@ pub struct Embedded {
     waiting: Mutex<Vec<(DeploymentId, String)>>,
     /// Shared with every `overture deploy` on the same data directory; `resume` waits for it.
     _lock: EngineLock,
+    /// The deployments that were unfinished when the server started, resumed since.
+    pub resumed: Vec<DeploymentId>,
 }
 
 fn engine_error(error: impl std::fmt::Display) -> RunError {
@@ -75,11 +77,17 @@ impl Embedded {
                 waiting.len()
             );
         }
+        let resumed = ready
+            .iter()
+            .chain(waiting.iter().map(|(id, _)| id))
+            .copied()
+            .collect();
         let embedded = Self {
             engine,
             parallelism,
             waiting: Mutex::new(waiting),
             _lock: lock,
+            resumed,
         };
         for id in ready {
             embedded.carry_on(id).await?;

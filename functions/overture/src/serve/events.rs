@@ -1,7 +1,8 @@
 //! `POST /v1/events` on `overture serve --triggers FILE`: the trigger file's dispatcher.
 //!
 //! The event is evaluated at once and each decision answered; the deployments it starts, and
-//! the chains their ends start, are driven in a task of their own.
+//! the chains their ends start, are driven in a task of their own. A server started again
+//! carries on the chains of the triggered deployments it resumed ([`carry_on_chains`]).
 
 use std::sync::Arc;
 
@@ -10,7 +11,16 @@ use overture_api::{DeliverError, DeliverEvents};
 use overture_triggers::DispatchError;
 use serde_json::{json, Value};
 
+use overture_domain::deployment::{Outcome, Phase};
+use overture_events::DeploymentId;
+use overture_triggers::ends::end_of;
+
+use crate::engine::Engine;
 use crate::triggers::{read_event, Dispatcher};
+
+/// How long a resumed chain waits before looking at its deployment again when nothing in this
+/// process appended.
+const LOOK_AGAIN: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The trigger file given with `--triggers`.
 pub struct TriggerFile(pub Arc<Dispatcher>);
@@ -50,4 +60,53 @@ impl DeliverEvents for TriggerFile {
         });
         Ok(json!({ "deployments": started, "decisions": dispatched.decisions }))
     }
+}
+
+/// For each resumed deployment a trigger started, waits for its end and delivers that end to
+/// the trigger file, as the server that started it would have, so a chain goes on across a
+/// restart. An end delivered twice starts nothing twice: its event id is the deployment's.
+pub fn carry_on_chains(
+    dispatcher: &Arc<Dispatcher>,
+    engine: &Arc<Engine>,
+    resumed: &[DeploymentId],
+) {
+    for &id in resumed {
+        let (dispatcher, engine) = (Arc::clone(dispatcher), Arc::clone(engine));
+        tokio::spawn(async move {
+            if let Err(error) = carry_on_chain(&dispatcher, &engine, id).await {
+                tracing::error!(%id, %error, "could not carry the trigger chain on");
+            }
+        });
+    }
+}
+
+async fn carry_on_chain(
+    dispatcher: &Dispatcher,
+    engine: &Engine,
+    id: DeploymentId,
+) -> Result<(), crate::Failure> {
+    let outcome = loop {
+        let appended = engine.log.appended();
+        let notified = appended.notified();
+        let state = engine.state(id).await?;
+        if state.triggered_by.is_none() {
+            return Ok(());
+        }
+        if let Phase::Finished(outcome) = state.phase {
+            break (state, outcome);
+        }
+        // Another process may append too; look again after a while either way.
+        let _ = tokio::time::timeout(LOOK_AGAIN, notified).await;
+    };
+    let (state, outcome) = outcome;
+    let status = match outcome {
+        Outcome::Succeeded => "succeeded",
+        Outcome::Failed => "failed",
+        Outcome::Cancelled => "cancelled",
+    };
+    let tenant = state.tenant.clone();
+    let ended = end_of(id, &state, status);
+    let started = dispatcher.dispatch(&ended, Some(&tenant)).await?.started;
+    dispatcher.follow(started, Some(&tenant), false).await?;
+    Ok(())
 }

@@ -47,16 +47,20 @@ pub async fn run(data_dir: &Path, args: ServeArgs) -> Result<(), Failure> {
     };
     let engine = embedded::Embedded::start(data_dir, args.parallelism).await?;
     let triggers = match trigger_file {
-        Some((file, path)) => Some(Arc::new(events::TriggerFile(Arc::new(
-            crate::triggers::Dispatcher::new(
-                Arc::clone(&engine.engine),
-                data_dir,
-                file,
-                path,
-                args.parallelism,
-            )
-            .await?,
-        ))) as Arc<dyn DeliverEvents>),
+        Some((file, path)) => {
+            let dispatcher = Arc::new(
+                crate::triggers::Dispatcher::new(
+                    Arc::clone(&engine.engine),
+                    data_dir,
+                    file,
+                    path,
+                    args.parallelism,
+                )
+                .await?,
+            );
+            events::carry_on_chains(&dispatcher, &engine.engine, &engine.resumed);
+            Some(Arc::new(events::TriggerFile(dispatcher)) as Arc<dyn DeliverEvents>)
+        }
         None => None,
     };
     let api = Api {
