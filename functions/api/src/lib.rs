@@ -44,9 +44,6 @@ pub enum RunError {
     /// The engine failed.
     #[error("the engine failed: {0}")]
     Engine(String),
-    /// This backend does not do this yet (the route, for example `POST /v1/deployments`).
-    #[error("{0} is not served on this backend yet; use the command line for it")]
-    NotOnThisBackend(&'static str),
 }
 
 /// Starts, cancels and watches deployments: the engine behind the API.
