@@ -16,6 +16,9 @@
 #   OVERTURE_LOCAL_STATE        where PIDs, logs and checkpoints go (default .overture/local-aws;
 #                               the settings go to the same path with .env added)
 #   OVERTURE_LOCAL_CONCURRENCY  instances of a function, and batches of one queue, at once (default 4)
+#   OVERTURE_LOCAL_AUTH_URL     a cloud's identity service (Keystone v3) for the stack's AuthUrl:
+#                               the api function checks callers' tokens with it (default: none, and
+#                               the api function does not start)
 # PIDs are in .overture/local-aws/*.pid, logs in .overture/local-aws/*.log.
 set -euo pipefail
 
@@ -102,7 +105,8 @@ up() {
     say "building overture-local-aws and the overture program (target/debug/overture)"
     cargo build --quiet -p overture-local-aws -p overture
     "$local_aws" --endpoint "$endpoint" --region "$region" --stack "$stack" \
-        stack --submit-url "http://127.0.0.1:$lambda_port/lambda-url/submit" >"$env_file.new"
+        stack --submit-url "http://127.0.0.1:$lambda_port/lambda-url/submit" \
+        ${OVERTURE_LOCAL_AUTH_URL:+--auth-url "$OVERTURE_LOCAL_AUTH_URL"} >"$env_file.new"
     mv "$env_file.new" "$env_file"
     say "stack $stack is in the emulator"
 

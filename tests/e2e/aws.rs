@@ -2,7 +2,9 @@
 //! emulator, makes the stack in it through CloudFormation, serves every function under
 //! `cargo lambda watch` and delivers the table's stream and the queues to them with the poller,
 //! on ports and in a state directory of this test's own; `overture --backend aws` then deploys
-//! through the submit function and follows the deployment on the events table.
+//! through the submit function and follows the deployment on the events table. The api function
+//! starts, cancels and redrives deployments through its function URL, with tokens of a local
+//! cloud's Keystone; `overture --backend aws` cancels, redrives and redeploys them too.
 //!
 //! The same blueprints run embedded too, and the two histories must have the same shape: for
 //! every step, the same events in the same order. No byte of the secret may show in any table,
@@ -14,6 +16,7 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+use crate::local_cloud::LocalCloud;
 use crate::support::{assert_deterministic, envelopes, step_events, text, types, Overture};
 
 /// How long a deployment through the local AWS form may take, the functions' first builds
@@ -37,6 +40,30 @@ steps:
     with: { command: 'echo failing; exit 3' }
 ";
 
+/// A step that runs long enough to be cancelled while it runs.
+const SLEEPY: &str = "name: sleepy
+steps:
+  wait:
+    run: script
+    with: { command: sleep 30 }
+";
+
+/// A step that fails while its secret says `closed`: redriven with another value, it carries on.
+const GATE: &str = "name: gate
+secrets: [gate]
+steps:
+  prepare:
+    run: script
+    with: { command: echo ready }
+  gate:
+    run: script
+    needs: [prepare]
+    with: { command: 'test \"{{ secrets.gate }}\" != closed' }
+";
+
+/// The secret the gate's step reads, as the user's environment gives it.
+const GATE_VARIABLE: &str = "OVERTURE_E2E_GATE";
+
 /// The local AWS form of this test, stopped (by the script, by PID) when dropped.
 struct LocalAws {
     state: tempfile::TempDir,
@@ -44,12 +71,13 @@ struct LocalAws {
 }
 
 impl LocalAws {
-    fn up() -> Self {
+    /// Starts the form, its api function checking callers' tokens with `auth_url`.
+    fn up(auth_url: &str) -> Self {
         let state = tempfile::tempdir().expect("a state directory");
-        let started = Self::script(state.path(), "up");
+        let started = Self::script(state.path(), "up", Some(auth_url));
         if !started.status.success() {
             // What did start is stopped before the test fails.
-            Self::script(state.path(), "down");
+            Self::script(state.path(), "down", None);
             panic!(
                 "local-aws.sh up failed: {}\n{}",
                 text(&started.stdout),
@@ -69,7 +97,7 @@ impl LocalAws {
 
     /// Runs `scripts/local-aws.sh COMMAND` for the form whose state is under `state`, on free
     /// ports and a stack of its own.
-    fn script(state: &Path, command: &str) -> Output {
+    fn script(state: &Path, command: &str, auth_url: Option<&str>) -> Output {
         let ports = std::fs::read_to_string(state.join("ports"))
             .ok()
             .and_then(|text| {
@@ -82,7 +110,11 @@ impl LocalAws {
                     .expect("keep the ports");
                 ports
             });
-        Command::new(root().join("scripts/local-aws.sh"))
+        let mut script = Command::new(root().join("scripts/local-aws.sh"));
+        if let Some(url) = auth_url {
+            script.env("OVERTURE_LOCAL_AUTH_URL", url);
+        }
+        script
             .arg(command)
             .current_dir(root())
             .env("OVERTURE_LOCAL_STATE", state.join("local-aws"))
@@ -143,6 +175,69 @@ impl LocalAws {
         serde_json::from_slice(&output.stdout).expect("JSON on stdout")
     }
 
+    /// Where `cargo lambda watch` serves the api function's URL.
+    fn api_url(&self, path: &str) -> String {
+        let ports = std::fs::read_to_string(self.state.path().join("ports")).expect("the ports");
+        let (_, lambda) = ports.trim().split_once(' ').expect("two ports");
+        format!("http://127.0.0.1:{lambda}/lambda-url/api{path}")
+    }
+
+    /// POSTs `body` to the api function's `path` with `token`; the status and the JSON answer.
+    async fn post(&self, path: &str, token: &str, body: &Value) -> (u16, Value) {
+        let answer = reqwest::Client::new()
+            .post(self.api_url(path))
+            .header("X-Auth-Token", token)
+            .json(body)
+            .timeout(DEPLOYMENT_WITHIN)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("POST {path}: {e}"));
+        let status = answer.status().as_u16();
+        let body = answer.text().await.expect("an answer");
+        let json =
+            serde_json::from_str(&body).unwrap_or_else(|_| panic!("POST {path}: {status} {body}"));
+        (status, json)
+    }
+
+    /// Starts `blueprint` through the api function with `token` and `secrets`; the new
+    /// deployment's id.
+    async fn start(&self, token: &str, blueprint: &str, secrets: Value) -> String {
+        let body = serde_json::json!({ "blueprint": blueprint, "secrets": secrets });
+        let (status, answer) = self.post("/v1/deployments", token, &body).await;
+        assert_eq!(status, 201, "{answer}");
+        assert_eq!(answer["status"], "running", "{answer}");
+        answer["id"].as_str().expect("an id").to_owned()
+    }
+
+    /// Reads the deployment's stream until it has ended (the stack drives it), within
+    /// [`DEPLOYMENT_WITHIN`]; then its status object.
+    async fn ended(&self, id: &str) -> Value {
+        use overture_kit::DeploymentLog;
+        let config =
+            overture_aws::config::for_endpoint(self.setting("AWS_ENDPOINT_URL"), "eu-west-1").await;
+        let log = overture_aws::dynamodb::DynamoDeployments::new(
+            aws_sdk_dynamodb::Client::new(&config),
+            self.setting("OVERTURE_EVENTS_TABLE"),
+            std::sync::Arc::new(overture_kit::SystemClock),
+        );
+        let deployment = id.parse().expect("a deployment id");
+        let started = std::time::Instant::now();
+        while !log
+            .load(deployment)
+            .await
+            .expect("the events table")
+            .state
+            .is_finished()
+        {
+            assert!(
+                started.elapsed() < DEPLOYMENT_WITHIN,
+                "deployment {id} has not ended within {DEPLOYMENT_WITHIN:?}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        tokio::task::block_in_place(|| self.json(&["status", id, "--json"]))
+    }
+
     fn setting(&self, name: &str) -> &str {
         self.settings
             .get(name)
@@ -166,7 +261,7 @@ impl LocalAws {
 
 impl Drop for LocalAws {
     fn drop(&mut self) {
-        let stopped = Self::script(self.state.path(), "down");
+        let stopped = Self::script(self.state.path(), "down", None);
         if !stopped.status.success() {
             eprintln!("local-aws.sh down: {}", text(&stopped.stderr));
         }
@@ -301,7 +396,9 @@ async fn everything_stored(aws: &LocalAws) -> Vec<(String, Vec<u8>)> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn hello_world_and_a_retried_failure_run_through_the_functions_as_they_run_embedded() {
-    let aws = LocalAws::up();
+    // The local cloud's Keystone vouches for the api function's callers.
+    let cloud = LocalCloud::up();
+    let aws = LocalAws::up(&cloud.auth_url);
     let embedded = Overture::new();
     let token = format!("aws-e2e-{}", uuid::Uuid::new_v4().simple());
     let hello = root().join("examples/hello-world/blueprint.yaml");
@@ -379,16 +476,131 @@ async fn hello_world_and_a_retried_failure_run_through_the_functions_as_they_run
         "the failed attempt was retried once"
     );
 
-    // The secret's bytes are nowhere: not in a table, a queue, an object, or a log.
-    for (place, bytes) in everything_stored(&aws).await {
-        assert!(!holds(&bytes, token.as_bytes()), "the secret is in {place}");
-    }
-    for (path, bytes) in aws.logs() {
-        assert!(
-            !holds(&bytes, token.as_bytes()),
-            "the secret is in {}",
-            path.display()
+    // Through the api function's URL, with a token of the local cloud: a deployment started
+    // there runs to success, as the stack's stream drives it.
+    let (_, cloud_token) = cloud.token("e2e-api");
+    let hello_text = std::fs::read_to_string(&hello).expect("hello-world");
+    let secret = serde_json::json!({ "api_token": token });
+    let started = aws.start(&cloud_token, &hello_text, secret).await;
+    let ended = aws.ended(&started).await;
+    assert_eq!(ended["status"], "succeeded", "{ended}");
+    assert_eq!(ended["tenant"], "e2e-api", "{ended}");
+
+    // A running deployment is cancelled; an ended one answers the domain's refusal.
+    let sleepy = aws.start(&cloud_token, SLEEPY, serde_json::json!({})).await;
+    let path = format!("/v1/deployments/{sleepy}/cancel");
+    let (status, answer) = aws.post(&path, &cloud_token, &Value::Null).await;
+    assert_eq!(status, 202, "{answer}");
+    assert_eq!(aws.ended(&sleepy).await["status"], "cancelled");
+    let (status, answer) = aws.post(&path, &cloud_token, &Value::Null).await;
+    assert_eq!(
+        (status, answer["code"].as_str()),
+        (409, Some("conflict")),
+        "{answer}"
+    );
+
+    // A failed deployment is redriven with its secret given again, and carries on from its
+    // failed step: the one that succeeded does not run again.
+    let open = format!("gate-{}", uuid::Uuid::new_v4().simple());
+    let gate = aws
+        .start(&cloud_token, GATE, serde_json::json!({ "gate": "closed" }))
+        .await;
+    assert_eq!(aws.ended(&gate).await["status"], "failed");
+    let path = format!("/v1/deployments/{gate}/redrive");
+    let body = serde_json::json!({ "secrets": { "gate": open } });
+    let (status, answer) = aws.post(&path, &cloud_token, &body).await;
+    assert_eq!(status, 202, "{answer}");
+    assert_eq!(aws.ended(&gate).await["status"], "succeeded");
+    let redriven = tokio::task::block_in_place(|| aws.events(&gate));
+    let starts = |step: &str| {
+        step_events(&redriven, step)
+            .iter()
+            .filter(|(kind, _)| kind == "StepStarted")
+            .count()
+    };
+    assert_eq!(
+        (starts("prepare"), starts("gate")),
+        (1, 2),
+        "{:?}",
+        types(&redriven)
+    );
+
+    // `overture --backend aws cancel`: recorded with the operator's AWS credentials, carried out
+    // by the stack; a second cancel is refused.
+    let sleepy = aws.start(&cloud_token, SLEEPY, serde_json::json!({})).await;
+    tokio::task::block_in_place(|| {
+        let cancelled = within(
+            DEPLOYMENT_WITHIN,
+            aws.overture(&["cancel", &sleepy, "--reason", "e2e", "--json"]),
         );
+        assert!(cancelled.status.success(), "{}", text(&cancelled.stderr));
+        let view: Value = serde_json::from_slice(&cancelled.stdout).expect("JSON");
+        assert_eq!(view["status"], "cancelled", "{view}");
+        let again = aws
+            .overture(&["cancel", &sleepy])
+            .output()
+            .expect("overture runs");
+        assert_eq!(again.status.code(), Some(2), "{}", text(&again.stderr));
+        assert!(
+            text(&again.stderr).contains("has already ended (cancelled)"),
+            "{}",
+            text(&again.stderr)
+        );
+    });
+
+    // `overture --backend aws redrive` and `redeploy` of a failed deployment, followed to their
+    // end as `deploy` follows one.
+    let gate_file = embedded.blueprint("gate.yaml", GATE);
+    tokio::task::block_in_place(|| {
+        let mut failing = aws.overture(&[
+            "deploy",
+            gate_file.to_str().expect("utf-8"),
+            "--secret",
+            &format!("gate={GATE_VARIABLE}"),
+            "--json",
+        ]);
+        failing.env(GATE_VARIABLE, "closed");
+        let failed = within(DEPLOYMENT_WITHIN, failing);
+        assert_eq!(failed.status.code(), Some(1), "{}", text(&failed.stderr));
+        let failed: Value = serde_json::from_slice(&failed.stdout).expect("JSON");
+        let id = failed["id"].as_str().expect("an id");
+        for command in ["redrive", "redeploy"] {
+            let mut again = aws.overture(&[
+                command,
+                id,
+                "--secret",
+                &format!("gate={GATE_VARIABLE}"),
+                "--json",
+            ]);
+            again.env(GATE_VARIABLE, &open);
+            let output = within(DEPLOYMENT_WITHIN, again);
+            assert!(
+                output.status.success(),
+                "{command}: {}",
+                text(&output.stderr)
+            );
+            let view: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+            assert_eq!(view["status"], "succeeded", "{command}: {view}");
+            let same = view["id"].as_str() == Some(id);
+            assert_eq!(same, command == "redrive", "{command}: {view}");
+        }
+    });
+
+    a_published_trigger_file_deploys_once_per_event_and_chains(&aws, &cloud_token).await;
+
+    // The secrets' and the token's bytes are nowhere: not in a table, a queue, an object, or a
+    // log.
+    for secret in [&token, &open, &cloud_token] {
+        for (place, bytes) in everything_stored(&aws).await {
+            assert!(!holds(&bytes, secret.as_bytes()), "a secret is in {place}");
+        }
+        for (path, bytes) in aws.logs() {
+            assert!(
+                !holds(&bytes, secret.as_bytes()),
+                "a secret is in {}",
+                path.display()
+            );
+        }
     }
 }
 
@@ -417,6 +629,10 @@ const RELEASE_TRIGGERS: &str = r#"triggers:
     where: { "data.blueprint": app }
     deploy: smoke.yaml
     tenant: acme
+  - name: ping-for-the-api-tenant
+    on: { source: api-tests, type: ping }
+    deploy: smoke.yaml
+    tenant: e2e-api
 "#;
 
 const APP: &str = "name: app
@@ -429,9 +645,10 @@ steps:
 
 const SMOKE: &str = "name: smoke\nsteps:\n  check: { run: noop }\n";
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_published_trigger_file_deploys_once_per_event_and_chains_through_the_functions() {
-    let aws = LocalAws::up();
+/// A published trigger file on the local AWS form: one event sent 20 times at once through
+/// the queue starts one deployment (19 duplicates), whose end starts the chained one at depth
+/// 1; events posted to the api function are queued for the caller's tenant only.
+async fn a_published_trigger_file_deploys_once_per_event_and_chains(aws: &LocalAws, token: &str) {
     let dir = tempfile::tempdir().expect("a directory");
     let file = dir.path().join("triggers.yaml");
     std::fs::write(&file, RELEASE_TRIGGERS).expect("the trigger file");
@@ -539,5 +756,52 @@ async fn a_published_trigger_file_deploys_once_per_event_and_chains_through_the_
         );
         assert_eq!(requested["data"]["triggered_by"]["source"], "overture");
         assert_eq!(requested["data"]["triggered_by"]["depth"], 1);
+    });
+
+    // Through the api function: queued for the caller's tenant, whose triggers alone deploy.
+    let event = |source: &str, id: &str, kind: &str| {
+        serde_json::json!({"specversion": "1.0", "id": id, "source": source, "type": kind,
+                           "data": {"channel": "stable", "version": "8.0"}})
+    };
+    let (status, answer) = aws
+        .post("/v1/events", token, &event("api-tests", "ping-1", "ping"))
+        .await;
+    assert_eq!(status, 202, "{answer}");
+    assert!(answer["queued"].is_string(), "{answer}");
+    let (status, _) = aws
+        .post(
+            "/v1/events",
+            token,
+            &event("artifacts", "release-8", "release.published"),
+        )
+        .await;
+    assert_eq!(status, 202);
+    let (status, answer) = aws
+        .post("/v1/events", token, &serde_json::json!({"id": 1}))
+        .await;
+    assert_eq!(status, 400, "{answer}");
+    tokio::task::block_in_place(|| {
+        let log = until(DEPLOYMENT_WITHIN, "the api's events decided", || {
+            let log = aws.json(&["triggers", "log", "--json"]);
+            let decided = |trigger: &str, id: &str| {
+                log.as_array()?
+                    .iter()
+                    .find(|d| d["trigger"] == trigger && d["event_id"] == id)
+                    .cloned()
+            };
+            Some((
+                decided("ping-for-the-api-tenant", "ping-1")?,
+                decided("deploy-on-release", "release-8")?,
+            ))
+        });
+        assert_eq!(log.0["decision"], "deployed", "{:?}", log.0);
+        assert_eq!(log.1["decision"], "refused", "{:?}", log.1);
+        assert!(
+            log.1["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("caller's tenant `e2e-api`")),
+            "{:?}",
+            log.1
+        );
     });
 }

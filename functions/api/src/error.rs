@@ -50,9 +50,6 @@ pub enum ApiError {
     /// The server failed.
     #[error("{0}")]
     Internal(String),
-    /// This backend does not serve this route yet (the serverless form's writes, for now).
-    #[error("{0}")]
-    NotOnThisBackend(String),
 }
 
 /// One problem of a refused deployment request.
@@ -69,7 +66,7 @@ pub struct Problem {
 pub struct ErrorBody {
     /// Stable: `unauthorized`, `not_found`, `bad_request`, `invalid`, `conflict`,
     /// `payload_too_large`, `unsupported`, `method_not_allowed`, `unavailable`,
-    /// `internal`, `not_on_this_backend`.
+    /// `internal`.
     pub code: &'static str,
     /// What went wrong, for people.
     pub message: String,
@@ -92,7 +89,6 @@ impl ApiError {
             ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
-            ApiError::NotOnThisBackend(_) => (StatusCode::NOT_IMPLEMENTED, "not_on_this_backend"),
         }
     }
 

@@ -1,7 +1,10 @@
-//! `POST /v1/events`: an event for the server's trigger file (`overture serve --triggers FILE`).
+//! `POST /v1/events`: an event for the server's trigger file (`overture serve --triggers FILE`),
+//! or, on the serverless form, for the triggers function's (the event is queued for it).
 //!
-//! The event is evaluated at once and each decision answered ([`crate::DeliverEvents`]); the
-//! deployments it starts, and the chains their ends start, are driven on by the server. A
+//! Embedded, the event is evaluated at once and each decision answered
+//! ([`crate::DeliverEvents`]); the deployments it starts, and the chains their ends start, are
+//! driven on by the server. On AWS it is answered once queued, with `queued` (the message's id)
+//! and no decisions yet: `overture --backend aws triggers log` shows them. A
 //! trigger deploys only into the caller's tenant: one whose `tenant` is another is refused, and
 //! that is recorded.
 
@@ -40,8 +43,7 @@ pub async fn post_event(
 ) -> Result<Response, ApiError> {
     let Some(dispatcher) = api.triggers.clone() else {
         return Err(ApiError::NotFound(
-            "this server has no trigger file (`overture serve --triggers FILE` gives it one; \
-             the AWS api function has none yet)"
+            "this server has no trigger file (`overture serve --triggers FILE` gives it one)"
                 .into(),
         ));
     };

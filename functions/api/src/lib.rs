@@ -10,11 +10,14 @@
 //! - [`error`]: errors as JSON with stable codes.
 //! - [`events`]: `POST /v1/events`, events for a server's trigger file.
 //! - [`grants`]: the grant rows of `GET /v1/grants` (and of `overture grants`).
+//! - [`recorded`]: [`recorded::Recorded`], the engine where recording a deployment starts it
+//!   (the serverless form, whose events table's stream drives every deployment).
 
 pub mod auth;
 pub mod error;
 pub mod events;
 pub mod grants;
+pub mod recorded;
 pub mod routes;
 
 use std::sync::Arc;
@@ -23,6 +26,7 @@ use async_trait::async_trait;
 use overture_domain::DeploymentError;
 use overture_events::DeploymentId;
 use overture_kit::query::QueryDeployments;
+use overture_kit::LogError;
 use overture_submit::again::Redrive;
 use overture_submit::{CheckToken, Submission, SubmitError};
 
@@ -34,12 +38,12 @@ pub enum RunError {
     /// Submitting failed (the blueprint is invalid, or a store failed).
     #[error(transparent)]
     Submit(#[from] SubmitError),
+    /// The log could not record a cancel.
+    #[error(transparent)]
+    Log(#[from] LogError),
     /// The engine failed.
     #[error("the engine failed: {0}")]
     Engine(String),
-    /// This backend does not do this yet (the route, for example `POST /v1/deployments`).
-    #[error("{0} is not served on this backend yet; use the command line for it")]
-    NotOnThisBackend(&'static str),
 }
 
 /// Starts, cancels and watches deployments: the engine behind the API.

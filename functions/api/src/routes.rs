@@ -256,8 +256,9 @@ fn refused(error: RunError) -> ApiError {
                 ApiError::Internal(error.to_string())
             }
         }
+        RunError::Log(error) if error.is_retryable() => ApiError::Unavailable(error.to_string()),
+        RunError::Log(error) => ApiError::Internal(error.to_string()),
         RunError::Engine(message) => ApiError::Internal(message),
-        error @ RunError::NotOnThisBackend(_) => ApiError::NotOnThisBackend(error.to_string()),
     }
 }
 

@@ -1,6 +1,8 @@
 //! `--backend aws`: the same commands on the serverless form. Reads go to DynamoDB (the query
 //! port, [`DynamoQueries`]); `deploy` posts the request to the submit function and follows the
-//! deployment on the events table until it ends.
+//! deployment on the events table until it ends. `cancel`, `redrive` and `redeploy` record on
+//! the stack with the operator's AWS credentials, through the api function's own engine
+//! ([`Recorder`]), and follow the deployment as the stack's functions carry them out.
 //!
 //! Its settings come from the environment, as `make local-aws` writes them to
 //! `.overture/local-aws.env`.
@@ -11,22 +13,28 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use overture_api::recorded::Recorded;
 use overture_aws::dynamodb::DynamoDeployments;
 use overture_aws::logs::S3AttemptLogs;
 use overture_aws::query::DynamoQueries;
 use overture_aws::read_models::DynamoReadModels;
+use overture_aws::recording::Recording;
+use overture_aws::s3::S3Payloads;
+use overture_aws::seals::KmsSeals;
 use overture_aws::triggers::{DynamoTriggerLedger, S3TriggerBundle, SqsEvents};
 use overture_domain::blueprint::{BlueprintError, BlueprintProblem};
 use overture_domain::projection::{project, DeploymentView};
 use overture_domain::secret::SecretValues;
+use overture_domain::{DeploymentError, DeploymentState};
 use overture_events::{DeploymentId, LogEntry};
 use overture_kit::SystemClock;
 use overture_kit::{DeploymentLog, ReadStream};
 use secrecy::ExposeSecret;
 use serde_json::json;
 
-use crate::engine::Watch;
-use crate::Failure;
+use crate::engine::{Unwatched, Watch};
+use crate::token::TokenArgs;
+use crate::{Backend, Failure};
 
 /// How often a followed deployment's log is read again.
 const FOLLOW_POLL: Duration = Duration::from_millis(500);
@@ -116,6 +124,88 @@ pub async fn trigger_bundle() -> Result<S3TriggerBundle, Failure> {
         overture_aws::s3::client(&config),
         bucket,
     ))
+}
+
+/// What `cancel`, `redrive` and `redeploy` record with: the api function's engine on the stack's
+/// events table, seals and payloads bucket.
+pub type Recorder = Recorded<DynamoDeployments, KmsSeals, S3Payloads>;
+
+/// The recorder, from the environment; a missing setting is named.
+pub async fn recorder() -> Result<Recorder, Failure> {
+    for name in SETTINGS {
+        setting(name)?;
+    }
+    let config = overture_aws::config::from_env().await;
+    let Recording {
+        log,
+        seals,
+        payloads,
+    } = Recording::from_settings(&config, setting)?;
+    Ok(Recorded::new(log, seals, payloads, FOLLOW_POLL))
+}
+
+/// `overture --backend aws cancel ID`: records the cancel as the api function does, then follows the deployment until the
+/// stack's orchestrator has carried it out (closed its bastion, purged its secrets).
+pub async fn cancel(
+    id: &str,
+    reason: Option<String>,
+    token: &TokenArgs,
+    json: bool,
+) -> Result<(), Failure> {
+    let id = crate::parse_id(id)?;
+    let tokens = token.check().await?;
+    // Only the log: a cancel seals nothing.
+    let log = Aws::from_env().await?.log;
+    let requested_by = tokens
+        .first()
+        .map_or_else(crate::cancel::local_user, |checked| {
+            checked.info.user.clone()
+        });
+    let reason = reason.unwrap_or_else(|| "cancelled from the command line".into());
+    let recorded = overture_api::recorded::cancel(&log, id, &requested_by, &reason)
+        .await
+        .context("recording the cancel on the events table")?;
+    match recorded {
+        Ok(()) => {}
+        Err(DeploymentError::NotRequested) => return Err(crate::missing(Backend::Aws, id)),
+        Err(DeploymentError::AlreadyFinished) => {
+            let ended = follow(&log, id, &mut Unwatched).await?;
+            return Err(Failure::BadInput(format!(
+                "deployment {id} has already ended ({}); there is nothing to cancel",
+                ended.status.as_str()
+            )));
+        }
+        Err(refused) => return Err(Failure::BadInput(format!("deployment {id}: {refused}"))),
+    }
+    eprintln!("deployment {id}: cancel recorded; the stack abandons its steps");
+    let view = follow(&log, id, &mut Unwatched).await?;
+    crate::print_view(&view, json);
+    Ok(())
+}
+
+/// Shows another watch only the entries from revision `from` on (what it has not shown yet).
+pub struct FromRevision<'a> {
+    from: u64,
+    watch: &'a mut dyn Watch,
+}
+
+impl<'a> FromRevision<'a> {
+    /// Shows `watch` the entries from revision `from` on.
+    pub fn new(from: u64, watch: &'a mut dyn Watch) -> Self {
+        Self { from, watch }
+    }
+}
+
+impl Watch for FromRevision<'_> {
+    fn entry(&mut self, entry: &LogEntry) {
+        if entry.envelope.revision >= self.from {
+            self.watch.entry(entry);
+        }
+    }
+
+    fn tick(&mut self, state: &DeploymentState) {
+        self.watch.tick(state);
+    }
 }
 
 /// A deployment request, as the submit function reads it.

@@ -621,11 +621,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     let refused = match &cli.command {
         Command::Cloud(_) => Some("cloud"),
         Command::Serve(_) => Some("serve"),
-        Command::Cancel { .. } if backend == Backend::Aws => Some("cancel"),
         Command::Destroy { .. } => Some("destroy"),
         Command::Resume { .. } => Some("resume"),
-        Command::Redrive { .. } if backend == Backend::Aws => Some("redrive"),
-        Command::Redeploy { .. } => Some("redeploy"),
         Command::Replay { check: false } => Some("replay"),
         Command::Export { .. } => Some("export"),
         Command::Import { .. } => Some("import"),
@@ -766,7 +763,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             json,
         } => match backend {
             Backend::Server => client::cancel(server()?, &id, json).await,
-            _ => cancel::cancel(&data_dir, &id, reason, &token, json).await,
+            Backend::Aws => aws::cancel(&id, reason, &token, json).await,
+            Backend::Embedded => cancel::cancel(&data_dir, &id, reason, &token, json).await,
         },
         Command::Trigger(triggers::TriggerCommand::Send(args)) => match backend {
             Backend::Aws => triggers::send_to_aws(args).await,
@@ -785,11 +783,13 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         },
         Command::Redrive { id, again } => match backend {
             Backend::Server => client::redrive(server()?, &id, &again.secrets, again.json).await,
-            _ => redrive::redrive(&data_dir, again.for_deployment(&id)).await,
+            Backend::Aws => redrive::redrive_on_aws(again.for_deployment(&id)).await,
+            Backend::Embedded => redrive::redrive(&data_dir, again.for_deployment(&id)).await,
         },
-        Command::Redeploy { id, again } => {
-            redrive::redeploy(&data_dir, again.for_deployment(&id)).await
-        }
+        Command::Redeploy { id, again } => match backend {
+            Backend::Aws => redrive::redeploy_on_aws(again.for_deployment(&id)).await,
+            _ => redrive::redeploy(&data_dir, again.for_deployment(&id)).await,
+        },
         Command::Destroy { id, secrets, json } => {
             teardown::destroy(&data_dir, &id, &secrets, json).await
         }

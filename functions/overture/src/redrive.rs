@@ -5,17 +5,24 @@
 //! records a new deployment of the same request and blueprint snapshot. Either way the secrets
 //! and the cloud token are given again ([`overture_submit::again`] seals them), and the
 //! deployment is driven to its end as `deploy` drives it: same progress, same exit codes.
+//!
+//! With `--backend aws` they are recorded on the stack as the api function records them
+//! ([`crate::aws::recorder`]), and the deployment is followed on the events table while the
+//! stack's functions drive it, as `deploy` follows one there.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context;
+use overture_api::{RunDeployments, RunError};
+use overture_domain::secret::SecretValues;
 use overture_domain::DeploymentError;
-use overture_events::{DeploymentEvent, DeploymentId};
-use overture_kit::ReadStream;
+use overture_events::{DeploymentEvent, DeploymentId, Envelope};
+use overture_kit::{DeploymentLog, ReadStream};
 use overture_submit::again::{Redeploy, Redrive};
 use overture_submit::{CloudSession, SubmitError};
 
+use crate::aws;
 use crate::engine::Engine;
 use crate::lock::{DriveLock, EngineLock};
 use crate::progress::Progress;
@@ -59,7 +66,7 @@ pub async fn redrive(data_dir: &Path, again: Again<'_>) -> Result<(), Failure> {
             cloud: session,
         })
         .await
-        .map_err(|error| refused(id, error))?;
+        .map_err(|error| refused(Backend::Embedded, id, error))?;
     eprintln!("redriving deployment {id}");
     drive_to_end(&engine, data_dir, id, &requested_by, start, &again).await
 }
@@ -75,10 +82,109 @@ pub async fn redeploy(data_dir: &Path, again: Again<'_>) -> Result<(), Failure> 
         .deployments
         .read_stream(from, 0)
         .await
-        .context("reading the deployment's events")?
-        .into_iter()
-        .next()
-        .ok_or_else(|| no_such_deployment(from))?;
+        .context("reading the deployment's events")?;
+    let request =
+        redeploy_request(from, first, tokens, secrets)?.ok_or_else(|| no_such_deployment(from))?;
+    let requested_by = request.requested_by.clone();
+    let start = engine
+        .log
+        .head_position()
+        .await
+        .context("reading the log")?;
+    let id = engine
+        .redeploy(request)
+        .await
+        .map_err(|error| refused(Backend::Embedded, from, error))?;
+    eprintln!("deployment {id} (a redeploy of {from})");
+    drive_to_end(&engine, data_dir, id, &requested_by, start, &again).await
+}
+
+/// `overture --backend aws redrive ID`: recorded on the stack, then followed to its end.
+pub async fn redrive_on_aws(again: Again<'_>) -> Result<(), Failure> {
+    let id = parse_id(again.id)?;
+    let secrets = read_secrets(again.secrets)?;
+    let tokens = again.token.check().await?;
+    let recorder = aws::recorder().await?;
+    let loaded = recorder
+        .log()
+        .load(id)
+        .await
+        .context("reading the events table")?;
+    let session = session_for(
+        tokens,
+        loaded.state.cloud.as_ref().map(|c| c.project_id.as_str()),
+    );
+    let redrive = Redrive {
+        deployment: id,
+        requested_by: requester(session.as_ref()),
+        secrets,
+        cloud: session,
+    };
+    match recorder.redrive(redrive).await {
+        Ok(()) => {}
+        Err(RunError::Submit(error)) => return Err(refused(Backend::Aws, id, error)),
+        Err(other) => return Err(Failure::Engine(other.into())),
+    }
+    eprintln!("redriving deployment {id}");
+    // What it recorded before the redrive was shown when it ran.
+    let shown = loaded.revision.map_or(0, |r| r + 1);
+    follow_to_end(&recorder, id, shown, again.json).await
+}
+
+/// `overture --backend aws redeploy ID`: a new deployment recorded on the stack, then followed
+/// to its end.
+pub async fn redeploy_on_aws(again: Again<'_>) -> Result<(), Failure> {
+    let from = parse_id(again.id)?;
+    let secrets = read_secrets(again.secrets)?;
+    let tokens = again.token.check().await?;
+    let recorder = aws::recorder().await?;
+    let first = recorder
+        .log()
+        .read_stream(from, 0)
+        .await
+        .context("reading the events table")?;
+    let request = redeploy_request(from, first, tokens, secrets)?
+        .ok_or_else(|| crate::missing(Backend::Aws, from))?;
+    let id = overture_submit::again::redeploy(request, &recorder.ports())
+        .await
+        .map_err(|error| refused(Backend::Aws, from, error))?;
+    eprintln!("deployment {id} (a redeploy of {from})");
+    follow_to_end(&recorder, id, 0, again.json).await
+}
+
+/// Follows a deployment on the events table to its end, showing what it records from revision
+/// `shown` on, and ends as `deploy` ends: 0 when it succeeded, 1 otherwise.
+async fn follow_to_end(
+    recorder: &aws::Recorder,
+    id: DeploymentId,
+    shown: u64,
+    json: bool,
+) -> Result<(), Failure> {
+    let mut progress = Progress::new();
+    let view = aws::follow(
+        recorder.log(),
+        id,
+        &mut aws::FromRevision::new(shown, &mut progress),
+    )
+    .await?;
+    crate::print_view(&view, json);
+    match view.status {
+        overture_domain::projection::DeploymentStatus::Succeeded => Ok(()),
+        _ => Err(Failure::Unsuccessful(String::new())),
+    }
+}
+
+/// The redeploy of `from`, whose stream begins with `recorded`: its recorded request, with the
+/// secrets and the token given again. `None` when it has no events.
+fn redeploy_request(
+    from: DeploymentId,
+    recorded: Vec<Envelope>,
+    tokens: Vec<CheckedToken>,
+    secrets: SecretValues,
+) -> Result<Option<Redeploy>, Failure> {
+    let Some(first) = recorded.into_iter().next() else {
+        return Ok(None);
+    };
     let Ok(DeploymentEvent::DeploymentRequested {
         tenant,
         blueprint,
@@ -96,28 +202,17 @@ pub async fn redeploy(data_dir: &Path, again: Again<'_>) -> Result<(), Failure> 
         tokens,
         recorded_cloud.as_ref().map(|c| c.project_id.as_str()),
     );
-    let requested_by = requester(session.as_ref());
-    let start = engine
-        .log
-        .head_position()
-        .await
-        .context("reading the log")?;
-    let id = engine
-        .redeploy(Redeploy {
-            from,
-            tenant,
-            requested_by: requested_by.clone(),
-            blueprint,
-            blueprint_hash,
-            params,
-            recorded_cloud,
-            secrets,
-            cloud: session,
-        })
-        .await
-        .map_err(|error| refused(from, error))?;
-    eprintln!("deployment {id} (a redeploy of {from})");
-    drive_to_end(&engine, data_dir, id, &requested_by, start, &again).await
+    Ok(Some(Redeploy {
+        from,
+        tenant,
+        requested_by: requester(session.as_ref()),
+        blueprint,
+        blueprint_hash,
+        params,
+        recorded_cloud,
+        secrets,
+        cloud: session,
+    }))
 }
 
 /// The token to act with: the one of the recorded project when there is one, else the only one
@@ -141,9 +236,9 @@ fn requester(session: Option<&CloudSession>) -> String {
 }
 
 /// What to tell the user when the redrive or redeploy is not recorded.
-fn refused(id: DeploymentId, error: SubmitError) -> Failure {
+fn refused(backend: Backend, id: DeploymentId, error: SubmitError) -> Failure {
     let message = match error {
-        SubmitError::Refused(DeploymentError::NotRequested) => return no_such_deployment(id),
+        SubmitError::Refused(DeploymentError::NotRequested) => return crate::missing(backend, id),
         SubmitError::Refused(DeploymentError::RedriveWhileRunning) => format!(
             "deployment {id} is still running; only a failed deployment is redriven (`overture \
              status {id}` shows where it stands)"

@@ -281,7 +281,7 @@ async fn the_aws_backend_names_a_missing_setting_and_refuses_what_it_does_not_do
         &["resume"][..],
         &["cloud", "status"][..],
         &["replay"][..],
-        &["cancel", "0190a0a0-0000-7000-8000-000000000000"][..],
+        &["destroy", "0190a0a0-0000-7000-8000-000000000000"][..],
     ] {
         let output = overture(args, &settings, dir.path());
         assert_eq!(output.status.code(), Some(2), "{args:?}");

@@ -33,6 +33,8 @@
 //! - [`stack`]: the CloudFormation stack (`infra/aws/template.yaml`) made in the local emulator
 //!   ([`stack::deploy_local`]), as the tests and the local set-up use it.
 //! - [`function`]: what every function binary does as it starts (its log, its settings).
+//! - [`recording`]: the adapters deployments are recorded with ([`recording::Recording`]),
+//!   shared by the submit and api functions and `overture --backend aws`.
 //! - `emulator` (feature `emulator`): the local AWS emulator as a child process, and the
 //!   requests it counted.
 
@@ -47,6 +49,7 @@ pub mod kept;
 pub mod logs;
 pub mod query;
 pub mod read_models;
+pub mod recording;
 pub mod s3;
 pub mod seals;
 pub mod sqs;

@@ -1,9 +1,10 @@
-//! The query port on DynamoDB: the views from the read-model tables, the audit trail from the
-//! events table, every read strongly consistent; and attempts' output from the runner's S3
+//! The query port on DynamoDB: the views from the read-model tables (a deployment's with what
+//! the events table recorded since the projector folded it), the audit trail from the events
+//! table, every read strongly consistent; and attempts' output from the runner's S3
 //! attempt logs (`logs/<deployment>/<step>/<attempt>.log` in the payloads bucket).
 
 use async_trait::async_trait;
-use overture_domain::projection::{DeploymentView, TenantView};
+use overture_domain::projection::{project, DeploymentView, TenantView};
 use overture_events::{DeploymentId, Envelope};
 use overture_kit::query::{AttemptLog, DeploymentFilter, QueryDeployments, QueryError};
 use overture_kit::{LogError, ReadStream};
@@ -65,7 +66,17 @@ fn from_log(error: LogError) -> QueryError {
 #[async_trait]
 impl QueryDeployments for DynamoQueries {
     async fn deployment(&self, id: DeploymentId) -> Result<Option<DeploymentView>, QueryError> {
-        self.views.view(id).await.map_err(from_view)
+        let view = self.views.view(id).await.map_err(from_view)?;
+        // The projector folds a record in a moment after it is appended; what the log holds
+        // beyond the view is folded in here, so a deployment just recorded, cancelled or
+        // redriven answers as the log stands (the API answers its writes with the view).
+        let next = view.as_ref().map_or(0, |v| v.revision + 1);
+        let newer = self.log.read_stream(id, next).await.map_err(from_log)?;
+        if newer.is_empty() {
+            return Ok(view);
+        }
+        let projected = project(view, &newer).map_err(|e| QueryError::Corrupt(Box::new(e)))?;
+        Ok(projected.view)
     }
 
     async fn list(&self, filter: &DeploymentFilter) -> Result<Vec<DeploymentView>, QueryError> {

@@ -8,16 +8,12 @@
 
 use std::sync::Arc;
 
-use overture_aws::custody::KmsTokenCustody;
 use overture_aws::dynamodb::DynamoDeployments;
 use overture_aws::function::setting;
 pub use overture_aws::function::{diagnostic, init_tracing};
-use overture_aws::kept::KeptStates;
-use overture_aws::s3::S3Payloads;
-use overture_aws::seals::KmsSeals;
+use overture_aws::recording::Recording;
 use overture_aws::triggers::{DynamoTriggerLedger, S3TriggerBundle, SqsEvents};
 use overture_kit::SystemClock;
-use overture_submit::SubmitPorts;
 use overture_triggers::ends::EndPorts;
 use overture_triggers::queue::QueuePorts;
 use overture_triggers::ProcessEnvironment;
@@ -54,50 +50,30 @@ impl EndAdapters {
     }
 }
 
-/// Everything `triggers` needs: the published bundle, the ledger, and what submit needs.
+/// Everything `triggers` needs: the published bundle, the ledger, and what records a
+/// deployment.
 pub struct Adapters {
     bundle: S3TriggerBundle,
     ledger: DynamoTriggerLedger,
-    log: DynamoDeployments,
-    seals: KmsSeals,
-    payloads: S3Payloads,
+    recording: Recording,
     clock: SystemClock,
 }
 
 impl Adapters {
-    /// The adapters named by the environment: the triggers, events, custody and seals tables,
-    /// the KMS key and the payloads bucket.
+    /// The adapters named by the environment: the triggers table, the payloads bucket, and
+    /// what records a deployment ([`Recording`]).
     pub async fn from_env() -> Result<Self, lambda_runtime::Error> {
         let config = overture_aws::config::from_env().await;
-        let dynamodb = aws_sdk_dynamodb::Client::new(&config);
-        let kms = aws_sdk_kms::Client::new(&config);
-        let s3 = overture_aws::s3::client(&config);
-        let bucket = setting("OVERTURE_PAYLOADS_BUCKET")?;
-        let key = setting("OVERTURE_KMS_KEY")?;
-        let custody = Arc::new(KmsTokenCustody::new(
-            kms.clone(),
-            dynamodb.clone(),
-            setting("OVERTURE_CUSTODY_TABLE")?,
-            key.clone(),
-        ));
         Ok(Self {
-            bundle: S3TriggerBundle::new(s3.clone(), bucket.clone()),
-            ledger: DynamoTriggerLedger::new(dynamodb.clone(), setting("OVERTURE_TRIGGERS_TABLE")?),
-            log: DynamoDeployments::new(
-                dynamodb.clone(),
-                setting("OVERTURE_EVENTS_TABLE")?,
-                Arc::new(SystemClock),
+            bundle: S3TriggerBundle::new(
+                overture_aws::s3::client(&config),
+                setting("OVERTURE_PAYLOADS_BUCKET")?,
             ),
-            seals: KmsSeals::new(
-                kms,
-                dynamodb,
-                setting("OVERTURE_SEALS_TABLE")?,
-                key,
-                custody,
-                // Submitting keeps no step state; the seal's other half is the runner's.
-                KeptStates::new(s3.clone(), bucket.clone()),
+            ledger: DynamoTriggerLedger::new(
+                aws_sdk_dynamodb::Client::new(&config),
+                setting("OVERTURE_TRIGGERS_TABLE")?,
             ),
-            payloads: S3Payloads::new(s3, bucket),
+            recording: Recording::from_settings(&config, setting)?,
             clock: SystemClock,
         })
     }
@@ -108,11 +84,7 @@ impl Adapters {
             bundle: &self.bundle,
             ledger: &self.ledger,
             secrets: &ProcessEnvironment,
-            submit: SubmitPorts {
-                log: &self.log,
-                seals: &self.seals,
-                payloads: &self.payloads,
-            },
+            submit: self.recording.ports(),
             clock: &self.clock,
         }
     }

@@ -40,6 +40,11 @@ enum Command {
         /// Where `cargo lambda watch` serves the submit function (OVERTURE_SUBMIT_URL).
         #[arg(long)]
         submit_url: Option<String>,
+        /// The cloud's identity service (Keystone v3) that checks callers' tokens: the stack's
+        /// `AuthUrl`. Without it the api function does not start, and the submit function
+        /// refuses requests that bring a token.
+        #[arg(long)]
+        auth_url: Option<String>,
     },
     /// Prints the template's functions, one a line: the binaries `cargo lambda watch` serves.
     Functions,
@@ -101,8 +106,15 @@ async fn run(cli: Cli) -> Result<(), LocalError> {
     let config = overture_aws::config::for_endpoint(&cli.endpoint, &cli.region).await;
     match cli.command {
         Command::Functions => Ok(()),
-        Command::Stack { submit_url } => {
-            let outputs = setup::stack(&config, &cli.stack, &[]).await?;
+        Command::Stack {
+            submit_url,
+            auth_url,
+        } => {
+            let parameters: Vec<(&str, &str)> = auth_url
+                .iter()
+                .map(|url| ("AuthUrl", url.as_str()))
+                .collect();
+            let outputs = setup::stack(&config, &cli.stack, &parameters).await?;
             let mut settings = setup::settings(&config, &cli.stack, &outputs).await?;
             for (name, value) in [
                 ("AWS_ENDPOINT_URL", cli.endpoint.as_str()),
