@@ -1031,7 +1031,14 @@ async fn the_api_lambda_answers_a_tenant_its_own_deployments_and_records_a_cance
     let own = cloud_token(cloud.running(), "smoke-tenant").await;
     let other = cloud_token(cloud.running(), "smoke-other").await;
 
+    let trigger_events = create_queue(
+        &aws_sdk_sqs::Client::new(&config),
+        "smoke-api-trigger-events",
+    )
+    .await
+    .expect("queue");
     let watch = watch(&[
+        ("OVERTURE_TRIGGER_EVENTS_QUEUE_URL", &trigger_events),
         ("OVERTURE_EVENTS_TABLE", EVENTS),
         ("OVERTURE_DEPLOYMENTS_TABLE", "smoke-api-deployments"),
         ("OVERTURE_TENANTS_TABLE", "smoke-api-tenants"),
@@ -1084,6 +1091,30 @@ async fn the_api_lambda_answers_a_tenant_its_own_deployments_and_records_a_cance
         "{answer}"
     );
 
+    // The events as Server-Sent Events, streamed: the request's event arrives while the
+    // deployment runs, and the cancel below arrives on the same stream once recorded.
+    let mut stream = reqwest::Client::new()
+        .get(format!(
+            "http://127.0.0.1:{}/lambda-url/api{path}/events",
+            watch.port
+        ))
+        .header("X-Auth-Token", &own)
+        .header("Accept", "text/event-stream")
+        .timeout(FIRST_INVOCATION)
+        .send()
+        .await
+        .expect("the stream starts");
+    assert_eq!(stream.status().as_u16(), 200);
+    let mut streamed = String::new();
+    while !streamed.contains("DeploymentRequested") {
+        let chunk = stream
+            .chunk()
+            .await
+            .expect("a chunk")
+            .expect("the stream goes on");
+        streamed.push_str(&String::from_utf8_lossy(&chunk));
+    }
+
     // A cancel is recorded on the log (the stream would carry it out), and answered with the
     // deployment as the log stands.
     let cancel = reqwest::Client::new()
@@ -1104,6 +1135,15 @@ async fn the_api_lambda_answers_a_tenant_its_own_deployments_and_records_a_cance
         Some("CancellationRequested"),
         "{recorded:?}"
     );
+    while !streamed.contains("CancellationRequested") {
+        let chunk = stream
+            .chunk()
+            .await
+            .expect("a chunk")
+            .expect("the stream goes on");
+        streamed.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    drop(stream);
     let printed = std::fs::read(&watch.output).expect("the function's output");
     assert!(
         !printed.windows(own.len()).any(|w| w == own.as_bytes()),

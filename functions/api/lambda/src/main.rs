@@ -5,9 +5,9 @@
 //! the events table (through the same adapters as the submit function), whose stream drives it
 //! ([`overture_api::recorded::Recorded`]). `POST /v1/events` puts the event on the trigger events
 //! queue for the caller's tenant (`OVERTURE_TRIGGER_EVENTS_QUEUE_URL`), where the triggers
-//! function dispatches it against the published trigger file. A function URL buffers the
-//! answer, so a Server-Sent Events stream comes only once the deployment has ended within the
-//! function's timeout.
+//! function dispatches it against the published trigger file. The answers are streamed (the
+//! function URL's `InvokeMode` is `RESPONSE_STREAM`), so a Server-Sent Events stream is live,
+//! within the function's timeout.
 //!
 //! `OVERTURE_AUTH_URL`, the cloud's identity service (Keystone v3) that checks the callers'
 //! tokens, is required: nothing else could vouch for a caller.
@@ -62,5 +62,7 @@ async fn main() -> Result<(), lambda_http::Error> {
             setting("OVERTURE_TRIGGER_EVENTS_QUEUE_URL")?,
         ))),
     };
-    lambda_http::run(overture_api::router(api)).await
+    // Streamed, so a Server-Sent Events stream reaches the caller as events are recorded (the
+    // function URL's InvokeMode is RESPONSE_STREAM); other answers are sent whole as before.
+    lambda_http::run_with_streaming_response(overture_api::router(api)).await
 }
