@@ -943,6 +943,19 @@ async fn get_from_api(watch: &Watch, path: &str, token: Option<&str>) -> (u16, V
     )
 }
 
+/// Reads the streamed answer on into `streamed` until it holds `text`; the stream must not end
+/// before.
+async fn read_until(stream: &mut reqwest::Response, streamed: &mut String, text: &str) {
+    while !streamed.contains(text) {
+        let chunk = stream
+            .chunk()
+            .await
+            .expect("a chunk")
+            .unwrap_or_else(|| panic!("the stream ended before {text}: {streamed}"));
+        streamed.push_str(&String::from_utf8_lossy(&chunk));
+    }
+}
+
 /// A local cloud of the test's own, brought down and cleaned up when dropped after a panic.
 struct LocalCloud {
     running: Option<overture_cloud::Running>,
@@ -1106,14 +1119,7 @@ async fn the_api_lambda_answers_a_tenant_its_own_deployments_and_records_a_cance
         .expect("the stream starts");
     assert_eq!(stream.status().as_u16(), 200);
     let mut streamed = String::new();
-    while !streamed.contains("DeploymentRequested") {
-        let chunk = stream
-            .chunk()
-            .await
-            .expect("a chunk")
-            .expect("the stream goes on");
-        streamed.push_str(&String::from_utf8_lossy(&chunk));
-    }
+    read_until(&mut stream, &mut streamed, "DeploymentRequested").await;
 
     // A cancel is recorded on the log (the stream would carry it out), and answered with the
     // deployment as the log stands.
@@ -1135,14 +1141,7 @@ async fn the_api_lambda_answers_a_tenant_its_own_deployments_and_records_a_cance
         Some("CancellationRequested"),
         "{recorded:?}"
     );
-    while !streamed.contains("CancellationRequested") {
-        let chunk = stream
-            .chunk()
-            .await
-            .expect("a chunk")
-            .expect("the stream goes on");
-        streamed.push_str(&String::from_utf8_lossy(&chunk));
-    }
+    read_until(&mut stream, &mut streamed, "CancellationRequested").await;
     drop(stream);
     let printed = std::fs::read(&watch.output).expect("the function's output");
     assert!(
