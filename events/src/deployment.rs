@@ -2,7 +2,10 @@
 //!
 //! Each variant's name is its stable type string in the log (`StepSucceeded`, ...) and its fields
 //! are the envelope's `data`. Step events name the `step` and the 1-based `attempt`.
-//! A variant is never edited once released: a changed shape is a new type string.
+//! A variant is never edited once released: a changed shape is a new type string. The one
+//! change allowed in place is a new optional field whose absence means what every event
+//! recorded before it meant (`cloud`, `triggered_by`): old records then read unchanged, and an
+//! upcaster would be the identity.
 
 use std::collections::BTreeMap;
 
