@@ -5,8 +5,9 @@
 //! function's ([`overture_triggers::dispatch`]); this module gives it the data directory's
 //! ledger and the blueprint files beside the trigger file. A match claims (source, event id,
 //! trigger) in the ledger before it submits the deployment, so a redelivered event starts
-//! nothing new however many processes receive it at once. `send` drives what it started to its end, and feeds each end back in as an
-//! `overture` event, so chains of triggers run in one command, up to the domain's depth limit.
+//! nothing new however many processes receive it at once. `send` drives what it started to its
+//! end, and feeds each end back in as an `overture` event, so chains of triggers run in one
+//! command, up to the domain's depth limit.
 //! `overture serve --triggers FILE` uses the same [`Dispatcher`] for `POST /v1/events`.
 
 use std::collections::VecDeque;
@@ -135,7 +136,7 @@ impl FindBlueprints for BlueprintFiles {
             other => BlueprintUnavailable(other.to_string()),
         })?;
         Ok(BlueprintSource {
-            source: shown(&file),
+            source: file.display().to_string(),
             text,
             files: parsed.snapshot.files,
         })
