@@ -183,9 +183,14 @@ fn a_redrive_of_an_unknown_deployment_is_refused() {
             text(&output.stderr)
         );
     }
+    // On the aws backend too, once it is told where the stack is (here it is not).
     let aws = overture.run(&["--backend", "aws", "redrive", unknown]);
     assert_eq!(aws.status.code(), Some(2));
-    assert!(text(&aws.stderr).contains("embedded backend"));
+    assert!(
+        text(&aws.stderr).contains("--backend aws: the environment variable"),
+        "{}",
+        text(&aws.stderr)
+    );
 }
 
 #[test]
