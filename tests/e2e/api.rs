@@ -1,7 +1,8 @@
 //! Calling `overture serve`: a real server process on loopback ([`Server`]) and callers of its
-//! HTTP API with one token each ([`Client`]), shared by [`crate::serve`] and [`crate::client`].
+//! HTTP API with one token each ([`Client`]), shared by [`crate::serve`], [`crate::client`] and [`crate::triggers`].
 
 use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Child, Stdio};
 
 use reqwest::header::ACCEPT;
@@ -20,8 +21,20 @@ pub struct Server {
 impl Server {
     /// Starts `overture serve` on `o`'s data directory, its callers checked by `auth_url`.
     pub fn start(o: &Overture, auth_url: &str) -> Self {
-        let mut child = o
-            .command(&["serve", "--addr", "127.0.0.1:0", "--auth-url", auth_url])
+        Self::serve(o, auth_url, None)
+    }
+
+    /// Starts it as [`Server::start`] does, with `--triggers FILE`.
+    pub fn with_triggers(o: &Overture, auth_url: &str, triggers: &Path) -> Self {
+        Self::serve(o, auth_url, Some(triggers))
+    }
+
+    fn serve(o: &Overture, auth_url: &str, triggers: Option<&Path>) -> Self {
+        let mut command = o.command(&["serve", "--addr", "127.0.0.1:0", "--auth-url", auth_url]);
+        if let Some(triggers) = triggers {
+            command.arg("--triggers").arg(triggers);
+        }
+        let mut child = command
             .stdout(Stdio::piped())
             .spawn()
             .expect("start overture serve");

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
+use crate::api::Server;
 use crate::support::{text, Overture};
 
 const RELEASE_BLUEPRINT: &str = "name: release\nparams:\n  version: {}\nsteps:\n  \
@@ -250,42 +251,6 @@ fn a_malformed_event_exits_2_and_says_what_is_wrong() {
     );
 }
 
-/// `overture serve --triggers FILE` on a port of its choosing; killed (by its PID) when dropped.
-struct Server {
-    child: std::process::Child,
-    url: String,
-}
-
-impl Server {
-    fn start(overture: &Overture, auth_url: &str, triggers: &Path) -> Self {
-        use std::io::BufRead;
-        let mut child = overture
-            .command(&["serve", "--addr", "127.0.0.1:0", "--auth-url", auth_url])
-            .arg("--triggers")
-            .arg(triggers)
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("start overture serve");
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut line)
-            .expect("read the server's first line");
-        let url = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("not a listening line: {line:?}"))
-            .to_owned();
-        Self { child, url }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn events_over_http_deploy_only_into_the_callers_tenant_and_only_once() {
     let cloud = crate::local_cloud::LocalCloud::up();
@@ -299,7 +264,7 @@ async fn events_over_http_deploy_only_into_the_callers_tenant_and_only_once() {
              deploy: release.yaml\n    tenant: globex\n"
         ),
     );
-    let server = Server::start(&overture, &cloud.auth_url, &triggers);
+    let server = Server::with_triggers(&overture, &cloud.auth_url, &triggers);
     let http = reqwest::Client::new();
     let post = |body: String| {
         http.post(format!("{}/v1/events", server.url))
@@ -392,7 +357,7 @@ async fn a_restarted_server_carries_on_the_chains_of_the_deployments_it_resumes(
     );
     overture.blueprint("quick.yaml", "name: quick\nsteps:\n  done: { run: noop }\n");
     let triggers = overture.blueprint("triggers.yaml", SLOW_CHAIN);
-    let server = Server::start(&overture, &cloud.auth_url, &triggers);
+    let server = Server::with_triggers(&overture, &cloud.auth_url, &triggers);
     let answer: Value = reqwest::Client::new()
         .post(format!("{}/v1/events", server.url))
         .header("X-Auth-Token", &token)
@@ -430,7 +395,7 @@ async fn a_restarted_server_carries_on_the_chains_of_the_deployments_it_resumes(
         "nothing chained yet: {log:#}"
     );
 
-    let again = Server::start(&overture, &cloud.auth_url, &triggers);
+    let again = Server::with_triggers(&overture, &cloud.auth_url, &triggers);
     wait_for(|| overture.deployment_ids().len() == 2);
     let quick = overture
         .deployment_ids()

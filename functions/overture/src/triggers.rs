@@ -76,13 +76,20 @@ pub enum TriggersCommand {
 
 /// Reads and checks a trigger file; problems are bad input naming the file and the field.
 pub fn read_trigger_file(file: &Path) -> Result<TriggerFile, Failure> {
+    read_trigger_text(file).map(|(_, checked)| checked)
+}
+
+/// Reads and checks a trigger file: its text, and the file as checked.
+fn read_trigger_text(file: &Path) -> Result<(String, TriggerFile), Failure> {
     let text = std::fs::read_to_string(file).map_err(|e| {
         Failure::BadInput(format!(
             "{}: cannot read the trigger file: {e}",
             shown(file)
         ))
     })?;
-    trigger::parse(&text).map_err(|problems| Failure::BadInput(problems_in(file, &problems)))
+    let checked = trigger::parse(&text)
+        .map_err(|problems| Failure::BadInput(problems_in(file, &problems)))?;
+    Ok((text, checked))
 }
 
 /// Reads an event from JSON text; `what` names where it came from in messages.
@@ -349,13 +356,12 @@ pub async fn send_to_aws(args: SendArgs) -> Result<(), Failure> {
 /// `overture --backend aws triggers publish FILE`: the trigger file and every blueprint it
 /// deploys, read and checked here as `deploy` would, stored as one bundle.
 pub async fn publish(path: &Path) -> Result<(), Failure> {
-    let file = read_trigger_file(path)?;
+    let (text, file) = read_trigger_text(path)?;
     let blueprints = BlueprintFiles {
         base: path.parent().map(Path::to_path_buf).unwrap_or_default(),
     };
     let mut bundle = TriggerBundle {
-        triggers: std::fs::read_to_string(path)
-            .map_err(|e| Failure::BadInput(format!("{}: {e}", shown(path))))?,
+        triggers: text,
         blueprints: std::collections::BTreeMap::new(),
     };
     let mut problems = Vec::new();
