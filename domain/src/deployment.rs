@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 use chrono::TimeDelta;
 use indexmap::IndexMap;
 use overture_events::{
-    BlueprintSnapshot, CloudAccount, DeploymentEvent, ErrorClass, Timestamp, TriggeredBy,
+    BlueprintSnapshot, CloudAccount, DeploymentEvent, ErrorClass, HostKeySource, PinnedHostKey,
+    Timestamp, TriggeredBy,
 };
 use serde::{Deserialize, Serialize};
 
@@ -176,6 +177,21 @@ pub struct DeploymentState {
     pub triggered_by: Option<TriggeredBy>,
     /// The engine's rule on the bastion, while it is open.
     pub bastion_access: Option<BastionAccess>,
+    /// The SSH host keys pinned so far, by host as `known_hosts` names it.
+    pub host_keys: BTreeMap<String, PinnedHost>,
+}
+
+/// A server's pinned SSH host keys.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PinnedHost {
+    /// The server: its name in the step that made it, or its address.
+    pub server: String,
+    /// The host as `known_hosts` names it: `host`, or `[host]:port` off port 22.
+    pub host: String,
+    /// How the keys were learned.
+    pub learned: HostKeySource,
+    /// The keys.
+    pub keys: Vec<PinnedHostKey>,
 }
 
 /// The engine's temporary rule on a bastion's security group.
@@ -337,6 +353,8 @@ pub enum DeploymentCommand {
     RecordAccessGranted(BastionAccess),
     /// The engine's rule on the bastion was deleted.
     RecordAccessRevoked { rule: String },
+    /// The engine learned servers' SSH host keys; hosts already pinned keep their keys.
+    PinHostKeys(Vec<PinnedHost>),
     /// The sealed secrets were deleted.
     RecordSecretsPurged,
     /// A user carries a failed deployment on from its failed and abandoned steps; what the
@@ -507,6 +525,8 @@ impl Deployment {
             {
                 return Ok(vec![])
             }
+            // Keys learned by an attempt that ended with the deployment are of no more use.
+            (Phase::Finished(_), C::PinHostKeys(_)) => return Ok(vec![]),
             (Phase::Finished(_), C::Redrive { .. }) if state.destroy.is_some() => {
                 return Err(DeploymentError::RedriveDestroyed)
             }
@@ -668,6 +688,7 @@ impl Deployment {
                 .map(|_| DeploymentEvent::BastionAccessRevoked { rule })
                 .into_iter()
                 .collect()),
+            C::PinHostKeys(pins) => Ok(pin_host_keys(state, pins)),
             C::RecordSecretsPurged => {
                 if state.secrets_purged {
                     Ok(vec![])
@@ -771,6 +792,22 @@ impl Deployment {
                 })
             }
             E::BastionAccessRevoked { .. } => state.bastion_access = None,
+            E::HostKeysPinned {
+                server,
+                host,
+                learned,
+                keys,
+            } => {
+                state.host_keys.insert(
+                    host.clone(),
+                    PinnedHost {
+                        server,
+                        host,
+                        learned,
+                        keys,
+                    },
+                );
+            }
             E::StepScheduled {
                 step,
                 attempt,
@@ -894,6 +931,27 @@ impl Deployment {
             .into_iter()
             .fold(DeploymentState::default(), Self::apply)
     }
+}
+
+/// One `HostKeysPinned` per host not pinned yet: a pin is never replaced, so a server that
+/// later offers other keys is refused rather than learned again.
+fn pin_host_keys(state: &DeploymentState, pins: Vec<PinnedHost>) -> Vec<DeploymentEvent> {
+    let mut seen: Vec<String> = Vec::new();
+    pins.into_iter()
+        .filter(|pin| !pin.keys.is_empty())
+        .filter(|pin| !state.host_keys.contains_key(&pin.host))
+        .filter(|pin| {
+            let first = !seen.contains(&pin.host);
+            seen.push(pin.host.clone());
+            first
+        })
+        .map(|pin| DeploymentEvent::HostKeysPinned {
+            server: pin.server,
+            host: pin.host,
+            learned: pin.learned,
+            keys: pin.keys,
+        })
+        .collect()
 }
 
 fn advance(state: &DeploymentState, now: Timestamp) -> Vec<DeploymentEvent> {

@@ -24,6 +24,7 @@ pub mod deployment;
 pub mod duration;
 pub mod graph;
 pub mod history;
+pub mod host_keys;
 pub mod kinds;
 pub mod projection;
 pub mod retry;

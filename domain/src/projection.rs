@@ -552,7 +552,7 @@ fn fold(view: &mut DeploymentView, event: DeploymentEvent, at: Timestamp) {
         E::BastionAccessRevoked { .. } => close_grants(view, GrantKind::closed_by_revocation, at),
         E::SecretsPurged {} => close_grants(view, |kind| !kind.closed_by_revocation(), at),
         // The attempt's failure, which follows, is what the view shows.
-        E::StepJobDeadLettered { .. } => {}
+        E::StepJobDeadLettered { .. } | E::HostKeysPinned { .. } => {}
         E::DeploymentRequested { .. }
         | E::StepDestroyed { .. }
         | E::FailureGracePeriodStarted { .. }

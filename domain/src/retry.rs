@@ -33,6 +33,11 @@ pub const fn default_rule(class: ErrorClass) -> RetryRule {
             times: 0,
             wait_ms: 0,
         },
+        // Connecting again would meet the same key: what changed needs a person to look.
+        ErrorClass::HostKeyMismatch => RetryRule {
+            times: 0,
+            wait_ms: 0,
+        },
     }
 }
 

@@ -134,17 +134,21 @@ pub enum ErrorClass {
     Interrupted,
     /// Anything else.
     StepFailed,
+    /// A server offered an SSH host key other than the one pinned for it: it was replaced or
+    /// rebuilt, or someone is intercepting the connection. Never retried by default.
+    HostKeyMismatch,
 }
 
 impl ErrorClass {
     /// Every class, in the order the retry table lists them.
-    pub const ALL: [ErrorClass; 6] = [
+    pub const ALL: [ErrorClass; 7] = [
         ErrorClass::Terraform,
         ErrorClass::BackendUnreachable,
         ErrorClass::BootstrapTimeout,
         ErrorClass::HostUnreachable,
         ErrorClass::Interrupted,
         ErrorClass::StepFailed,
+        ErrorClass::HostKeyMismatch,
     ];
 
     /// The name blueprints and events use.
@@ -156,6 +160,7 @@ impl ErrorClass {
             ErrorClass::HostUnreachable => "host-unreachable",
             ErrorClass::Interrupted => "interrupted",
             ErrorClass::StepFailed => "step-failed",
+            ErrorClass::HostKeyMismatch => "host-key-mismatch",
         }
     }
 }

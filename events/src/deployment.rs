@@ -191,6 +191,51 @@ pub enum DeploymentEvent {
         /// The steps to run again, in blueprint order.
         steps: Vec<String>,
     },
+    /// The engine learned a server's SSH host keys; every later SSH connection to that server
+    /// (the bastion's included) accepts exactly these keys and no other.
+    HostKeysPinned {
+        /// The server: its name in the step that made it, or its address when no step named it.
+        server: String,
+        /// The host as ssh's known_hosts names it: `host`, or `[host]:port` off port 22.
+        host: String,
+        /// How the keys were learned.
+        learned: HostKeySource,
+        /// The keys, one per key type.
+        keys: Vec<PinnedHostKey>,
+    },
+}
+
+/// How the engine learned a server's host keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HostKeySource {
+    /// From the server's console output, as the cloud serves it (cloud-init prints them at
+    /// boot): what the cloud says it made.
+    Console,
+    /// From the server itself on the engine's first connection (trust on first use): the cloud
+    /// gave no console output, or the server is not one the engine made.
+    FirstUse,
+}
+
+impl HostKeySource {
+    /// The name events use.
+    pub const fn as_str(&self) -> &'static str {
+        match self {
+            HostKeySource::Console => "console",
+            HostKeySource::FirstUse => "first-use",
+        }
+    }
+}
+
+/// One pinned SSH host key. A public host key is no secret.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PinnedHostKey {
+    /// Its algorithm, as OpenSSH names it (`ssh-ed25519`, `ecdsa-sha2-nistp256`, `ssh-rsa`).
+    pub key_type: String,
+    /// `SHA256:` and the unpadded base64 of the SHA-256 of the key, as `ssh-keygen -l` shows it.
+    pub fingerprint: String,
+    /// The key's base64 blob, as in an `authorized_keys` or `known_hosts` line.
+    pub public_key: String,
 }
 
 /// The cloud account a deployment acts for: who the user's token says they are. Never the
@@ -235,7 +280,7 @@ pub struct SchemaError {
 impl DeploymentEvent {
     /// Every type string, in the order the variants are declared: what `overture events --type`
     /// accepts.
-    pub const TYPES: [&'static str; 23] = [
+    pub const TYPES: [&'static str; 24] = [
         "DeploymentRequested",
         "CredentialsSealed",
         "StepScheduled",
@@ -259,6 +304,7 @@ impl DeploymentEvent {
         "StepDestroyFailed",
         "DeploymentDestroyed",
         "DeploymentRedriven",
+        "HostKeysPinned",
     ];
 
     /// The stable type string of this event.
@@ -287,6 +333,7 @@ impl DeploymentEvent {
             Self::StepDestroyFailed { .. } => "StepDestroyFailed",
             Self::DeploymentDestroyed {} => "DeploymentDestroyed",
             Self::DeploymentRedriven { .. } => "DeploymentRedriven",
+            Self::HostKeysPinned { .. } => "HostKeysPinned",
         }
     }
 

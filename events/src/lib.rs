@@ -19,7 +19,7 @@ pub use blueprint::{
     BastionSpec, BlueprintSnapshot, ErrorClass, ParamSpec, RetryRule, StepSpec, StoredFile,
 };
 pub use deployment::DeploymentEvent;
-pub use deployment::{CloudAccount, TriggeredBy};
+pub use deployment::{CloudAccount, HostKeySource, PinnedHostKey, TriggeredBy};
 pub use envelope::{Envelope, LogEntry, Metadata};
 pub use ids::{DeploymentId, ParseIdError};
 
