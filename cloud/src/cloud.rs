@@ -25,7 +25,7 @@ use crate::instance::Names;
 use crate::journal::{Journal, Resource};
 use crate::network;
 use crate::server::{ServerSpec, Sshd};
-use crate::state::{NewRule, NewServer, Rule, Server, State, StateError};
+use crate::state::{NewRule, NewServer, Project, Rule, Server, State, StateError};
 use crate::CloudError;
 
 /// A change the cloud did not make.
@@ -202,18 +202,7 @@ impl Cloud {
         let plan = self.read(|state| -> Result<_, StateError> {
             let project = state.project(project_id)?;
             let server = state.server(project_id, &server_id.to_string())?;
-            let spec = ServerSpec {
-                dir: self.server_dir(server_id),
-                namespace: self.names.namespace(server.slot),
-                address: state.server_address(project, server),
-                hostname: server
-                    .user_data
-                    .hostname
-                    .clone()
-                    .unwrap_or_else(|| cloud_init::hostname_from_server_name(&server.name)),
-                authorized_keys: server.user_data.authorized_keys.clone(),
-                bastion: server.is_bastion(),
-            };
+            let spec = self.spec(state, project, server);
             Ok((
                 spec,
                 self.names.bridge(project.index),
@@ -277,6 +266,104 @@ impl Cloud {
 
     fn server_dir(&self, id: Uuid) -> PathBuf {
         self.dir.servers().join(id.to_string())
+    }
+
+    /// What a server's files and sshd are made from.
+    fn spec(&self, state: &State, project: &Project, server: &Server) -> ServerSpec {
+        ServerSpec {
+            dir: self.server_dir(server.id),
+            namespace: self.names.namespace(server.slot),
+            address: state.server_address(project, server),
+            hostname: server
+                .user_data
+                .hostname
+                .clone()
+                .unwrap_or_else(|| cloud_init::hostname_from_server_name(&server.name)),
+            authorized_keys: server.user_data.authorized_keys.clone(),
+            bastion: server.is_bastion(),
+        }
+    }
+
+    /// A server's console log, its last `length` lines if given (`os-getConsoleOutput`).
+    pub async fn console_output(
+        &self,
+        project_id: &str,
+        id: &str,
+        length: Option<usize>,
+    ) -> Result<String, Failure> {
+        let path = self.read(|state| {
+            state
+                .server(project_id, id)
+                .map(|server| self.server_dir(server.id).join("console.log"))
+        })?;
+        let text = match tokio::fs::read_to_string(&path).await {
+            Ok(text) => text,
+            // A server still booting has printed nothing yet.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(Failure::Broken(format!("cannot read the console: {e}"))),
+        };
+        Ok(match length {
+            None => text,
+            Some(length) => {
+                let lines: Vec<&str> = text.lines().collect();
+                let start = lines.len().saturating_sub(length);
+                lines[start..].iter().map(|line| format!("{line}\n")).collect()
+            }
+        })
+    }
+
+    /// Gives every running server of that name (or id) new host keys and restarts its sshd,
+    /// as a rebuilt server, or one someone else answers for, would look to a client.
+    pub async fn rekey(&self, project_id: &str, server: &str) -> Result<(), Failure> {
+        let found: Vec<(Uuid, ServerSpec)> = self.read(|state| -> Result<_, StateError> {
+            let project = state.project(project_id)?;
+            Ok(project
+                .servers
+                .iter()
+                .filter(|s| s.name == server || s.id.to_string() == server)
+                .map(|s| (s.id, self.spec(state, project, s)))
+                .collect())
+        })?;
+        if found.is_empty() {
+            return Err(StateError::ServerNotFound(server.to_owned()).into());
+        }
+        let broken = |error: &dyn std::fmt::Display| Failure::Broken(error.to_string());
+        for (server_id, spec) in found {
+            let slot = self.server_slot(server_id);
+            let mut sshd = slot.lock().await;
+            let Some(running) = sshd.take() else {
+                return Err(Failure::Broken(format!(
+                    "server {server_id} runs no sshd (still booting, or it never boots)"
+                )));
+            };
+            let process = running.process;
+            running.stop().await;
+            self.journal
+                .removed(&Resource::Process {
+                    pid: process.pid,
+                    start_time: process.start_time,
+                })
+                .map_err(|e| broken(&e))?;
+            let files = spec.clone();
+            tokio::task::spawn_blocking(move || files.write_host_key())
+                .await
+                .map_err(|e| broken(&e))?
+                .map_err(|e| broken(&e))?;
+            let started = spec
+                .start_sshd(|process| {
+                    self.journal.creating(&Resource::Process {
+                        pid: process.pid,
+                        start_time: process.start_time,
+                    })
+                })
+                .await
+                .map_err(|e| broken(&e))?;
+            let pid = started.process.pid;
+            *sshd = Some(started);
+            self.write(|state| state.set_sshd_pid(project_id, server_id, pid))?;
+            tracing::info!(server = %server_id, "server given new host keys");
+        }
+        Ok(())
     }
 
     /// Deletes a server: stops its processes, removes its namespace and link, updates firewalls.

@@ -103,6 +103,11 @@ impl ServerSpec {
         self.dir.join("sshd.log")
     }
 
+    /// The server's console log on the host: what Nova's `os-getConsoleOutput` serves.
+    pub fn console(&self) -> PathBuf {
+        self.dir.join("console.log")
+    }
+
     /// Writes the server's directories, root's authorized keys, the host key and sshd's
     /// configuration: what cloud-init would have done.
     pub fn write_files(&self) -> Result<(), ServerError> {
@@ -131,19 +136,44 @@ impl ServerSpec {
             keys.push('\n');
         }
         write_private(&self.root().join(".ssh/authorized_keys"), &keys)?;
-        let host_key =
-            ssh_key::PrivateKey::random(&mut rand_core::OsRng, ssh_key::Algorithm::Ed25519)
-                .and_then(|key| {
-                    key.to_openssh(ssh_key::LineEnding::LF)
-                        .map(|text| text.to_string())
-                })
-                .map_err(|e| ServerError::HostKey(e.to_string()))?;
-        write_private(&self.run().join("overture/ssh_host_ed25519_key"), &host_key)?;
+        self.write_host_key()?;
         write_private(
             &self.run().join("overture/sshd_config"),
             &self.sshd_config(),
         )?;
         Ok(())
+    }
+
+    /// Gives the server a new host key of its own, and prints it to its console the way
+    /// cloud-init's `keys_to_console` does at the end of a boot: the fingerprints, then the keys.
+    pub fn write_host_key(&self) -> Result<(), ServerError> {
+        let key = ssh_key::PrivateKey::random(&mut rand_core::OsRng, ssh_key::Algorithm::Ed25519)
+            .map_err(|e| ServerError::HostKey(e.to_string()))?;
+        let private = key
+            .to_openssh(ssh_key::LineEnding::LF)
+            .map_err(|e| ServerError::HostKey(e.to_string()))?;
+        let public = key
+            .public_key()
+            .to_openssh()
+            .map_err(|e| ServerError::HostKey(e.to_string()))?;
+        let fingerprint = key.fingerprint(ssh_key::HashAlg::Sha256);
+        write_private(
+            &self.run().join("overture/ssh_host_ed25519_key"),
+            private.as_str(),
+        )?;
+        let console = console_keys(
+            &self.hostname,
+            &[(256, fingerprint.to_string(), "ED25519", public)],
+            chrono::Utc::now(),
+        );
+        let path = self.console();
+        OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(&path)
+            .and_then(|mut file| file.write_all(console.as_bytes()))
+            .map_err(|source| ServerError::Files { path, source })
     }
 
     /// The server's sshd configuration (paths as the server sees them).
@@ -292,6 +322,30 @@ impl Sshd {
     }
 }
 
+/// What cloud-init prints to a server's console about its host keys: for each key its size,
+/// fingerprint, type name and OpenSSH public key line.
+fn console_keys(
+    hostname: &str,
+    keys: &[(u32, String, &str, String)],
+    now: chrono::DateTime<chrono::Utc>,
+) -> String {
+    // cloud-init logs through syslog (priority 14, user.info) to the console.
+    let prefix = format!("<14>{} cloud-init: ", now.format("%b %e %H:%M:%S"));
+    let rule = "#".repeat(61);
+    let mut text = format!("{prefix}{rule}\n{prefix}-----BEGIN SSH HOST KEY FINGERPRINTS-----\n");
+    for (bits, fingerprint, kind, _) in keys {
+        text.push_str(&format!("{prefix}{bits} {fingerprint} root@{hostname} ({kind})\n"));
+    }
+    text.push_str(&format!(
+        "{prefix}-----END SSH HOST KEY FINGERPRINTS-----\n{prefix}{rule}\n-----BEGIN SSH HOST KEY KEYS-----\n"
+    ));
+    for (_, _, _, public) in keys {
+        text.push_str(&format!("{} root@{hostname}\n", public.trim()));
+    }
+    text.push_str("-----END SSH HOST KEY KEYS-----\n");
+    text
+}
+
 /// Writes a file only root may read.
 fn write_private(path: &Path, text: &str) -> Result<(), ServerError> {
     let error = |source| ServerError::Files {
@@ -368,6 +422,32 @@ mod tests {
             "{command}"
         );
         assert!(command.contains(" --hostname web-1 --die-with-parent -- /usr/sbin/sshd -D -e -f /run/overture/sshd_config"), "{command}");
+    }
+
+    #[test]
+    fn the_console_shows_the_keys_as_cloud_init_prints_them() {
+        let now = chrono::DateTime::parse_from_rfc3339("2026-11-03T09:05:01Z")
+            .expect("a time")
+            .to_utc();
+        let text = console_keys(
+            "web-1",
+            &[(256, "SHA256:abc".into(), "ED25519", "ssh-ed25519 AAAA".into())],
+            now,
+        );
+        let rule = "#".repeat(61);
+        assert_eq!(
+            text,
+            format!(
+                "<14>Nov  3 09:05:01 cloud-init: {rule}\n\
+<14>Nov  3 09:05:01 cloud-init: -----BEGIN SSH HOST KEY FINGERPRINTS-----\n\
+<14>Nov  3 09:05:01 cloud-init: 256 SHA256:abc root@web-1 (ED25519)\n\
+<14>Nov  3 09:05:01 cloud-init: -----END SSH HOST KEY FINGERPRINTS-----\n\
+<14>Nov  3 09:05:01 cloud-init: {rule}\n\
+-----BEGIN SSH HOST KEY KEYS-----\n\
+ssh-ed25519 AAAA root@web-1\n\
+-----END SSH HOST KEY KEYS-----\n"
+            )
+        );
     }
 
     #[test]

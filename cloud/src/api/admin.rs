@@ -136,13 +136,15 @@ enum Fault {
     NeverBoot { project: String, server: String },
     /// The server (name or id) refuses everything from now on.
     Unreachable { project: String, server: String },
+    /// The server (name or id) gets new SSH host keys and its sshd restarts with them.
+    Rekey { project: String, server: String },
 }
 
 /// `POST /admin/faults`.
 pub async fn inject(Shared(cloud): Shared<Arc<Cloud>>, _: Admin, body: Bytes) -> Response {
     let fault = match parse::<Fault>(&body) {
         Ok(fault) => fault,
-        Err(message) => return error(StatusCode::BAD_REQUEST, &format!("{message}; kinds: backend-unreachable (with times), never-boot (with server), unreachable (with server)")),
+        Err(message) => return error(StatusCode::BAD_REQUEST, &format!("{message}; kinds: backend-unreachable (with times), never-boot (with server), unreachable (with server), rekey (with server)")),
     };
     let project_named =
         |name: &str| cloud.read(|state| state.project_named(name).map(|p| p.id.clone()));
@@ -155,6 +157,10 @@ pub async fn inject(Shared(cloud): Shared<Arc<Cloud>>, _: Admin, body: Bytes) ->
             .map_err(Failure::from),
         Fault::Unreachable { project, server } => match project_named(project) {
             Ok(id) => cloud.make_unreachable(&id, server).await,
+            Err(refusal) => Err(refusal.into()),
+        },
+        Fault::Rekey { project, server } => match project_named(project) {
+            Ok(id) => cloud.rekey(&id, server).await,
             Err(refusal) => Err(refusal.into()),
         },
     };

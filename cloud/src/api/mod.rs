@@ -40,6 +40,7 @@ pub fn router(cloud: Arc<Cloud>) -> Router {
             "/compute/v2.1/servers/{id}",
             get(nova::show).delete(nova::delete),
         )
+        .route("/compute/v2.1/servers/{id}/action", post(nova::action))
         .route(
             "/network/v2.0/security-groups",
             post(neutron::create_group).get(neutron::list_groups),

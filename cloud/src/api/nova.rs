@@ -191,6 +191,75 @@ pub async fn delete(
     }
 }
 
+/// The actions of `POST /servers/{id}/action` this cloud takes: only `os-getConsoleOutput`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ActionBody {
+    #[serde(rename = "os-getConsoleOutput")]
+    console_output: ConsoleOutput,
+}
+
+#[derive(Deserialize)]
+struct ConsoleOutput {
+    /// The last lines to answer; every line when absent or null (as Nova takes it).
+    #[serde(default)]
+    length: Option<LengthValue>,
+}
+
+/// Nova takes the length as a number or as a numeric string; -1 means every line.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum LengthValue {
+    Number(i64),
+    Text(String),
+}
+
+/// `POST /compute/v2.1/servers/{id}/action` with `{"os-getConsoleOutput": {"length": N}}`:
+/// the server's console log, `{"output": TEXT}`.
+pub async fn action(
+    Shared(cloud): Shared<Arc<Cloud>>,
+    tenant: Tenant,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    let request = match parse::<ActionBody>(&body) {
+        Ok(request) => request,
+        Err(message) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                &format!("{message}; this cloud takes only the action os-getConsoleOutput"),
+            )
+        }
+    };
+    let length = match request.console_output.length {
+        None => None,
+        Some(LengthValue::Number(n)) => Some(n),
+        Some(LengthValue::Text(text)) => match text.parse::<i64>() {
+            Ok(n) => Some(n),
+            Err(_) => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "os-getConsoleOutput: length must be an integer",
+                )
+            }
+        },
+    };
+    let length = match length {
+        None | Some(-1) => None,
+        Some(n) if n >= 0 => usize::try_from(n).ok(),
+        Some(_) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "os-getConsoleOutput: length must be -1 or more",
+            )
+        }
+    };
+    match cloud.console_output(&tenant.project_id, &id, length).await {
+        Ok(output) => reply(StatusCode::OK, json!({ "output": output })),
+        Err(problem) => failure(problem),
+    }
+}
+
 fn group_names(state: &State, project_id: &str, server: &Server) -> Vec<Value> {
     server
         .groups

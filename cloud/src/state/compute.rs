@@ -196,6 +196,12 @@ impl State {
         Ok(())
     }
 
+    /// Records the pid of a server's new sshd (after its host keys were changed).
+    pub fn set_sshd_pid(&mut self, project_id: &str, id: Uuid, pid: u32) -> Result<(), StateError> {
+        self.server_mut(project_id, id)?.sshd_pid = Some(pid);
+        Ok(())
+    }
+
     /// A server's boot ended: `ACTIVE` (with its sshd's pid, if one runs), or `ERROR` and why.
     pub fn finish_boot(
         &mut self,

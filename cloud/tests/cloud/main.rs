@@ -7,9 +7,11 @@
 //! - `servers`: boot, cloud-init, SSH, a session's background jobs, delete.
 //! - `security_groups`: rules opening and closing ports, group rules between servers.
 //! - `faults`: backend-unreachable, never-boot, unreachable.
+//! - `console`: the console output with each server's host keys, and the rekey fault.
 //! - `clean_up`: shutdown, and clean-up after a cloud killed with SIGKILL.
 
 mod clean_up;
+mod console;
 mod faults;
 mod isolation;
 mod keystone;
