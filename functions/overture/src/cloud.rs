@@ -117,6 +117,12 @@ pub enum FaultCommand {
         #[arg(long)]
         server: String,
     },
+    /// The server (name or id) gets new SSH host keys and its sshd restarts with them.
+    Rekey {
+        /// The server's name or id.
+        #[arg(long)]
+        server: String,
+    },
     /// Clear every fault of the project.
     Clear,
 }
@@ -555,6 +561,12 @@ async fn inject(dir: &Path, project: &str, fault: FaultCommand) -> Result<(), Fa
             "/admin/faults".to_owned(),
             Some(json!({"project": project, "kind": "unreachable", "server": server})),
             format!("{server} in {project} now refuses everything"),
+        ),
+        FaultCommand::Rekey { server } => (
+            reqwest::Method::POST,
+            "/admin/faults".to_owned(),
+            Some(json!({"project": project, "kind": "rekey", "server": server})),
+            format!("{server} in {project} now has new SSH host keys"),
         ),
         FaultCommand::Clear => (
             reqwest::Method::DELETE,

@@ -48,12 +48,12 @@ const CONFIG_FILE: &str = "ansible/ansible.cfg";
 const INVENTORY_FILE: &str = "ansible/inventory.yml";
 const EXTRA_VARS_FILE: &str = "ansible/extra-vars.yml";
 
-/// The settings every run uses. No host key is checked or kept: the hosts are new servers whose
-/// keys nobody could know in advance. Everything ansible and ssh write stays in `/work` or
-/// `/tmp`, which vanish with the sandbox.
+/// The settings every run uses. Host keys are checked against the deployment's pinned keys
+/// only ([`crate::host_keys`]): a host not pinned yet is learned on first contact. Everything
+/// ansible and ssh write stays in `/work` or `/tmp`, which vanish with the sandbox.
 const CONFIG: &str = "\
 [defaults]
-host_key_checking = False
+host_key_checking = True
 retry_files_enabled = False
 local_tmp = /work/.ansible/tmp
 # On the managed hosts: under /tmp rather than the user's home, so a run leaves nothing behind
@@ -66,7 +66,7 @@ interpreter_python = auto_silent
 force_valid_group_names = ignore
 
 [ssh_connection]
-ssh_args = -o ControlMaster=auto -o ControlPersist=60s -o UserKnownHostsFile=/dev/null -o StrictHostKeyChecking=no -o IdentitiesOnly=yes -o BatchMode=yes -o LogLevel=ERROR
+ssh_args = -o ControlMaster=auto -o ControlPersist=60s -o UserKnownHostsFile=/work/ssh/known_hosts -o StrictHostKeyChecking=accept-new -o HashKnownHosts=no -o UpdateHostKeys=no -o IdentitiesOnly=yes -o BatchMode=yes -o LogLevel=ERROR
 control_path_dir = /tmp/ansible-cp
 # Modules go over the SSH session's stdin instead of as files (fewer round trips); a step can
 # turn this off for its hosts with `vars: { ansible_pipelining: false }`.
@@ -128,6 +128,7 @@ pub fn prepare(input: &StepInput) -> Result<Prepared, String> {
             extra_vars(&vars).into_bytes(),
         ),
         key,
+        crate::host_keys::known_hosts_file(input.state),
     ]);
 
     let command = format!(
@@ -139,6 +140,7 @@ pub fn prepare(input: &StepInput) -> Result<Prepared, String> {
         env: vec![("ANSIBLE_CONFIG".into(), format!("/work/{CONFIG_FILE}"))],
         files,
         network: true,
+        collect: vec![crate::host_keys::KNOWN_HOSTS_FILE.into()],
         ..Prepared::default()
     })
 }
@@ -577,9 +579,9 @@ PLAY RECAP *********************************************************************
         assert!(!prepared.command.contains("s3cr3t"));
         let config = file(&prepared, CONFIG_FILE);
         for line in [
-            "host_key_checking = False",
+            "host_key_checking = True",
             "retry_files_enabled = False",
-            "UserKnownHostsFile=/dev/null",
+            "UserKnownHostsFile=/work/ssh/known_hosts -o StrictHostKeyChecking=accept-new",
             "local_tmp = /work/",
             "control_path_dir = /tmp/",
             "nocolor = True",
@@ -595,7 +597,7 @@ PLAY RECAP *********************************************************************
             serde_json::from_str(file(&behind, INVENTORY_FILE)).expect("JSON inventory");
         assert_eq!(
             inventory["all"]["vars"],
-            json!({"ansible_ssh_common_args": "-o ProxyCommand=\"'ssh' '-i' '/work/ssh/id_ed25519' '-p' '22' '-o' 'BatchMode=yes' '-o' 'StrictHostKeyChecking=no' '-o' 'UserKnownHostsFile=/dev/null' '-o' 'IdentitiesOnly=yes' '-o' 'ConnectTimeout=10' -W '[%h]:%p' 'jumper@192.0.2.1'\""})
+            json!({"ansible_ssh_common_args": "-o ProxyCommand=\"'ssh' '-i' '/work/ssh/id_ed25519' '-p' '22' '-o' 'BatchMode=yes' '-o' 'StrictHostKeyChecking=accept-new' '-o' 'UserKnownHostsFile=/work/ssh/known_hosts' '-o' 'HashKnownHosts=no' '-o' 'UpdateHostKeys=no' '-o' 'IdentitiesOnly=yes' '-o' 'ConnectTimeout=10' -W '[%h]:%p' 'jumper@192.0.2.1'\""})
         );
         // The hosts themselves are as without a bastion: ssh reaches them by their own address.
         assert_eq!(

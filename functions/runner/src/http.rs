@@ -91,7 +91,13 @@ pub fn prepare(input: &StepInput) -> Result<Prepared, String> {
             })?;
             prepared.command = tunnel_command(bastion, &host, port);
             prepared.files.push(input.ssh_key_file()?);
+            prepared
+                .files
+                .push(crate::host_keys::known_hosts_file(input.state));
             prepared.collect.push(TUNNEL_LOG.into());
+            prepared
+                .collect
+                .push(crate::host_keys::KNOWN_HOSTS_FILE.into());
             Some(TUNNEL_SOCKET)
         }
     };
@@ -1050,7 +1056,7 @@ mod tests {
         let command = &prepared.command;
         assert!(
             command.starts_with(
-                "'ssh' '-i' '/work/ssh/id_ed25519' '-p' '22' '-o' 'BatchMode=yes' '-o' 'StrictHostKeyChecking=no' '-o' 'UserKnownHostsFile=/dev/null' '-o' 'IdentitiesOnly=yes' '-o' 'ConnectTimeout=10' -N -o ExitOnForwardFailure=yes -L '/work/tunnel.sock:[10.0.0.5]:8080' 'jumper@192.0.2.1' 2>tunnel.log &\n"
+                "'ssh' '-i' '/work/ssh/id_ed25519' '-p' '22' '-o' 'BatchMode=yes' '-o' 'StrictHostKeyChecking=accept-new' '-o' 'UserKnownHostsFile=/work/ssh/known_hosts' '-o' 'HashKnownHosts=no' '-o' 'UpdateHostKeys=no' '-o' 'IdentitiesOnly=yes' '-o' 'ConnectTimeout=10' -N -o ExitOnForwardFailure=yes -L '/work/tunnel.sock:[10.0.0.5]:8080' 'jumper@192.0.2.1' 2>tunnel.log &\n"
             ),
             "{command}"
         );

@@ -21,6 +21,7 @@
 pub mod ansible;
 pub mod destroy;
 pub mod files;
+pub mod host_keys;
 pub mod http;
 pub mod logs;
 pub mod sandbox;
@@ -570,6 +571,15 @@ async fn run_in_sandbox(
             .await?;
     }
 
+    let learned = host_keys::learned(state, &result.collected);
+    if !learned.is_empty() {
+        // Recorded before the outcome, so the steps that follow connect with these keys.
+        let cause = Cause::new(ACTOR, deployment, uuid::Uuid::now_v7());
+        let command = DeploymentCommand::PinHostKeys(learned);
+        // Refused only when the deployment ended meanwhile: nothing will connect any more.
+        let _ = execute(ports.log, deployment, "", &cause, |_| command.clone()).await?;
+    }
+
     let output = masker.mask_bytes(&result.output);
     let failure = |class, exit_code, headline: String| Outcome::Failure {
         class,
@@ -586,7 +596,14 @@ async fn run_in_sandbox(
                 },
                 Err(headline) => failure(ErrorClass::StepFailed, Some(code), headline),
             },
-            Verdict::Failure { class, headline } => failure(class, Some(code), headline),
+            Verdict::Failure { class, headline } => {
+                match refused_host_key(state, &result) {
+                    Some(Verdict::Failure { class, headline }) => {
+                        failure(class, Some(code), headline)
+                    }
+                    _ => failure(class, Some(code), headline),
+                }
+            }
         },
         SandboxExit::Signal(signal) => failure(
             ErrorClass::StepFailed,
@@ -690,6 +707,17 @@ async fn open_bastion(
         Ok(_) | Err(DeploymentError::AccessAlreadyGranted(_)) => Ok(None),
         Err(refused) => Ok(failure(ErrorClass::StepFailed, refused.to_string())),
     }
+}
+
+/// The `host-key-mismatch` failure a failed attempt's output or collected logs show, if any:
+/// whatever the kind made of the exit, a refused host key is what the user must hear about.
+fn refused_host_key(state: &DeploymentState, result: &SandboxResult) -> Option<Verdict> {
+    let mut text = String::from_utf8_lossy(&result.output).into_owned();
+    for (_, content) in &result.collected {
+        text.push('\n');
+        text.push_str(&String::from_utf8_lossy(content));
+    }
+    host_keys::mismatch(state, &text)
 }
 
 /// The file under `/work` a kind keeps from one run to the next, if it keeps one.

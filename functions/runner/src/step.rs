@@ -272,8 +272,8 @@ pub struct Jump {
 }
 
 /// The ssh client options for the bastion, after `-i` and `-p`, the same for every kind:
-/// - no host key is checked or kept: like every server of a deployment, the bastion is new and
-///   its key cannot be known in advance (ansible's own connections do the same);
+/// - only the deployment's pinned host keys count ([`crate::host_keys::SSH_OPTIONS`]): a
+///   bastion whose key is pinned must offer it; one not pinned yet is learned on first contact;
 /// - `BatchMode`: never a prompt, which would hold the step until its timeout;
 /// - `IdentitiesOnly`: only the deployment's key is offered, so a bastion that counts failed
 ///   attempts never sees another;
@@ -282,12 +282,15 @@ pub struct Jump {
 ///
 /// The log level stays ssh's default, INFO: it is the level at which ssh says why the bastion
 /// could not open a connection onwards (`channel 0: open failed: connect failed: ...`), which
-/// is the one line that explains a failure behind the bastion. The price is one "Permanently
-/// added ... to the list of known hosts" line a connection.
-const JUMP_OPTIONS: [&str; 5] = [
+/// is the one line that explains a failure behind the bastion, and the level of ssh's refusal
+/// of a changed host key. The price is one "Permanently added ... to the list of known hosts"
+/// line for a host learned on first contact.
+const JUMP_OPTIONS: [&str; 7] = [
     "BatchMode=yes",
-    "StrictHostKeyChecking=no",
-    "UserKnownHostsFile=/dev/null",
+    crate::host_keys::SSH_OPTIONS[0],
+    crate::host_keys::SSH_OPTIONS[1],
+    crate::host_keys::SSH_OPTIONS[2],
+    crate::host_keys::SSH_OPTIONS[3],
     "IdentitiesOnly=yes",
     "ConnectTimeout=10",
 ];
@@ -572,7 +575,7 @@ mod tests {
             address: SshAddress::parse("192.0.2.1:2222").expect("an address"),
             user: "jumper".into(),
         };
-        const OPTIONS: &str = "'ssh' '-i' '/work/ssh/id_ed25519' '-p' '2222' '-o' 'BatchMode=yes' '-o' 'StrictHostKeyChecking=no' '-o' 'UserKnownHostsFile=/dev/null' '-o' 'IdentitiesOnly=yes' '-o' 'ConnectTimeout=10'";
+        const OPTIONS: &str = "'ssh' '-i' '/work/ssh/id_ed25519' '-p' '2222' '-o' 'BatchMode=yes' '-o' 'StrictHostKeyChecking=accept-new' '-o' 'UserKnownHostsFile=/work/ssh/known_hosts' '-o' 'HashKnownHosts=no' '-o' 'UpdateHostKeys=no' '-o' 'IdentitiesOnly=yes' '-o' 'ConnectTimeout=10'";
         assert_eq!(
             jump.proxy_command(),
             format!("{OPTIONS} -W '[%h]:%p' 'jumper@192.0.2.1'")

@@ -43,6 +43,8 @@ pub const BASTION_ANSWER_FILE: &str = "bastion-answer.tsv";
 pub const JUMP_PROBE_FILE: &str = "jump.sh";
 /// The poll's exit code when the deadline passed with hosts still silent (`EX_TEMPFAIL`).
 pub const DEADLINE_PASSED: i32 = 75;
+/// The poll's exit code when ssh refused the bastion's host key (`EX_PROTOCOL`).
+pub const HOST_KEY_REFUSED: i32 = 76;
 
 /// The longest one try at one host may take, to connect and read its banner: a host that
 /// drops packets would otherwise hold a connect for minutes.
@@ -90,6 +92,11 @@ poll() {
         echo "$address answered after $(seconds "$waited")s: $banner"
       else
         silent+=("$entry")
+        # A host key other than the pinned one is no server still booting: stop at once.
+        if grep -qs 'requested strict checking' jump.err; then
+          tr -d '\r' < jump.err
+          exit $MISMATCH_CODE
+        fi
         # A try cut short by the deadline has nothing to say: keep what an earlier one said.
         reason=$(tail -n 1 probe.err)
         [[ -n $reason ]] && why[$address]=$reason
@@ -174,6 +181,7 @@ pub fn prepare(input: &StepInput) -> Result<Prepared, String> {
             ("TRY_MS".into(), TRY_WITHIN.as_millis().to_string()),
             ("PAUSE_MS".into(), PAUSE.as_millis().to_string()),
             ("DEADLINE_CODE".into(), DEADLINE_PASSED.to_string()),
+            ("MISMATCH_CODE".into(), HOST_KEY_REFUSED.to_string()),
         ],
         files: vec![
             (HOSTS_FILE.into(), lines.into_bytes()),
@@ -187,6 +195,7 @@ pub fn prepare(input: &StepInput) -> Result<Prepared, String> {
     if let Some(bastion) = input.bastion()? {
         prepared.files.extend([
             input.ssh_key_file()?,
+            crate::host_keys::known_hosts_file(input.state),
             (
                 BASTION_FILE.into(),
                 hosts_line(&bastion.address).into_bytes(),
@@ -198,6 +207,9 @@ pub fn prepare(input: &StepInput) -> Result<Prepared, String> {
             JUMP_TRY_WITHIN.as_millis().to_string(),
         ));
         prepared.collect.push(BASTION_ANSWER_FILE.into());
+        prepared
+            .collect
+            .push(crate::host_keys::KNOWN_HOSTS_FILE.into());
     }
     Ok(prepared)
 }
@@ -432,7 +444,7 @@ mod tests {
         let jump = file(JUMP_PROBE_FILE);
         assert!(
             jump.starts_with(
-                "jump() { exec 'ssh' '-i' '/work/ssh/id_ed25519' '-p' '2222' '-o' 'BatchMode=yes' '-o' 'StrictHostKeyChecking=no' '-o' 'UserKnownHostsFile=/dev/null' '-o' 'IdentitiesOnly=yes' '-o' 'ConnectTimeout=10' \"$@\" 'jumper@192.0.2.1'; }\n"
+                "jump() { exec 'ssh' '-i' '/work/ssh/id_ed25519' '-p' '2222' '-o' 'BatchMode=yes' '-o' 'StrictHostKeyChecking=accept-new' '-o' 'UserKnownHostsFile=/work/ssh/known_hosts' '-o' 'HashKnownHosts=no' '-o' 'UpdateHostKeys=no' '-o' 'IdentitiesOnly=yes' '-o' 'ConnectTimeout=10' \"$@\" 'jumper@192.0.2.1'; }\n"
             ),
             "{jump}"
         );
