@@ -583,7 +583,9 @@ async fn inject(dir: &Path, project: &str, fault: FaultCommand) -> Result<(), Fa
         }
         404 => {
             let server = match &fault {
-                FaultCommand::NeverBoot { server } | FaultCommand::Unreachable { server } => server,
+                FaultCommand::NeverBoot { server }
+                | FaultCommand::Unreachable { server }
+                | FaultCommand::Rekey { server } => server,
                 FaultCommand::BackendUnreachable { .. } | FaultCommand::Clear => "",
             };
             Err(Failure::BadInput(format!(

@@ -86,6 +86,32 @@ impl Watch for Progress {
                 bastion, source, ..
             } => format!("bastion {bastion} opened for {source}"),
             DeploymentEvent::BastionAccessRevoked { .. } => "bastion closed".to_owned(),
+            DeploymentEvent::HostKeysPinned {
+                server,
+                host,
+                learned,
+                keys,
+            } => {
+                let keys: Vec<String> = keys
+                    .iter()
+                    .map(|key| format!("{} {}", key.key_type, key.fingerprint))
+                    .collect();
+                let name = if server == host {
+                    host
+                } else {
+                    format!("{server} ({host})")
+                };
+                match learned {
+                    overture_events::HostKeySource::Console => format!(
+                        "host keys of {name} pinned from its console: {}",
+                        keys.join(", ")
+                    ),
+                    overture_events::HostKeySource::FirstUse => format!(
+                        "host keys of {name} learned on first use, trusted without a check (no console output): {}",
+                        keys.join(", ")
+                    ),
+                }
+            }
             DeploymentEvent::StepScheduled { step, .. } => format!("{step:<20} scheduled"),
             DeploymentEvent::StepStarted { step, attempt, .. } => {
                 format!("{step:<20} started (attempt {attempt})")

@@ -4,7 +4,9 @@
 //! identity URL in `OS_AUTH_URL` and the user's token in `OS_TOKEN`, so making servers runs like
 //! every other step: in a fresh sandbox, with its output in the attempt's log. It writes each
 //! server's address and each group's id to `$OVERTURE_OUTPUTS` as `name=value` lines, and on
-//! failure its reason to the file the kind collects. Exit codes: 0 done, 75 the cloud API could
+//! failure its reason to the file the kind collects. It then reads each server's SSH host keys
+//! from its console output and writes them beside the plan (`host-keys.json`) for the engine to
+//! pin. Exit codes: 0 done, 75 the cloud API could
 //! not be reached (worth retrying), 2 the plan or the environment is wrong, 1 anything else.
 
 use std::io::Write;
@@ -12,6 +14,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use overture_openstack::{self as openstack, Cloud, ProvisionError};
+use overture_runner::host_keys::HOST_KEYS_FILE;
 use overture_runner::servers::{Plan, AUTH_URL_ENV, BACKEND_UNREACHABLE, ERROR_FILE, TOKEN_ENV};
 use secrecy::SecretString;
 
@@ -114,5 +117,33 @@ async fn provision(spec: &Path) -> Result<(), Failed> {
     };
     write().map_err(|e| Failed::Step(format!("cannot write the step's outputs: {e}")))?;
     println!("made {} server(s)", plan.servers.len());
+
+    // The keys the cloud says each server has, for the engine to pin: beside the plan, where
+    // the kind collects them.
+    let mut made = Vec::new();
+    for server in &plan.servers {
+        let Some(address) = outputs.get(&server.name) else {
+            continue;
+        };
+        let found = cloud
+            .servers_named(&server.cloud_name)
+            .await
+            .map_err(|e| Failed::from(ProvisionError::from(e)))?;
+        if let Some(found) = found.into_iter().find(|s| s.address() == Some(address.as_str())) {
+            made.push(openstack::MadeServer {
+                name: server.name.clone(),
+                id: found.id,
+                address: address.clone(),
+            });
+        }
+    }
+    let keys = openstack::host_keys(&cloud, &made, openstack::CONSOLE_WAIT, &mut progress)
+        .await
+        .map_err(|e| Failed::from(ProvisionError::from(e)))?;
+    let file = spec.with_file_name(HOST_KEYS_FILE);
+    let json = serde_json::to_vec(&keys)
+        .map_err(|e| Failed::Step(format!("cannot write the host keys: {e}")))?;
+    std::fs::write(&file, json)
+        .map_err(|e| Failed::Step(format!("cannot write {}: {e}", file.display())))?;
     Ok(())
 }

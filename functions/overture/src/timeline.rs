@@ -19,7 +19,9 @@ use chrono::NaiveDateTime;
 use overture_domain::deployment::{Deployment, DeploymentState};
 use overture_domain::retry;
 use overture_domain::text::escaped;
-use overture_events::{BlueprintSnapshot, DeploymentEvent, Envelope, ErrorClass, Timestamp};
+use overture_events::{
+    BlueprintSnapshot, DeploymentEvent, Envelope, ErrorClass, HostKeySource, Timestamp,
+};
 
 use crate::progress::human;
 
@@ -629,6 +631,28 @@ impl Context {
                 )
             }
             E::BastionAccessRevoked { rule } => format!("{title}: rule {}", said(rule)),
+            E::HostKeysPinned {
+                server,
+                host,
+                learned,
+                keys,
+            } => {
+                for key in keys {
+                    why.push((
+                        "key",
+                        format!("{} {}", said(&key.key_type), said(&key.fingerprint)),
+                    ));
+                }
+                let how = match learned {
+                    HostKeySource::Console => "from its console output",
+                    HostKeySource::FirstUse => "on first use (no console output to check them)",
+                };
+                if server == host {
+                    format!("{title}: {} {how}", said(host))
+                } else {
+                    format!("{title}: {} ({}) {how}", said(server), said(host))
+                }
+            }
             E::SecretsPurged {} | E::DeploymentDestroyed {} => title,
             E::DeploymentSucceeded {} => format!("{title}{}", self.after_request(at)),
             E::DeploymentFailed { reason } => {

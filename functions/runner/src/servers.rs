@@ -209,7 +209,7 @@ pub fn prepare(input: &StepInput) -> Result<Prepared, String> {
         secret_env: vec![(TOKEN_ENV.to_owned(), token.clone())],
         files: vec![(SPEC_FILE.into(), spec)],
         network: true,
-        collect: vec![ERROR_FILE.into()],
+        collect: vec![ERROR_FILE.into(), crate::host_keys::HOST_KEYS_FILE.into()],
         engine_program: true,
     })
 }
@@ -386,7 +386,13 @@ steps:
         for shown in [&prepared.command, &spec.to_string()] {
             assert!(!shown.contains(TOKEN), "{shown}");
         }
-        assert_eq!(prepared.collect, vec![std::path::PathBuf::from(ERROR_FILE)]);
+        assert_eq!(
+            prepared.collect,
+            vec![
+                std::path::PathBuf::from(ERROR_FILE),
+                std::path::PathBuf::from(crate::host_keys::HOST_KEYS_FILE)
+            ]
+        );
 
         let plan: Plan = serde_json::from_str(&spec).expect("a plan");
         // The test deployment's id is nil: its prefix is 8 zeros.

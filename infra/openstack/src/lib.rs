@@ -8,6 +8,8 @@
 //!   [`Keystone`] the same check as the submit function's port.
 //! - `identity`: what a token says ([`TokenInfo`]) and its catalog.
 //! - `compute`: Nova servers ([`NewServer`], [`Server`]).
+//! - `console`: [`host_keys`], the SSH host keys of the servers a plan made, read from their
+//!   console output through the [`ReadConsole`] port.
 //! - `network`: Neutron security groups and their rules ([`SecurityGroup`], [`NewRule`]).
 //! - `provision`: [`provision`], which carries out a `servers` step's plan (run by the hidden
 //!   `overture provision` inside the step's sandbox).
@@ -20,6 +22,7 @@
 
 mod access;
 mod compute;
+mod console;
 mod error;
 mod identity;
 mod network;
@@ -36,6 +39,7 @@ use serde_json::Value;
 
 pub use access::CloudAccess;
 pub use compute::{NewServer, Server};
+pub use console::{host_keys, MadeServer, ReadConsole, CONSOLE_WAIT};
 pub use error::{CloudError, UNREACHABLE_TEXT};
 pub use identity::TokenInfo;
 pub use network::{NewRule, RuleSource, SecurityGroup, SecurityGroupRule};
