@@ -133,6 +133,32 @@ fn assert_closed_and_purged(o: &Overture, cloud: &LocalCloud, project: &str, id:
     assert!(!seal.exists(), "the sealed token and key are deleted");
 }
 
+/// The `HostKeysPinned` events of a deployment, by server.
+fn pinned(o: &Overture, id: &str) -> std::collections::BTreeMap<String, Value> {
+    o.events(id)
+        .into_iter()
+        .filter(|e| e["type"] == "HostKeysPinned")
+        .map(|e| (e["data"]["server"].as_str().expect("server").to_owned(), e["data"].clone()))
+        .collect()
+}
+
+/// Every server of the example was pinned from its console, with the key its sshd has.
+fn assert_pinned_from_console(o: &Overture, cloud: &LocalCloud, id: &str) {
+    let pinned = pinned(o, id);
+    for server in ["bastion", "web-1", "web-2"] {
+        let pin = pinned
+            .get(server)
+            .unwrap_or_else(|| panic!("{server} was not pinned: {pinned:?}"));
+        assert_eq!(pin["learned"], "console", "{pin}");
+        let made = cloud.server("acme", server);
+        assert_eq!(pin["host"], made["address"], "{pin}");
+        let actual = cloud.host_key_fingerprint(made["id"].as_str().expect("id"));
+        assert_eq!(pin["keys"][0]["key_type"], "ssh-ed25519", "{pin}");
+        assert_eq!(pin["keys"][0]["fingerprint"], actual.as_str(), "{pin}");
+    }
+    assert_eq!(pinned.len(), 3, "nothing learned on first use: {pinned:?}");
+}
+
 #[test]
 fn hello_world_answers_on_both_servers_configured_through_the_bastion() {
     let cloud = LocalCloud::up();
@@ -167,6 +193,17 @@ fn hello_world_answers_on_both_servers_configured_through_the_bastion() {
         );
     }
     assert_closed_and_purged(&o, &cloud, "acme", &id);
+    assert_pinned_from_console(&o, &cloud, &id);
+    let trail = text(&o.run(&["events", &id]).stdout);
+    let bastion = cloud.server("acme", "bastion");
+    let fingerprint = cloud.host_key_fingerprint(bastion["id"].as_str().expect("id"));
+    assert!(
+        trail.contains(&format!(
+            "host keys pinned: bastion ({}) from its console",
+            bastion["address"].as_str().expect("address")
+        )) && trail.contains(&format!("key: ssh-ed25519 {fingerprint}")),
+        "the audit trail shows the pinned keys: {trail}"
+    );
 
     let grants = o.json(&["grants", "--json"]);
     let kinds: Vec<&str> = grants
@@ -324,6 +361,70 @@ fn a_server_made_unreachable_during_ansible_is_attempted_twice() {
         exits,
         vec![Value::from(4), Value::from(4)],
         "ansible exited 4 both times"
+    );
+    assert_closed_and_purged(&o, &cloud, "acme", &id);
+}
+
+#[test]
+fn a_server_whose_host_key_changed_after_pinning_is_refused_and_not_retried() {
+    let cloud = LocalCloud::up();
+    let (token_file, _) = cloud.token("acme");
+    let o = Overture::new();
+    // Ansible is connected to both servers, with the keys pinned, and waits for the go-ahead.
+    let (deploying, go_ahead) = configuring(&o, &cloud, &token_file);
+    let web_2 = cloud.server("acme", "web-2");
+    let web_2_id = web_2["id"].as_str().expect("id").to_owned();
+    let before = cloud.host_key_fingerprint(&web_2_id);
+    cloud.fault(
+        "acme",
+        &["rekey", "--server", web_2["name"].as_str().expect("name")],
+    );
+    let after = cloud.host_key_fingerprint(&web_2_id);
+    assert_ne!(before, after, "web-2 has a new key");
+    std::fs::write(&go_ahead, "").expect("go ahead");
+    let id = deploying.id.clone();
+    let finished = deploying.wait();
+    let _ = std::fs::remove_file(&go_ahead);
+    assert_eq!(finished, 1);
+
+    let status = o.json(&["status", &id, "--json"]);
+    let configure = step(&status, "configure");
+    assert_eq!(configure["error_class"], "host-key-mismatch", "{configure}");
+    let events = o.events(&id);
+    let failures: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "StepAttemptFailed")
+        .collect();
+    let last = failures.last().expect("a failed attempt");
+    assert_eq!(last["data"]["error_class"], "host-key-mismatch");
+    // The restart of web-2's sshd cut the waiting session (host-unreachable, retried once);
+    // the next connection met the new key, and that is never retried.
+    assert!(failures.len() <= 2, "{failures:?}");
+    assert_eq!(configure["attempts"], failures.len());
+    let message = last["data"]["message"].as_str().expect("message");
+    let address = web_2["address"].as_str().expect("address");
+    for expected in [
+        format!("the SSH host key of server `web-2` ({address}) is not the one pinned"),
+        format!("pinned ssh-ed25519 {before} from its console output"),
+        format!("it offered ED25519 {after}"),
+        "replaced or rebuilt".to_owned(),
+        "intercepting the connection".to_owned(),
+    ] {
+        assert!(message.contains(&expected), "{expected:?} in {message}");
+    }
+    let types = types(&events);
+    let failed_at = types
+        .iter()
+        .rposition(|t| t == "StepAttemptFailed")
+        .expect("failed");
+    assert!(
+        !types[failed_at..].contains(&"StepRetryScheduled".to_owned()),
+        "no retry after the mismatch: {types:?}"
+    );
+    // The pin was not replaced by the new key.
+    assert_eq!(
+        pinned(&o, &id)["web-2"]["keys"][0]["fingerprint"],
+        before.as_str()
     );
     assert_closed_and_purged(&o, &cloud, "acme", &id);
 }

@@ -124,6 +124,28 @@ impl LocalCloud {
         named(&self.project(project)["security_groups"], name)
     }
 
+    /// The fingerprint (`SHA256:...`) of the host key the server's sshd uses now, as
+    /// `ssh-keygen -l` reads it from the server's own key file.
+    pub fn host_key_fingerprint(&self, server_id: &str) -> String {
+        let key = self
+            .dir
+            .path()
+            .join("servers")
+            .join(server_id)
+            .join("run/overture/ssh_host_ed25519_key");
+        let output = Command::new("ssh-keygen")
+            .arg("-lf")
+            .arg(&key)
+            .output()
+            .expect("ssh-keygen");
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        text(&output.stdout)
+            .split_whitespace()
+            .nth(1)
+            .expect("a fingerprint")
+            .to_owned()
+    }
+
     /// The base URL of the cloud's APIs (`http://127.0.0.1:PORT`).
     pub fn base_url(&self) -> String {
         self.auth_url

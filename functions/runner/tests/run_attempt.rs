@@ -44,6 +44,8 @@ impl Clock for FixedClock {
 /// What the sandbox does with a job: answer at once, refuse it, or run until it is cancelled.
 enum Sandbox {
     Exits(i32, &'static str),
+    /// Exits with the code, this output, and these files left for the runner to collect.
+    Leaves(i32, &'static str, Vec<(&'static str, String)>),
     Refuses,
     RunsUntilCancelled,
 }
@@ -73,6 +75,14 @@ impl RunSandboxed for FakeSandbox {
         };
         match self.behaviour {
             Sandbox::Exits(code, outputs) => Ok(result(SandboxExit::Code(code), outputs)),
+            Sandbox::Leaves(code, output, ref files) => Ok(SandboxResult {
+                output: output.as_bytes().to_vec(),
+                collected: files
+                    .iter()
+                    .map(|(path, text)| (std::path::PathBuf::from(path), text.as_bytes().to_vec()))
+                    .collect(),
+                ..result(SandboxExit::Code(code), "")
+            }),
             Sandbox::Refuses => Err(RunError::Unrunnable(Unrunnable::NulInCommand)),
             Sandbox::RunsUntilCancelled => {
                 cancel.await;
@@ -487,4 +497,84 @@ async fn a_step_whose_files_cannot_be_fetched_now_leaves_the_job_to_be_retried()
     assert!(error.to_string().contains("infra/main.tf"), "{error}");
     assert_eq!(fixture.sandbox.runs.load(Ordering::SeqCst), 0, "never run");
     assert_eq!(fixture.types().last(), Some(&"StepStarted"));
+}
+
+/// A host key made by `ssh-keygen -t ed25519`, and its fingerprint as `ssh-keygen -l` shows it.
+const HOST_KEY: &str = "AAAAC3NzaC1lZDI1NTE5AAAAIAfBWyWT1kqcBW4flZkhx+YZ0qby94sbtGBA2zMPVSew";
+const HOST_KEY_FINGERPRINT: &str = "SHA256:GpulLj0N5uMRxkGkIwsvYxaagsDoerjfcTR0ZcWIKVo";
+
+#[tokio::test(start_paused = true)]
+async fn keys_an_attempt_learned_are_pinned_before_its_outcome_is_recorded() {
+    let learned = format!("[127.0.0.1]:2222 ssh-ed25519 {HOST_KEY}\n");
+    let fixture = Fixture::new(Sandbox::Leaves(
+        0,
+        "",
+        vec![(overture_runner::host_keys::KNOWN_HOSTS_FILE, learned)],
+    ))
+    .await;
+    assert_eq!(fixture.run().await, AttemptReport::Succeeded);
+    assert_eq!(
+        fixture.types()[2..],
+        ["StepStarted", "HostKeysPinned", "StepSucceeded"]
+    );
+    let events = fixture.events();
+    let E::HostKeysPinned {
+        server,
+        host,
+        learned,
+        keys,
+    } = &events[3]
+    else {
+        panic!("{events:?}");
+    };
+    assert_eq!((server.as_str(), host.as_str()), ("[127.0.0.1]:2222", "[127.0.0.1]:2222"));
+    assert_eq!(*learned, overture_events::HostKeySource::FirstUse);
+    assert_eq!(keys[0].fingerprint, HOST_KEY_FINGERPRINT);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_host_key_fails_the_attempt_as_host_key_mismatch_never_retried() {
+    const SSH: &str = "@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @\n\
+The fingerprint for the ED25519 key sent by the remote host is\n\
+SHA256:wLXqmnVJ+hqOzcoyXH+5QQdBBiuOZSu8Tk1z0WcmaZ4.\n\
+Host key for 10.0.0.5 has changed and you have requested strict checking.\n\
+Host key verification failed.\n";
+    let fixture = Fixture::new(Sandbox::Leaves(4, SSH, vec![])).await;
+    fixture
+        .record(vec![E::HostKeysPinned {
+            server: "web-1".into(),
+            host: "10.0.0.5".into(),
+            learned: overture_events::HostKeySource::Console,
+            keys: vec![overture_domain::host_keys::key("ssh-ed25519", HOST_KEY).expect("a key")],
+        }])
+        .await;
+    assert_eq!(
+        fixture.run().await,
+        AttemptReport::Failed(ErrorClass::HostKeyMismatch)
+    );
+    let events = fixture.events();
+    let failed = events
+        .iter()
+        .find_map(|e| match e {
+            E::StepAttemptFailed {
+                error_class,
+                message,
+                ..
+            } => Some((*error_class, message.clone())),
+            _ => None,
+        })
+        .expect("a failed attempt");
+    assert_eq!(failed.0, ErrorClass::HostKeyMismatch);
+    assert!(
+        failed.1.starts_with(&format!(
+            "the SSH host key of server `web-1` (10.0.0.5) is not the one pinned (pinned ssh-ed25519 {HOST_KEY_FINGERPRINT} from its console output; it offered ED25519 SHA256:wLXqmnVJ+hqOzcoyXH+5QQdBBiuOZSu8Tk1z0WcmaZ4)"
+        )),
+        "{}",
+        failed.1
+    );
+    assert!(
+        fixture.types().contains(&"StepFailed") && !fixture.types().contains(&"StepRetryScheduled"),
+        "{:?}",
+        fixture.types()
+    );
 }
