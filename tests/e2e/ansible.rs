@@ -260,6 +260,36 @@ steps:
     let id = status["id"].as_str().expect("id");
     let events = overture.events(id);
     assert_causal(&events, &[("report", vec!["configure"])].into());
+    // No cloud to ask: each host's key was learned on the first connection, and recorded.
+    let pinned: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "HostKeysPinned")
+        .map(|e| &e["data"])
+        .collect();
+    let hosts_pinned: Vec<&str> = pinned
+        .iter()
+        .map(|p| p["host"].as_str().expect("host"))
+        .collect();
+    assert_eq!(
+        hosts_pinned.len(),
+        2,
+        "one pin per host: {pinned:?}"
+    );
+    for host in [format!("[127.0.0.1]:{port}"), format!("[localhost]:{port}")] {
+        assert!(hosts_pinned.contains(&host.as_str()), "{host}: {pinned:?}");
+    }
+    for pin in &pinned {
+        assert_eq!(pin["learned"], "first-use", "{pin}");
+        assert_eq!(
+            pin["keys"][0]["fingerprint"],
+            sshd.host_key_fingerprint().as_str()
+        );
+    }
+    assert!(
+        text(&output.stderr).contains("learned on first use, trusted without a check"),
+        "the progress says so: {}",
+        text(&output.stderr)
+    );
     let fingerprint = key_fingerprint(&events);
     let log = sshd.log();
     let logins: Vec<&str> = log

@@ -82,6 +82,20 @@ impl Sshd {
         std::fs::read_to_string(self.dir.path().join("sshd.log")).unwrap_or_default()
     }
 
+    /// The fingerprint (`SHA256:...`) of its host key, as `ssh-keygen -l` shows it.
+    pub fn host_key_fingerprint(&self) -> String {
+        let output = Command::new("ssh-keygen")
+            .arg("-lf")
+            .arg(self.dir.path().join("host_ed25519.pub"))
+            .output()
+            .expect("run ssh-keygen");
+        String::from_utf8_lossy(&output.stdout)
+            .split_whitespace()
+            .nth(1)
+            .expect("a fingerprint")
+            .to_owned()
+    }
+
     /// A folder of the test's, for playbooks to write into.
     pub fn scratch(&self) -> PathBuf {
         let path = self.dir.path().join("scratch");
