@@ -307,7 +307,10 @@ impl Cloud {
             Some(length) => {
                 let lines: Vec<&str> = text.lines().collect();
                 let start = lines.len().saturating_sub(length);
-                lines[start..].iter().map(|line| format!("{line}\n")).collect()
+                lines[start..]
+                    .iter()
+                    .map(|line| format!("{line}\n"))
+                    .collect()
             }
         })
     }

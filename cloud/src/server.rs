@@ -334,7 +334,9 @@ fn console_keys(
     let rule = "#".repeat(61);
     let mut text = format!("{prefix}{rule}\n{prefix}-----BEGIN SSH HOST KEY FINGERPRINTS-----\n");
     for (bits, fingerprint, kind, _) in keys {
-        text.push_str(&format!("{prefix}{bits} {fingerprint} root@{hostname} ({kind})\n"));
+        text.push_str(&format!(
+            "{prefix}{bits} {fingerprint} root@{hostname} ({kind})\n"
+        ));
     }
     text.push_str(&format!(
         "{prefix}-----END SSH HOST KEY FINGERPRINTS-----\n{prefix}{rule}\n-----BEGIN SSH HOST KEY KEYS-----\n"
@@ -431,7 +433,12 @@ mod tests {
             .to_utc();
         let text = console_keys(
             "web-1",
-            &[(256, "SHA256:abc".into(), "ED25519", "ssh-ed25519 AAAA".into())],
+            &[(
+                256,
+                "SHA256:abc".into(),
+                "ED25519",
+                "ssh-ed25519 AAAA".into(),
+            )],
             now,
         );
         let rule = "#".repeat(61);

@@ -266,7 +266,9 @@ ssh-ed25519 {ED25519} root@web-1\n\
             Err(ConsoleKeysError::Contradiction { .. })
         ));
         assert!(matches!(
-            from_console(&format!("{KEYS_BEGIN}\nssh-ed25519 not-base64!\n{KEYS_END}\n")),
+            from_console(&format!(
+                "{KEYS_BEGIN}\nssh-ed25519 not-base64!\n{KEYS_END}\n"
+            )),
             Err(ConsoleKeysError::BadKey(_))
         ));
         // A blob of another type than its line says is no key of that type.
@@ -292,7 +294,9 @@ ssh-ed25519 {ED25519} root@web-1\n\
         let text = known_hosts_lines("[127.0.0.1]:2222", &keys);
         assert_eq!(text, format!("[127.0.0.1]:2222 ssh-ed25519 {ED25519}\n"));
         assert_eq!(
-            read_known_hosts(&format!("# comment\n{text}|1|hashed ssh-ed25519 {ED25519}\n")),
+            read_known_hosts(&format!(
+                "# comment\n{text}|1|hashed ssh-ed25519 {ED25519}\n"
+            )),
             vec![("[127.0.0.1]:2222".to_owned(), keys[0].clone())]
         );
     }
@@ -326,6 +330,9 @@ Host key verification failed.\n";
             ssh.replace('\n', "\\r\\n")
         );
         assert_eq!(mismatch_in(&ansible), Some(expected));
-        assert_eq!(mismatch_in("Connection refused\nHost key verification failed.\n"), None);
+        assert_eq!(
+            mismatch_in("Connection refused\nHost key verification failed.\n"),
+            None
+        );
     }
 }

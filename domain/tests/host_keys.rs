@@ -55,7 +55,12 @@ fn each_host_is_pinned_once_with_its_keys() {
     let state = Deployment::replay([requested()]);
     let web = pin("web-1", "10.0.0.5", HostKeySource::Console, KEY);
     let again = pin("web-1", "10.0.0.5", HostKeySource::Console, OTHER);
-    let tofu = pin("[127.0.0.1]:2222", "[127.0.0.1]:2222", HostKeySource::FirstUse, OTHER);
+    let tofu = pin(
+        "[127.0.0.1]:2222",
+        "[127.0.0.1]:2222",
+        HostKeySource::FirstUse,
+        OTHER,
+    );
     let empty = PinnedHost {
         keys: vec![],
         ..pin("web-2", "10.0.0.6", HostKeySource::Console, KEY)
@@ -77,7 +82,10 @@ fn a_pinned_host_is_never_pinned_again_with_other_keys() {
     let web = pin("web-1", "10.0.0.5", HostKeySource::Console, KEY);
     let state = Deployment::replay([requested(), pinned_event(&web)]);
     let changed = pin("web-1", "10.0.0.5", HostKeySource::FirstUse, OTHER);
-    assert_eq!(Deployment::handle(&state, C::PinHostKeys(vec![changed])), Ok(vec![]));
+    assert_eq!(
+        Deployment::handle(&state, C::PinHostKeys(vec![changed])),
+        Ok(vec![])
+    );
     assert_eq!(state.host_keys["10.0.0.5"].keys, vec![key(KEY)]);
 }
 

@@ -270,11 +270,7 @@ steps:
         .iter()
         .map(|p| p["host"].as_str().expect("host"))
         .collect();
-    assert_eq!(
-        hosts_pinned.len(),
-        2,
-        "one pin per host: {pinned:?}"
-    );
+    assert_eq!(hosts_pinned.len(), 2, "one pin per host: {pinned:?}");
     for host in [format!("[127.0.0.1]:{port}"), format!("[localhost]:{port}")] {
         assert!(hosts_pinned.contains(&host.as_str()), "{host}: {pinned:?}");
     }

@@ -138,7 +138,12 @@ fn pinned(o: &Overture, id: &str) -> std::collections::BTreeMap<String, Value> {
     o.events(id)
         .into_iter()
         .filter(|e| e["type"] == "HostKeysPinned")
-        .map(|e| (e["data"]["server"].as_str().expect("server").to_owned(), e["data"].clone()))
+        .map(|e| {
+            (
+                e["data"]["server"].as_str().expect("server").to_owned(),
+                e["data"].clone(),
+            )
+        })
         .collect()
 }
 

@@ -6,10 +6,15 @@ use std::net::Ipv4Addr;
 use reqwest::Method;
 use serde_json::json;
 
-use crate::support::{ssh, text, From, Key, TestCloud, Tenant};
+use crate::support::{ssh, text, From, Key, Tenant, TestCloud};
 
 /// The console output of a server, as the tenant reads it.
-async fn console(cloud: &TestCloud, tenant: &Tenant, id: &str, length: serde_json::Value) -> String {
+async fn console(
+    cloud: &TestCloud,
+    tenant: &Tenant,
+    id: &str,
+    length: serde_json::Value,
+) -> String {
     let reply = cloud
         .as_tenant(
             tenant,
@@ -46,7 +51,13 @@ async fn offered(address: Ipv4Addr) -> String {
     let text = String::from_utf8_lossy(&output.stdout);
     text.lines()
         .find(|l| !l.starts_with('#'))
-        .map(|l| l.split_whitespace().skip(1).take(2).collect::<Vec<_>>().join(" "))
+        .map(|l| {
+            l.split_whitespace()
+                .skip(1)
+                .take(2)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
         .unwrap_or_else(|| panic!("no key offered: {output:?}"))
 }
 
@@ -58,7 +69,10 @@ async fn each_server_prints_its_own_host_keys_and_rekey_changes_them() {
     let group = cloud.default_group(&tenant).await;
     let host = format!("{}/32", cloud.gateway(&tenant).await);
     assert_eq!(
-        cloud.ssh_rule(&tenant, &group, From::Prefix(&host)).await.status,
+        cloud
+            .ssh_rule(&tenant, &group, From::Prefix(&host))
+            .await
+            .status,
         201
     );
     let key = Key::new();
@@ -73,7 +87,11 @@ async fn each_server_prints_its_own_host_keys_and_rekey_changes_them() {
     assert!(first.contains(" root@web-1 (ED25519)\n"), "{first}");
     let keys = console_keys(&first);
     assert_eq!(keys.len(), 1, "{first}");
-    assert_eq!(keys[0], offered(one.address).await, "the console tells the truth");
+    assert_eq!(
+        keys[0],
+        offered(one.address).await,
+        "the console tells the truth"
+    );
     let keys_two = console_keys(&console(&cloud, &tenant, &two.id, json!(-1)).await);
     assert_eq!(keys_two[0], offered(two.address).await);
     assert_ne!(keys, keys_two, "each server has its own host key");
@@ -118,9 +136,17 @@ async fn each_server_prints_its_own_host_keys_and_rekey_changes_them() {
     let now_offered = offered(one.address).await;
     assert_ne!(now_offered, keys[0], "the key changed");
     let after = console(&cloud, &tenant, &one.id, json!(null)).await;
-    assert_eq!(console_keys(&after), vec![now_offered], "as its console says");
+    assert_eq!(
+        console_keys(&after),
+        vec![now_offered],
+        "as its console says"
+    );
     assert!(after.starts_with(&first), "the old boot stays in the log");
-    assert_eq!(offered(two.address).await, keys_two[0], "web-2 keeps its key");
+    assert_eq!(
+        offered(two.address).await,
+        keys_two[0],
+        "web-2 keeps its key"
+    );
     // Root's keys are the same: the server takes logins as before.
     assert!(ssh(&key, one.address, "true").await.status.success());
 }

@@ -129,7 +129,10 @@ async fn provision(spec: &Path) -> Result<(), Failed> {
             .servers_named(&server.cloud_name)
             .await
             .map_err(|e| Failed::from(ProvisionError::from(e)))?;
-        if let Some(found) = found.into_iter().find(|s| s.address() == Some(address.as_str())) {
+        if let Some(found) = found
+            .into_iter()
+            .find(|s| s.address() == Some(address.as_str()))
+        {
             made.push(openstack::MadeServer {
                 name: server.name.clone(),
                 id: found.id,

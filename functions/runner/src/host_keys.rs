@@ -181,9 +181,10 @@ mod tests {
 
     /// A deployment whose `servers` step made web-1 at 10.0.0.5, pinned from its console.
     fn pinned() -> DeploymentState {
-        let blueprint = parse("name: x\nsteps:\n  servers: { run: script, with: { command: 'true' } }\n")
-            .expect("valid")
-            .snapshot;
+        let blueprint =
+            parse("name: x\nsteps:\n  servers: { run: script, with: { command: 'true' } }\n")
+                .expect("valid")
+                .snapshot;
         let state = Deployment::apply(
             requested(&blueprint, &[]),
             succeeded("servers", &[("web-1", "10.0.0.5")]),

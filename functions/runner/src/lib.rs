@@ -596,14 +596,10 @@ async fn run_in_sandbox(
                 },
                 Err(headline) => failure(ErrorClass::StepFailed, Some(code), headline),
             },
-            Verdict::Failure { class, headline } => {
-                match refused_host_key(state, &result) {
-                    Some(Verdict::Failure { class, headline }) => {
-                        failure(class, Some(code), headline)
-                    }
-                    _ => failure(class, Some(code), headline),
-                }
-            }
+            Verdict::Failure { class, headline } => match refused_host_key(state, &result) {
+                Some(Verdict::Failure { class, headline }) => failure(class, Some(code), headline),
+                _ => failure(class, Some(code), headline),
+            },
         },
         SandboxExit::Signal(signal) => failure(
             ErrorClass::StepFailed,

@@ -527,7 +527,10 @@ async fn keys_an_attempt_learned_are_pinned_before_its_outcome_is_recorded() {
     else {
         panic!("{events:?}");
     };
-    assert_eq!((server.as_str(), host.as_str()), ("[127.0.0.1]:2222", "[127.0.0.1]:2222"));
+    assert_eq!(
+        (server.as_str(), host.as_str()),
+        ("[127.0.0.1]:2222", "[127.0.0.1]:2222")
+    );
     assert_eq!(*learned, overture_events::HostKeySource::FirstUse);
     assert_eq!(keys[0].fingerprint, HOST_KEY_FINGERPRINT);
 }

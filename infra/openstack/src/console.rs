@@ -147,7 +147,10 @@ mod tests {
                     texts
                         .iter()
                         .map(|(id, texts)| {
-                            ((*id).to_owned(), texts.iter().map(|t| (*t).to_owned()).collect())
+                            (
+                                (*id).to_owned(),
+                                texts.iter().map(|t| (*t).to_owned()).collect(),
+                            )
                         })
                         .collect(),
                 ),
@@ -190,7 +193,11 @@ mod tests {
         let mut lines = Vec::new();
         let found = host_keys(
             &cloud,
-            &[server("web-1", "a"), server("web-2", "b"), server("web-3", "c")],
+            &[
+                server("web-1", "a"),
+                server("web-2", "b"),
+                server("web-3", "c"),
+            ],
             CONSOLE_WAIT,
             &mut |line| lines.push(line.to_owned()),
         )
