@@ -1,5 +1,6 @@
 //! The OpenStack client against the real local cloud (`overture_cloud`, `cloud/API.md`): tokens,
-//! security groups and rules, servers, the backend fault, provisioning a `servers` plan twice,
+//! security groups and rules, servers and their console's host keys, the backend fault,
+//! provisioning a `servers` plan twice,
 //! and the engine opening and closing a bastion for itself.
 //!
 //! Each test starts its own cloud on a temporary folder and always brings it down: with
@@ -14,7 +15,8 @@ use overture_cloud::{CloudConfig, Running};
 use overture_events::{CloudAccount, DeploymentId};
 use overture_infra::session::SessionTokens;
 use overture_openstack::{
-    provision, validate_token, Cloud, CloudAccess, CloudError, NewRule, NewServer, RuleSource,
+    host_keys, provision, validate_token, Cloud, CloudAccess, CloudError, MadeServer, NewRule,
+    NewServer, ReadConsole as _, RuleSource, CONSOLE_WAIT,
 };
 use overture_orchestrator::RevokeAccess;
 use overture_runner::servers::{cloud_config, GroupPlan, Plan, RuleFrom, RulePlan, ServerPlan};
@@ -326,6 +328,47 @@ async fn a_server_is_made_found_by_its_exact_name_and_deleted() {
         "{server:?}"
     );
     assert_eq!(server.metadata.get("k").map(String::as_str), Some("v"));
+
+    // Its console shows the host key its sshd has, which the engine pins.
+    let address = server.address().expect("an address").to_owned();
+    let made = [MadeServer {
+        name: "web-1".into(),
+        id: id.clone(),
+        address: address.clone(),
+    }];
+    let mut lines = Vec::new();
+    let keys = host_keys(&client, &made, CONSOLE_WAIT, &mut |line| {
+        lines.push(line.to_owned())
+    })
+    .await
+    .expect("read");
+    let key_file = cloud
+        .dir
+        .path()
+        .join("servers")
+        .join(&id)
+        .join("run/overture/ssh_host_ed25519_key");
+    let listed = std::process::Command::new("ssh-keygen")
+        .arg("-lf")
+        .arg(&key_file)
+        .output()
+        .expect("ssh-keygen");
+    let actual = String::from_utf8_lossy(&listed.stdout)
+        .split_whitespace()
+        .nth(1)
+        .expect("a fingerprint")
+        .to_owned();
+    assert_eq!(keys.len(), 1, "{lines:?}");
+    assert_eq!(keys[0].host, address);
+    assert_eq!(keys[0].keys[0].fingerprint, actual);
+    assert!(
+        client
+            .console_output("00000000-0000-0000-0000-000000000000")
+            .await
+            .expect("answered")
+            .is_none(),
+        "a server the cloud does not know has no console"
+    );
 
     let found = client.servers_named("t2-web-1").await.expect("listed");
     assert_eq!(
