@@ -11,7 +11,9 @@
 //!   in with the deployment's key. The deadline covers both.
 //! - [`conclude`] turns that code into a `bootstrap-timeout` (which fails the deployment at
 //!   once) naming the silent hosts, or the silent bastion, and a success into outputs: each
-//!   host's banner and the wait.
+//!   host's banner and the wait. Behind a bastion, ssh checks the bastion's host key against
+//!   the pinned ones ([`crate::host_keys`]); a refused key stops the poll at once
+//!   ([`HOST_KEY_REFUSED`]), a `host-key-mismatch`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -330,6 +332,14 @@ fn judge(
                 .into(),
             )
         }
+        // The runner names the key offered and the one pinned, from ssh's words in the output.
+        (HOST_KEY_REFUSED, Some(bastion)) => Verdict::Failure {
+            class: ErrorClass::HostKeyMismatch,
+            headline: format!(
+                "ssh refused the host key of the bastion {}: it is not the one pinned",
+                bastion.address
+            ),
+        },
         (DEADLINE_PASSED, Some(bastion)) if !bastion.answered => timeout(format!(
             "no SSH banner within {} from the bastion {}, so none of the {} hosts behind it \
              could be tried: {SILENT_HINT}",
@@ -562,6 +572,62 @@ mod tests {
                 ]
                 .into()
             )
+        );
+    }
+
+    /// The poll, run for real by bash, with a bastion whose ssh refuses its host key: it stops
+    /// at the first try, with ssh's words in its output, instead of waiting out the deadline.
+    #[test]
+    fn a_refused_bastion_key_stops_the_wait_at_once() {
+        let dir = tempfile::tempdir().expect("a folder");
+        let refusal = "@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @\r\n\
+Host key for 192.0.2.1 has changed and you have requested strict checking.\r\n\
+Host key verification failed.\r\n";
+        let jump = format!(
+            "printf '%s' '{refusal}' > jump.err\nexit 1\n",
+            refusal = refusal.replace("\r\n", "\n")
+        );
+        for (name, text) in [
+            (SCRIPT_FILE, POLL.to_owned()),
+            (HOSTS_FILE, "10.0.0.9\t10.0.0.9\t22\n".to_owned()),
+            (BASTION_FILE, "192.0.2.1\t192.0.2.1\t22\n".to_owned()),
+            // The bastion answers with a banner; the way through it is refused.
+            (PROBE_FILE, "echo SSH-2.0-OpenSSH_9.2\n".to_owned()),
+            (JUMP_PROBE_FILE, jump),
+        ] {
+            std::fs::write(dir.path().join(name), text).expect("a file");
+        }
+        let output = std::process::Command::new("bash")
+            .arg(SCRIPT_FILE)
+            .current_dir(dir.path())
+            .envs([
+                ("WAIT_MS", "600000"),
+                ("WAIT_TEXT", "10m"),
+                ("TRY_MS", "5000"),
+                ("JUMP_TRY_MS", "5000"),
+                ("PAUSE_MS", "1000"),
+                ("DEADLINE_CODE", "75"),
+                ("MISMATCH_CODE", "76"),
+            ])
+            .output()
+            .expect("bash runs");
+        assert_eq!(output.status.code(), Some(HOST_KEY_REFUSED), "{output:?}");
+        let printed = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            printed.contains("Host key for 192.0.2.1 has changed"),
+            "{printed}"
+        );
+
+        let state = requested(&behind(), &[("ip", "10.0.0.9"), ("bastion", "192.0.2.1")]);
+        let secrets = key_secrets();
+        let verdict = conclude(
+            &input(&state, "wait", &secrets),
+            HOST_KEY_REFUSED,
+            &sandbox_result(HOST_KEY_REFUSED, &printed, &[]),
+        );
+        assert!(
+            matches!(&verdict, Verdict::Failure { class: ErrorClass::HostKeyMismatch, headline } if headline.contains("the bastion 192.0.2.1")),
+            "{verdict:?}"
         );
     }
 
