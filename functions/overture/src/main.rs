@@ -15,6 +15,8 @@
 //! - [`bundle`]: reading the files a blueprint's steps take from its folder.
 //! - [`token`]: the user's cloud token, read and checked.
 //! - [`provision`]: `overture provision`, which a `servers` step runs inside its sandbox.
+//! - [`first_contact`]: `overture host-keys`, which a `wait-ssh` step runs inside its sandbox
+//!   to read from the cloud the host keys of servers it contacts first.
 //! - [`step_run`]: `overture step-run`, the entrypoint of a step's Fargate task on AWS (exit
 //!   code: the step command's, or 125 when the entrypoint itself failed).
 //! - [`cloud`]: `overture cloud`, the local cloud for development and tests.
@@ -47,6 +49,7 @@ mod cancel;
 mod client;
 mod cloud;
 mod engine;
+mod first_contact;
 mod history;
 mod lock;
 mod logs;
@@ -319,6 +322,17 @@ enum Command {
         #[arg(long)]
         spec: PathBuf,
     },
+    /// Read the SSH host keys of the hosts a `wait-ssh` step contacts first from the cloud's
+    /// consoles: run by the step inside its sandbox, not by users.
+    #[command(hide = true)]
+    HostKeys {
+        /// The hosts (`host<TAB>port` a line).
+        #[arg(long)]
+        hosts: PathBuf,
+        /// How long, in all, consoles still booting are waited for, in milliseconds.
+        #[arg(long)]
+        wait_ms: u64,
+    },
     /// Run a step attempt's sealed job: the entrypoint of a step's Fargate task on AWS, started
     /// by the runner, not by users. Exits with the command's code, 125 if it could not run it.
     #[command(hide = true)]
@@ -452,6 +466,9 @@ fn main() -> ExitCode {
     if let Command::Provision { spec } = &cli.command {
         return provision::main(spec);
     }
+    if let Command::HostKeys { hosts, wait_ms } = &cli.command {
+        return first_contact::main(hosts, std::time::Duration::from_millis(*wait_ms));
+    }
     // Likewise: its exit code is the step command's.
     if let Command::StepRun(args) = cli.command {
         return step_run::main(args);
@@ -550,6 +567,7 @@ fn through_server(cli: &Cli, url: &str) -> Result<Backend, Failure> {
         Command::Redeploy { .. } => Some("redeploy"),
         Command::Resume { .. } => Some("resume"),
         Command::Provision { .. } => Some("provision"),
+        Command::HostKeys { .. } => Some("host-keys"),
         Command::StepRun(_) => Some("step-run"),
         Command::Cloud(_) => Some("cloud"),
         Command::Serve(_) => Some("serve"),
@@ -871,6 +889,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Provision { .. } => Err(Failure::BadInput(
             "`overture provision` runs only inside a `servers` step's sandbox".into(),
+        )),
+        Command::HostKeys { .. } => Err(Failure::BadInput(
+            "`overture host-keys` runs only inside a `wait-ssh` step's sandbox".into(),
         )),
         Command::StepRun(_) => Err(Failure::BadInput(
             "`overture step-run` runs only as a step task's entrypoint".into(),

@@ -137,6 +137,7 @@ async fn provision(spec: &Path) -> Result<(), Failed> {
                 name: server.name.clone(),
                 id: found.id,
                 address: address.clone(),
+                port: 22,
             });
         }
     }

@@ -23,6 +23,10 @@ use overture_domain::kinds::DEFAULT_SSH_WAIT;
 use overture_events::ErrorClass;
 use serde_json::Value;
 
+use overture_domain::host_keys::known_host;
+use overture_domain::secret::TOKEN_SECRET;
+
+use crate::servers::{AUTH_URL_ENV, TOKEN_ENV};
 use crate::step::{collected, Jump, Prepared, SshAddress, StepInput, Verdict};
 use crate::SandboxResult;
 
@@ -47,6 +51,16 @@ pub const JUMP_PROBE_FILE: &str = "jump.sh";
 pub const DEADLINE_PASSED: i32 = 75;
 /// The poll's exit code when ssh refused the bastion's host key (`EX_PROTOCOL`).
 pub const HOST_KEY_REFUSED: i32 = 76;
+/// The hosts (the bastion among them) with no pinned key whose keys `overture host-keys` asks
+/// the cloud for, under `/work`: `host<TAB>port` a line.
+pub const CONSOLE_HOSTS_FILE: &str = "console-hosts.tsv";
+/// Where `overture host-keys` writes why it failed, under `/work`.
+pub const HOST_KEYS_ERROR_FILE: &str = "host-keys.error";
+/// The hidden subcommand of the `overture` program that reads them.
+pub const HOST_KEYS_SUBCOMMAND: &str = "host-keys";
+/// How long, in all, consoles that do not show the keys yet are waited for before the poll:
+/// servers a step contacts first may still be booting.
+const FIRST_CONTACT_CONSOLE_WAIT: Duration = Duration::from_secs(20);
 
 /// The longest one try at one host may take, to connect and read its banner: a host that
 /// drops packets would otherwise hold a connect for minutes.
@@ -213,7 +227,59 @@ pub fn prepare(input: &StepInput) -> Result<Prepared, String> {
             .collect
             .push(crate::host_keys::KNOWN_HOSTS_FILE.into());
     }
+    ask_the_cloud(input, &hosts, &mut prepared)?;
     Ok(prepared)
+}
+
+/// Before the first contact with servers whose keys are not pinned yet (made by Terraform, given
+/// as parameters, a long-lived bastion), the step asks the tenant's cloud for their keys, from
+/// their consoles, when the deployment acts with a token: `overture host-keys` runs first,
+/// inside the sandbox, with the token. Without one, those keys are learned on first use.
+fn ask_the_cloud(
+    input: &StepInput,
+    hosts: &[SshAddress],
+    prepared: &mut Prepared,
+) -> Result<(), String> {
+    let (Some(cloud), Some(token)) = (&input.state.cloud, input.secrets.get(TOKEN_SECRET)) else {
+        return Ok(());
+    };
+    let bastion = input.bastion()?;
+    let mut unpinned: Vec<(String, u16)> = Vec::new();
+    for address in bastion.iter().map(|b| &b.address).chain(hosts) {
+        let known = known_host(&address.host, address.port);
+        let entry = (address.host.clone(), address.port);
+        if !input.state.host_keys.contains_key(&known) && !unpinned.contains(&entry) {
+            unpinned.push(entry);
+        }
+    }
+    if unpinned.is_empty() {
+        return Ok(());
+    }
+    let lines: String = unpinned
+        .iter()
+        .map(|(host, port)| format!("{host}\t{port}\n"))
+        .collect();
+    prepared.command = format!(
+        "{} {HOST_KEYS_SUBCOMMAND} --hosts {CONSOLE_HOSTS_FILE} --wait-ms {} || exit $?\n{}",
+        crate::ENGINE_PROGRAM,
+        FIRST_CONTACT_CONSOLE_WAIT.as_millis(),
+        prepared.command
+    );
+    prepared.engine_program = true;
+    prepared
+        .env
+        .push((AUTH_URL_ENV.to_owned(), cloud.auth_url.clone()));
+    prepared
+        .secret_env
+        .push((TOKEN_ENV.to_owned(), token.clone()));
+    prepared
+        .files
+        .push((CONSOLE_HOSTS_FILE.into(), lines.into_bytes()));
+    prepared.collect.extend([
+        crate::host_keys::HOST_KEYS_FILE.into(),
+        HOST_KEYS_ERROR_FILE.into(),
+    ]);
+    Ok(())
 }
 
 /// One line of [`HOSTS_FILE`].
@@ -232,6 +298,21 @@ fn jump_probe(bastion: &Jump) -> String {
 
 /// Judges the poll's exit: every host answered, the deadline passed, or the poll broke.
 pub fn conclude(input: &StepInput, code: i32, result: &SandboxResult) -> Verdict {
+    if let Some(error) = collected(&result.collected, HOST_KEYS_ERROR_FILE) {
+        // `overture host-keys` failed before any server was tried.
+        let class = if code == crate::servers::BACKEND_UNREACHABLE {
+            ErrorClass::BackendUnreachable
+        } else {
+            ErrorClass::StepFailed
+        };
+        return Verdict::Failure {
+            class,
+            headline: format!(
+                "could not read the servers' SSH host keys from the cloud: {}",
+                String::from_utf8_lossy(error).trim()
+            ),
+        };
+    }
     let answers = parse_answers(collected(&result.collected, ANSWERS_FILE).unwrap_or_default());
     let hosts: Vec<String> = match input.ssh_addresses() {
         Ok(hosts) => hosts.into_iter().map(|t| t.address).collect(),
@@ -629,6 +710,96 @@ Host key verification failed.\r\n";
             matches!(&verdict, Verdict::Failure { class: ErrorClass::HostKeyMismatch, headline } if headline.contains("the bastion 192.0.2.1")),
             "{verdict:?}"
         );
+    }
+
+    /// Behind a bastion, of a deployment acting with a cloud token, with 10.0.0.9 pinned.
+    #[test]
+    fn servers_first_contacted_have_their_keys_asked_of_the_cloud_with_the_token() {
+        use overture_domain::secret::SecretString;
+        use overture_domain::Deployment;
+        use overture_events::{CloudAccount, DeploymentEvent, HostKeySource};
+        use secrecy::ExposeSecret as _;
+
+        let mut event = crate::testing::requested_event(
+            &behind(),
+            &[("ip", "10.0.0.9"), ("bastion", "192.0.2.1")],
+        );
+        if let DeploymentEvent::DeploymentRequested { cloud, .. } = &mut event {
+            *cloud = Some(CloudAccount {
+                auth_url: "http://127.0.0.1:5000/identity/v3".into(),
+                project_id: "p".into(),
+                project: "acme".into(),
+                user: "acme".into(),
+            });
+        }
+        let key = overture_domain::host_keys::key(
+            "ssh-ed25519",
+            "AAAAC3NzaC1lZDI1NTE5AAAAIAfBWyWT1kqcBW4flZkhx+YZ0qby94sbtGBA2zMPVSew",
+        )
+        .expect("a key");
+        let state = Deployment::replay([
+            event,
+            DeploymentEvent::HostKeysPinned {
+                server: "web-1".into(),
+                host: "10.0.0.9".into(),
+                learned: HostKeySource::Console,
+                keys: vec![key],
+            },
+        ]);
+        let mut secrets = key_secrets();
+        secrets.insert(TOKEN_SECRET.into(), SecretString::from("tok-123"));
+        let prepared = prepare(&input(&state, "wait", &secrets)).expect("prepares");
+        assert_eq!(
+            prepared_file(&prepared, CONSOLE_HOSTS_FILE),
+            "192.0.2.1\t22\nfd00::5\t2200\n",
+            "the bastion and the host not pinned yet"
+        );
+        assert!(
+            prepared.command.starts_with(&format!(
+                "{} host-keys --hosts console-hosts.tsv --wait-ms 20000 || exit $?\n",
+                crate::ENGINE_PROGRAM
+            )),
+            "{}",
+            prepared.command
+        );
+        assert!(prepared.engine_program);
+        assert!(prepared
+            .secret_env
+            .iter()
+            .any(|(name, value)| name == TOKEN_ENV && value.expose_secret() == "tok-123"));
+        assert!(prepared
+            .env
+            .iter()
+            .all(|(_, value)| !value.contains("tok-123")));
+        assert!(prepared
+            .collect
+            .contains(&PathBuf::from(crate::host_keys::HOST_KEYS_FILE)));
+        // The pinned key is in the known hosts the poll's ssh reads.
+        assert!(prepared_file(&prepared, crate::host_keys::KNOWN_HOSTS_FILE)
+            .starts_with("10.0.0.9 ssh-ed25519 "));
+
+        // A failure to ask is the step's, as the cloud's answer says.
+        let verdict = conclude(
+            &input(&state, "wait", &secrets),
+            75,
+            &sandbox_result(
+                75,
+                "",
+                &[(HOST_KEYS_ERROR_FILE, "the cloud API is unreachable: 503")],
+            ),
+        );
+        assert_eq!(
+            verdict,
+            Verdict::Failure {
+                class: ErrorClass::BackendUnreachable,
+                headline: "could not read the servers' SSH host keys from the cloud: the cloud API is unreachable: 503".into(),
+            }
+        );
+
+        // Without a token nothing is asked: those keys are learned on first use.
+        let prepared = prepare(&input(&state, "wait", &key_secrets())).expect("prepares");
+        assert!(!prepared.engine_program);
+        assert!(prepared.command.starts_with("exec /usr/bin/bash"));
     }
 
     fn hosts(addresses: &[&str]) -> Vec<String> {

@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio::time::Instant;
 
-use super::{Cloud, CloudError};
+use super::{Cloud, CloudError, Server};
 
 /// How long the consoles get, all together, to show the keys once the servers are `ACTIVE`:
 /// cloud-init prints them at the end of the boot, which may come after `ACTIVE`.
@@ -59,6 +59,43 @@ impl ReadConsole for Cloud {
     }
 }
 
+impl Cloud {
+    /// Every server of the project, in full.
+    pub async fn all_servers(&self) -> Result<Vec<Server>, CloudError> {
+        let url = format!("{}/servers/detail", self.endpoints.compute);
+        self.list(url, "servers", "listing the project's servers")
+            .await
+    }
+}
+
+/// The keys of the project's servers at these hosts (`host`, port), as their consoles show
+/// them: for servers the engine reaches but did not make with a `servers` step (a Terraform
+/// output, a parameter, a long-lived bastion). A host no server of the project has is left out,
+/// and said so through `progress`: its keys are learned on first use.
+pub async fn host_keys_at(
+    cloud: &Cloud,
+    hosts: &[(String, u16)],
+    wait: Duration,
+    progress: &mut (dyn FnMut(&str) + Send),
+) -> Result<Vec<ConsoleKeys>, CloudError> {
+    let servers = cloud.all_servers().await?;
+    let mut made = Vec::new();
+    for (host, port) in hosts {
+        match servers.iter().find(|s| s.address() == Some(host.as_str())) {
+            Some(server) => made.push(MadeServer {
+                name: server.name.clone(),
+                id: server.id.clone(),
+                address: host.clone(),
+                port: *port,
+            }),
+            None => progress(&format!(
+                "{host}: no server of the project has this address; its SSH host keys will be learned on first use"
+            )),
+        }
+    }
+    host_keys(cloud, &made, wait, progress).await
+}
+
 /// One server to read the keys of.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MadeServer {
@@ -68,6 +105,8 @@ pub struct MadeServer {
     pub id: String,
     /// Its address.
     pub address: String,
+    /// The port its sshd listens on.
+    pub port: u16,
 }
 
 /// The keys each server's console shows, waiting up to `wait` in all for consoles still
@@ -104,7 +143,7 @@ pub async fn host_keys(
                     ));
                     found.push(ConsoleKeys {
                         server: server.name.clone(),
-                        host: known_host(&server.address, 22),
+                        host: known_host(&server.address, server.port),
                         keys,
                     });
                     break;
@@ -184,6 +223,7 @@ mod tests {
             name: name.into(),
             id: id.into(),
             address: "10.0.0.5".into(),
+            port: 22,
         }
     }
 

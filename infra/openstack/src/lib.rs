@@ -39,7 +39,7 @@ use serde_json::Value;
 
 pub use access::CloudAccess;
 pub use compute::{NewServer, Server};
-pub use console::{host_keys, MadeServer, ReadConsole, CONSOLE_WAIT};
+pub use console::{host_keys, host_keys_at, MadeServer, ReadConsole, CONSOLE_WAIT};
 pub use error::{CloudError, UNREACHABLE_TEXT};
 pub use identity::TokenInfo;
 pub use network::{NewRule, RuleSource, SecurityGroup, SecurityGroupRule};

@@ -335,6 +335,7 @@ async fn a_server_is_made_found_by_its_exact_name_and_deleted() {
         name: "web-1".into(),
         id: id.clone(),
         address: address.clone(),
+        port: 22,
     }];
     let mut lines = Vec::new();
     let keys = host_keys(&client, &made, CONSOLE_WAIT, &mut |line| {
