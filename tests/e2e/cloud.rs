@@ -435,6 +435,51 @@ fn a_server_whose_host_key_changed_after_pinning_is_refused_and_not_retried() {
 }
 
 #[test]
+fn a_server_another_deployment_made_is_pinned_from_its_console_at_first_contact() {
+    let cloud = LocalCloud::up();
+    let (token_file, _) = cloud.token("acme");
+    let o = Overture::new();
+    // One deployment makes a server the engine may reach directly...
+    let made = o.blueprint(
+        "made.yaml",
+        "name: made\nsteps:\n  servers:\n    run: servers\n    with:\n      security_groups:\n        open: [{ port: 22, from: 10.0.0.0/8 }]\n      servers:\n        web-1: { security_groups: [open] }\n",
+    );
+    let (code, _, output) = deploy(&o, &cloud, &made, &token_file);
+    assert_eq!(code, 0, "{}", text(&output.stderr));
+    let web_1 = cloud.server("acme", "web-1");
+    let address = web_1["address"].as_str().expect("address").to_owned();
+
+    // ...and another one, given only its address, waits for it: it asks the cloud for the keys.
+    let reached = o.blueprint(
+        "reached.yaml",
+        "name: reached\nparams: { web: {} }\nhosts:\n  web: ['{{ params.web }}']\nsteps:\n  booted: { run: wait-ssh, with: { hosts: web, timeout: 1m } }\n",
+    );
+    let mut command = deploy_command(&o, &cloud, &reached, &token_file);
+    command.args(["--param", &format!("web={address}")]);
+    let output = command.output().expect("run overture");
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let status: Value = serde_json::from_slice(&output.stdout).expect("status");
+    let id = status["id"].as_str().expect("id");
+    let pinned = pinned(&o, id);
+    let pin = pinned
+        .get(web_1["name"].as_str().expect("name"))
+        .unwrap_or_else(|| panic!("web-1 pinned under its cloud name: {pinned:?}"));
+    assert_eq!(pin["learned"], "console", "{pin}");
+    assert_eq!(pin["host"], address.as_str());
+    assert_eq!(
+        pin["keys"][0]["fingerprint"],
+        cloud
+            .host_key_fingerprint(web_1["id"].as_str().expect("id"))
+            .as_str()
+    );
+    assert!(
+        text(&output.stderr).contains("pinned from its console"),
+        "{}",
+        text(&output.stderr)
+    );
+}
+
+#[test]
 fn after_a_crash_with_the_bastion_open_resume_closes_it_and_purges() {
     let cloud = LocalCloud::up();
     let (token_file, token) = cloud.token("acme");
