@@ -8,7 +8,9 @@
 //!   host with none pinned yet is learned on first contact (trust on first use) and ssh adds it
 //!   to the file.
 //! - The `servers` step leaves [`HOST_KEYS_FILE`]: the keys of each server it made, read from
-//!   its console output through the cloud's API ([`ConsoleKeys`]).
+//!   its console output through the cloud's API ([`ConsoleKeys`]). So does `wait-ssh` for the
+//!   servers it contacts first that the engine did not make, when the deployment has a token
+//!   (see [`crate::wait_ssh`]).
 //! - Once the command has ended, [`learned`] reads both files back into pins the runner records
 //!   as `HostKeysPinned`: from the console, or first-use for lines ssh added.
 //! - [`mismatch`] turns ssh's refusal of a changed key into a `host-key-mismatch` failure that
