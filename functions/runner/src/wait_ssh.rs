@@ -9,6 +9,10 @@
 //!   bastion's own banner ([`BASTION_FILE`], [`BASTION_ANSWER_FILE`]), then tries each host
 //!   through it ([`JUMP_PROBE_FILE`]: `ssh -W` to the bastion, which connects onwards), logging
 //!   in with the deployment's key. The deadline covers both.
+//! - Before the first contact with servers whose host keys are not pinned yet, when the
+//!   deployment has a cloud token, the command first runs `overture host-keys`
+//!   ([`CONSOLE_HOSTS_FILE`]), which reads their keys from the cloud's consoles for the engine to
+//!   pin ([`crate::host_keys`]).
 //! - [`conclude`] turns that code into a `bootstrap-timeout` (which fails the deployment at
 //!   once) naming the silent hosts, or the silent bastion, and a success into outputs: each
 //!   host's banner and the wait. Behind a bastion, ssh checks the bastion's host key against
