@@ -134,17 +134,21 @@ pub enum ErrorClass {
     Interrupted,
     /// Anything else.
     StepFailed,
+    /// The engine's rule on the bastion was deleted while the deployment still held its lease on
+    /// it: someone else closed the bastion, not the servers' fault.
+    BastionAccessLost,
 }
 
 impl ErrorClass {
     /// Every class, in the order the retry table lists them.
-    pub const ALL: [ErrorClass; 6] = [
+    pub const ALL: [ErrorClass; 7] = [
         ErrorClass::Terraform,
         ErrorClass::BackendUnreachable,
         ErrorClass::BootstrapTimeout,
         ErrorClass::HostUnreachable,
         ErrorClass::Interrupted,
         ErrorClass::StepFailed,
+        ErrorClass::BastionAccessLost,
     ];
 
     /// The name blueprints and events use.
@@ -156,6 +160,7 @@ impl ErrorClass {
             ErrorClass::HostUnreachable => "host-unreachable",
             ErrorClass::Interrupted => "interrupted",
             ErrorClass::StepFailed => "step-failed",
+            ErrorClass::BastionAccessLost => "bastion-access-lost",
         }
     }
 }

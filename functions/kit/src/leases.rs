@@ -139,8 +139,8 @@ pub enum Revocation {
 }
 
 /// Opens `deployment`'s lease on `rule`, then has `create` make (or find) the rule. Should
-/// `create` fail, the lease stays: the attempt is retried or the deployment ends, and its
-/// revocation closes it then.
+/// `create` fail, the lease is closed again, since no `BastionAccessGranted` will name it for the
+/// deployment's end to close; were it the last, no rule was made to delete.
 pub async fn grant_leased<T, E, F>(
     leases: &dyn LeaseBastionRules,
     rule: &RuleKey,
@@ -151,7 +151,17 @@ where
     F: Future<Output = Result<T, E>>,
 {
     leases.acquire(rule, deployment).await?;
-    create.await.map_err(Leased::Cloud)
+    match create.await {
+        Ok(created) => Ok(created),
+        Err(error) => {
+            // Should closing fail, the lease stays open: the rule then outlives its use, which
+            // is the safe way to be wrong.
+            if let Ok(Release::Last) = leases.release(rule, deployment).await {
+                let _ = leases.closed(rule, deployment).await;
+            }
+            Err(Leased::Cloud(error))
+        }
+    }
 }
 
 /// Closes `deployment`'s lease on `rule`; when it was the last, has `delete` delete the rule
@@ -357,6 +367,21 @@ mod tests {
             .await
             .expect("granted");
         assert!(rules.open());
+    }
+
+    #[tokio::test]
+    async fn a_failed_create_closes_the_lease_it_opened() {
+        let leases = MemoryLeases::new();
+        let failed = grant_leased(&leases, &rule(), deployment(1), async {
+            Err::<String, _>("503".to_owned())
+        })
+        .await;
+        assert!(matches!(failed, Err(Leased::Cloud(_))), "{failed:?}");
+        assert_eq!(leases.holders(&rule()).await.expect("holders"), vec![]);
+        leases
+            .acquire(&rule(), deployment(2))
+            .await
+            .expect("nothing is closing");
     }
 
     #[tokio::test]

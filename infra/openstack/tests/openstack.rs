@@ -486,7 +486,13 @@ async fn a_plan_made_twice_makes_everything_once_and_the_bastion_opens_for_the_e
     );
     let tokens = SessionTokens::new();
     tokens.remember(deployment, token.clone());
-    let access = CloudAccess::new(std::sync::Arc::new(tokens));
+    // A second deployment of the tenant goes through the same bastion at the same time.
+    let sharing = DeploymentId::from_uuid(uuid::Uuid::now_v7());
+    tokens.remember(sharing, token.clone());
+    let access = CloudAccess::new(
+        std::sync::Arc::new(tokens),
+        std::sync::Arc::new(overture_kit::leases::MemoryLeases::new()),
+    );
     let info = client.info();
     let account = CloudAccount {
         auth_url: cloud.auth_url(),
@@ -516,7 +522,7 @@ async fn a_plan_made_twice_makes_everything_once_and_the_bastion_opens_for_the_e
     assert!(
         rule.description
             .as_deref()
-            .is_some_and(|d| d.contains(&deployment.to_string())),
+            .is_some_and(|d| d.contains("overture")),
         "{rule:?}"
     );
     let twice = access
@@ -532,10 +538,36 @@ async fn a_plan_made_twice_makes_everything_once_and_the_bastion_opens_for_the_e
         "the bastion admits the engine"
     );
 
+    // The sharing deployment leases the identical rule; the first to end keeps it for the other.
+    let shared = access
+        .grant(sharing, &account, &bastion, &group)
+        .await
+        .expect("opened for the second deployment");
+    assert_eq!(shared.rule, granted.rule, "one rule, two leases");
+    assert_eq!(
+        access
+            .revoke(sharing, &account, &shared)
+            .await
+            .expect("closed its lease"),
+        overture_kit::leases::Revocation::KeptFor(vec![deployment])
+    );
+    assert!(
+        ssh_answers(&bastion.address),
+        "the rule stays for the deployment still holding it"
+    );
+    assert!(access
+        .still_granted(deployment, &account, &granted)
+        .await
+        .expect("checked"));
+
     access
         .revoke(deployment, &account, &granted)
         .await
         .expect("closed");
+    assert!(!access
+        .still_granted(deployment, &account, &granted)
+        .await
+        .expect("checked"));
     access
         .revoke(deployment, &account, &granted)
         .await
@@ -554,10 +586,13 @@ async fn a_plan_made_twice_makes_everything_once_and_the_bastion_opens_for_the_e
     // A token of another project opens nothing of this one.
     let other = SessionTokens::new();
     other.remember(deployment, cloud.token("tenant-b", 3600).await);
-    let refused = CloudAccess::new(std::sync::Arc::new(other))
-        .grant(deployment, &account, &bastion, &group)
-        .await
-        .expect_err("another project's token");
+    let refused = CloudAccess::new(
+        std::sync::Arc::new(other),
+        std::sync::Arc::new(overture_kit::leases::MemoryLeases::new()),
+    )
+    .grant(deployment, &account, &bastion, &group)
+    .await
+    .expect_err("another project's token");
     assert!(
         matches!(&refused, overture_runner::GrantError::Refused(m) if m.contains("tenant-b")),
         "{refused:?}"
