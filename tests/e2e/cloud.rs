@@ -11,7 +11,12 @@ use crate::local_cloud::{example, in_namespace, listening_programs, LocalCloud};
 use crate::support::{files_containing, gone_within, text, types, Deploying, Overture};
 
 /// `overture deploy FILE`, acting with the token in `token_file`.
-pub(crate) fn deploy_command(o: &Overture, cloud: &LocalCloud, file: &Path, token_file: &Path) -> Command {
+pub(crate) fn deploy_command(
+    o: &Overture,
+    cloud: &LocalCloud,
+    file: &Path,
+    token_file: &Path,
+) -> Command {
     let mut command = o.command(&["deploy", file.to_str().expect("utf-8 path"), "--json"]);
     command
         .arg("--token-file")
@@ -36,7 +41,11 @@ pub(crate) fn deploy(
 
 /// The example's blueprint with `change` applied, beside a playbook of the given text; returns
 /// the blueprint's path.
-pub(crate) fn blueprint(o: &Overture, change: impl Fn(String) -> String, playbook: Option<&str>) -> PathBuf {
+pub(crate) fn blueprint(
+    o: &Overture,
+    change: impl Fn(String) -> String,
+    playbook: Option<&str>,
+) -> PathBuf {
     let original = std::fs::read_to_string(example().join("blueprint.yaml")).expect("example");
     let path = o.blueprint("cloud.yaml", &change(original));
     let folder = path.parent().expect("folder").join("playbook");

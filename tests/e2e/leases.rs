@@ -111,7 +111,11 @@ fn long_lived_servers(o: &Overture, cloud: &LocalCloud, token_file: &Path) {
     let file = blueprint(o, servers_only, None);
     let (code, _, output) = deploy(o, cloud, &file, token_file);
     assert_eq!(code, 0, "{}", text(&output.stderr));
-    assert_eq!(bastion_rules(cloud), Vec::<Value>::new(), "nothing open yet");
+    assert_eq!(
+        bastion_rules(cloud),
+        Vec::<Value>::new(),
+        "nothing open yet"
+    );
 }
 
 /// Removes a go-ahead file when dropped, whatever the test's end.
