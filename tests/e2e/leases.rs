@@ -295,3 +295,52 @@ fn a_rule_deleted_while_a_deployment_holds_its_lease_fails_it_as_bastion_access_
     );
     assert_closed_and_purged(&o, &cloud, "acme", &id);
 }
+
+#[test]
+fn after_a_crash_resume_closes_only_the_crashed_deployments_lease_and_the_last_deletes_the_rule() {
+    let cloud = LocalCloud::up();
+    let (token_file, token) = cloud.token("acme");
+    let o = Overture::new();
+    long_lived_servers(&o, &cloud, &token_file);
+
+    let (running_go, crashed_go) = (GoAhead::new(), GoAhead::new());
+    let file = blueprint(
+        &o,
+        through_the_bastion(&cloud, ""),
+        Some(&waiting_playbook(&running_go.0)),
+    );
+    let running = configuring_through_the_bastion(&o, &cloud, &file, &token_file);
+    let file = blueprint(
+        &o,
+        through_the_bastion(&cloud, ""),
+        Some(&waiting_playbook(&crashed_go.0)),
+    );
+    let crashed = configuring_through_the_bastion(&o, &cloud, &file, &token_file);
+    let (running_id, crashed_id) = (running.id.clone(), crashed.id.clone());
+    crashed.kill();
+
+    // The deployment still running ends first: the crashed one still holds its lease.
+    running_go.give();
+    assert_eq!(running.wait(), 0);
+    let revoked = event(&o, &running_id, "BastionAccessRevoked");
+    assert_eq!(
+        revoked["data"]["kept_for"],
+        serde_json::json!([crashed_id]),
+        "{revoked}"
+    );
+    assert_eq!(bastion_rules(&cloud).len(), 1, "kept for the crashed one");
+
+    // `resume` carries the crashed deployment on; its end closes its lease, the last.
+    crashed_go.give();
+    let resumed = o
+        .command(&["resume"])
+        .env("OS_TOKEN", &token)
+        .env("OS_AUTH_URL", &cloud.auth_url)
+        .output()
+        .expect("resume");
+    assert_eq!(resumed.status.code(), Some(0), "{}", text(&resumed.stderr));
+    let revoked = event(&o, &crashed_id, "BastionAccessRevoked");
+    assert!(revoked["data"].get("kept_for").is_none(), "{revoked}");
+    assert_closed_and_purged(&o, &cloud, "acme", &running_id);
+    assert_closed_and_purged(&o, &cloud, "acme", &crashed_id);
+}
