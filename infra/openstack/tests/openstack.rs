@@ -489,10 +489,8 @@ async fn a_plan_made_twice_makes_everything_once_and_the_bastion_opens_for_the_e
     // A second deployment of the tenant goes through the same bastion at the same time.
     let sharing = DeploymentId::from_uuid(uuid::Uuid::now_v7());
     tokens.remember(sharing, token.clone());
-    let access = CloudAccess::new(
-        std::sync::Arc::new(tokens),
-        std::sync::Arc::new(overture_kit::leases::MemoryLeases::new()),
-    );
+    let leases = std::sync::Arc::new(overture_kit::leases::MemoryLeases::new());
+    let access = CloudAccess::new(std::sync::Arc::new(tokens), leases.clone());
     let info = client.info();
     let account = CloudAccount {
         auth_url: cloud.auth_url(),
@@ -581,6 +579,42 @@ async fn a_plan_made_twice_makes_everything_once_and_the_bastion_opens_for_the_e
     assert!(
         !ssh_answers(&bastion.address),
         "the bastion admits no one again"
+    );
+
+    // A grant arriving while the rule's last holder deletes it waits for the delete to end,
+    // then makes the rule afresh: it is never handed a rule about to go.
+    use overture_kit::leases::LeaseBastionRules;
+    let key = overture_kit::leases::RuleKey {
+        cloud: account.auth_url.clone(),
+        security_group: group.clone(),
+        source: granted.source.clone(),
+        port: granted.port,
+    };
+    let last = DeploymentId::from_uuid(uuid::Uuid::now_v7());
+    leases.acquire(&key, last).await.expect("leased");
+    assert_eq!(
+        leases.release(&key, last).await.expect("released"),
+        overture_kit::leases::Release::Last
+    );
+    let (regranted, ()) = tokio::join!(
+        access.grant(deployment, &account, &bastion, &group),
+        async {
+            leases.closed(&key, last).await.expect("the delete ended");
+        }
+    );
+    let regranted = regranted.expect("granted once the delete ended");
+    assert!(client
+        .rules(&group)
+        .await
+        .expect("listed")
+        .iter()
+        .any(|r| r.id == regranted.rule));
+    assert_eq!(
+        access
+            .revoke(deployment, &account, &regranted)
+            .await
+            .expect("closed"),
+        overture_kit::leases::Revocation::Deleted
     );
 
     // A token of another project opens nothing of this one.
