@@ -351,8 +351,12 @@ pub enum DeploymentCommand {
     },
     /// The engine opened the bastion for itself, for a step about to go through it.
     RecordAccessGranted(BastionAccess),
-    /// The engine's rule on the bastion was deleted.
-    RecordAccessRevoked { rule: String },
+    /// The deployment's lease on the engine's rule on the bastion closed: the rule was deleted,
+    /// or kept for the deployments in `kept_for`, which still hold it.
+    RecordAccessRevoked {
+        rule: String,
+        kept_for: Vec<overture_events::DeploymentId>,
+    },
     /// The engine learned servers' SSH host keys; hosts already pinned keep their keys.
     PinHostKeys(Vec<PinnedHost>),
     /// The sealed secrets were deleted.
@@ -681,11 +685,11 @@ impl Deployment {
                     port: access.port,
                 }])
             }
-            C::RecordAccessRevoked { rule } => Ok(state
+            C::RecordAccessRevoked { rule, kept_for } => Ok(state
                 .bastion_access
                 .as_ref()
                 .filter(|open| open.rule == rule)
-                .map(|_| DeploymentEvent::BastionAccessRevoked { rule })
+                .map(|_| DeploymentEvent::BastionAccessRevoked { rule, kept_for })
                 .into_iter()
                 .collect()),
             C::PinHostKeys(pins) => Ok(pin_host_keys(state, pins)),

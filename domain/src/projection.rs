@@ -105,6 +105,10 @@ pub struct GrantView {
     /// When it was closed; `None` while it is open.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub closed_at: Option<Timestamp>,
+    /// For a bastion rule whose lease closed while other deployments still held the rule: those
+    /// deployments, for which the rule was kept rather than deleted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kept_for: Vec<DeploymentId>,
 }
 
 impl GrantView {
@@ -549,7 +553,16 @@ fn fold(view: &mut DeploymentView, event: DeploymentEvent, at: Timestamp) {
             let detail = format!("SSH forwarding through {bastion} to the deployment's hosts");
             open_grant(view, GrantKind::TcpForwarding, bastion, detail, at);
         }
-        E::BastionAccessRevoked { .. } => close_grants(view, GrantKind::closed_by_revocation, at),
+        E::BastionAccessRevoked { kept_for, .. } => {
+            for grant in view
+                .grants
+                .iter_mut()
+                .filter(|g| g.is_open() && g.kind == GrantKind::BastionRule)
+            {
+                grant.kept_for.clone_from(&kept_for);
+            }
+            close_grants(view, GrantKind::closed_by_revocation, at);
+        }
         E::SecretsPurged {} => close_grants(view, |kind| !kind.closed_by_revocation(), at),
         // The attempt's failure, which follows, is what the view shows.
         E::StepJobDeadLettered { .. } | E::HostKeysPinned { .. } => {}
@@ -573,6 +586,7 @@ fn open_grant(
         detail,
         opened_at: at,
         closed_at: None,
+        kept_for: Vec::new(),
     });
 }
 

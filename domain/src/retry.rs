@@ -38,6 +38,11 @@ pub const fn default_rule(class: ErrorClass) -> RetryRule {
             times: 0,
             wait_ms: 0,
         },
+        // Someone deleted the rule the deployment held: trying again would only hide that.
+        ErrorClass::BastionAccessLost => RetryRule {
+            times: 0,
+            wait_ms: 0,
+        },
     }
 }
 
@@ -125,6 +130,11 @@ mod tests {
         assert_eq!(
             attempts_until_give_up(&step, ErrorClass::StepFailed),
             (1, vec![])
+        );
+        assert_eq!(
+            attempts_until_give_up(&step, ErrorClass::BastionAccessLost),
+            (1, vec![]),
+            "a lost bastion is never retried"
         );
     }
 

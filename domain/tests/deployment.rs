@@ -771,6 +771,35 @@ fn the_bastion_is_opened_once_for_a_running_step_and_shared() {
 }
 
 #[test]
+fn a_lease_closed_while_others_hold_the_rule_records_for_whom_it_was_kept() {
+    let mut history = failing_with_lint_in_grace();
+    history.insert(history.len() - 2, granted("r1"));
+    history.push(succeeded("lint", 1));
+    let others = vec![overture_events::DeploymentId::from_uuid(
+        uuid::Uuid::from_u128(7),
+    )];
+    assert_eq!(
+        given(history.clone()).when(C::RecordAccessRevoked {
+            rule: "r1".into(),
+            kept_for: others.clone(),
+        }),
+        Ok(vec![E::BastionAccessRevoked {
+            rule: "r1".into(),
+            kept_for: others.clone(),
+        }])
+    );
+    history.push(E::BastionAccessRevoked {
+        rule: "r1".into(),
+        kept_for: others,
+    });
+    assert_eq!(
+        actions(given(history).state()),
+        vec![Action::PurgeSecrets],
+        "its own lease is closed: the deployment goes on to purge its secrets"
+    );
+}
+
+#[test]
 fn when_the_work_is_over_the_bastion_is_closed_before_the_secrets_are_purged() {
     let mut history = failing_with_lint_in_grace();
     history.insert(history.len() - 2, granted("r1"));
@@ -786,14 +815,26 @@ fn when_the_work_is_over_the_bastion_is_closed_before_the_secrets_are_purged() {
         "the purge waits: closing the bastion needs the token"
     );
     assert_eq!(
-        given(history.clone()).when(C::RecordAccessRevoked { rule: "r1".into() }),
-        Ok(vec![E::BastionAccessRevoked { rule: "r1".into() }])
+        given(history.clone()).when(C::RecordAccessRevoked {
+            rule: "r1".into(),
+            kept_for: vec![],
+        }),
+        Ok(vec![E::BastionAccessRevoked {
+            rule: "r1".into(),
+            kept_for: vec![],
+        }])
     );
-    history.push(E::BastionAccessRevoked { rule: "r1".into() });
+    history.push(E::BastionAccessRevoked {
+        rule: "r1".into(),
+        kept_for: vec![],
+    });
     let closed = given(history.clone());
     assert_eq!(actions(closed.state()), vec![Action::PurgeSecrets]);
     assert_eq!(
-        closed.when(C::RecordAccessRevoked { rule: "r1".into() }),
+        closed.when(C::RecordAccessRevoked {
+            rule: "r1".into(),
+            kept_for: vec![],
+        }),
         Ok(vec![]),
         "revoking again records nothing"
     );
@@ -888,7 +929,10 @@ fn a_cancelled_deployment_starts_nothing_and_closes_the_bastion_then_purges_then
         "a sandbox that finishes as it is killed records nothing"
     );
 
-    history.push(E::BastionAccessRevoked { rule: "r1".into() });
+    history.push(E::BastionAccessRevoked {
+        rule: "r1".into(),
+        kept_for: vec![],
+    });
     assert_eq!(
         actions(given(history.clone()).state()),
         vec![Action::PurgeSecrets]
@@ -1076,7 +1120,10 @@ fn a_closing_action_recorded_again_after_the_end_is_harmless() {
         "a second handler purging finds it done"
     );
     assert_eq!(
-        given(history.clone()).when(C::RecordAccessRevoked { rule: "r1".into() }),
+        given(history.clone()).when(C::RecordAccessRevoked {
+            rule: "r1".into(),
+            kept_for: vec![],
+        }),
         Ok(vec![])
     );
     history.truncate(history.len() - 1);

@@ -219,6 +219,7 @@ fn the_grants_ledger_opens_and_closes_each_grant_with_its_pair_of_events() {
         },
         E::BastionAccessRevoked {
             rule: "rule-1".into(),
+            kept_for: vec![],
         },
         E::SecretsPurged {},
     ];
@@ -253,6 +254,49 @@ fn the_grants_ledger_opens_and_closes_each_grant_with_its_pair_of_events() {
     let rule = &models.deployments[&id].grants[2];
     assert_eq!(rule.reference, "rule-1");
     assert_eq!((rule.opened_at, rule.closed_at), (at(2), Some(at(3))));
+}
+
+#[test]
+fn a_bastion_rule_kept_for_other_holders_says_so_in_the_ledger() {
+    let id = DeploymentId::from_uuid(Uuid::now_v7());
+    let other = DeploymentId::from_uuid(Uuid::now_v7());
+    let blueprint = parse("name: app\nsteps:\n  a: { run: noop }\n")
+        .expect("valid")
+        .snapshot;
+    let events = [
+        E::DeploymentRequested {
+            triggered_by: None,
+            tenant: "acme".into(),
+            requested_by: "u".into(),
+            trigger: "cli".into(),
+            source: "f".into(),
+            blueprint,
+            blueprint_hash: "h".into(),
+            params: BTreeMap::new(),
+            cloud: None,
+        },
+        E::BastionAccessGranted {
+            rule: "rule-1".into(),
+            security_group: "sg-1".into(),
+            bastion: "10.1.0.10".into(),
+            source: "10.1.0.1".into(),
+            port: 22,
+        },
+        E::BastionAccessRevoked {
+            rule: "rule-1".into(),
+            kept_for: vec![other],
+        },
+    ];
+    let mut models = ReadModels::default();
+    for (revision, event) in events.into_iter().enumerate() {
+        models
+            .apply(&envelope(id, "acme", revision as u64, event))
+            .expect("folds");
+    }
+    let grants = &models.deployments[&id].grants;
+    assert!(grants.iter().all(|g| !g.is_open()), "{grants:?}");
+    assert_eq!(grants[0].kept_for, vec![other]);
+    assert!(grants[1].kept_for.is_empty(), "only the rule is kept");
 }
 
 #[test]

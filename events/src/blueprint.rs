@@ -137,11 +137,14 @@ pub enum ErrorClass {
     /// A server offered an SSH host key other than the one pinned for it: it was replaced or
     /// rebuilt, or someone is intercepting the connection. Never retried by default.
     HostKeyMismatch,
+    /// The engine's rule on the bastion was deleted while the deployment still held its lease on
+    /// it: someone else closed the bastion, not the servers' fault.
+    BastionAccessLost,
 }
 
 impl ErrorClass {
     /// Every class, in the order the retry table lists them.
-    pub const ALL: [ErrorClass; 7] = [
+    pub const ALL: [ErrorClass; 8] = [
         ErrorClass::Terraform,
         ErrorClass::BackendUnreachable,
         ErrorClass::BootstrapTimeout,
@@ -149,6 +152,7 @@ impl ErrorClass {
         ErrorClass::Interrupted,
         ErrorClass::StepFailed,
         ErrorClass::HostKeyMismatch,
+        ErrorClass::BastionAccessLost,
     ];
 
     /// The name blueprints and events use.
@@ -161,6 +165,7 @@ impl ErrorClass {
             ErrorClass::Interrupted => "interrupted",
             ErrorClass::StepFailed => "step-failed",
             ErrorClass::HostKeyMismatch => "host-key-mismatch",
+            ErrorClass::BastionAccessLost => "bastion-access-lost",
         }
     }
 }

@@ -142,10 +142,15 @@ pub enum DeploymentEvent {
         /// The port admitted.
         port: u16,
     },
-    /// The engine deleted its rule from the bastion's security group.
+    /// The deployment's lease on the engine's rule on the bastion closed: the rule was deleted,
+    /// or, when other deployments still hold it, kept for them.
     BastionAccessRevoked {
         /// The rule's id in the cloud.
         rule: String,
+        /// The deployments still holding the rule, for which it was kept; empty (and absent
+        /// from records made before leases) when the rule was deleted.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        kept_for: Vec<crate::DeploymentId>,
     },
     /// The deployment's sealed secrets were deleted.
     SecretsPurged {},

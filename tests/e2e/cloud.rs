@@ -11,7 +11,12 @@ use crate::local_cloud::{example, in_namespace, listening_programs, LocalCloud};
 use crate::support::{files_containing, gone_within, text, types, Deploying, Overture};
 
 /// `overture deploy FILE`, acting with the token in `token_file`.
-fn deploy_command(o: &Overture, cloud: &LocalCloud, file: &Path, token_file: &Path) -> Command {
+pub(crate) fn deploy_command(
+    o: &Overture,
+    cloud: &LocalCloud,
+    file: &Path,
+    token_file: &Path,
+) -> Command {
     let mut command = o.command(&["deploy", file.to_str().expect("utf-8 path"), "--json"]);
     command
         .arg("--token-file")
@@ -21,7 +26,7 @@ fn deploy_command(o: &Overture, cloud: &LocalCloud, file: &Path, token_file: &Pa
 }
 
 /// Deploys `file` acting with the token in `token_file`.
-fn deploy(
+pub(crate) fn deploy(
     o: &Overture,
     cloud: &LocalCloud,
     file: &Path,
@@ -36,7 +41,11 @@ fn deploy(
 
 /// The example's blueprint with `change` applied, beside a playbook of the given text; returns
 /// the blueprint's path.
-fn blueprint(o: &Overture, change: impl Fn(String) -> String, playbook: Option<&str>) -> PathBuf {
+pub(crate) fn blueprint(
+    o: &Overture,
+    change: impl Fn(String) -> String,
+    playbook: Option<&str>,
+) -> PathBuf {
     let original = std::fs::read_to_string(example().join("blueprint.yaml")).expect("example");
     let path = o.blueprint("cloud.yaml", &change(original));
     let folder = path.parent().expect("folder").join("playbook");
@@ -50,7 +59,7 @@ fn blueprint(o: &Overture, change: impl Fn(String) -> String, playbook: Option<&
 }
 
 /// The example without its HTTP checks: enough for the failure paths.
-fn without_checks(text: String) -> String {
+pub(crate) fn without_checks(text: String) -> String {
     text.split("\n  check-web-1:")
         .next()
         .expect("text")
@@ -59,7 +68,7 @@ fn without_checks(text: String) -> String {
 }
 
 /// A playbook whose first task waits on every server for `path` to exist.
-fn waiting_playbook(path: &Path) -> String {
+pub(crate) fn waiting_playbook(path: &Path) -> String {
     format!(
         "- hosts: all\n  gather_facts: false\n  tasks:\n    - name: wait for the go-ahead\n      ansible.builtin.wait_for: {{ path: \"{}\", timeout: 120 }}\n    - ansible.builtin.command: \"true\"\n",
         path.display()
@@ -81,20 +90,20 @@ fn configuring(o: &Overture, cloud: &LocalCloud, token_file: &Path) -> (Deployin
 /// A file path the servers can see, unique to the test. A server sees the machine's files
 /// read-only but has its own `/tmp`, `/var/tmp`, `/root`, `/srv` and `/run`, so the path must be
 /// outside those wherever the tests run from.
-fn go_ahead_file() -> PathBuf {
+pub(crate) fn go_ahead_file() -> PathBuf {
     let dir = Path::new("/var/lib/overture-e2e");
     std::fs::create_dir_all(dir).expect("a folder the servers see");
     dir.join(format!("go-ahead-{}", uuid::Uuid::new_v4().simple()))
 }
 
-fn step(status: &Value, name: &str) -> Value {
+pub(crate) fn step(status: &Value, name: &str) -> Value {
     status["steps"][name].clone()
 }
 
 /// The checks every deployment through a bastion must pass once it has ended: the bastion
 /// admits the engine no more, in the cloud and in its firewall, every grant is closed, and the
 /// seal is gone.
-fn assert_closed_and_purged(o: &Overture, cloud: &LocalCloud, project: &str, id: &str) {
+pub(crate) fn assert_closed_and_purged(o: &Overture, cloud: &LocalCloud, project: &str, id: &str) {
     let events = types(&o.events(id));
     if let Some(granted) = events.iter().position(|t| t == "BastionAccessGranted") {
         let revoked = events

@@ -146,6 +146,27 @@ impl LocalCloud {
             .to_owned()
     }
 
+    /// Authorizes `key` (an OpenSSH public key) for root on `project`'s server `name`, as
+    /// its owner would add a colleague's key: a later deployment then logs in with its own.
+    pub fn authorize(&self, project: &str, name: &str, key: &str) {
+        use std::io::Write;
+        let id = self.server(project, name)["id"]
+            .as_str()
+            .expect("id")
+            .to_owned();
+        let path = self
+            .dir
+            .path()
+            .join("servers")
+            .join(id)
+            .join("root/.ssh/authorized_keys");
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .expect("the server's authorized keys");
+        writeln!(file, "{}", key.trim()).expect("authorized");
+    }
+
     /// The base URL of the cloud's APIs (`http://127.0.0.1:PORT`).
     pub fn base_url(&self) -> String {
         self.auth_url

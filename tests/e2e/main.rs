@@ -33,6 +33,8 @@
 //! - [`servers`]: real servers on loopback for steps to talk to (sshd).
 //! - [`aws`]: the AWS form on this machine (`scripts/local-aws.sh`): hello-world and a retried
 //!   failure through the functions, with the histories they have embedded, and no secret stored.
+//! - [`leases`]: deployments of one tenant sharing one bastion, each holding a lease on the
+//!   engine's rule there; a rule deleted under an open lease.
 //! - [`cloud`]: the whole workflow through a bastion, against a local cloud of each test's own
 //!   ([`local_cloud`]): success, every failure path, a crash, isolation between tenants, tokens.
 
@@ -47,6 +49,7 @@ mod events;
 mod history;
 mod http;
 mod input;
+mod leases;
 mod local_cloud;
 mod logs;
 mod pipe;

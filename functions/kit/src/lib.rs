@@ -22,6 +22,9 @@
 //! - `memory` (feature `memory`): a deployment log in memory, for handlers' own tests.
 //! - `contract` (feature `contract`): the tests every log adapter must pass, so the SQLite and
 //!   the DynamoDB logs cannot drift apart.
+//! - [`leases`]: bastion leases: the lease table's port ([`leases::LeaseBastionRules`]), the
+//!   grant and revocation that go through it, an in-memory table; `leases_contract` (feature
+//!   `leases-contract`) the tests every lease adapter must pass.
 //! - [`payload`]: the port that keeps large, non-secret bytes (a blueprint's files) by content
 //!   hash outside the log; `payload_contract` (feature `payload-contract`) its adapters' tests.
 //! - `stream_record` (feature `stream-records`): a DynamoDB stream record of the event table read
@@ -36,6 +39,9 @@ pub mod contract;
 #[cfg(feature = "esrs")]
 pub mod esrs_store;
 pub mod folds;
+pub mod leases;
+#[cfg(feature = "leases-contract")]
+pub mod leases_contract;
 #[cfg(feature = "memory")]
 pub mod memory;
 pub mod payload;

@@ -86,14 +86,17 @@ pub trait PurgeSecrets: Send + Sync {
 /// Closes the engine's access to a deployment's bastion, acting with the user's token.
 #[async_trait]
 pub trait RevokeAccess: Send + Sync {
-    /// Deletes the engine's rule; deleting a rule that is already gone succeeds.
+    /// Closes the deployment's lease on the engine's rule, and deletes the rule when no other
+    /// deployment holds it any more (deleting a rule that is already gone succeeds); says which.
     async fn revoke(
         &self,
         deployment: DeploymentId,
         cloud: &CloudAccount,
         access: &BastionAccess,
-    ) -> Result<(), WorkError>;
+    ) -> Result<Revocation, WorkError>;
 }
+
+pub use overture_kit::leases::Revocation;
 
 /// How long before a failed revocation is tried again.
 pub const REVOKE_RETRY: std::time::Duration = std::time::Duration::from_secs(10);
@@ -329,7 +332,8 @@ pub async fn orchestrate(
     }
 }
 
-/// Deletes the engine's rule on the bastion and records it; returns whether it did. A failure
+/// Closes the deployment's lease on the engine's rule on the bastion (deleting the rule if it
+/// held the last lease) and records it; returns whether it did. A failure
 /// (the cloud down, the token refused) is retried after [`REVOKE_RETRY`] by a durable timer:
 /// the secrets stay until the bastion is closed, because closing it needs the token.
 async fn revoke(
@@ -345,20 +349,27 @@ async fn revoke(
         Some(cloud) => ports.access.revoke(deployment, cloud, access).await,
         None => Err(WorkError::refused(NoCloudAccount(deployment))),
     };
-    if let Err(error) = revoked {
-        tracing::warn!(%deployment, rule = access.rule, %error, "could not close the bastion; trying again later");
-        let later =
-            ports.clock.now() + chrono::TimeDelta::from_std(REVOKE_RETRY).unwrap_or_default();
-        ports
-            .work
-            .wake_at(deployment, later, cause.causation_id)
-            .await
-            .map_err(work)?;
-        return Ok(false);
-    }
+    let kept_for = match revoked {
+        Ok(Revocation::Deleted) => Vec::new(),
+        Ok(Revocation::KeptFor(others)) => others,
+        Err(error) => {
+            tracing::warn!(%deployment, rule = access.rule, %error, "could not close the bastion; trying again later");
+            let later =
+                ports.clock.now() + chrono::TimeDelta::from_std(REVOKE_RETRY).unwrap_or_default();
+            ports
+                .work
+                .wake_at(deployment, later, cause.causation_id)
+                .await
+                .map_err(work)?;
+            return Ok(false);
+        }
+    };
     let rule = access.rule.clone();
     execute(ports.log, deployment, "", cause, |_| {
-        DeploymentCommand::RecordAccessRevoked { rule: rule.clone() }
+        DeploymentCommand::RecordAccessRevoked {
+            rule: rule.clone(),
+            kept_for: kept_for.clone(),
+        }
     })
     .await?
     .map_err(refused)?;

@@ -125,9 +125,12 @@ impl Engine {
             deployments: SqliteDeployments::new(log.clone(), clock.clone()),
             log,
             queue: JobQueue::new(db.clone()),
+            access: CloudAccess::new(
+                custody.clone(),
+                Arc::new(overture_infra::sqlite::SqliteLeases::new(db.clone())),
+            ),
             read_models: SqliteReadModels::new(db),
             keys: LocalKeyStore::new(data_dir, custody.clone()),
-            access: CloudAccess::new(custody.clone()),
             custody,
             logs: LogFiles::new(data_dir.join("logs")),
             payloads: DirPayloads::new(data_dir.join("payloads")),

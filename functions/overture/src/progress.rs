@@ -85,6 +85,12 @@ impl Watch for Progress {
             DeploymentEvent::BastionAccessGranted {
                 bastion, source, ..
             } => format!("bastion {bastion} opened for {source}"),
+            DeploymentEvent::BastionAccessRevoked { kept_for, .. } if !kept_for.is_empty() => {
+                format!(
+                    "bastion lease closed (rule kept for {} other deployment(s))",
+                    kept_for.len()
+                )
+            }
             DeploymentEvent::BastionAccessRevoked { .. } => "bastion closed".to_owned(),
             DeploymentEvent::HostKeysPinned {
                 server,

@@ -142,17 +142,36 @@ pub fn grants(rows: &[GrantRow]) -> String {
         };
         let _ = writeln!(
             out,
-            "{:<36}  {:<12} {:<15} {:<19} {:<19} {}: {}",
+            "{:<36}  {:<12} {:<15} {:<19} {:<19} {}: {}{}",
             row.deployment.to_string(),
             row.tenant,
             row.grant.kind.as_str(),
             row.grant.opened_at.format("%Y-%m-%d %H:%M:%S"),
             closed,
             row.grant.reference,
-            row.grant.detail
+            row.grant.detail,
+            shared(row)
         );
     }
     out
+}
+
+/// What a bastion rule's row says of the rule's other holders: who holds it with this
+/// deployment, or for whom it was kept when this deployment's lease closed.
+fn shared(row: &GrantRow) -> String {
+    if row.holders.len() > 1 {
+        let holders: Vec<String> = row
+            .holders
+            .iter()
+            .map(|h| format!("{} since {}", h.deployment, h.since.format("%H:%M:%S")))
+            .collect();
+        return format!("; held by {}", holders.join(", "));
+    }
+    if !row.grant.kept_for.is_empty() {
+        let kept: Vec<String> = row.grant.kept_for.iter().map(ToString::to_string).collect();
+        return format!("; rule kept for {}", kept.join(", "));
+    }
+    String::new()
 }
 
 /// `tenants` for people.

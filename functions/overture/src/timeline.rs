@@ -630,7 +630,18 @@ impl Context {
                     said(bastion)
                 )
             }
-            E::BastionAccessRevoked { rule } => format!("{title}: rule {}", said(rule)),
+            E::BastionAccessRevoked { rule, kept_for } if kept_for.is_empty() => {
+                format!("{title}: rule {}", said(rule))
+            }
+            E::BastionAccessRevoked { rule, kept_for } => format!(
+                "{title}: rule {} kept for {}, which still hold it",
+                said(rule),
+                kept_for
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
             E::HostKeysPinned {
                 server,
                 host,

@@ -178,6 +178,15 @@ pub trait GrantAccess: Send + Sync {
         bastion: &step::SshAddress,
         security_group: &str,
     ) -> Result<BastionAccess, GrantError>;
+
+    /// Whether the engine's rule `access` is still on the bastion's security group: a step
+    /// that could not get through the bastion asks, to tell a deleted rule from failing servers.
+    async fn still_granted(
+        &self,
+        deployment: DeploymentId,
+        cloud: &CloudAccount,
+        access: &BastionAccess,
+    ) -> Result<bool, GrantError>;
 }
 
 /// Why the bastion could not be opened.
@@ -521,9 +530,10 @@ async fn run_in_sandbox(
         kept,
         files: &files,
     };
-    if let Some(failure) = open_bastion(&input, ports, &masker).await? {
-        return Ok(failure);
-    }
+    let bastion_access = match open_bastion(&input, ports, &masker).await? {
+        Ok(access) => access,
+        Err(failure) => return Ok(failure),
+    };
     let prepared = match prepare(&input) {
         Ok(prepared) => prepared,
         Err(problem) => {
@@ -587,7 +597,7 @@ async fn run_in_sandbox(
         message: with_tail(masker.mask(&headline), &output),
         duration: result.duration,
     };
-    Ok(match result.exit {
+    let outcome = match result.exit {
         SandboxExit::Code(code) => match conclude(&input, code, &result) {
             Verdict::Success(outputs) => match step::recordable(outputs, &input, &masker) {
                 Ok(outputs) => Outcome::Success {
@@ -618,7 +628,70 @@ async fn run_in_sandbox(
             Outcome::LostJob
         }
         SandboxExit::Cancelled => Outcome::Abandoned,
+    };
+    Ok(match bastion_access {
+        Some(access) => blame_a_lost_bastion(outcome, state, deployment, &access, ports).await,
+        None => outcome,
     })
+}
+
+/// A step through the bastion that could not connect fails as `bastion-access-lost` when the
+/// engine's rule is gone although the deployment still holds its lease on it: someone deleted
+/// the rule, and blaming the servers (`bootstrap-timeout`, `host-unreachable`) would mislead.
+async fn blame_a_lost_bastion(
+    outcome: Outcome,
+    state: &DeploymentState,
+    deployment: DeploymentId,
+    access: &BastionAccess,
+    ports: &RunnerPorts<'_>,
+) -> Outcome {
+    let Outcome::Failure {
+        class,
+        exit_code,
+        message,
+        duration,
+    } = outcome
+    else {
+        return outcome;
+    };
+    let connection_failed = matches!(
+        class,
+        ErrorClass::BootstrapTimeout | ErrorClass::HostUnreachable | ErrorClass::StepFailed
+    );
+    let still_granted = match &state.cloud {
+        Some(cloud) if connection_failed => {
+            ports.access.still_granted(deployment, cloud, access).await
+        }
+        _ => Ok(true),
+    };
+    match still_granted {
+        Ok(false) => Outcome::Failure {
+            class: ErrorClass::BastionAccessLost,
+            exit_code,
+            message: format!(
+                "lost access to bastion {}: the engine's rule {} in security group {} was deleted \
+                 while this deployment still held its lease on it (someone removed it outside \
+                 Overture); the servers are not at fault. The step said: {message}",
+                access.bastion, access.rule, access.security_group
+            ),
+            duration,
+        },
+        Ok(true) => Outcome::Failure {
+            class,
+            exit_code,
+            message,
+            duration,
+        },
+        Err(error) => {
+            tracing::warn!(%deployment, rule = access.rule, %error, "could not check the bastion's rule; keeping the step's own failure");
+            Outcome::Failure {
+                class,
+                exit_code,
+                message,
+                duration,
+            }
+        }
+    }
 }
 
 /// The files the step takes; `Ok(Err(problem))` when one cannot be had as recorded (asking
@@ -639,19 +712,18 @@ async fn fetch_files(
 }
 
 /// Opens the bastion for the engine before the first attempt that goes through it, and records
-/// it (`BastionAccessGranted`); later steps share the open rule. Returns the attempt's failure
+/// it (`BastionAccessGranted`); later steps share the open rule. The grant opens the
+/// deployment's own lease on the rule, even when another deployment made it. Returns the access
+/// the step goes through (`None` when it goes through no bastion), or the attempt's failure
 /// when it cannot be opened: the retry policy then decides, as for any failed attempt.
 async fn open_bastion(
     input: &StepInput<'_>,
     ports: &RunnerPorts<'_>,
     masker: &Masker,
-) -> Result<Option<Outcome>, RunnerError> {
+) -> Result<Result<Option<BastionAccess>, Outcome>, RunnerError> {
     let state = input.state;
-    if state.bastion_access.is_some() {
-        return Ok(None);
-    }
     let failure = |class, message: String| {
-        Some(Outcome::Failure {
+        Err(Outcome::Failure {
             class,
             exit_code: None,
             message: masker.mask(&format!("could not open the bastion: {message}")),
@@ -660,9 +732,12 @@ async fn open_bastion(
     };
     let jump = match input.bastion() {
         Ok(Some(jump)) => jump,
-        Ok(None) => return Ok(None),
+        Ok(None) => return Ok(Ok(None)),
         Err(problem) => return Ok(failure(ErrorClass::StepFailed, problem)),
     };
+    if let Some(open) = &state.bastion_access {
+        return Ok(Ok(Some(open.clone())));
+    }
     let Some(cloud) = &state.cloud else {
         return Ok(failure(
             ErrorClass::StepFailed,
@@ -697,10 +772,10 @@ async fn open_bastion(
         Err(GrantError::Refused(message)) => return Ok(failure(ErrorClass::StepFailed, message)),
     };
     let cause = Cause::new(ACTOR, input.deployment, uuid::Uuid::now_v7());
-    let command = DeploymentCommand::RecordAccessGranted(access);
+    let command = DeploymentCommand::RecordAccessGranted(access.clone());
     match execute(ports.log, input.deployment, "", &cause, |_| command.clone()).await? {
         // A step running beside this one opened it first, with the same rule.
-        Ok(_) | Err(DeploymentError::AccessAlreadyGranted(_)) => Ok(None),
+        Ok(_) | Err(DeploymentError::AccessAlreadyGranted(_)) => Ok(Ok(Some(access))),
         Err(refused) => Ok(failure(ErrorClass::StepFailed, refused.to_string())),
     }
 }

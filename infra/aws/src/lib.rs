@@ -27,6 +27,8 @@
 //!   (`overture_projector::contract`).
 //! - [`query`]: the query port ([`overture_kit::query::QueryDeployments`]) on the read-model
 //!   and events tables ([`query::DynamoQueries`]); attempts' output not yet.
+//! - [`leases`]: the bastion lease table on DynamoDB ([`leases::DynamoLeases`]), keeping the
+//!   same contract as the SQLite table (`overture_kit::leases_contract`).
 //! - [`triggers`]: the triggers function's adapters: its ledger on DynamoDB
 //!   ([`triggers::DynamoTriggerLedger`], keeping the same contract as the SQLite ledger), the
 //!   published trigger file on S3, events published on the trigger events queue.
@@ -46,6 +48,7 @@ pub mod emulator;
 pub mod fargate;
 pub mod function;
 pub mod kept;
+pub mod leases;
 pub mod logs;
 pub mod query;
 pub mod read_models;

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use overture_aws::custody::{create_custody_table, KmsTokenCustody};
 use overture_aws::dynamodb::{create_events_table, DynamoDeployments};
 use overture_aws::kept::KeptStates;
+use overture_aws::leases::{create_leases_table, DynamoLeases};
 use overture_aws::logs::S3AttemptLogs;
 use overture_aws::read_models::{create_read_model_tables, DynamoReadModels};
 use overture_aws::s3::create_payloads_bucket;
@@ -211,6 +212,9 @@ async fn the_orchestrator_lambda_moves_a_deployment_on_from_a_stream_record() {
     create_custody_table(&dynamodb, "smoke-custody")
         .await
         .expect("table");
+    create_leases_table(&dynamodb, "smoke-leases")
+        .await
+        .expect("table");
     create_seals_table(&dynamodb, "smoke-seals")
         .await
         .expect("table");
@@ -225,6 +229,7 @@ async fn the_orchestrator_lambda_moves_a_deployment_on_from_a_stream_record() {
     let watch = watch(&[
         ("OVERTURE_EVENTS_TABLE", EVENTS),
         ("OVERTURE_CUSTODY_TABLE", "smoke-custody"),
+        ("OVERTURE_LEASES_TABLE", "smoke-leases"),
         ("OVERTURE_SEALS_TABLE", "smoke-seals"),
         ("OVERTURE_KMS_KEY", key),
         ("OVERTURE_JOBS_QUEUE_URL", &queue),
@@ -412,6 +417,9 @@ impl OrchestratorStack {
         create_custody_table(&dynamodb, "smoke-custody")
             .await
             .expect("table");
+        create_leases_table(&dynamodb, "smoke-leases")
+            .await
+            .expect("table");
         create_seals_table(&dynamodb, "smoke-seals")
             .await
             .expect("table");
@@ -440,6 +448,7 @@ impl OrchestratorStack {
         watch(&[
             ("OVERTURE_EVENTS_TABLE", EVENTS),
             ("OVERTURE_CUSTODY_TABLE", "smoke-custody"),
+            ("OVERTURE_LEASES_TABLE", "smoke-leases"),
             ("OVERTURE_SEALS_TABLE", "smoke-seals"),
             ("OVERTURE_KMS_KEY", self.key),
             ("OVERTURE_JOBS_QUEUE_URL", &self.jobs),
@@ -609,6 +618,9 @@ impl RunnerStack {
         create_custody_table(&dynamodb, "smoke-runner-custody")
             .await
             .expect("table");
+        create_leases_table(&dynamodb, "smoke-leases")
+            .await
+            .expect("table");
         create_seals_table(&dynamodb, "smoke-runner-seals")
             .await
             .expect("table");
@@ -642,7 +654,10 @@ impl RunnerStack {
             log: &log,
             work: &work,
             secrets: &seals,
-            access: &CloudAccess::new(custody),
+            access: &CloudAccess::new(
+                custody,
+                Arc::new(DynamoLeases::new(dynamodb.clone(), "smoke-leases")),
+            ),
             clock: clock.as_ref(),
         };
         orchestrate(deployment, uuid::Uuid::now_v7(), Since::Unknown, &ports)
@@ -689,6 +704,7 @@ impl RunnerStack {
         watch(&[
             ("OVERTURE_EVENTS_TABLE", EVENTS),
             ("OVERTURE_CUSTODY_TABLE", "smoke-runner-custody"),
+            ("OVERTURE_LEASES_TABLE", "smoke-leases"),
             ("OVERTURE_SEALS_TABLE", "smoke-runner-seals"),
             ("OVERTURE_KMS_KEY", self.key),
             ("OVERTURE_JOBS_QUEUE_URL", &self.queue),

@@ -132,6 +132,16 @@ async fn the_log_and_the_read_models_work_on_the_stacks_tables() {
 }
 
 #[tokio::test]
+async fn bastion_leases_keep_their_contract_on_the_stacks_table() {
+    let stack = storage_stack().await;
+    let leases = overture_aws::leases::DynamoLeases::new(
+        aws_sdk_dynamodb::Client::new(&stack.config),
+        stack.output("LeasesTable"),
+    );
+    overture_kit::leases_contract::leases_keep_their_contract(&leases).await;
+}
+
+#[tokio::test]
 async fn a_token_is_kept_under_the_stacks_key_and_payloads_go_to_its_bucket() {
     let stack = storage_stack().await;
     let custody = || {

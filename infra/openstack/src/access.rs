@@ -1,5 +1,10 @@
 //! [`CloudAccess`]: the engine opens a deployment's bastion for itself ([`GrantAccess`]) and closes
 //! it again ([`RevokeAccess`]), with the user's token held in the session.
+//!
+//! Every use of a rule is a lease ([`overture_kit::leases`]): the grant opens the deployment's
+//! lease before it creates (or finds) the rule, and the revocation deletes the rule only when it
+//! closes the last lease on it. A grant that finds the rule being deleted by its last holder
+//! waits a moment for the delete to end, then makes the rule afresh.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -13,12 +18,21 @@ use overture_runner::{GrantAccess, GrantError};
 use super::{Cloud, CloudError, NewRule, RuleSource};
 use std::sync::Arc;
 
+use overture_kit::leases::{
+    grant_leased, revoke_leased, LeaseBastionRules, LeaseError, Leased, Revocation, RuleKey,
+};
 use overture_kit::TokenCustody;
+
+/// How often a grant finds the rule closing before it gives up for the retry policy to try again.
+const CLOSING_WAITS: u32 = 20;
+/// How long a grant waits for the last holder's delete to end before it asks again.
+const CLOSING_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// Opens and closes bastions for the engine with the tokens of the deployments it runs.
 #[derive(Clone)]
 pub struct CloudAccess {
     custody: Arc<dyn TokenCustody>,
+    leases: Arc<dyn LeaseBastionRules>,
 }
 
 /// Why the engine could not act in a deployment's cloud.
@@ -49,12 +63,35 @@ enum AccessError {
     /// The token's custody failed.
     #[error(transparent)]
     Custody(#[from] overture_kit::CustodyError),
+    /// The deployment's lease on the rule could not be opened or closed.
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
+}
+
+impl From<Leased<AccessError>> for AccessError {
+    fn from(leased: Leased<AccessError>) -> Self {
+        match leased {
+            Leased::Lease(lease) => AccessError::Lease(lease),
+            Leased::Cloud(cloud) => cloud,
+        }
+    }
+}
+
+/// The lease key of the rule that admits `source` to `port` in `security_group` of `cloud`.
+fn rule_key(cloud: &CloudAccount, security_group: &str, source: &str, port: u16) -> RuleKey {
+    RuleKey {
+        cloud: cloud.auth_url.clone(),
+        security_group: security_group.to_owned(),
+        source: source.to_owned(),
+        port,
+    }
 }
 
 impl CloudAccess {
-    /// Acts with the tokens `custody` keeps.
-    pub fn new(custody: Arc<dyn TokenCustody>) -> Self {
-        Self { custody }
+    /// Acts with the tokens `custody` keeps; every deployment's use of a rule is a lease in
+    /// `leases`, which every engine sharing the bastions must share.
+    pub fn new(custody: Arc<dyn TokenCustody>, leases: Arc<dyn LeaseBastionRules>) -> Self {
+        Self { custody, leases }
     }
 
     /// A client for the deployment's project, with the token this process holds for it.
@@ -101,16 +138,32 @@ impl GrantAccess for CloudAccess {
                 IpAddr::V6(ip) => format!("{ip}/128"),
             };
             let client = self.cloud(deployment, cloud).await?;
-            let rule = client
-                .create_rule(&NewRule {
-                    security_group_id: security_group.to_owned(),
-                    port: bastion.port,
-                    from: RuleSource::Cidr(source.clone()),
-                    description: Some(format!(
-                        "overture: engine access for deployment {deployment}"
-                    )),
-                })
-                .await?;
+            let key = rule_key(cloud, security_group, &source, bastion.port);
+            let create = || async {
+                client
+                    .create_rule(&NewRule {
+                        security_group_id: security_group.to_owned(),
+                        port: bastion.port,
+                        from: RuleSource::Cidr(source.clone()),
+                        description: Some(
+                            "overture: engine access, leased by each deployment through it"
+                                .to_owned(),
+                        ),
+                    })
+                    .await
+                    .map_err(AccessError::Cloud)
+            };
+            let mut waits = 0;
+            let rule = loop {
+                match grant_leased(self.leases.as_ref(), &key, deployment, create()).await {
+                    // The last holder is deleting the rule: once it is gone, it is made afresh.
+                    Err(Leased::Lease(LeaseError::Closing { .. })) if waits < CLOSING_WAITS => {
+                        waits += 1;
+                        tokio::time::sleep(CLOSING_WAIT).await;
+                    }
+                    granted => break granted?,
+                }
+            };
             tracing::debug!(%deployment, rule, source, "opened the bastion for the engine");
             Ok::<_, AccessError>(BastionAccess {
                 rule,
@@ -121,6 +174,30 @@ impl GrantAccess for CloudAccess {
             })
         };
         granted.await.map_err(|error| match error {
+            AccessError::Cloud(CloudError::Backend(message)) => GrantError::Backend(message),
+            AccessError::Lease(lease) if lease.is_retryable() => {
+                GrantError::Backend(lease.to_string())
+            }
+            other => GrantError::Refused(other.to_string()),
+        })
+    }
+
+    async fn still_granted(
+        &self,
+        deployment: DeploymentId,
+        cloud: &CloudAccount,
+        access: &BastionAccess,
+    ) -> Result<bool, GrantError> {
+        let found = async {
+            let client = self.cloud(deployment, cloud).await?;
+            match client.rules(&access.security_group).await {
+                Ok(rules) => Ok(rules.iter().any(|rule| rule.id == access.rule)),
+                // The group went, and every rule with it.
+                Err(CloudError::NotFound(_)) => Ok(false),
+                Err(other) => Err(AccessError::Cloud(other)),
+            }
+        };
+        found.await.map_err(|error| match error {
             AccessError::Cloud(CloudError::Backend(message)) => GrantError::Backend(message),
             other => GrantError::Refused(other.to_string()),
         })
@@ -134,22 +211,36 @@ impl RevokeAccess for CloudAccess {
         deployment: DeploymentId,
         cloud: &CloudAccount,
         access: &BastionAccess,
-    ) -> Result<(), WorkError> {
+    ) -> Result<Revocation, WorkError> {
         let revoked = async {
             let client = self.cloud(deployment, cloud).await?;
-            match client.delete_rule(&access.rule).await {
-                // Deleted by an earlier try, or with its group: either way it admits no one.
-                Ok(()) | Err(CloudError::NotFound(_)) => Ok(()),
-                Err(other) => Err(AccessError::Cloud(other)),
-            }
+            let key = rule_key(cloud, &access.security_group, &access.source, access.port);
+            let delete = async {
+                match client.delete_rule(&access.rule).await {
+                    // Deleted by an earlier try, or with its group: either way it admits no one.
+                    Ok(()) | Err(CloudError::NotFound(_)) => Ok(()),
+                    Err(other) => Err(AccessError::Cloud(other)),
+                }
+            };
+            Ok::<_, AccessError>(
+                revoke_leased(self.leases.as_ref(), &key, deployment, delete).await?,
+            )
         };
-        revoked.await.map_err(|error| match &error {
+        let revocation = revoked.await.map_err(|error| match &error {
             AccessError::Cloud(cloud) if cloud.is_backend() => WorkError::unavailable(error),
             AccessError::NoRoute { .. } => WorkError::unavailable(error),
+            AccessError::Lease(lease) if lease.is_retryable() => WorkError::unavailable(error),
             _ => WorkError::refused(error),
         })?;
-        tracing::debug!(%deployment, rule = access.rule, "closed the bastion");
-        Ok(())
+        match &revocation {
+            Revocation::Deleted => {
+                tracing::debug!(%deployment, rule = access.rule, "closed the bastion");
+            }
+            Revocation::KeptFor(others) => {
+                tracing::debug!(%deployment, rule = access.rule, ?others, "closed the deployment's lease; the rule stays for the others");
+            }
+        }
+        Ok(revocation)
     }
 }
 
@@ -212,7 +303,10 @@ mod tests {
 
     #[tokio::test]
     async fn without_a_token_the_user_is_told_how_to_give_one() {
-        let access = CloudAccess::new(Arc::new(NoTokens));
+        let access = CloudAccess::new(
+            Arc::new(NoTokens),
+            Arc::new(overture_kit::leases::MemoryLeases::new()),
+        );
         let deployment = DeploymentId::from_uuid(uuid::Uuid::nil());
         let account = CloudAccount {
             auth_url: "http://127.0.0.1:9/identity/v3".into(),

@@ -530,7 +530,11 @@ async fn a_plan_made_twice_makes_everything_once_and_the_bastion_opens_for_the_e
     );
     let tokens = SessionTokens::new();
     tokens.remember(deployment, token.clone());
-    let access = CloudAccess::new(std::sync::Arc::new(tokens));
+    // A second deployment of the tenant goes through the same bastion at the same time.
+    let sharing = DeploymentId::from_uuid(uuid::Uuid::now_v7());
+    tokens.remember(sharing, token.clone());
+    let leases = std::sync::Arc::new(overture_kit::leases::MemoryLeases::new());
+    let access = CloudAccess::new(std::sync::Arc::new(tokens), leases.clone());
     let info = client.info();
     let account = CloudAccount {
         auth_url: cloud.auth_url(),
@@ -560,7 +564,7 @@ async fn a_plan_made_twice_makes_everything_once_and_the_bastion_opens_for_the_e
     assert!(
         rule.description
             .as_deref()
-            .is_some_and(|d| d.contains(&deployment.to_string())),
+            .is_some_and(|d| d.contains("overture")),
         "{rule:?}"
     );
     let twice = access
@@ -576,10 +580,36 @@ async fn a_plan_made_twice_makes_everything_once_and_the_bastion_opens_for_the_e
         "the bastion admits the engine"
     );
 
+    // The sharing deployment leases the identical rule; the first to end keeps it for the other.
+    let shared = access
+        .grant(sharing, &account, &bastion, &group)
+        .await
+        .expect("opened for the second deployment");
+    assert_eq!(shared.rule, granted.rule, "one rule, two leases");
+    assert_eq!(
+        access
+            .revoke(sharing, &account, &shared)
+            .await
+            .expect("closed its lease"),
+        overture_kit::leases::Revocation::KeptFor(vec![deployment])
+    );
+    assert!(
+        ssh_answers(&bastion.address),
+        "the rule stays for the deployment still holding it"
+    );
+    assert!(access
+        .still_granted(deployment, &account, &granted)
+        .await
+        .expect("checked"));
+
     access
         .revoke(deployment, &account, &granted)
         .await
         .expect("closed");
+    assert!(!access
+        .still_granted(deployment, &account, &granted)
+        .await
+        .expect("checked"));
     access
         .revoke(deployment, &account, &granted)
         .await
@@ -595,13 +625,52 @@ async fn a_plan_made_twice_makes_everything_once_and_the_bastion_opens_for_the_e
         "the bastion admits no one again"
     );
 
+    // A grant arriving while the rule's last holder deletes it waits for the delete to end,
+    // then makes the rule afresh: it is never handed a rule about to go.
+    use overture_kit::leases::LeaseBastionRules;
+    let key = overture_kit::leases::RuleKey {
+        cloud: account.auth_url.clone(),
+        security_group: group.clone(),
+        source: granted.source.clone(),
+        port: granted.port,
+    };
+    let last = DeploymentId::from_uuid(uuid::Uuid::now_v7());
+    leases.acquire(&key, last).await.expect("leased");
+    assert_eq!(
+        leases.release(&key, last).await.expect("released"),
+        overture_kit::leases::Release::Last
+    );
+    let (regranted, ()) = tokio::join!(
+        access.grant(deployment, &account, &bastion, &group),
+        async {
+            leases.closed(&key, last).await.expect("the delete ended");
+        }
+    );
+    let regranted = regranted.expect("granted once the delete ended");
+    assert!(client
+        .rules(&group)
+        .await
+        .expect("listed")
+        .iter()
+        .any(|r| r.id == regranted.rule));
+    assert_eq!(
+        access
+            .revoke(deployment, &account, &regranted)
+            .await
+            .expect("closed"),
+        overture_kit::leases::Revocation::Deleted
+    );
+
     // A token of another project opens nothing of this one.
     let other = SessionTokens::new();
     other.remember(deployment, cloud.token("tenant-b", 3600).await);
-    let refused = CloudAccess::new(std::sync::Arc::new(other))
-        .grant(deployment, &account, &bastion, &group)
-        .await
-        .expect_err("another project's token");
+    let refused = CloudAccess::new(
+        std::sync::Arc::new(other),
+        std::sync::Arc::new(overture_kit::leases::MemoryLeases::new()),
+    )
+    .grant(deployment, &account, &bastion, &group)
+    .await
+    .expect_err("another project's token");
     assert!(
         matches!(&refused, overture_runner::GrantError::Refused(m) if m.contains("tenant-b")),
         "{refused:?}"

@@ -11,6 +11,7 @@
 //!   aggregate (the kit's store, on [`SqliteDeployments`]).
 //! - [`read_models`]: the read models' tables.
 //! - [`work`]: the orchestrator's work port on the queue, and the [`Job`]s it queues.
+//! - [`leases`]: the bastion lease table ([`overture_kit::leases::LeaseBastionRules`]).
 //! - [`triggers`]: the trigger ledger: claims of (event, trigger) pairs and every decision.
 //!
 //! Several processes may open the same file: every write transaction starts with
@@ -18,6 +19,7 @@
 //! `busy_timeout` makes the others wait for it instead of failing.
 
 pub mod deployments;
+pub mod leases;
 pub mod log;
 pub mod queue;
 pub mod read_models;
@@ -33,6 +35,7 @@ use rusqlite::Connection;
 use tokio::sync::Notify;
 
 pub use deployments::SqliteDeployments;
+pub use leases::SqliteLeases;
 pub use log::{EventLog, ExpectedRevision, Imported, LogError, NewEvent};
 pub use overture_kit::esrs_store::EsrsStoreError;
 pub use queue::{JobQueue, NewJob, QueueError, Receipt, ReceivedJob};

@@ -66,6 +66,15 @@ const MIGRATIONS: &[&str] = &[
          deployment TEXT,
          reason     TEXT    NOT NULL
      );",
+    // 4: bastion leases: which deployments hold the engine's rule on a bastion, and the last
+    // holder deleting it (`closing`).
+    "CREATE TABLE bastion_leases (
+         rule       TEXT NOT NULL, -- cloud|security group|source|port
+         deployment TEXT NOT NULL,
+         state      TEXT NOT NULL CHECK (state IN ('open', 'closing')),
+         since      TEXT NOT NULL, -- RFC 3339
+         PRIMARY KEY (rule, deployment)
+     );",
 ];
 
 /// The schema version this build migrates files to.

@@ -15,6 +15,7 @@ use overture_aws::dynamodb::DynamoDeployments;
 use overture_aws::function::setting;
 pub use overture_aws::function::{diagnostic, init_tracing};
 use overture_aws::kept::KeptStates;
+use overture_aws::leases::DynamoLeases;
 use overture_aws::seals::KmsSeals;
 use overture_aws::sqs::{SqsQueue, SqsWork};
 use overture_kit::SystemClock;
@@ -37,6 +38,7 @@ impl Adapters {
     pub async fn from_env() -> Result<Self, lambda_runtime::Error> {
         let config = overture_aws::config::from_env().await;
         let dynamodb = aws_sdk_dynamodb::Client::new(&config);
+        let dynamodb_leases = dynamodb.clone();
         let kms = aws_sdk_kms::Client::new(&config);
         let sqs = aws_sdk_sqs::Client::new(&config);
         let clock = Arc::new(SystemClock);
@@ -70,7 +72,13 @@ impl Adapters {
                     setting("OVERTURE_PAYLOADS_BUCKET")?,
                 ),
             ),
-            access: CloudAccess::new(custody),
+            access: CloudAccess::new(
+                custody,
+                Arc::new(DynamoLeases::new(
+                    dynamodb_leases,
+                    setting("OVERTURE_LEASES_TABLE")?,
+                )),
+            ),
             clock: SystemClock,
         })
     }

@@ -69,8 +69,8 @@ impl RevokeAccess for Nothing {
         _: DeploymentId,
         _: &CloudAccount,
         _: &BastionAccess,
-    ) -> Result<(), WorkError> {
-        Ok(())
+    ) -> Result<overture_orchestrator::Revocation, WorkError> {
+        Ok(overture_orchestrator::Revocation::Deleted)
     }
 }
 

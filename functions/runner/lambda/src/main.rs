@@ -25,6 +25,7 @@ use overture_aws::dynamodb::DynamoDeployments;
 use overture_aws::fargate::{FargateSteps, StepTasks};
 use overture_aws::function::{diagnostic, init_tracing, setting};
 use overture_aws::kept::KeptStates;
+use overture_aws::leases::DynamoLeases;
 use overture_aws::logs::S3AttemptLogs;
 use overture_aws::s3::S3Payloads;
 use overture_aws::seals::KmsSeals;
@@ -77,6 +78,7 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     init_tracing();
     let config = overture_aws::config::from_env().await;
     let dynamodb = aws_sdk_dynamodb::Client::new(&config);
+    let dynamodb_leases = dynamodb.clone();
     let kms = aws_sdk_kms::Client::new(&config);
     let s3 = overture_aws::s3::client(&config);
     let clock = Arc::new(SystemClock);
@@ -126,7 +128,13 @@ async fn main() -> Result<(), lambda_runtime::Error> {
             custody.clone(),
             KeptStates::new(s3.clone(), bucket.clone()),
         ),
-        access: CloudAccess::new(custody),
+        access: CloudAccess::new(
+            custody,
+            Arc::new(DynamoLeases::new(
+                dynamodb_leases,
+                setting("OVERTURE_LEASES_TABLE")?,
+            )),
+        ),
         logs: S3AttemptLogs::new(s3.clone(), bucket.clone()),
         clock: SystemClock,
         payloads: S3Payloads::new(s3, bucket),

@@ -1,0 +1,190 @@
+//! Closing the bastion at a deployment's end, on in-memory fakes: the deployment closes only
+//! its own lease, and the rule is deleted only by the last deployment holding it.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use overture_domain::deployment::BastionAccess;
+use overture_events::{CloudAccount, DeploymentEvent as E, DeploymentId};
+use overture_kit::leases::{revoke_leased, LeaseBastionRules, Leased, MemoryLeases, RuleKey};
+use overture_kit::memory::MemoryLog;
+use overture_kit::{Cause, DeploymentLog};
+use overture_orchestrator::queued::QueueOn;
+use overture_orchestrator::{
+    orchestrate, OrchestratorPorts, Revocation, RevokeAccess, Since, WorkError,
+};
+use support::{at, FixedClock, Nothing, SentJobs};
+
+const RULE: &str = "rule-1";
+
+fn cloud() -> CloudAccount {
+    CloudAccount {
+        auth_url: "http://127.0.0.1:5000/identity/v3".into(),
+        project_id: "p-acme".into(),
+        project: "acme".into(),
+        user: "ada".into(),
+    }
+}
+
+fn key() -> RuleKey {
+    RuleKey {
+        cloud: cloud().auth_url,
+        security_group: "sg-bastion".into(),
+        source: "10.0.0.1/32".into(),
+        port: 22,
+    }
+}
+
+/// The bastion's security group, with the engine's rule while it exists, behind the leases.
+struct LeasedBastion {
+    leases: MemoryLeases,
+    rules: Mutex<BTreeSet<String>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Failed(String);
+
+#[async_trait]
+impl RevokeAccess for LeasedBastion {
+    async fn revoke(
+        &self,
+        deployment: DeploymentId,
+        _: &CloudAccount,
+        access: &BastionAccess,
+    ) -> Result<Revocation, WorkError> {
+        let delete = async {
+            self.rules.lock().expect("rules").remove(&access.rule);
+            Ok::<_, Failed>(())
+        };
+        revoke_leased(&self.leases, &key(), deployment, delete)
+            .await
+            .map_err(|error| match error {
+                Leased::Lease(lease) => WorkError::unavailable(lease),
+                Leased::Cloud(cloud) => WorkError::unavailable(cloud),
+            })
+    }
+}
+
+/// A deployment of one step through the bastion, which has just succeeded.
+async fn ended_through_the_bastion(log: &MemoryLog, deployment: DeploymentId) {
+    let blueprint =
+        overture_domain::blueprint::parse("name: x\nsteps:\n  configure: { run: noop }\n")
+            .expect("valid")
+            .snapshot;
+    let history = vec![
+        E::DeploymentRequested {
+            triggered_by: None,
+            tenant: "acme".into(),
+            requested_by: "ada".into(),
+            trigger: "cli".into(),
+            source: "x.yaml".into(),
+            blueprint,
+            blueprint_hash: "h".into(),
+            params: Default::default(),
+            cloud: Some(cloud()),
+        },
+        E::StepScheduled {
+            step: "configure".into(),
+            attempt: 1,
+            not_before: at("09:50"),
+        },
+        E::StepStarted {
+            step: "configure".into(),
+            attempt: 1,
+            sandbox: "configure-1".into(),
+            lease_until: Some(at("11:00")),
+        },
+        E::BastionAccessGranted {
+            rule: RULE.into(),
+            security_group: "sg-bastion".into(),
+            bastion: "10.1.0.10:22".into(),
+            source: "10.0.0.1/32".into(),
+            port: 22,
+        },
+        E::StepSucceeded {
+            step: "configure".into(),
+            attempt: 1,
+            outputs: Default::default(),
+            duration_ms: 1,
+        },
+    ];
+    let cause = Cause::new("runner", deployment, uuid::Uuid::now_v7());
+    log.append(deployment, "acme", None, history, &cause)
+        .await
+        .expect("recorded");
+}
+
+fn revoked(log: &MemoryLog, deployment: DeploymentId) -> Vec<E> {
+    log.events(deployment)
+        .into_iter()
+        .filter(|e| matches!(e, E::BastionAccessRevoked { .. }))
+        .collect()
+}
+
+#[tokio::test]
+async fn the_first_deployment_to_end_keeps_the_rule_for_the_other_and_the_last_deletes_it() {
+    let (shorter, longer) = (
+        DeploymentId::from_uuid(uuid::Uuid::from_u128(1)),
+        DeploymentId::from_uuid(uuid::Uuid::from_u128(2)),
+    );
+    let bastion = LeasedBastion {
+        leases: MemoryLeases::new(),
+        rules: Mutex::new(BTreeSet::from([RULE.to_owned()])),
+    };
+    // Both deployments were granted the identical rule, each with its own lease.
+    for deployment in [shorter, longer] {
+        bastion
+            .leases
+            .acquire(&key(), deployment)
+            .await
+            .expect("leased");
+    }
+    let log = MemoryLog::new(at("10:00"));
+    ended_through_the_bastion(&log, shorter).await;
+    let work = QueueOn {
+        attempts: SentJobs::default(),
+        timers: SentJobs::default(),
+    };
+    let ports = OrchestratorPorts {
+        log: &log,
+        work: &work,
+        secrets: &Nothing,
+        access: &bastion,
+        clock: &FixedClock(at("10:00")),
+    };
+    let state = orchestrate(shorter, uuid::Uuid::now_v7(), Since::Unknown, &ports)
+        .await
+        .expect("moved on");
+    assert!(state.secrets_purged, "the shorter deployment is over");
+    assert_eq!(
+        revoked(&log, shorter),
+        vec![E::BastionAccessRevoked {
+            rule: RULE.into(),
+            kept_for: vec![longer],
+        }]
+    );
+    assert!(
+        bastion.rules.lock().expect("rules").contains(RULE),
+        "the longer deployment still goes through the rule"
+    );
+
+    ended_through_the_bastion(&log, longer).await;
+    orchestrate(longer, uuid::Uuid::now_v7(), Since::Unknown, &ports)
+        .await
+        .expect("moved on");
+    assert_eq!(
+        revoked(&log, longer),
+        vec![E::BastionAccessRevoked {
+            rule: RULE.into(),
+            kept_for: vec![],
+        }]
+    );
+    assert!(
+        bastion.rules.lock().expect("rules").is_empty(),
+        "no rule is left"
+    );
+}
