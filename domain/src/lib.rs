@@ -25,6 +25,7 @@ pub mod duration;
 pub mod graph;
 pub mod history;
 pub mod kinds;
+pub mod limits;
 pub mod projection;
 pub mod retry;
 pub mod secret;

@@ -825,6 +825,7 @@ mod tests {
                     )
                 })
                 .collect(),
+            limits: Default::default(),
         }
     }
 

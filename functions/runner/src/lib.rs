@@ -22,6 +22,7 @@ pub mod ansible;
 pub mod destroy;
 pub mod files;
 pub mod http;
+pub mod limits;
 pub mod logs;
 pub mod sandbox;
 pub mod script;
@@ -92,6 +93,8 @@ pub struct SandboxJob {
     pub output_limit: usize,
     /// Where the output is copied as it arrives.
     pub log: Option<Box<dyn std::io::Write + Send + Sync>>,
+    /// What the command may use of the machine.
+    pub limits: overture_events::StepLimits,
 }
 
 /// How a sandboxed command ended.
@@ -105,6 +108,8 @@ pub enum SandboxExit {
     TimedOut,
     /// It was killed because it was no longer wanted.
     Cancelled,
+    /// It failed having run into one of its limits.
+    LimitReached(limits::LimitReached),
 }
 
 /// What a sandboxed command did.
@@ -605,6 +610,9 @@ async fn run_in_sandbox(
             Outcome::LostJob
         }
         SandboxExit::Cancelled => Outcome::Abandoned,
+        SandboxExit::LimitReached(limit) => {
+            failure(ErrorClass::StepFailed, None, limit.to_string())
+        }
     })
 }
 

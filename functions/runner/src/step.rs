@@ -20,6 +20,7 @@ use overture_events::{DeploymentId, ErrorClass, StepSpec};
 use secrecy::ExposeSecret;
 use serde_json::Value;
 
+use crate::limits::CappedLog;
 use crate::logs::{LogName, MaskingWriter};
 use crate::{SandboxJob, OUTPUT_LIMIT};
 
@@ -428,6 +429,7 @@ pub fn sandbox_job(
         ),
         ("OVERTURE_STEP".to_owned(), input.spec.name.clone()),
     ]);
+    let limits = input.spec.limits.unwrap_or_default();
     if let LogName::Attempt(attempt) = run {
         env.push(("OVERTURE_ATTEMPT".to_owned(), attempt.to_string()));
     }
@@ -442,7 +444,12 @@ pub fn sandbox_job(
         engine_program: prepared.engine_program,
         timeout: std::time::Duration::from_millis(input.spec.timeout_ms),
         output_limit: OUTPUT_LIMIT,
-        log: Some(Box::new(MaskingWriter::new(log, masker.clone()))),
+        // Masked first, so the cut can never fall inside a secret and let a piece of it through.
+        log: Some(Box::new(MaskingWriter::new(
+            CappedLog::new(log, limits.log_bytes),
+            masker.clone(),
+        ))),
+        limits,
     }
 }
 

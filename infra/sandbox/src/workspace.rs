@@ -51,16 +51,19 @@ impl Workspace {
         id: String,
         files: Vec<(PathBuf, Vec<u8>)>,
         command: Option<Vec<u8>>,
+        work_bytes: u64,
     ) -> Result<Self, SandboxError> {
         let dir = root.join(&id);
         // If the caller stops waiting, the task still finishes and drops the guard it made.
-        tokio::task::spawn_blocking(move || create_blocking(&root, &id, &files, command))
-            .await
-            .map_err(|source| SandboxError::Workspace {
-                action: "create",
-                path: dir,
-                source: io::Error::other(source),
-            })?
+        tokio::task::spawn_blocking(move || {
+            create_blocking(&root, &id, &files, command, work_bytes)
+        })
+        .await
+        .map_err(|source| SandboxError::Workspace {
+            action: "create",
+            path: dir,
+            source: io::Error::other(source),
+        })?
     }
 
     /// The workspace directory.
@@ -157,6 +160,8 @@ impl Drop for Workspace {
 }
 
 fn remove_dir(dir: &Path) -> io::Result<()> {
+    // The step's /work is a mount of its own (see `limits`); a mount point cannot be removed.
+    super::limits::unmount_workspace(&dir.join(WORK_DIR))?;
     // `remove_dir_all` does not follow symlinks, so links the step left in /work are harmless.
     match fs::remove_dir_all(dir) {
         Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -169,6 +174,7 @@ fn create_blocking(
     id: &str,
     files: &[(PathBuf, Vec<u8>)],
     command: Option<Vec<u8>>,
+    work_bytes: u64,
 ) -> Result<Workspace, SandboxError> {
     let private_dirs = {
         let mut builder = DirBuilder::new();
@@ -207,6 +213,10 @@ fn create_blocking(
     private_dirs
         .create(&work)
         .map_err(failed("create", &work))?;
+    super::limits::mount_workspace(&work, work_bytes).map_err(|source| SandboxError::Limits {
+        action: "mount the workspace",
+        source,
+    })?;
     let etc = workspace.dir.join(ETC_DIR);
     private_dirs.create(&etc).map_err(failed("create", &etc))?;
     for (name, content) in [
