@@ -58,7 +58,10 @@ fn greedy_steps_fail_naming_their_limit_while_another_deployment_runs_on() {
     let mut running = overture.deploy_until(&neighbour, &["steady", "started (attempt 1)"]);
     let start = Instant::now();
     while sleeps(seconds).is_empty() {
-        assert!(start.elapsed() < Duration::from_secs(20), "the neighbour never ran");
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the neighbour never ran"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 
@@ -119,11 +122,20 @@ fn greedy_steps_fail_naming_their_limit_while_another_deployment_runs_on() {
     assert!(logs.status.success(), "{}", text(&logs.stderr));
     let log = text(&logs.stdout);
     assert!(log.starts_with("first line\nxxxx"), "{}", &log[..80]);
-    assert!(log.ends_with("xxxx\nlast line\n"), "{}", &log[log.len() - 80..]);
     assert!(
-        log.contains(&format!("\n… {} bytes cut …\n", 20 * 1024 * 1024 + 22 - 64 * 1024)),
+        log.ends_with("xxxx\nlast line\n"),
         "{}",
-        log.lines().find(|l| l.contains("cut")).unwrap_or("no cut line")
+        &log[log.len() - 80..]
+    );
+    assert!(
+        log.contains(&format!(
+            "\n… {} bytes cut …\n",
+            20 * 1024 * 1024 + 22 - 64 * 1024
+        )),
+        "{}",
+        log.lines()
+            .find(|l| l.contains("cut"))
+            .unwrap_or("no cut line")
     );
     assert!(log.len() < 64 * 1024 + 100, "{}", log.len());
 
@@ -134,5 +146,8 @@ fn greedy_steps_fail_naming_their_limit_while_another_deployment_runs_on() {
     assert_eq!(unsafe { libc::kill(pids[0], libc::SIGKILL) }, 0);
     assert_eq!(running.wait_within(Duration::from_secs(60)), 0);
     let status = overture.json(&["status", &running.id, "--json"]);
-    assert_eq!(status["steps"]["steady"]["outputs"]["finished"], "yes", "{status}");
+    assert_eq!(
+        status["steps"]["steady"]["outputs"]["finished"], "yes",
+        "{status}"
+    );
 }

@@ -84,7 +84,7 @@ impl<W: Write> CappedLog<W> {
         self.past_head = 0;
         if cut > 0 {
             let start = if self.head_ended_line { "" } else { "\n" };
-            write!(self.inner, "{start}… {cut} bytes cut …\n")?;
+            writeln!(self.inner, "{start}… {cut} bytes cut …")?;
         }
         self.inner.write_all(&tail)
     }
