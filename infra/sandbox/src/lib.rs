@@ -17,8 +17,9 @@
 //! - `cgroup` and `limits`: what an attempt may use of the machine. Each attempt gets a cgroup
 //!   of its own (v2 where the machine has it, else v1) limiting memory, processes and CPU, which
 //!   the init joins while bubblewrap still holds it blocked, so every process of the step is in
-//!   it; and a `/work` that is a tmpfs of the workspace limit's size. Both go on every path out
-//!   of `run`, and `kill_leftovers` removes those a dead engine left.
+//!   it; and a workspace (`/work`, the outputs file) that is a tmpfs of the workspace limit's
+//!   size. Both go on every path out of `run`; `kill_leftovers` removes the cgroups a dead
+//!   engine left, and `unmount_leftovers` its workspaces' mounts.
 //!
 //! # How a run ends
 //!

@@ -1,5 +1,6 @@
 //! What keeps one attempt from starving the machine, beside the [`cgroup`](super::cgroup) it runs
-//! in: its `/work` is a tmpfs of the workspace limit's size, mounted on the host before its
+//! in: its workspace (`/work` and the outputs file, everything the step can write that is not
+//! in memory already) is a tmpfs of the workspace limit's size, mounted on the host before its
 //! inputs are written and unmounted before the workspace is removed, so a step that fills it
 //! gets `ENOSPC` and nothing else runs short of disk. Its pages are memory, charged to the
 //! attempt that writes them, so the memory limit bounds them too.
@@ -18,7 +19,7 @@ use super::cgroup::{AttemptGroup, Reached};
 /// that no longer fits, which may leave a few pages over.
 const FULL_SLACK: u64 = 64 * 1024;
 
-/// Mounts a tmpfs of `bytes` at `dir` (an empty directory of the workspace), private to root.
+/// Mounts a tmpfs of `bytes` at `dir` (the new, empty workspace directory), private to root.
 pub(super) fn mount_workspace(dir: &Path, bytes: u64) -> io::Result<()> {
     let target = c_path(dir)?;
     let options =
@@ -39,7 +40,7 @@ pub(super) fn mount_workspace(dir: &Path, bytes: u64) -> io::Result<()> {
     Ok(())
 }
 
-/// Unmounts the workspace's tmpfs at `dir`, if there is one; the files in it go with it.
+/// Unmounts the workspace tmpfs at `dir`, if there is one; the files in it go with it.
 pub(super) fn unmount_workspace(dir: &Path) -> io::Result<()> {
     let target = c_path(dir)?;
     // SAFETY: `target` is a NUL-terminated string that outlives the call.

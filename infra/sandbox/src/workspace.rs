@@ -7,6 +7,9 @@
 //! <id>/command    a command too long for an argument, bound at /run/overture/command (read-only)
 //! <id>/etc/       passwd and group for the sandbox (read-only)
 //! ```
+//!
+//! `<id>` itself is a tmpfs of the step's workspace limit (see `limits`), unmounted before the
+//! directory is removed.
 
 use std::fs::{self, DirBuilder, OpenOptions};
 use std::io::{self, Write};
@@ -160,8 +163,8 @@ impl Drop for Workspace {
 }
 
 fn remove_dir(dir: &Path) -> io::Result<()> {
-    // The step's /work is a mount of its own (see `limits`); a mount point cannot be removed.
-    super::limits::unmount_workspace(&dir.join(WORK_DIR))?;
+    // The workspace is a mount of its own (see `limits`); a mount point cannot be removed.
+    super::limits::unmount_workspace(dir)?;
     // `remove_dir_all` does not follow symlinks, so links the step left in /work are harmless.
     match fs::remove_dir_all(dir) {
         Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -208,15 +211,18 @@ fn create_blocking(
         dir,
         removed: false,
     };
+    // All of it, /work and the outputs file alike, so nothing the step writes reaches the disk.
+    super::limits::mount_workspace(&workspace.dir, work_bytes).map_err(|source| {
+        SandboxError::Limits {
+            action: "mount the workspace",
+            source,
+        }
+    })?;
 
     let work = workspace.dir.join(WORK_DIR);
     private_dirs
         .create(&work)
         .map_err(failed("create", &work))?;
-    super::limits::mount_workspace(&work, work_bytes).map_err(|source| SandboxError::Limits {
-        action: "mount the workspace",
-        source,
-    })?;
     let etc = workspace.dir.join(ETC_DIR);
     private_dirs.create(&etc).map_err(failed("create", &etc))?;
     for (name, content) in [

@@ -148,6 +148,25 @@ async fn a_disk_filler_fills_only_its_workspace() {
 }
 
 #[tokio::test]
+async fn the_outputs_file_is_inside_the_workspace_limit_too() {
+    let (sandbox, root) = sandbox();
+    let mut request = request(
+        "outputs",
+        "dd if=/dev/zero of=\"$OVERTURE_OUTPUTS\" bs=64k count=1000",
+    );
+    request.limits.workspace_bytes = 2 * MIB;
+    let id = request.id.clone();
+    let outcome = run(&sandbox, request).await;
+    assert_eq!(
+        outcome.exit,
+        Exit::LimitReached(LimitReached::Workspace { limit: 2 * MIB }),
+        "{}",
+        String::from_utf8_lossy(&outcome.output)
+    );
+    assert_gone(&id, &root);
+}
+
+#[tokio::test]
 async fn a_step_within_its_limits_and_one_failing_for_itself_say_nothing_of_limits() {
     let (sandbox, root) = sandbox();
     let within = request(
