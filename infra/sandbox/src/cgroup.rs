@@ -54,15 +54,32 @@ impl Cgroups {
     /// Finds the hierarchies and the engine's place in them; `tag` tells this engine's groups
     /// apart (a hash of its workspace root). An error says what is missing.
     pub(crate) fn detect(tag: &str) -> Result<Self, String> {
-        let own = fs::read_to_string("/proc/self/cgroup")
-            .map_err(|error| format!("cannot read /proc/self/cgroup: {error}"))?;
+        let read = |path: &str| {
+            fs::read_to_string(path).map_err(|error| format!("cannot read {path}: {error}"))
+        };
+        let machine = Machine {
+            root_is_v2: is_cgroup2(Path::new(CGROUP_ROOT)),
+            v2_controllers: fs::read_to_string(Path::new(CGROUP_ROOT).join("cgroup.controllers"))
+                .unwrap_or_default(),
+            own: read("/proc/self/cgroup")?,
+            mountinfo: read("/proc/self/mountinfo")?,
+        };
+        Self::choose(&machine, tag)
+    }
+
+    /// v2 if `/sys/fs/cgroup` is cgroup2 with the controllers, else v1 if each controller has
+    /// a hierarchy of its own.
+    fn choose(machine: &Machine, tag: &str) -> Result<Self, String> {
         let name = format!("overture-{tag}");
-        if is_cgroup2(Path::new(CGROUP_ROOT)) {
-            let controllers = fs::read_to_string(Path::new(CGROUP_ROOT).join("cgroup.controllers"))
-                .unwrap_or_default();
+        if machine.root_is_v2 {
             let missing: Vec<&str> = V1_CONTROLLERS
                 .into_iter()
-                .filter(|c| !controllers.split_whitespace().any(|have| have == *c))
+                .filter(|c| {
+                    !machine
+                        .v2_controllers
+                        .split_whitespace()
+                        .any(|have| have == *c)
+                })
                 .collect();
             if !missing.is_empty() {
                 return Err(format!(
@@ -70,21 +87,28 @@ impl Cgroups {
                     missing.join(", ")
                 ));
             }
-            let path = own
+            let path = machine
+                .own
                 .lines()
                 .find_map(|line| line.strip_prefix("0::"))
                 .ok_or("/proc/self/cgroup names no cgroup v2 group")?;
-            let base = Path::new(CGROUP_ROOT).join(path.trim_start_matches('/'));
+            let root = mounts(&machine.mountinfo)
+                .find(|m| m.kind == "cgroup2" && m.point == Path::new(CGROUP_ROOT))
+                .map_or("/", |m| m.root);
+            let base = Path::new(CGROUP_ROOT).join(relative(path, root));
             return Ok(Cgroups::V2 {
                 parent: base.join(name),
             });
         }
         let mut parents = Vec::new();
         for controller in V1_CONTROLLERS {
-            let mount = v1_mount(controller).ok_or_else(|| {
-                format!("no cgroup v2 with controllers at {CGROUP_ROOT}, and no cgroup v1 hierarchy for `{controller}`")
-            })?;
-            let path = own
+            let mount = mounts(&machine.mountinfo)
+                .find(|m| m.kind == "cgroup" && m.options.split(',').any(|o| o == controller))
+                .ok_or_else(|| {
+                    format!("no cgroup v2 with controllers at {CGROUP_ROOT}, and no cgroup v1 hierarchy for `{controller}`")
+                })?;
+            let path = machine
+                .own
                 .lines()
                 .find_map(|line| {
                     let mut parts = line.splitn(3, ':');
@@ -92,7 +116,7 @@ impl Cgroups {
                     list.split(',').any(|c| c == controller).then_some(path)
                 })
                 .ok_or_else(|| format!("/proc/self/cgroup names no `{controller}` group"))?;
-            parents.push(mount.join(path.trim_start_matches('/')).join(&name));
+            parents.push(mount.point.join(relative(path, mount.root)).join(&name));
         }
         let parents: [PathBuf; 3] = parents
             .try_into()
@@ -351,17 +375,49 @@ fn is_cgroup2(path: &Path) -> bool {
     rc == 0 && kind == CGROUP2_SUPER_MAGIC
 }
 
-/// The mount point of the v1 hierarchy holding `controller`, from `/proc/self/mountinfo`.
-fn v1_mount(controller: &str) -> Option<PathBuf> {
-    let mountinfo = fs::read_to_string("/proc/self/mountinfo").ok()?;
-    mountinfo.lines().find_map(|line| {
+/// What the machine says of its cgroups, read once by [`Cgroups::detect`].
+struct Machine {
+    /// Whether `/sys/fs/cgroup` is a cgroup2 file system.
+    root_is_v2: bool,
+    /// Its `cgroup.controllers`, when it is.
+    v2_controllers: String,
+    /// `/proc/self/cgroup`.
+    own: String,
+    /// `/proc/self/mountinfo`.
+    mountinfo: String,
+}
+
+/// One line of `/proc/self/mountinfo`, the fields used here.
+struct Mount<'a> {
+    /// The directory of the file system that is mounted (not `/` where only a subtree is).
+    root: &'a str,
+    point: &'a Path,
+    kind: &'a str,
+    options: &'a str,
+}
+
+fn mounts(mountinfo: &str) -> impl Iterator<Item = Mount<'_>> {
+    mountinfo.lines().filter_map(|line| {
         let (before, after) = line.split_once(" - ")?;
+        let mut before = before.split_whitespace().skip(3);
+        let (root, point) = (before.next()?, before.next()?);
         let mut after = after.split_whitespace();
         let (kind, _source, options) = (after.next()?, after.next()?, after.next()?);
-        let mount_point = before.split_whitespace().nth(4)?;
-        (kind == "cgroup" && options.split(',').any(|o| o == controller))
-            .then(|| PathBuf::from(mount_point))
+        Some(Mount {
+            root,
+            point: Path::new(point),
+            kind,
+            options,
+        })
     })
+}
+
+/// A group's path below the mount that shows the hierarchy from `root` on.
+fn relative<'a>(path: &'a str, root: &str) -> &'a str {
+    path.strip_prefix(root)
+        .filter(|rest| rest.is_empty() || rest.starts_with('/') || root == "/")
+        .unwrap_or(path)
+        .trim_start_matches('/')
 }
 
 /// A short stable tag for a workspace root (FNV-1a), the same for every run of any engine
@@ -389,6 +445,99 @@ mod tests {
         assert_eq!(read_field(&path, "max"), 3);
         assert_eq!(read_field(&path, "missing"), 0);
         assert_eq!(read_field(&dir.path().join("absent"), "max"), 0);
+    }
+
+    /// This project's test machines: v1 controllers, an empty v2 beside them.
+    const HYBRID_MOUNTS: &str = "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+39 31 0:36 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+";
+
+    #[test]
+    fn a_hybrid_machine_uses_the_v1_hierarchies_under_the_engine_s_groups() {
+        let machine = Machine {
+            root_is_v2: false,
+            v2_controllers: String::new(),
+            own: "9:name=systemd:/\n8:pids:/\n4:memory:/process_api/0e00\n1:cpu:/\n0::/\n".into(),
+            mountinfo: HYBRID_MOUNTS.into(),
+        };
+        let Ok(Cgroups::V1 { parents }) = Cgroups::choose(&machine, "t") else {
+            panic!("v1 expected");
+        };
+        assert_eq!(
+            parents,
+            [
+                PathBuf::from("/sys/fs/cgroup/memory/process_api/0e00/overture-t"),
+                PathBuf::from("/sys/fs/cgroup/pids/overture-t"),
+                PathBuf::from("/sys/fs/cgroup/cpu/overture-t"),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_v2_machine_with_the_controllers_uses_v2() {
+        let machine = Machine {
+            root_is_v2: true,
+            v2_controllers: "cpuset cpu io memory hugetlb pids rdma misc\n".into(),
+            own: "0::/system.slice/overture.service\n".into(),
+            mountinfo: "25 18 0:22 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate\n".into(),
+        };
+        let Ok(Cgroups::V2 { parent }) = Cgroups::choose(&machine, "t") else {
+            panic!("v2 expected");
+        };
+        assert_eq!(
+            parent,
+            PathBuf::from("/sys/fs/cgroup/system.slice/overture.service/overture-t")
+        );
+        let without_pids = Machine {
+            v2_controllers: "cpu memory".into(),
+            ..machine
+        };
+        let refused = Cgroups::choose(&without_pids, "t").expect_err("no pids controller");
+        assert!(refused.contains("lacks the pids controller"), "{refused}");
+    }
+
+    #[test]
+    fn a_combined_v1_hierarchy_mounted_from_a_subtree_is_found() {
+        let machine = Machine {
+            root_is_v2: false,
+            v2_controllers: String::new(),
+            own: "5:cpu,cpuacct:/docker/abc\n4:memory:/docker/abc\n3:pids:/docker/abc\n".into(),
+            mountinfo:
+                "1 0 0:1 /docker/abc /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct
+2 0 0:2 /docker/abc /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory
+3 0 0:3 /docker/abc /sys/fs/cgroup/pids rw - cgroup cgroup rw,pids
+"
+                .into(),
+        };
+        let Ok(Cgroups::V1 { parents }) = Cgroups::choose(&machine, "t") else {
+            panic!("v1 expected");
+        };
+        assert_eq!(
+            parents[2],
+            PathBuf::from("/sys/fs/cgroup/cpu,cpuacct/overture-t")
+        );
+        assert_eq!(
+            parents[0],
+            PathBuf::from("/sys/fs/cgroup/memory/overture-t")
+        );
+    }
+
+    #[test]
+    fn no_cgroups_at_all_says_what_is_missing() {
+        let machine = Machine {
+            root_is_v2: false,
+            v2_controllers: String::new(),
+            own: "0::/\n".into(),
+            mountinfo: String::new(),
+        };
+        let refused = Cgroups::choose(&machine, "t").expect_err("nothing to use");
+        assert!(
+            refused.contains("no cgroup v1 hierarchy for `memory`"),
+            "{refused}"
+        );
     }
 
     #[test]
