@@ -151,3 +151,24 @@ fn greedy_steps_fail_naming_their_limit_while_another_deployment_runs_on() {
         "{status}"
     );
 }
+
+#[test]
+fn a_limit_that_is_not_one_is_refused_naming_the_file_the_field_and_the_fix() {
+    let overture = Overture::new();
+    let file = overture.blueprint(
+        "bad.yaml",
+        &one_step("bad", "{ memory: lots, pids: 2 }", "true"),
+    );
+    let (code, _, output) = overture.deploy(&file, &[]);
+    let stderr = text(&output.stderr);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("bad.yaml: steps.greedy.limits.memory: not a size; write a number with a unit, like 512MiB"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("bad.yaml: steps.greedy.limits.pids: 2 is too few; give at least 8"),
+        "{stderr}"
+    );
+    assert!(overture.deployment_ids().is_empty(), "nothing recorded");
+}
