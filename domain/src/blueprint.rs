@@ -132,6 +132,8 @@ struct RawStep {
     timeout: Option<String>,
     #[serde(default)]
     retry: IndexMap<String, RawRetry>,
+    #[serde(default)]
+    limits: Option<crate::limits::RawLimits>,
 }
 
 #[derive(Deserialize)]
@@ -338,6 +340,12 @@ pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
                 },
             );
         }
+        let limits = crate::limits::effective(step.limits.as_ref()).unwrap_or_else(|bad| {
+            for (limit, text) in bad {
+                problem(field(&format!(".limits.{limit}")), text);
+            }
+            Default::default()
+        });
         steps.push(StepSpec {
             name: name.clone(),
             kind: step.run.clone(),
@@ -345,6 +353,7 @@ pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
             needs: step.needs.clone(),
             timeout_ms,
             retry,
+            limits: Some(limits),
         });
     }
 

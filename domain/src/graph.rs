@@ -329,6 +329,7 @@ mod tests {
             needs: needs.iter().map(|n| (*n).to_owned()).collect(),
             timeout_ms: 1,
             retry: Default::default(),
+            limits: Default::default(),
         }
     }
 

@@ -26,6 +26,7 @@ pub mod graph;
 pub mod history;
 pub mod host_keys;
 pub mod kinds;
+pub mod limits;
 pub mod projection;
 pub mod retry;
 pub mod secret;

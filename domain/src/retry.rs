@@ -90,6 +90,7 @@ mod tests {
             needs: vec![],
             timeout_ms: 1_000,
             retry: Default::default(),
+            limits: Default::default(),
         }
     }
 

@@ -567,3 +567,44 @@ fn a_host_address_with_a_control_character_is_refused() {
         .to_string()
         .contains('\u{1b}'));
 }
+
+#[test]
+fn a_step_s_limits_are_recorded_with_the_defaults_filled_in() {
+    let parsed = parse(
+        "name: x\nsteps:\n  a: { run: script, with: { command: 'true' }, limits: { memory: 512MiB, pids: 256, cpu: 1.5 } }\n  b: { run: script, with: { command: 'true' } }\n",
+    )
+    .expect("valid");
+    let step = |name: &str| {
+        parsed
+            .snapshot
+            .steps
+            .iter()
+            .find(|s| s.name == name)
+            .and_then(|s| s.limits)
+            .expect("limits are recorded")
+    };
+    let a = step("a");
+    assert_eq!(
+        (a.memory_bytes, a.pids, a.cpu_millis),
+        (512 << 20, 256, 1500)
+    );
+    assert_eq!(
+        a.workspace_bytes,
+        overture_events::StepLimits::DEFAULT_WORKSPACE
+    );
+    assert_eq!(step("b"), overture_events::StepLimits::default());
+}
+
+#[test]
+fn a_bad_limit_names_its_field_and_the_fix() {
+    assert_problem(
+        "name: x\nsteps:\n  a: { run: script, with: { command: 'true' }, limits: { memory: 1 Gigabyte } }\n",
+        "steps.a.limits.memory",
+        &["not a size", "512MiB"],
+    );
+    assert_problem(
+        "name: x\nsteps:\n  a: { run: script, with: { command: 'true' }, limits: { pids: 1 } }\n",
+        "steps.a.limits.pids",
+        &["too few", "at least 8"],
+    );
+}

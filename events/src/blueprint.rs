@@ -106,6 +106,10 @@ pub struct StepSpec {
     /// Per-class overrides of the default retry policy.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub retry: BTreeMap<ErrorClass, RetryRule>,
+    /// What each attempt may use of the machine, defaults filled in; `None` in a blueprint
+    /// recorded before limits were, whose attempts get the defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<crate::StepLimits>,
 }
 
 /// How often a failed attempt of one error class is retried, and how long to wait first.

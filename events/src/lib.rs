@@ -5,6 +5,7 @@
 //! - [`blueprint`]: the blueprint snapshot a deployment records when it is requested.
 //! - [`deployment`]: the events of a deployment, with their stable type strings.
 //! - [`job`]: the bodies of the jobs on the step-and-timer queue.
+//! - [`limits`]: what one attempt of a step may use of the machine.
 //!
 //! This crate holds data shapes only. It reads no clock and does no I/O: times are values handed
 //! to it. Rules live in `overture-domain`.
@@ -14,6 +15,7 @@ pub mod deployment;
 pub mod envelope;
 pub mod ids;
 pub mod job;
+pub mod limits;
 
 pub use blueprint::{
     BastionSpec, BlueprintSnapshot, ErrorClass, ParamSpec, RetryRule, StepSpec, StoredFile,
@@ -22,6 +24,7 @@ pub use deployment::DeploymentEvent;
 pub use deployment::{CloudAccount, HostKeySource, PinnedHostKey, TriggeredBy};
 pub use envelope::{Envelope, LogEntry, Metadata};
 pub use ids::{DeploymentId, ParseIdError};
+pub use limits::StepLimits;
 
 /// The instant type used throughout the schema: UTC, serialised as RFC 3339.
 pub type Timestamp = chrono::DateTime<chrono::Utc>;

@@ -22,6 +22,8 @@
 //! - [`triggers`]: `trigger send` and `triggers log`: matching, exactly once, chains and the
 //!   depth limit.
 //! - [`sandbox`]: what a step can and cannot see, and the sandbox's limits.
+//! - [`limits`]: a fork bomb, a memory hog, a disk filler and an output flood, each held to its
+//!   step's limits while another deployment runs on.
 //! - [`quoting`]: hostile values in every quoting context of a script reach it exactly, and
 //!   never run.
 //! - [`ansible`]: the `ansible` kind against a real sshd on loopback, and a closed port.
@@ -50,6 +52,7 @@ mod history;
 mod http;
 mod input;
 mod leases;
+mod limits;
 mod local_cloud;
 mod logs;
 mod pipe;

@@ -121,6 +121,11 @@ impl Drop for Overture {
     /// Checks every deployment stream the test produced, unless the test failed already (a
     /// second panic would abort the whole suite) or never made a data directory.
     fn drop(&mut self) {
+        // What an engine the test killed left, as `overture resume` would clear it: its
+        // sandboxes' cgroups and workspace mounts are the host's, not the temporary directory's.
+        let sandboxes = overture_sandbox::Bubblewrap::new(self.data_dir().join("sandboxes"));
+        let _ = sandboxes.kill_leftovers();
+        let _ = sandboxes.unmount_leftovers();
         if std::thread::panicking() || !self.data_dir().join("overture.db").exists() {
             return;
         }

@@ -283,6 +283,7 @@ impl Engine {
                 tracing::info!(%sandbox, "kept the Terraform state a stopped run left");
             }
         }
+        self.sandbox.unmount_leftovers().map_err(function_error)?;
         let sandboxes = self.data_dir.join("sandboxes");
         if sandboxes.exists() {
             std::fs::remove_dir_all(&sandboxes).map_err(function_error)?;

@@ -860,6 +860,7 @@ mod tests {
                     )
                 })
                 .collect(),
+            limits: Default::default(),
         }
     }
 

@@ -305,6 +305,7 @@ async fn destroy_step(
             overture_domain::duration::format_duration(Duration::from_millis(spec.timeout_ms))
         ),
         SandboxExit::Cancelled => "cancelled".to_owned(),
+        SandboxExit::LimitReached(limit) => limit.to_string(),
     };
     let exit_code = match result.exit {
         SandboxExit::Code(code) => Some(code),

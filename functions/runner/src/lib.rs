@@ -23,6 +23,7 @@ pub mod destroy;
 pub mod files;
 pub mod host_keys;
 pub mod http;
+pub mod limits;
 pub mod logs;
 pub mod sandbox;
 pub mod script;
@@ -93,6 +94,8 @@ pub struct SandboxJob {
     pub output_limit: usize,
     /// Where the output is copied as it arrives.
     pub log: Option<Box<dyn std::io::Write + Send + Sync>>,
+    /// What the command may use of the machine.
+    pub limits: overture_events::StepLimits,
 }
 
 /// How a sandboxed command ended.
@@ -106,6 +109,8 @@ pub enum SandboxExit {
     TimedOut,
     /// It was killed because it was no longer wanted.
     Cancelled,
+    /// It failed having run into one of its limits.
+    LimitReached(limits::LimitReached),
 }
 
 /// What a sandboxed command did.
@@ -628,6 +633,9 @@ async fn run_in_sandbox(
             Outcome::LostJob
         }
         SandboxExit::Cancelled => Outcome::Abandoned,
+        SandboxExit::LimitReached(limit) => {
+            failure(ErrorClass::StepFailed, None, limit.to_string())
+        }
     };
     Ok(match bastion_access {
         Some(access) => blame_a_lost_bastion(outcome, state, deployment, &access, ports).await,

@@ -20,6 +20,7 @@ use overture_events::{DeploymentId, ErrorClass, StepSpec};
 use secrecy::ExposeSecret;
 use serde_json::Value;
 
+use crate::limits::CappedLog;
 use crate::logs::{LogName, MaskingWriter};
 use crate::{SandboxJob, OUTPUT_LIMIT};
 
@@ -431,6 +432,7 @@ pub fn sandbox_job(
         ),
         ("OVERTURE_STEP".to_owned(), input.spec.name.clone()),
     ]);
+    let limits = input.spec.limits.unwrap_or_default();
     if let LogName::Attempt(attempt) = run {
         env.push(("OVERTURE_ATTEMPT".to_owned(), attempt.to_string()));
     }
@@ -445,7 +447,12 @@ pub fn sandbox_job(
         engine_program: prepared.engine_program,
         timeout: std::time::Duration::from_millis(input.spec.timeout_ms),
         output_limit: OUTPUT_LIMIT,
-        log: Some(Box::new(MaskingWriter::new(log, masker.clone()))),
+        // Masked first, so the cut can never fall inside a secret and let a piece of it through.
+        log: Some(Box::new(MaskingWriter::new(
+            CappedLog::new(log, limits.log_bytes),
+            masker.clone(),
+        ))),
+        limits,
     }
 }
 
@@ -657,6 +664,53 @@ mod tests {
             Err("the name of output `a_***` contains the value of secret `api_key`; pass the secret to the next step with {{ secrets.api_key }} instead".into()),
             "a name is recorded as it is, so it may never hold a secret"
         );
+    }
+
+    #[test]
+    fn a_job_carries_its_step_s_limits_and_its_log_is_masked_then_capped() {
+        let blueprint = parse(
+            "name: x\nsecrets: [api_key]\nsteps:\n  a: { run: script, limits: { log: 4KiB, cpu: 0.5 }, with: { command: 'true' } }\n",
+        )
+        .expect("valid")
+        .snapshot;
+        let state = requested(&blueprint, &[]);
+        let mut secrets = key_secrets();
+        secrets.insert("api_key".into(), SecretString::from("k-123"));
+        let masker = Masker::new(secrets.values());
+        let input = input(&state, "a", &secrets);
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        struct Shared(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Shared {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().expect("log").extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let job = sandbox_job(
+            "id".into(),
+            Prepared::default(),
+            &input,
+            LogName::Attempt(1),
+            Box::new(Shared(log.clone())),
+            &masker,
+        );
+        assert_eq!(job.limits.cpu_millis, 500);
+        assert_eq!(job.limits.log_bytes, 4096);
+        let mut writer = job.log.expect("a log");
+        for _ in 0..1000 {
+            writer.write_all(b"using k-123 now\n").expect("written");
+        }
+        writer.flush().expect("flushed");
+        drop(writer);
+        let log = String::from_utf8(log.lock().expect("log").clone()).expect("utf-8");
+        assert!(!log.contains("k-123"), "masked before it is cut");
+        assert!(log.starts_with("using *** now\n"), "{log}");
+        assert!(log.ends_with("using *** now\n"), "{log}");
+        assert!(log.contains(" bytes cut …\n"), "{log}");
+        assert!(log.len() < 4096 + 100, "{}", log.len());
     }
 
     #[test]

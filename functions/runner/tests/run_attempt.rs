@@ -5,6 +5,7 @@
 //! it), so nothing here waits for real.
 
 use overture_runner::fakes::Quiet;
+use overture_runner::limits::LimitReached;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -48,6 +49,8 @@ enum Sandbox {
     Leaves(i32, &'static str, Vec<(&'static str, String)>),
     Refuses,
     RunsUntilCancelled,
+    /// Fails having run out of the memory its job allowed.
+    RunsOutOfMemory,
 }
 
 struct FakeSandbox {
@@ -55,6 +58,8 @@ struct FakeSandbox {
     runs: AtomicUsize,
     /// The files of the last job it was given.
     files: Mutex<Vec<(std::path::PathBuf, Vec<u8>)>>,
+    /// The limits of the last job it was given.
+    limits: Mutex<Option<overture_events::StepLimits>>,
 }
 
 #[async_trait]
@@ -66,6 +71,7 @@ impl RunSandboxed for FakeSandbox {
     ) -> Result<SandboxResult, RunError> {
         self.runs.fetch_add(1, Ordering::SeqCst);
         *self.files.lock().expect("files") = job.files;
+        *self.limits.lock().expect("limits") = Some(job.limits);
         let result = |exit, outputs: &str| SandboxResult {
             exit,
             output: Vec::new(),
@@ -88,6 +94,12 @@ impl RunSandboxed for FakeSandbox {
                 cancel.await;
                 Ok(result(SandboxExit::Cancelled, ""))
             }
+            Sandbox::RunsOutOfMemory => Ok(result(
+                SandboxExit::LimitReached(LimitReached::Memory {
+                    limit: job.limits.memory_bytes,
+                }),
+                "",
+            )),
         }
     }
 }
@@ -146,6 +158,7 @@ impl Fixture {
                 behaviour: sandbox,
                 runs: AtomicUsize::new(0),
                 files: Mutex::default(),
+                limits: Mutex::default(),
             },
             lease: Lease {
                 lost: AtomicBool::new(false),
@@ -579,5 +592,53 @@ Host key verification failed.\n";
         fixture.types().contains(&"StepFailed") && !fixture.types().contains(&"StepRetryScheduled"),
         "{:?}",
         fixture.types()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_attempt_runs_within_its_step_s_limits_and_one_that_reaches_them_fails_naming_the_limit()
+{
+    let blueprint = parse(
+        "name: x\nsteps:\n  build: { run: script, limits: { memory: 64MiB, pids: 32 }, with: { command: 'make' } }\n",
+    )
+    .expect("valid")
+    .snapshot;
+    let fixture = Fixture::with(
+        Sandbox::RunsOutOfMemory,
+        blueprint,
+        MemoryPayloads::default(),
+    )
+    .await;
+    assert_eq!(
+        fixture.run().await,
+        AttemptReport::Failed(ErrorClass::StepFailed)
+    );
+    let limits = fixture
+        .sandbox
+        .limits
+        .lock()
+        .expect("limits")
+        .expect("a job ran");
+    assert_eq!((limits.memory_bytes, limits.pids), (64 << 20, 32));
+    let failed = fixture
+        .events()
+        .into_iter()
+        .find_map(|event| match event {
+            E::StepAttemptFailed {
+                error_class,
+                exit_code,
+                message,
+                ..
+            } => Some((error_class, exit_code, message)),
+            _ => None,
+        })
+        .expect("the attempt failed");
+    assert_eq!(
+        failed,
+        (
+            ErrorClass::StepFailed,
+            None,
+            "out of memory (limit 64 MiB)".to_owned()
+        )
     );
 }

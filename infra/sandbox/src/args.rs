@@ -305,6 +305,7 @@ mod tests {
             output_limit: 10,
             collect: vec![],
             log: None,
+            limits: Default::default(),
         }
     }
 

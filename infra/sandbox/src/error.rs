@@ -145,4 +145,13 @@ pub enum SandboxError {
         /// How long they were given.
         grace: Duration,
     },
+    /// The step's limits could not be put in place (its cgroup, its workspace's size).
+    #[error("could not apply the step's limits: {action}: {source}")]
+    Limits {
+        /// What was being done, such as "create the attempt's cgroup".
+        action: &'static str,
+        /// What the system said.
+        #[source]
+        source: io::Error,
+    },
 }

@@ -14,7 +14,21 @@ impl Bubblewrap {
     /// Kills every process whose command line names a workspace under this sandbox root;
     /// returns how many were signalled. Call it only when no live engine uses this root.
     pub fn kill_leftovers(&self) -> std::io::Result<usize> {
-        kill_processes_naming(&self.workspace_root)
+        let killed = kill_processes_naming(&self.workspace_root)?;
+        // Their cgroups, with anything that escaped the search above killed in them.
+        if let Ok(cgroups) = &self.cgroups {
+            cgroups.remove_leftovers()?;
+        }
+        Ok(killed)
+    }
+
+    /// Unmounts the `/work` of every workspace left under this root, so the workspaces can be
+    /// removed. Call it only once [`leftover_files`](Self::leftover_files) has read them.
+    pub fn unmount_leftovers(&self) -> std::io::Result<()> {
+        for mount in super::limits::mounts_under(&self.workspace_root) {
+            super::limits::unmount_workspace(&mount)?;
+        }
+        Ok(())
     }
 
     /// The file at `relative` (under `/work`) in every workspace left under this root, by

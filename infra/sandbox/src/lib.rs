@@ -14,6 +14,12 @@
 //! - `leftovers`: [`Bubblewrap::kill_leftovers`], for sandboxes a dead engine left behind; it
 //!   finds them by the workspace path on bubblewrap's command line.
 //! - [`SandboxError`]: what went wrong when the sandbox, not the step, failed.
+//! - `cgroup` and `limits`: what an attempt may use of the machine. Each attempt gets a cgroup
+//!   of its own (v2 where the machine has it, else v1) limiting memory, processes and CPU, which
+//!   the init joins while bubblewrap still holds it blocked, so every process of the step is in
+//!   it; and a workspace (`/work`, the outputs file) that is a tmpfs of the workspace limit's
+//!   size. Both go on every path out of `run`; `kill_leftovers` removes the cgroups a dead
+//!   engine left, and `unmount_leftovers` its workspaces' mounts.
 //!
 //! # How a run ends
 //!
@@ -25,8 +31,10 @@
 //! waits for it to exit. A pidfd cannot hit a process that reused the pid.
 
 mod args;
+mod cgroup;
 mod error;
 mod leftovers;
+mod limits;
 mod output;
 mod port;
 mod request;
@@ -48,7 +56,10 @@ use tracing::Instrument;
 pub use error::SandboxError;
 /// How much of a step's outputs file and collected files is read back, as on every form.
 pub use overture_runner::workspace::{MAX_COLLECTED_FILE, MAX_OUTPUTS_FILE};
-pub use request::{Exit, OutputLog, OutputsFile, SandboxOutcome, SandboxRequest, ENGINE_PROGRAM};
+pub use request::{
+    Exit, LimitReached, OutputLog, OutputsFile, SandboxOutcome, SandboxRequest, StepLimits,
+    ENGINE_PROGRAM,
+};
 
 use args::{Fds, SystemLayout};
 use overture_runner::workspace::TailBuffer;
@@ -82,6 +93,8 @@ pub struct Bubblewrap {
     /// The engine's own program, for requests that run it (see
     /// [`SandboxRequest::engine_program`]).
     engine_program: Option<PathBuf>,
+    /// Where attempts' cgroups go, or why they cannot be made here.
+    cgroups: Result<cgroup::Cgroups, String>,
 }
 
 impl Bubblewrap {
@@ -92,11 +105,13 @@ impl Bubblewrap {
 
     /// Uses the bubblewrap at `program`, and makes workspaces under `workspace_root`.
     pub fn with_program(program: PathBuf, workspace_root: PathBuf) -> Self {
+        let cgroups = cgroup::Cgroups::detect(&cgroup::tag(&workspace_root));
         Self {
             program,
             workspace_root,
             layout: SystemLayout::detect(),
             engine_program: None,
+            cgroups,
         }
     }
 
@@ -117,6 +132,9 @@ impl Bubblewrap {
         // The pidfd is how `run` makes sure a sandbox is gone (Linux 5.3).
         Pidfd::open(std::process::id())
             .map_err(|error| unusable(format!("pidfd_open failed: {error}")))?;
+        // Without cgroups no step's limits could be kept.
+        cgroup::Cgroups::detect("check")
+            .map_err(|reason| unusable(format!("no cgroups to limit the steps with: {reason}")))?;
 
         let mut command = Command::new(&program);
         command
@@ -168,9 +186,14 @@ impl Bubblewrap {
             let files = std::mem::take(&mut request.files);
             let log = request.log.take();
             let script = args::command_file(&request.command);
-            let workspace =
-                Workspace::create(self.workspace_root.clone(), request.id.clone(), files, script)
-                    .await?;
+            let workspace = Workspace::create(
+                self.workspace_root.clone(),
+                request.id.clone(),
+                files,
+                script,
+                request.limits.workspace_bytes,
+            )
+            .await?;
             let outcome = self.run_in(&workspace, &request, log, cancel).await;
             workspace.remove().await;
             match &outcome {
@@ -192,6 +215,7 @@ impl Bubblewrap {
         log: Option<OutputLog>,
         cancel: impl Future<Output = ()>,
     ) -> Result<SandboxOutcome, SandboxError> {
+        let group = self.attempt_group(request)?;
         let env =
             sys::memfd_with(&args::env_args(request)).map_err(process("pass the environment"))?;
         let (status_read, status_write) = sys::pipe().map_err(process("make a pipe"))?;
@@ -265,6 +289,13 @@ impl Bubblewrap {
                 .map(KillOnDrop),
             None => None,
         };
+        if let (Some(pid), Some(_)) = (init_pid.and_then(|pid| u32::try_from(pid).ok()), &init) {
+            // Before the init starts the step: from here on, all it forks is in the group.
+            group.add(pid).map_err(|source| SandboxError::Limits {
+                action: "move the sandbox into its cgroup",
+                source,
+            })?;
+        }
         // Let the command start. If the sandbox died during its setup instead, nobody is
         // listening, and bubblewrap's exit says why.
         let _ = sys::send_byte(&block_write);
@@ -323,6 +354,15 @@ impl Bubblewrap {
                 exit_of(status, exit_code, &output)?
             }
         };
+        // A step that failed may have failed for a limit; one that coped with it succeeded.
+        let exit = match exit {
+            Exit::Code(_) | Exit::Signal(_) if !exit.success() => {
+                let work = workspace.dir().join(workspace::WORK_DIR);
+                limits::reached(Some(&group), &work, &request.limits)
+                    .map_or(exit, Exit::LimitReached)
+            }
+            other => other,
+        };
         let outputs_file = workspace.read_outputs(MAX_OUTPUTS_FILE).await?;
         let collected = workspace
             .collect(&request.collect, MAX_COLLECTED_FILE)
@@ -334,6 +374,37 @@ impl Bubblewrap {
             duration,
             collected,
         })
+    }
+}
+
+impl Bubblewrap {
+    /// The cgroup of the attempt `request` asks for, with its limits set.
+    fn attempt_group(
+        &self,
+        request: &SandboxRequest,
+    ) -> Result<cgroup::AttemptGroup, SandboxError> {
+        let cgroups = self
+            .cgroups
+            .as_ref()
+            .map_err(|reason| SandboxError::Limits {
+                action: "find the cgroups",
+                source: std::io::Error::other(reason.clone()),
+            })?;
+        cgroups
+            .create(&request.id, &request.limits)
+            .map_err(|source| SandboxError::Limits {
+                action: "create the attempt's cgroup",
+                source,
+            })
+    }
+
+    /// Which cgroup version attempts run under here (`"cgroup v2"` or `"cgroup v1"`), or why
+    /// none can.
+    pub fn cgroup_version(&self) -> Result<&'static str, String> {
+        self.cgroups
+            .as_ref()
+            .map(cgroup::Cgroups::version)
+            .map_err(Clone::clone)
     }
 }
 

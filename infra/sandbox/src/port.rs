@@ -26,6 +26,7 @@ impl RunSandboxed for Bubblewrap {
             output_limit: job.output_limit,
             collect: job.collect,
             log: job.log,
+            limits: job.limits,
         };
         let outcome = Bubblewrap::run(self, request, cancel)
             .await
@@ -35,6 +36,7 @@ impl RunSandboxed for Bubblewrap {
             Exit::Signal(signal) => SandboxExit::Signal(signal),
             Exit::TimedOut => SandboxExit::TimedOut,
             Exit::Cancelled => SandboxExit::Cancelled,
+            Exit::LimitReached(limit) => SandboxExit::LimitReached(limit),
         };
         Ok(SandboxResult {
             exit,

@@ -13,6 +13,8 @@ use super::args::{SANDBOX_OUTPUTS, SANDBOX_PATH, SANDBOX_WORK};
 use super::error::SandboxError;
 use super::{MAX_COMMAND, MAX_ENVIRONMENT, MAX_VARIABLE};
 
+pub use overture_events::StepLimits;
+pub use overture_runner::limits::LimitReached;
 pub use overture_runner::{OutputsFile, ENGINE_PROGRAM};
 
 /// Variables the sandbox sets itself; a request may not set them too.
@@ -51,6 +53,9 @@ pub struct SandboxRequest {
     pub collect: Vec<PathBuf>,
     /// Where the output is copied as it arrives, besides the tail kept in memory.
     pub log: Option<OutputLog>,
+    /// What the step may use of the machine: its cgroup's memory, processes and CPU, and the
+    /// size of its `/work` (the log's size is the caller's to keep).
+    pub limits: StepLimits,
 }
 
 /// A writer that receives a step's output as it arrives.
@@ -76,6 +81,7 @@ impl fmt::Debug for SandboxRequest {
             .field("output_limit", &self.output_limit)
             .field("collect", &self.collect)
             .field("log", &self.log.is_some())
+            .field("limits", &self.limits)
             .finish()
     }
 }
@@ -94,6 +100,8 @@ pub enum Exit {
     TimedOut,
     /// The caller cancelled the run and the sandbox was killed.
     Cancelled,
+    /// The command failed (or was killed) having run into this limit.
+    LimitReached(LimitReached),
 }
 
 impl Exit {

@@ -7,6 +7,9 @@
 //! <id>/command    a command too long for an argument, bound at /run/overture/command (read-only)
 //! <id>/etc/       passwd and group for the sandbox (read-only)
 //! ```
+//!
+//! `<id>` itself is a tmpfs of the step's workspace limit (see `limits`), unmounted before the
+//! directory is removed.
 
 use std::fs::{self, DirBuilder, OpenOptions};
 use std::io::{self, Write};
@@ -51,16 +54,19 @@ impl Workspace {
         id: String,
         files: Vec<(PathBuf, Vec<u8>)>,
         command: Option<Vec<u8>>,
+        work_bytes: u64,
     ) -> Result<Self, SandboxError> {
         let dir = root.join(&id);
         // If the caller stops waiting, the task still finishes and drops the guard it made.
-        tokio::task::spawn_blocking(move || create_blocking(&root, &id, &files, command))
-            .await
-            .map_err(|source| SandboxError::Workspace {
-                action: "create",
-                path: dir,
-                source: io::Error::other(source),
-            })?
+        tokio::task::spawn_blocking(move || {
+            create_blocking(&root, &id, &files, command, work_bytes)
+        })
+        .await
+        .map_err(|source| SandboxError::Workspace {
+            action: "create",
+            path: dir,
+            source: io::Error::other(source),
+        })?
     }
 
     /// The workspace directory.
@@ -157,6 +163,8 @@ impl Drop for Workspace {
 }
 
 fn remove_dir(dir: &Path) -> io::Result<()> {
+    // The workspace is a mount of its own (see `limits`); a mount point cannot be removed.
+    super::limits::unmount_workspace(dir)?;
     // `remove_dir_all` does not follow symlinks, so links the step left in /work are harmless.
     match fs::remove_dir_all(dir) {
         Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -169,6 +177,7 @@ fn create_blocking(
     id: &str,
     files: &[(PathBuf, Vec<u8>)],
     command: Option<Vec<u8>>,
+    work_bytes: u64,
 ) -> Result<Workspace, SandboxError> {
     let private_dirs = {
         let mut builder = DirBuilder::new();
@@ -202,6 +211,13 @@ fn create_blocking(
         dir,
         removed: false,
     };
+    // All of it, /work and the outputs file alike, so nothing the step writes reaches the disk.
+    super::limits::mount_workspace(&workspace.dir, work_bytes).map_err(|source| {
+        SandboxError::Limits {
+            action: "mount the workspace",
+            source,
+        }
+    })?;
 
     let work = workspace.dir.join(WORK_DIR);
     private_dirs
