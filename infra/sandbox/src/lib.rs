@@ -27,6 +27,7 @@
 mod args;
 mod error;
 mod leftovers;
+mod network;
 mod output;
 mod port;
 mod request;
@@ -46,6 +47,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 pub use error::SandboxError;
+pub use network::{Destination, DestinationError, NetworkPolicy};
 /// How much of a step's outputs file and collected files is read back, as on every form.
 pub use overture_runner::workspace::{MAX_COLLECTED_FILE, MAX_OUTPUTS_FILE};
 pub use request::{Exit, OutputLog, OutputsFile, SandboxOutcome, SandboxRequest, ENGINE_PROGRAM};
@@ -265,6 +267,20 @@ impl Bubblewrap {
                 .map(KillOnDrop),
             None => None,
         };
+        // The step's own network, while its init is still held: see `network`.
+        let pasta = match (init_pid, &request.network_policy) {
+            (Some(pid), Some(policy)) if request.network => {
+                let pid = u32::try_from(pid).unwrap_or_default();
+                match network::attach(pid, policy, workspace.dir()).await {
+                    Ok(pasta) => Some(pasta),
+                    Err(error) => {
+                        kill_sandbox(&mut child, init.as_ref()).await?;
+                        return Err(error);
+                    }
+                }
+            }
+            _ => None,
+        };
         // Let the command start. If the sandbox died during its setup instead, nobody is
         // listening, and bubblewrap's exit says why.
         let _ = sys::send_byte(&block_write);
@@ -302,6 +318,9 @@ impl Bubblewrap {
             if !exited {
                 return Err(SandboxError::StillRunning { grace: KILL_GRACE });
             }
+        }
+        if let Some(pasta) = pasta {
+            pasta.stop().await?;
         }
         // Every writer of the pipe is gone now, so it is at end of file, or about to be.
         let mut capture = capture;

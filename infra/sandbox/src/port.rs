@@ -26,6 +26,7 @@ impl RunSandboxed for Bubblewrap {
             output_limit: job.output_limit,
             collect: job.collect,
             log: job.log,
+            network_policy: None,
         };
         let outcome = Bubblewrap::run(self, request, cancel)
             .await

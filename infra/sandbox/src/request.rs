@@ -11,6 +11,7 @@ use secrecy::SecretString;
 
 use super::args::{SANDBOX_OUTPUTS, SANDBOX_PATH, SANDBOX_WORK};
 use super::error::SandboxError;
+use super::network::NetworkPolicy;
 use super::{MAX_COMMAND, MAX_ENVIRONMENT, MAX_VARIABLE};
 
 pub use overture_runner::{OutputsFile, ENGINE_PROGRAM};
@@ -51,6 +52,9 @@ pub struct SandboxRequest {
     pub collect: Vec<PathBuf>,
     /// Where the output is copied as it arrives, besides the tail kept in memory.
     pub log: Option<OutputLog>,
+    /// With `network`: the step gets a network namespace of its own that reaches only these
+    /// destinations (see [`NetworkPolicy`]); without one it shares the engine's network.
+    pub network_policy: Option<NetworkPolicy>,
 }
 
 /// A writer that receives a step's output as it arrives.
@@ -76,6 +80,7 @@ impl fmt::Debug for SandboxRequest {
             .field("output_limit", &self.output_limit)
             .field("collect", &self.collect)
             .field("log", &self.log.is_some())
+            .field("network_policy", &self.network_policy)
             .finish()
     }
 }
@@ -160,6 +165,9 @@ impl SandboxRequest {
         self.validate_env_size()?;
         for path in self.files.iter().map(|(path, _)| path).chain(&self.collect) {
             validate_file_path(path)?;
+        }
+        if let Some(policy) = &self.network_policy {
+            policy.check()?;
         }
         Ok(())
     }

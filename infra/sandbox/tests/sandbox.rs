@@ -43,6 +43,7 @@ fn request(id: &str, command: &str) -> SandboxRequest {
         output_limit: 1024 * 1024,
         collect: vec![],
         log: None,
+        network_policy: None,
     }
 }
 
