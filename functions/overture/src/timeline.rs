@@ -846,6 +846,7 @@ mod tests {
                 files: BTreeMap::new(),
                 stored_files: BTreeMap::new(),
                 bastion: None,
+                egress: vec![],
             },
             blueprint_hash: "ab".into(),
             params: [("channel".to_owned(), "stable".to_owned())].into(),
