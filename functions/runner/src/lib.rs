@@ -23,6 +23,7 @@ pub mod destroy;
 pub mod files;
 pub mod http;
 pub mod logs;
+pub mod network;
 pub mod sandbox;
 pub mod script;
 pub mod servers;
@@ -92,6 +93,9 @@ pub struct SandboxJob {
     pub output_limit: usize,
     /// Where the output is copied as it arrives.
     pub log: Option<Box<dyn std::io::Write + Send + Sync>>,
+    /// With `network`: the only destinations the sandbox may reach ([`network::policy`]);
+    /// without one it has the runner's whole network.
+    pub network_policy: Option<Vec<overture_domain::egress::Destination>>,
 }
 
 /// How a sandboxed command ended.
@@ -536,7 +540,12 @@ async fn run_in_sandbox(
     };
     let name = logs::LogName::Attempt(attempt);
     let log = ports.logs.create(deployment, &spec.name, name)?;
-    let job = step::sandbox_job(sandbox_id, prepared, &input, name, log, &masker);
+    let network_policy = match prepared.network {
+        true => Some(network::policy(&input).await),
+        false => None,
+    };
+    let mut job = step::sandbox_job(sandbox_id, prepared, &input, name, log, &masker);
+    job.network_policy = network_policy;
 
     let lost_job = std::sync::atomic::AtomicBool::new(false);
     let attempt_lease = state.steps.get(&spec.name).and_then(|s| s.lease_until);

@@ -443,6 +443,7 @@ pub fn sandbox_job(
         timeout: std::time::Duration::from_millis(input.spec.timeout_ms),
         output_limit: OUTPUT_LIMIT,
         log: Some(Box::new(MaskingWriter::new(log, masker.clone()))),
+        network_policy: None,
     }
 }
 

@@ -49,6 +49,7 @@ fn job(deployment: DeploymentId, attempt: u32, log: Log) -> SandboxJob {
         timeout: Duration::from_secs(3600),
         output_limit: 64 * 1024,
         log: Some(Box::new(log)),
+        network_policy: None,
     }
 }
 

@@ -26,7 +26,9 @@ impl RunSandboxed for Bubblewrap {
             output_limit: job.output_limit,
             collect: job.collect,
             log: job.log,
-            network_policy: None,
+            network_policy: job
+                .network_policy
+                .map(|allow| super::NetworkPolicy { allow }),
         };
         let outcome = Bubblewrap::run(self, request, cancel)
             .await
