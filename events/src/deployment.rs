@@ -191,6 +191,14 @@ pub enum DeploymentEvent {
         /// The steps to run again, in blueprint order.
         steps: Vec<String>,
     },
+    /// A networked step attempt's sandbox got a network of its own that reaches only these
+    /// destinations; everything else (the host's loopback, 169.254.0.0/16) is refused.
+    StepNetworkPolicyApplied {
+        step: String,
+        attempt: u32,
+        /// `ADDRESS:PORT` (TCP), `ADDRESS` or `ADDRESS/PREFIX`, sorted.
+        allowed: Vec<String>,
+    },
 }
 
 /// The cloud account a deployment acts for: who the user's token says they are. Never the
@@ -235,7 +243,7 @@ pub struct SchemaError {
 impl DeploymentEvent {
     /// Every type string, in the order the variants are declared: what `overture events --type`
     /// accepts.
-    pub const TYPES: [&'static str; 23] = [
+    pub const TYPES: [&'static str; 24] = [
         "DeploymentRequested",
         "CredentialsSealed",
         "StepScheduled",
@@ -259,6 +267,7 @@ impl DeploymentEvent {
         "StepDestroyFailed",
         "DeploymentDestroyed",
         "DeploymentRedriven",
+        "StepNetworkPolicyApplied",
     ];
 
     /// The stable type string of this event.
@@ -287,6 +296,7 @@ impl DeploymentEvent {
             Self::StepDestroyFailed { .. } => "StepDestroyFailed",
             Self::DeploymentDestroyed {} => "DeploymentDestroyed",
             Self::DeploymentRedriven { .. } => "DeploymentRedriven",
+            Self::StepNetworkPolicyApplied { .. } => "StepNetworkPolicyApplied",
         }
     }
 

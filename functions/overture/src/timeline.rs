@@ -666,6 +666,20 @@ impl Context {
                 why.push(("again", steps.join(", ")));
                 format!("{title}: by {}", said(requested_by))
             }
+            E::StepNetworkPolicyApplied {
+                step,
+                attempt,
+                allowed,
+            } => {
+                let allowed: Vec<String> = allowed.iter().map(|a| said(a)).collect();
+                let allowed = if allowed.is_empty() {
+                    "nothing".to_owned()
+                } else {
+                    allowed.join(", ")
+                };
+                why.push(("allowed", allowed));
+                format!("{title}: {}", attempt_of(step, *attempt))
+            }
             E::StepDestroyed { step, duration_ms } => {
                 format!("{title}: {} in {}", said(step), human(*duration_ms))
             }

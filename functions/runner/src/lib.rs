@@ -544,6 +544,9 @@ async fn run_in_sandbox(
         true => Some(network::policy(&input).await),
         false => None,
     };
+    if let Some(allowed) = &network_policy {
+        record_network_policy(&input, allowed, ports).await?;
+    }
     let mut job = step::sandbox_job(sandbox_id, prepared, &input, name, log, &masker);
     job.network_policy = network_policy;
 
@@ -699,6 +702,25 @@ async fn open_bastion(
         Ok(_) | Err(DeploymentError::AccessAlreadyGranted(_)) => Ok(None),
         Err(refused) => Ok(failure(ErrorClass::StepFailed, refused.to_string())),
     }
+}
+
+/// Records the attempt's network policy in the deployment's history before its sandbox starts
+/// (`StepNetworkPolicyApplied`). An attempt no longer running records nothing; its sandbox is
+/// cancelled as soon as it starts.
+async fn record_network_policy(
+    input: &StepInput<'_>,
+    allowed: &[overture_domain::egress::Destination],
+    ports: &RunnerPorts<'_>,
+) -> Result<(), RunnerError> {
+    let cause = Cause::new(ACTOR, input.deployment, uuid::Uuid::now_v7());
+    let command = DeploymentCommand::RecordNetworkPolicy {
+        step: input.spec.name.clone(),
+        attempt: input.attempt,
+        allowed: allowed.iter().map(ToString::to_string).collect(),
+    };
+    // Refused only when the attempt is over, which the sandbox's watch then sees.
+    let _ = execute(ports.log, input.deployment, "", &cause, |_| command.clone()).await?;
+    Ok(())
 }
 
 /// The file under `/work` a kind keeps from one run to the next, if it keeps one.
