@@ -75,6 +75,7 @@ fn request(run: usize) -> SandboxRequest {
         output_limit: 64 * 1024,
         collect: vec![],
         log: None,
+        network_policy: None,
     }
 }
 
