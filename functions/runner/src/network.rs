@@ -133,7 +133,90 @@ async fn resolve(host: &str) -> Vec<Ipv4Addr> {
 
 #[cfg(test)]
 mod tests {
+    use overture_domain::blueprint::parse;
+    use overture_domain::Deployment;
+    use overture_events::CloudAccount;
+
     use super::*;
+    use crate::testing::{input, key_secrets, requested, succeeded};
+
+    const BLUEPRINT: &str = r#"
+name: cluster
+bastion:
+  host: "{{ steps.servers.outputs.bastion }}"
+  security_group: sg-1
+egress: ["10.20.0.0/16", "127.0.0.1:8500"]
+hosts:
+  web: ["{{ steps.servers.outputs.web-1 }}"]
+steps:
+  servers:
+    run: servers
+    with:
+      security_groups: { bastion: [] }
+      servers: { bastion: { security_groups: [bastion], role: bastion }, web-1: { security_groups: [bastion] } }
+  wait:
+    run: wait-ssh
+    needs: [servers]
+    with: { hosts: web }
+  check:
+    run: http
+    with: { url: "http://127.0.0.1:9100/health" }
+  build:
+    run: script
+    with: { command: "true" }
+"#;
+
+    fn shown(destinations: &[Destination]) -> Vec<String> {
+        destinations.iter().map(ToString::to_string).collect()
+    }
+
+    #[tokio::test]
+    async fn a_step_may_reach_its_cloud_servers_bastion_targets_and_declared_egress() {
+        let blueprint = parse(BLUEPRINT).expect("valid").snapshot;
+        let mut state = requested(&blueprint, &[]);
+        state.cloud = Some(CloudAccount {
+            auth_url: "http://127.0.0.1:5000/identity/v3".into(),
+            project_id: "p1".into(),
+            project: "tenant-b".into(),
+            user: "tenant-b".into(),
+        });
+        let state = Deployment::apply(
+            state,
+            succeeded(
+                "servers",
+                &[
+                    ("bastion", "10.9.0.3"),
+                    ("web-1", "10.9.0.4"),
+                    ("security-group-bastion", "sg-1"),
+                ],
+            ),
+        );
+        let secrets = key_secrets();
+
+        let wait = policy(&input(&state, "wait", &secrets)).await;
+        assert_eq!(
+            shown(&wait),
+            [
+                "10.9.0.3",
+                "10.9.0.3:22",
+                "10.9.0.4",
+                "10.9.0.4:22",
+                "10.20.0.0/16",
+                "127.0.0.1:5000",
+                "127.0.0.1:8500",
+            ]
+        );
+        let check = policy(&input(&state, "check", &secrets)).await;
+        assert!(
+            shown(&check).contains(&"127.0.0.1:9100".to_owned()),
+            "{check:?}"
+        );
+        // Nothing else of the host's loopback, and never the metadata service.
+        assert!(check
+            .iter()
+            .all(|d| !d.is_loopback() || [5000, 8500, 9100].contains(&d.port.unwrap_or(0))));
+        assert!(check.iter().all(|d| d.address.octets()[..2] != [169, 254]));
+    }
 
     #[test]
     fn urls_give_their_host_and_port() {
