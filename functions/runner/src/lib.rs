@@ -545,7 +545,7 @@ async fn run_in_sandbox(
         false => None,
     };
     if let Some(allowed) = &network_policy {
-        record_network_policy(&input, allowed, ports).await?;
+        record_network_policy(&input, allowed, ports, &masker).await?;
     }
     let mut job = step::sandbox_job(sandbox_id, prepared, &input, name, log, &masker);
     job.network_policy = network_policy;
@@ -711,12 +711,17 @@ async fn record_network_policy(
     input: &StepInput<'_>,
     allowed: &[overture_domain::egress::Destination],
     ports: &RunnerPorts<'_>,
+    masker: &Masker,
 ) -> Result<(), RunnerError> {
     let cause = Cause::new(ACTOR, input.deployment, uuid::Uuid::now_v7());
     let command = DeploymentCommand::RecordNetworkPolicy {
         step: input.spec.name.clone(),
         attempt: input.attempt,
-        allowed: allowed.iter().map(ToString::to_string).collect(),
+        // A host may come from a secret; it is then recorded as `***`.
+        allowed: allowed
+            .iter()
+            .map(|destination| masker.mask(&destination.to_string()))
+            .collect(),
     };
     // Refused only when the attempt is over, which the sandbox's watch then sees.
     let _ = execute(ports.log, input.deployment, "", &cause, |_| command.clone()).await?;

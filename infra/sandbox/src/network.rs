@@ -139,7 +139,15 @@ pub(crate) async fn attach(
     let netns = File::open(&namespace).map_err(process("open the sandbox's network namespace"))?;
     let fd = netns.as_raw_fd();
     let pid_file = workspace.join(PASTA_PID_FILE);
-    let ports = policy.loopback_ports();
+    // Only ports something listens on now: pasta accepts a forwarded connection inside the
+    // namespace before it connects on the host, so a forward to a closed port would turn the
+    // step's "connection refused" into a connection reset. Left out, the port stays refused.
+    let listening = listening_on_loopback();
+    let ports: Vec<u16> = policy
+        .loopback_ports()
+        .into_iter()
+        .filter(|port| listening.contains(port))
+        .collect();
     let tcp_ns = if ports.is_empty() {
         "none".to_owned()
     } else {
@@ -207,6 +215,39 @@ pub(crate) async fn attach(
     pasta.ok_or_else(|| SandboxError::Network {
         reason: "pasta left no running process".into(),
     })
+}
+
+/// The TCP ports listening on the host's 127.0.0.1 (bound to it or to every address), from the
+/// engine's own network namespace's socket tables.
+fn listening_on_loopback() -> std::collections::HashSet<u16> {
+    const LISTEN: &str = "0A";
+    let loopback_or_any = [
+        "0100007F",
+        "00000000",
+        "00000000000000000000000000000000",
+        "0000000000000000FFFF00000100007F",
+    ];
+    let mut ports = std::collections::HashSet::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (Some(local), Some(state)) = (fields.get(1), fields.get(3)) else {
+                continue;
+            };
+            let Some((address, port)) = local.split_once(':') else {
+                continue;
+            };
+            if *state == LISTEN && loopback_or_any.contains(&address) {
+                if let Ok(port) = u16::from_str_radix(port, 16) {
+                    ports.insert(port);
+                }
+            }
+        }
+    }
+    ports
 }
 
 /// Loads `ruleset` with nft inside the network namespace at `namespace`.

@@ -122,6 +122,10 @@ async fn a_step_reaches_its_allowed_destinations_and_nothing_else() {
     let allowed_loopback = listen(Ipv4Addr::LOCALHOST);
     let host_loopback = listen(Ipv4Addr::LOCALHOST);
     let metadata: SocketAddr = "169.254.169.254:80".parse().expect("a destination");
+    let closed = {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("listen");
+        listener.local_addr().expect("address")
+    };
 
     let command = [
         probe("declared", declared),
@@ -129,11 +133,13 @@ async fn a_step_reaches_its_allowed_destinations_and_nothing_else() {
         probe("undeclared", undeclared),
         probe("host-loopback", host_loopback),
         probe("metadata", metadata),
+        probe("allowed-closed", closed),
     ]
     .concat();
     let allow = vec![
         Destination::tcp(remote.address, declared.port()),
         Destination::tcp(Ipv4Addr::LOCALHOST, allowed_loopback.port()),
+        Destination::tcp(Ipv4Addr::LOCALHOST, closed.port()),
     ];
     let outcome = run(&sandbox, request(&command, allow)).await;
     let output = String::from_utf8_lossy(&outcome.output).into_owned();
@@ -145,6 +151,11 @@ async fn a_step_reaches_its_allowed_destinations_and_nothing_else() {
     assert!(output.contains("host-loopback failed"), "{output}");
     // Refused inside the namespace at once, not left to time out.
     assert!(output.contains("metadata failed"), "{output}");
+    // An allowed port nothing listens on is refused, as it would be on the host.
+    assert!(
+        output.contains("allowed-closed failed: bash: connect: Connection refused"),
+        "{output}"
+    );
     assert!(!output.contains("timed out"), "{output}");
     assert!(
         pasta_processes(&root).is_empty(),
