@@ -9,6 +9,9 @@
 //!   too long for an argument, the file holding it) and the step's environment.
 //! - `workspace`: the per-attempt directory on the host and the guard that removes it.
 //! - `output`: the tail-capped capture of stdout and stderr, which share one pipe.
+//! - `network`: a networked step's own network namespace ([`NetworkPolicy`]): the nftables
+//!   ruleset that allows only the policy's destinations and the `pasta` process that connects
+//!   it, both set up while the sandbox is still held (below), pasta ended with the run.
 //! - `sys`: the Linux calls std and tokio lack (pidfds, memfd, pipes), and all the `unsafe`.
 //! - `port`: the runner's `RunSandboxed` port, implemented on [`Bubblewrap`].
 //! - `leftovers`: [`Bubblewrap::kill_leftovers`], for sandboxes a dead engine left behind; it
