@@ -1008,6 +1008,29 @@ mod tests {
     }
 
     #[test]
+    fn a_step_attempts_network_policy_lists_what_it_may_reach() {
+        let mut given = a_retried_publish();
+        given.truncate(4);
+        let policy = DeploymentEvent::StepNetworkPolicyApplied {
+            step: "publish".into(),
+            attempt: 1,
+            allowed: vec!["10.0.0.0/24".into(), "127.0.0.1:5000".into()],
+        };
+        let mut event = history(vec![("runner", 21, policy)]).remove(0);
+        event.revision = 4;
+        given.push(event);
+        let text = lines(&given, &Filter::default()).join("\n");
+        assert!(
+            text.contains("runner        step network policy applied: publish#1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("allowed: 10.0.0.0/24, 127.0.0.1:5000"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn a_failure_shows_its_masked_message_and_credentials_only_by_name() {
         let mut given = a_retried_publish();
         given[4] = history(vec![(
