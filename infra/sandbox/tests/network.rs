@@ -206,3 +206,27 @@ async fn pasta_ends_with_a_cancelled_attempt() {
     assert_eq!(outcome.exit, overture_sandbox::Exit::Cancelled);
     assert!(pasta_processes(&root).is_empty());
 }
+
+#[tokio::test]
+async fn pasta_ends_when_the_run_is_dropped() {
+    let (sandbox, root) = sandbox();
+    let request = request("sleep 300", vec![]);
+    let run = sandbox.run(request, std::future::pending());
+    tokio::select! {
+        _ = run => panic!("the step ended by itself"),
+        () = async {
+            while pasta_processes(&root).is_empty() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        } => {}
+    }
+    // The run was dropped mid-step: pasta is killed, and goes (polled, at most 20 s).
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !pasta_processes(&root).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "pasta outlived its run"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
