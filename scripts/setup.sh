@@ -5,6 +5,9 @@ set -euo pipefail
 
 need=()
 command -v bwrap >/dev/null || need+=(bubblewrap)
+# A networked step's own namespace: pasta connects it, nft filters it, nsenter loads the filter.
+command -v pasta >/dev/null || need+=(passt)
+command -v nft >/dev/null || need+=(nftables)
 command -v sqlite3 >/dev/null || need+=(sqlite3)
 command -v cc >/dev/null || need+=(gcc libc6-dev)
 command -v make >/dev/null || need+=(make)

@@ -76,6 +76,7 @@ fn request(run: usize) -> SandboxRequest {
         collect: vec![],
         log: None,
         limits: Default::default(),
+        network_policy: None,
     }
 }
 

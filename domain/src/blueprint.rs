@@ -88,6 +88,8 @@ struct RawBlueprint {
     hosts: IndexMap<String, Vec<String>>,
     #[serde(default)]
     bastion: Option<RawBastion>,
+    #[serde(default)]
+    egress: Vec<String>,
     steps: IndexMap<String, RawStep>,
 }
 
@@ -398,9 +400,11 @@ pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
                 .user
                 .unwrap_or_else(|| DEFAULT_BASTION_USER.to_owned()),
         }),
+        egress: raw.egress,
     };
     problems.extend(reference_problems(&snapshot));
     problems.extend(bastion_problems(&snapshot));
+    problems.extend(egress_problems(&snapshot.egress));
 
     if problems.is_empty() {
         Ok(ParsedBlueprint {
@@ -410,6 +414,25 @@ pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
     } else {
         Err(BlueprintError(problems))
     }
+}
+
+/// Checks every `egress:` entry is a destination a step may be allowed to reach.
+fn egress_problems(egress: &[String]) -> Vec<BlueprintProblem> {
+    egress
+        .iter()
+        .enumerate()
+        .filter_map(|(index, entry)| {
+            let reason = entry.parse::<crate::egress::Destination>().err()?;
+            Some(BlueprintProblem {
+                field: format!("egress[{index}]"),
+                problem: format!(
+                    "{reason}; write an IPv4 address with a TCP port (`10.0.0.5:443`), an \
+                     address (`10.0.0.5`) or a network (`10.0.0.0/24`) outside 169.254.0.0/16; \
+                     a port of the host's loopback is written `127.0.0.1:PORT`"
+                ),
+            })
+        })
+        .collect()
 }
 
 /// Checks the bastion: hosts made in the cloud need one, its templates name real steps, and every

@@ -379,6 +379,12 @@ pub enum DeploymentCommand {
         message: String,
         duration_ms: u64,
     },
+    /// A running attempt's sandbox reaches only these destinations.
+    RecordNetworkPolicy {
+        step: String,
+        attempt: u32,
+        allowed: Vec<String>,
+    },
 }
 
 /// Why a command was refused.
@@ -663,6 +669,18 @@ impl Deployment {
                     .chain(after_failure(state, &step, attempt, error_class, now))
                     .collect())
             }
+            C::RecordNetworkPolicy {
+                step,
+                attempt,
+                allowed,
+            } => {
+                require_running(state, &step, attempt)?;
+                Ok(vec![DeploymentEvent::StepNetworkPolicyApplied {
+                    step,
+                    attempt,
+                    allowed,
+                }])
+            }
             C::RecordAccessGranted(access) => {
                 if let Some(open) = &state.bastion_access {
                     return Err(DeploymentError::AccessAlreadyGranted(open.rule.clone()));
@@ -925,6 +943,8 @@ impl Deployment {
                 state.secrets_purged = false;
                 state.phase = Phase::Running;
             }
+            // For the audit trail only.
+            E::StepNetworkPolicyApplied { .. } => {}
         }
         state
     }

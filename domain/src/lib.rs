@@ -22,6 +22,7 @@
 pub mod blueprint;
 pub mod deployment;
 pub mod duration;
+pub mod egress;
 pub mod graph;
 pub mod history;
 pub mod host_keys;

@@ -517,6 +517,7 @@ fn fold(view: &mut DeploymentView, event: DeploymentEvent, at: Timestamp) {
             view.reason = None;
             view.finished_at = None;
         }
+        E::StepNetworkPolicyApplied { .. } => {}
         E::CredentialsSealed {
             seal,
             ssh_public_key,

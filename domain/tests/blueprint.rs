@@ -608,3 +608,47 @@ fn a_bad_limit_names_its_field_and_the_fix() {
         &["too few", "at least 8"],
     );
 }
+
+#[test]
+fn egress_destinations_are_kept_as_declared() {
+    let text = VALID.replace(
+        "on_failure:",
+        "egress: [\"10.20.0.0/16\", \"192.0.2.10:443\", \"127.0.0.1:8500\"]\non_failure:",
+    );
+    let parsed = parse(&text).expect("valid");
+    assert_eq!(
+        parsed.snapshot.egress,
+        ["10.20.0.0/16", "192.0.2.10:443", "127.0.0.1:8500"]
+    );
+}
+
+#[test]
+fn egress_refuses_metadata_loopback_ranges_and_what_is_not_an_address() {
+    let with = |entry: &str| {
+        VALID.replace(
+            "on_failure:",
+            &format!("egress: [\"{entry}\"]\non_failure:"),
+        )
+    };
+    assert_problem(
+        &with("169.254.169.254:80"),
+        "egress[0]",
+        &["link-local", "10.0.0.5:443"],
+    );
+    assert_problem(&with("0.0.0.0/0"), "egress[0]", &["link-local"]);
+    assert_problem(
+        &with("127.0.0.0/8"),
+        "egress[0]",
+        &["loopback", "127.0.0.1:PORT"],
+    );
+    assert_problem(
+        &with("db.example.com:5432"),
+        "egress[0]",
+        &["not an IPv4 address"],
+    );
+    assert_problem(
+        &with("10.0.0.1/24"),
+        "egress[0]",
+        &["host bits", "10.0.0.0/24"],
+    );
+}

@@ -47,6 +47,10 @@ pub struct BlueprintSnapshot {
     /// The server through which the engine reaches the hosts, if they are behind one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bastion: Option<BastionSpec>,
+    /// Destinations (`ADDRESS:PORT`, `ADDRESS` or `ADDRESS/PREFIX`) every networked step may
+    /// reach besides what the deployment needs; checked when the blueprint is read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub egress: Vec<String>,
 }
 
 /// A file of the blueprint's folder, recorded by content: its text is in the payload store.

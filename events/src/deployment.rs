@@ -208,6 +208,14 @@ pub enum DeploymentEvent {
         /// The keys, one per key type.
         keys: Vec<PinnedHostKey>,
     },
+    /// A networked step attempt's sandbox got a network of its own that reaches only these
+    /// destinations; everything else (the host's loopback, 169.254.0.0/16) is refused.
+    StepNetworkPolicyApplied {
+        step: String,
+        attempt: u32,
+        /// `ADDRESS:PORT` (TCP), `ADDRESS` or `ADDRESS/PREFIX`, sorted.
+        allowed: Vec<String>,
+    },
 }
 
 /// How the engine learned a server's host keys.
@@ -285,7 +293,7 @@ pub struct SchemaError {
 impl DeploymentEvent {
     /// Every type string, in the order the variants are declared: what `overture events --type`
     /// accepts.
-    pub const TYPES: [&'static str; 24] = [
+    pub const TYPES: [&'static str; 25] = [
         "DeploymentRequested",
         "CredentialsSealed",
         "StepScheduled",
@@ -310,6 +318,7 @@ impl DeploymentEvent {
         "DeploymentDestroyed",
         "DeploymentRedriven",
         "HostKeysPinned",
+        "StepNetworkPolicyApplied",
     ];
 
     /// The stable type string of this event.
@@ -339,6 +348,7 @@ impl DeploymentEvent {
             Self::DeploymentDestroyed {} => "DeploymentDestroyed",
             Self::DeploymentRedriven { .. } => "DeploymentRedriven",
             Self::HostKeysPinned { .. } => "HostKeysPinned",
+            Self::StepNetworkPolicyApplied { .. } => "StepNetworkPolicyApplied",
         }
     }
 

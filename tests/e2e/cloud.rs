@@ -881,3 +881,110 @@ fn after_a_crash_with_the_bastion_open_cancel_needs_the_token_to_close_it() {
     assert_eq!(o.json(&["status", &id, "--json"])["status"], "cancelled");
     assert_closed_and_purged(&o, &cloud, "acme", &id);
 }
+
+/// A shell test that succeeds only if a TCP connection to `host:port` opens.
+fn connects(host: &str, port: u16) -> String {
+    format!("bash -c 'exec 3<>/dev/tcp/{host}/{port}'")
+}
+
+#[test]
+fn a_step_of_another_tenant_reaches_only_what_its_own_deployment_needs() {
+    let cloud = LocalCloud::up();
+    let (token_a, _) = cloud.token("tenant-a");
+    let o = Overture::new();
+    // A configures its servers and waits for a go-ahead: its bastion's rule stays open.
+    let (deploying, go_ahead) = configuring(&o, &cloud, &token_a);
+    let a_bastion = cloud.server("tenant-a", "bastion")["address"]
+        .as_str()
+        .expect("address")
+        .to_owned();
+    // The engine's own address can reach it now: what stops B below is B's policy alone.
+    let open = std::net::TcpStream::connect((a_bastion.as_str(), 22));
+    assert!(open.is_ok(), "A's bastion is open to the engine: {open:?}");
+
+    let host_service = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+    let host_port = host_service.local_addr().expect("address").port();
+    let declared = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+    let declared_port = declared.local_addr().expect("address").port();
+    let sshd = crate::servers::Sshd::start();
+
+    // Every probe must come out as the test says for the step to succeed.
+    let probes = [
+        format!("! {}", connects(&a_bastion, 22)),
+        format!("! {}", connects("127.0.0.1", host_port)),
+        format!("! {}", connects("169.254.169.254", 80)),
+        connects("127.0.0.1", declared_port),
+    ]
+    .join(" && ");
+    let b = o.blueprint(
+        "probe.yaml",
+        &format!(
+            r#"
+name: probe-network
+egress: ["127.0.0.1:{declared_port}"]
+hosts:
+  own: ["{}"]
+steps:
+  infra: {{ run: terraform, with: {{ dir: infra }} }}
+  configure:
+    run: ansible
+    timeout: 2m
+    with: {{ playbook: playbook/site.yml, hosts: own }}
+"#,
+            sshd.address()
+        ),
+    );
+    let folder = b.parent().expect("folder");
+    std::fs::create_dir_all(folder.join("infra")).expect("infra folder");
+    std::fs::write(
+        folder.join("infra/main.tf"),
+        format!(
+            "resource \"terraform_data\" \"probe\" {{\n  provisioner \"local-exec\" {{\n    command = <<-EOT\n      {probes}\n    EOT\n  }}\n}}\n"
+        ),
+    )
+    .expect("main.tf");
+    std::fs::create_dir_all(folder.join("playbook")).expect("playbook folder");
+    std::fs::write(
+        folder.join("playbook/site.yml"),
+        format!(
+            "- hosts: own\n  gather_facts: false\n  tasks:\n    - name: only what the deployment needs\n      ansible.builtin.shell: {}\n      delegate_to: localhost\n    - name: the deployment's own server\n      ansible.builtin.command: \"true\"\n",
+            serde_json::to_string(&probes).expect("quoted")
+        ),
+    )
+    .expect("playbook");
+
+    let (code, status, output) = o.deploy(&b, &["--tenant", "tenant-b"]);
+    assert_eq!(code, 0, "{}\n{status}", text(&output.stderr));
+    assert_eq!(step(&status, "infra")["status"], "succeeded");
+    assert_eq!(step(&status, "configure")["status"], "succeeded");
+    assert!(
+        sshd.log().contains("Accepted publickey for root"),
+        "B's own traffic went through"
+    );
+    // The audit trail says what each attempt could reach.
+    let id = status["id"].as_str().expect("id");
+    let events = o.events(id);
+    let configure = events
+        .iter()
+        .find(|e| e["type"] == "StepNetworkPolicyApplied" && e["data"]["step"] == "configure")
+        .expect("configure's policy");
+    let allowed: Vec<&str> = configure["data"]["allowed"]
+        .as_array()
+        .expect("allowed")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(allowed.contains(&sshd.address().as_str()), "{allowed:?}");
+    assert!(
+        allowed.contains(&format!("127.0.0.1:{declared_port}").as_str()),
+        "{allowed:?}"
+    );
+    assert!(
+        !allowed.iter().any(|a| a.starts_with(&a_bastion)),
+        "{allowed:?}"
+    );
+
+    std::fs::write(&go_ahead, "").expect("go ahead");
+    assert_eq!(deploying.wait(), 0);
+    let _ = std::fs::remove_file(&go_ahead);
+}

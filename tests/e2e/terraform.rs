@@ -90,9 +90,11 @@ fn a_failed_apply_is_retried_with_the_state_it_left_and_succeeds() {
         [
             ("StepScheduled", 1),
             ("StepStarted", 1),
+            ("StepNetworkPolicyApplied", 1),
             ("StepAttemptFailed", 1),
             ("StepRetryScheduled", 1),
             ("StepStarted", 2),
+            ("StepNetworkPolicyApplied", 2),
             ("StepSucceeded", 2),
         ]
         .map(|(t, a)| (t.to_owned(), a))

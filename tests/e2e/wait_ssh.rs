@@ -181,11 +181,17 @@ steps:
         [
             ("StepScheduled".to_owned(), 1),
             ("StepStarted".to_owned(), 1),
+            ("StepNetworkPolicyApplied".to_owned(), 1),
             ("StepAttemptFailed".to_owned(), 1),
             ("StepFailed".to_owned(), 0),
         ],
         "exactly one attempt, no retry"
     );
+    let policy = events
+        .iter()
+        .find(|e| e["type"] == "StepNetworkPolicyApplied")
+        .expect("the attempt's network policy is recorded");
+    assert_eq!(policy["data"]["allowed"], serde_json::json!([address]));
     let failure = events
         .iter()
         .find(|e| e["type"] == "StepAttemptFailed")

@@ -214,6 +214,14 @@ impl Watch for Progress {
                 "redriven (asked by {requested_by}): running again {}",
                 steps.join(", ")
             ),
+            DeploymentEvent::StepNetworkPolicyApplied { step, allowed, .. } => format!(
+                "{step:<20} network: only {}",
+                if allowed.is_empty() {
+                    "its own loopback".to_owned()
+                } else {
+                    allowed.join(", ")
+                }
+            ),
         };
         self.line(text);
     }

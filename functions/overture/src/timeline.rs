@@ -701,6 +701,20 @@ impl Context {
                 why.push(("again", steps.join(", ")));
                 format!("{title}: by {}", said(requested_by))
             }
+            E::StepNetworkPolicyApplied {
+                step,
+                attempt,
+                allowed,
+            } => {
+                let allowed: Vec<String> = allowed.iter().map(|a| said(a)).collect();
+                let allowed = if allowed.is_empty() {
+                    "nothing".to_owned()
+                } else {
+                    allowed.join(", ")
+                };
+                why.push(("allowed", allowed));
+                format!("{title}: {}", attempt_of(step, *attempt))
+            }
             E::StepDestroyed { step, duration_ms } => {
                 format!("{title}: {} in {}", said(step), human(*duration_ms))
             }
@@ -882,6 +896,7 @@ mod tests {
                 files: BTreeMap::new(),
                 stored_files: BTreeMap::new(),
                 bastion: None,
+                egress: vec![],
             },
             blueprint_hash: "ab".into(),
             params: [("channel".to_owned(), "stable".to_owned())].into(),
@@ -1026,6 +1041,29 @@ mod tests {
         ];
         assert_eq!(lines, expected, "\n{}", lines.join("\n"));
         assert!(lines.iter().all(|line| line.chars().count() <= WIDTH));
+    }
+
+    #[test]
+    fn a_step_attempts_network_policy_lists_what_it_may_reach() {
+        let mut given = a_retried_publish();
+        given.truncate(4);
+        let policy = DeploymentEvent::StepNetworkPolicyApplied {
+            step: "publish".into(),
+            attempt: 1,
+            allowed: vec!["10.0.0.0/24".into(), "127.0.0.1:5000".into()],
+        };
+        let mut event = history(vec![("runner", 21, policy)]).remove(0);
+        event.revision = 4;
+        given.push(event);
+        let text = lines(&given, &Filter::default()).join("\n");
+        assert!(
+            text.contains("runner        step network policy applied: publish#1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("allowed: 10.0.0.0/24, 127.0.0.1:5000"),
+            "{text}"
+        );
     }
 
     #[test]

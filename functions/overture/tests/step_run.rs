@@ -60,6 +60,7 @@ fn job(deployment: DeploymentId, command: &str, log: Log) -> SandboxJob {
         output_limit: 64 * 1024,
         log: Some(Box::new(log)),
         limits: Default::default(),
+        network_policy: None,
     }
 }
 

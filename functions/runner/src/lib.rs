@@ -25,6 +25,7 @@ pub mod host_keys;
 pub mod http;
 pub mod limits;
 pub mod logs;
+pub mod network;
 pub mod sandbox;
 pub mod script;
 pub mod servers;
@@ -96,6 +97,9 @@ pub struct SandboxJob {
     pub log: Option<Box<dyn std::io::Write + Send + Sync>>,
     /// What the command may use of the machine.
     pub limits: overture_events::StepLimits,
+    /// With `network`: the only destinations the sandbox may reach ([`network::policy`]);
+    /// without one it has the runner's whole network.
+    pub network_policy: Option<Vec<overture_domain::egress::Destination>>,
 }
 
 /// How a sandboxed command ended.
@@ -552,7 +556,15 @@ async fn run_in_sandbox(
     };
     let name = logs::LogName::Attempt(attempt);
     let log = ports.logs.create(deployment, &spec.name, name)?;
-    let job = step::sandbox_job(sandbox_id, prepared, &input, name, log, &masker);
+    let network_policy = match prepared.network {
+        true => Some(network::policy(&input).await),
+        false => None,
+    };
+    if let Some(allowed) = &network_policy {
+        record_network_policy(&input, allowed, ports, &masker).await?;
+    }
+    let mut job = step::sandbox_job(sandbox_id, prepared, &input, name, log, &masker);
+    job.network_policy = network_policy;
 
     let lost_job = std::sync::atomic::AtomicBool::new(false);
     let attempt_lease = state.steps.get(&spec.name).and_then(|s| s.lease_until);
@@ -797,6 +809,30 @@ fn refused_host_key(state: &DeploymentState, result: &SandboxResult) -> Option<V
         text.push_str(&String::from_utf8_lossy(content));
     }
     host_keys::mismatch(state, &text)
+}
+
+/// Records the attempt's network policy in the deployment's history before its sandbox starts
+/// (`StepNetworkPolicyApplied`). An attempt no longer running records nothing; its sandbox is
+/// cancelled as soon as it starts.
+async fn record_network_policy(
+    input: &StepInput<'_>,
+    allowed: &[overture_domain::egress::Destination],
+    ports: &RunnerPorts<'_>,
+    masker: &Masker,
+) -> Result<(), RunnerError> {
+    let cause = Cause::new(ACTOR, input.deployment, uuid::Uuid::now_v7());
+    let command = DeploymentCommand::RecordNetworkPolicy {
+        step: input.spec.name.clone(),
+        attempt: input.attempt,
+        // A host may come from a secret; it is then recorded as `***`.
+        allowed: allowed
+            .iter()
+            .map(|destination| masker.mask(&destination.to_string()))
+            .collect(),
+    };
+    // Refused only when the attempt is over, which the sandbox's watch then sees.
+    let _ = execute(ports.log, input.deployment, "", &cause, |_| command.clone()).await?;
+    Ok(())
 }
 
 /// The file under `/work` a kind keeps from one run to the next, if it keeps one.

@@ -453,6 +453,7 @@ pub fn sandbox_job(
             masker.clone(),
         ))),
         limits,
+        network_policy: None,
     }
 }
 

@@ -50,6 +50,7 @@ fn job(deployment: DeploymentId, attempt: u32, log: Log) -> SandboxJob {
         output_limit: 64 * 1024,
         log: Some(Box::new(log)),
         limits: Default::default(),
+        network_policy: None,
     }
 }
 

@@ -158,7 +158,8 @@ pub(super) fn command_line(
             "--unshare-cgroup-try",
         ],
     );
-    if !request.network {
+    // A step with a network policy gets its own namespace too, connected by `network`.
+    if !request.network || request.network_policy.is_some() {
         push(&mut args, ["--unshare-net"]);
     }
     // As root, the sandbox would otherwise keep every capability and could remount /usr
@@ -306,6 +307,7 @@ mod tests {
             collect: vec![],
             log: None,
             limits: Default::default(),
+            network_policy: None,
         }
     }
 
@@ -335,6 +337,20 @@ mod tests {
     fn network_is_cut_only_when_not_wanted() {
         assert!(line(false).iter().any(|arg| arg == "--unshare-net"));
         assert!(!line(true).iter().any(|arg| arg == "--unshare-net"));
+    }
+
+    #[test]
+    fn a_network_policy_gives_the_step_its_own_namespace() {
+        let mut request = request(true);
+        request.network_policy = Some(crate::NetworkPolicy::default());
+        let layout = SystemLayout { args: vec![] };
+        let fds = Fds {
+            args: 3,
+            status: 4,
+            block: 5,
+        };
+        let line = command_line(&layout, Path::new("/ws"), &request, None, fds);
+        assert!(line.iter().any(|arg| arg == "--unshare-net"), "{line:?}");
     }
 
     #[test]

@@ -154,4 +154,16 @@ pub enum SandboxError {
         #[source]
         source: io::Error,
     },
+    /// A destination of the request's network policy cannot be allowed.
+    #[error("invalid network policy: {reason}")]
+    InvalidNetworkPolicy {
+        /// Which destination, and why.
+        reason: super::network::DestinationError,
+    },
+    /// The step's network namespace could not be filtered or connected (nft, pasta).
+    #[error("could not set up the step's network: {reason}")]
+    Network {
+        /// What failed, with the tool's own message.
+        reason: String,
+    },
 }

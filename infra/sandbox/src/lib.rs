@@ -9,6 +9,9 @@
 //!   too long for an argument, the file holding it) and the step's environment.
 //! - `workspace`: the per-attempt directory on the host and the guard that removes it.
 //! - `output`: the tail-capped capture of stdout and stderr, which share one pipe.
+//! - `network`: a networked step's own network namespace ([`NetworkPolicy`]): the nftables
+//!   ruleset that allows only the policy's destinations and the `pasta` process that connects
+//!   it, both set up while the sandbox is still held (below), pasta ended with the run.
 //! - `sys`: the Linux calls std and tokio lack (pidfds, memfd, pipes), and all the `unsafe`.
 //! - `port`: the runner's `RunSandboxed` port, implemented on [`Bubblewrap`].
 //! - `leftovers`: [`Bubblewrap::kill_leftovers`], for sandboxes a dead engine left behind; it
@@ -35,6 +38,7 @@ mod cgroup;
 mod error;
 mod leftovers;
 mod limits;
+mod network;
 mod output;
 mod port;
 mod request;
@@ -54,6 +58,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 pub use error::SandboxError;
+pub use network::{Destination, DestinationError, NetworkPolicy};
 /// How much of a step's outputs file and collected files is read back, as on every form.
 pub use overture_runner::workspace::{MAX_COLLECTED_FILE, MAX_OUTPUTS_FILE};
 pub use request::{
@@ -296,6 +301,20 @@ impl Bubblewrap {
                 source,
             })?;
         }
+        // The step's own network, while its init is still held: see `network`.
+        let pasta = match (init_pid, &request.network_policy) {
+            (Some(pid), Some(policy)) if request.network => {
+                let pid = u32::try_from(pid).unwrap_or_default();
+                match network::attach(pid, policy, workspace.dir()).await {
+                    Ok(pasta) => Some(pasta),
+                    Err(error) => {
+                        kill_sandbox(&mut child, init.as_ref()).await?;
+                        return Err(error);
+                    }
+                }
+            }
+            _ => None,
+        };
         // Let the command start. If the sandbox died during its setup instead, nobody is
         // listening, and bubblewrap's exit says why.
         let _ = sys::send_byte(&block_write);
@@ -333,6 +352,9 @@ impl Bubblewrap {
             if !exited {
                 return Err(SandboxError::StillRunning { grace: KILL_GRACE });
             }
+        }
+        if let Some(pasta) = pasta {
+            pasta.stop().await?;
         }
         // Every writer of the pipe is gone now, so it is at end of file, or about to be.
         let mut capture = capture;

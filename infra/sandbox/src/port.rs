@@ -27,6 +27,9 @@ impl RunSandboxed for Bubblewrap {
             collect: job.collect,
             log: job.log,
             limits: job.limits,
+            network_policy: job
+                .network_policy
+                .map(|allow| super::NetworkPolicy { allow }),
         };
         let outcome = Bubblewrap::run(self, request, cancel)
             .await

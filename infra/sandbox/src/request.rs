@@ -11,6 +11,7 @@ use secrecy::SecretString;
 
 use super::args::{SANDBOX_OUTPUTS, SANDBOX_PATH, SANDBOX_WORK};
 use super::error::SandboxError;
+use super::network::NetworkPolicy;
 use super::{MAX_COMMAND, MAX_ENVIRONMENT, MAX_VARIABLE};
 
 pub use overture_events::StepLimits;
@@ -56,6 +57,9 @@ pub struct SandboxRequest {
     /// What the step may use of the machine: its cgroup's memory, processes and CPU, and the
     /// size of its `/work` (the log's size is the caller's to keep).
     pub limits: StepLimits,
+    /// With `network`: the step gets a network namespace of its own that reaches only these
+    /// destinations (see [`NetworkPolicy`]); without one it shares the engine's network.
+    pub network_policy: Option<NetworkPolicy>,
 }
 
 /// A writer that receives a step's output as it arrives.
@@ -82,6 +86,7 @@ impl fmt::Debug for SandboxRequest {
             .field("collect", &self.collect)
             .field("log", &self.log.is_some())
             .field("limits", &self.limits)
+            .field("network_policy", &self.network_policy)
             .finish()
     }
 }
@@ -168,6 +173,9 @@ impl SandboxRequest {
         self.validate_env_size()?;
         for path in self.files.iter().map(|(path, _)| path).chain(&self.collect) {
             validate_file_path(path)?;
+        }
+        if let Some(policy) = &self.network_policy {
+            policy.check()?;
         }
         Ok(())
     }

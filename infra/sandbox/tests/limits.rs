@@ -39,6 +39,7 @@ fn request(id: &str, command: &str) -> SandboxRequest {
             workspace_bytes: 8 * MIB,
             log_bytes: MIB,
         },
+        network_policy: None,
     }
 }
 

@@ -44,6 +44,7 @@ fn request(id: &str, command: &str) -> SandboxRequest {
         collect: vec![],
         log: None,
         limits: Default::default(),
+        network_policy: None,
     }
 }
 

@@ -1,0 +1,237 @@
+//! A networked step attempt's network policy: the only destinations its sandbox may reach.
+//!
+//! - the cloud endpoints of the deployment's token (the identity URL it was checked against;
+//!   the local cloud serves Nova and Neutron at the same address),
+//! - the deployment's own servers (the addresses its `servers` steps made) and its bastion,
+//! - the step's own targets (its hosts, its URL),
+//! - what the blueprint declares under `egress:`.
+//!
+//! Everything else, the host's loopback and link-local addresses among it, is refused inside
+//! the step's network namespace (see the sandbox). Host names are resolved here, by the
+//! engine, when the attempt starts.
+
+use std::collections::BTreeSet;
+use std::net::{IpAddr, Ipv4Addr};
+
+use overture_domain::blueprint::SERVERS_KIND;
+use overture_domain::egress::Destination;
+
+use crate::step::StepInput;
+
+/// The port a URL names, or its scheme's.
+fn url_host_port(url: &str) -> Option<(String, u16)> {
+    let (scheme, rest) = url.split_once("://")?;
+    let default = match scheme.to_ascii_lowercase().as_str() {
+        "http" => 80,
+        "https" => 443,
+        _ => return None,
+    };
+    let authority = rest.split(['/', '?', '#']).next()?;
+    // Leave out any `user:password@`.
+    let authority = authority.rsplit('@').next()?;
+    if authority.starts_with('[') {
+        // IPv6: the policy allows IPv4 only.
+        return None;
+    }
+    match authority.rsplit_once(':') {
+        Some((host, port)) => Some((host.to_owned(), port.parse().ok()?)),
+        None => Some((authority.to_owned(), default)),
+    }
+}
+
+/// Where the attempt of `input` may connect, resolved and sorted. A target that cannot be
+/// resolved is left out: connecting to it would fail anyway, and the step says so.
+pub async fn policy(input: &StepInput<'_>) -> Vec<Destination> {
+    let mut wanted: Vec<(String, Option<u16>)> = Vec::new();
+    if let Some(cloud) = &input.state.cloud {
+        if let Some((host, port)) = url_host_port(&cloud.auth_url) {
+            wanted.push((host, Some(port)));
+        }
+    }
+    if let Ok(Some(jump)) = input.bastion() {
+        wanted.push((jump.address.host, Some(jump.address.port)));
+    }
+    // The hosts of kinds that have them (wait-ssh, ansible); a kind without any has none.
+    if let Ok(hosts) = input.ssh_addresses() {
+        wanted.extend(hosts.into_iter().map(|host| (host.host, Some(host.port))));
+    }
+    if let Some(url) = input.text_setting("url") {
+        if let Some((host, port)) = input.render(url).ok().as_deref().and_then(url_host_port) {
+            wanted.push((host, Some(port)));
+        }
+    }
+    let mut allowed: BTreeSet<Destination> = BTreeSet::new();
+    for (host, port) in wanted {
+        for address in resolve(&host).await {
+            let destination = match port {
+                Some(port) => Destination::tcp(address, port),
+                None => Destination {
+                    address,
+                    prefix: 32,
+                    port: None,
+                },
+            };
+            if destination.check().is_ok() {
+                allowed.insert(destination);
+            }
+        }
+    }
+    allowed.extend(own_servers(input));
+    if let Some(blueprint) = &input.state.blueprint {
+        // Checked when the blueprint was read.
+        allowed.extend(
+            blueprint
+                .egress
+                .iter()
+                .filter_map(|entry| entry.parse::<Destination>().ok()),
+        );
+    }
+    allowed.into_iter().collect()
+}
+
+/// The addresses the deployment's own `servers` steps reported: made by the engine in the
+/// tenant's cloud, so no step can name another tenant's server here.
+fn own_servers(input: &StepInput<'_>) -> Vec<Destination> {
+    let Some(blueprint) = &input.state.blueprint else {
+        return vec![];
+    };
+    blueprint
+        .steps
+        .iter()
+        .filter(|step| step.kind == SERVERS_KIND)
+        .filter_map(|step| input.state.steps.get(&step.name))
+        .flat_map(|state| state.outputs.values())
+        .filter_map(|value| value.parse::<Ipv4Addr>().ok())
+        .map(|address| Destination {
+            address,
+            prefix: 32,
+            port: None,
+        })
+        .filter(|destination| destination.check().is_ok())
+        .collect()
+}
+
+/// The IPv4 addresses of `host`: itself if it is one, the loopback for `localhost`, otherwise
+/// what the resolver says.
+async fn resolve(host: &str) -> Vec<Ipv4Addr> {
+    if let Ok(address) = host.parse::<Ipv4Addr>() {
+        return vec![address];
+    }
+    if host.eq_ignore_ascii_case("localhost") {
+        return vec![Ipv4Addr::LOCALHOST];
+    }
+    match tokio::net::lookup_host((host, 0)).await {
+        Ok(addresses) => addresses
+            .filter_map(|address| match address.ip() {
+                IpAddr::V4(v4) => Some(v4),
+                IpAddr::V6(_) => None,
+            })
+            .collect(),
+        Err(_) => vec![],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use overture_domain::blueprint::parse;
+    use overture_domain::Deployment;
+    use overture_events::CloudAccount;
+
+    use super::*;
+    use crate::testing::{input, key_secrets, requested, succeeded};
+
+    const BLUEPRINT: &str = r#"
+name: cluster
+bastion:
+  host: "{{ steps.servers.outputs.bastion }}"
+  security_group: sg-1
+egress: ["10.20.0.0/16", "127.0.0.1:8500"]
+hosts:
+  web: ["{{ steps.servers.outputs.web-1 }}"]
+steps:
+  servers:
+    run: servers
+    with:
+      security_groups: { bastion: [] }
+      servers: { bastion: { security_groups: [bastion], role: bastion }, web-1: { security_groups: [bastion] } }
+  wait:
+    run: wait-ssh
+    needs: [servers]
+    with: { hosts: web }
+  check:
+    run: http
+    with: { url: "http://127.0.0.1:9100/health" }
+  build:
+    run: script
+    with: { command: "true" }
+"#;
+
+    fn shown(destinations: &[Destination]) -> Vec<String> {
+        destinations.iter().map(ToString::to_string).collect()
+    }
+
+    #[tokio::test]
+    async fn a_step_may_reach_its_cloud_servers_bastion_targets_and_declared_egress() {
+        let blueprint = parse(BLUEPRINT).expect("valid").snapshot;
+        let mut state = requested(&blueprint, &[]);
+        state.cloud = Some(CloudAccount {
+            auth_url: "http://127.0.0.1:5000/identity/v3".into(),
+            project_id: "p1".into(),
+            project: "tenant-b".into(),
+            user: "tenant-b".into(),
+        });
+        let state = Deployment::apply(
+            state,
+            succeeded(
+                "servers",
+                &[
+                    ("bastion", "10.9.0.3"),
+                    ("web-1", "10.9.0.4"),
+                    ("security-group-bastion", "sg-1"),
+                ],
+            ),
+        );
+        let secrets = key_secrets();
+
+        let wait = policy(&input(&state, "wait", &secrets)).await;
+        assert_eq!(
+            shown(&wait),
+            [
+                "10.9.0.3",
+                "10.9.0.3:22",
+                "10.9.0.4",
+                "10.9.0.4:22",
+                "10.20.0.0/16",
+                "127.0.0.1:5000",
+                "127.0.0.1:8500",
+            ]
+        );
+        let check = policy(&input(&state, "check", &secrets)).await;
+        assert!(
+            shown(&check).contains(&"127.0.0.1:9100".to_owned()),
+            "{check:?}"
+        );
+        // Nothing else of the host's loopback, and never the metadata service.
+        assert!(check
+            .iter()
+            .all(|d| !d.is_loopback() || [5000, 8500, 9100].contains(&d.port.unwrap_or(0))));
+        assert!(check.iter().all(|d| d.address.octets()[..2] != [169, 254]));
+    }
+
+    #[test]
+    fn urls_give_their_host_and_port() {
+        assert_eq!(
+            url_host_port("http://127.0.0.1:5000/v3"),
+            Some(("127.0.0.1".into(), 5000))
+        );
+        assert_eq!(
+            url_host_port("https://cloud.example.com/identity"),
+            Some(("cloud.example.com".into(), 443))
+        );
+        assert_eq!(
+            url_host_port("http://u:p@10.0.0.1?x"),
+            Some(("10.0.0.1".into(), 80))
+        );
+        assert_eq!(url_host_port("ftp://10.0.0.1/"), None);
+    }
+}
