@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Brings a local cloud up and deploys the HelloWorld service onto two servers behind a bastion,
-# with a user's token, showing the status, the audit trail, the grants ledger and each web
+# with a user's token, showing the status, the audit trail (the pinned host keys and each step's
+# network policy among it), the grants ledger and each web
 # server's answer; brings the cloud down again. Then runs the hello-world example (status, a
 # step's log, the audit trail) and deploys the Terraform example and tears it down.
 set -euo pipefail
@@ -32,6 +33,9 @@ $overture --data-dir "$data" status "$cid" --json \
 echo
 echo "== overture events $cid (the audit trail)"
 $overture --data-dir "$data" events "$cid"
+echo
+echo "== the host keys pinned from each server's console, and each step's network policy"
+$overture --data-dir "$data" events "$cid" --type HostKeysPinned,StepNetworkPolicyApplied
 echo
 echo "== overture grants (every temporary access, opened and closed)"
 $overture --data-dir "$data" grants

@@ -17,9 +17,9 @@ command -v ssh >/dev/null || need+=(openssh-client)
 [[ -x /usr/sbin/sshd ]] || need+=(openssh-server)
 command -v ssh-keygen >/dev/null || need+=(openssh-client)
 command -v curl >/dev/null || need+=(curl)
-# The local cloud (`overture cloud`): its servers are network namespaces, its security groups nftables.
+# The local cloud (`overture cloud`): its servers are network namespaces, its security groups
+# nftables (installed above).
 command -v ip >/dev/null || need+=(iproute2)
-command -v nft >/dev/null || need+=(nftables)
 if ((${#need[@]})); then
     echo "setup: installing ${need[*]}"
     export DEBIAN_FRONTEND=noninteractive
