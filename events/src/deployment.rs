@@ -263,6 +263,11 @@ pub struct CloudAccount {
     pub project: String,
     /// The user the token was issued to.
     pub user: String,
+    /// The `host:port` of each public endpoint in the token's service catalog (Nova, Neutron,
+    /// Keystone and the rest), the ones a step acting with the token may reach. Empty in
+    /// accounts recorded before it was kept: then only the identity URL's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub endpoints: Vec<String>,
 }
 
 /// The trigger that started a deployment, and the event it started it for.
@@ -478,6 +483,33 @@ mod tests {
         assert_eq!(blueprint.stored_files["infra/main.tf"].size, 35);
         assert_eq!(event.data(), data);
         assert!(!event.data().to_string().contains("terraform_data"));
+    }
+
+    #[test]
+    fn a_cloud_account_recorded_before_its_catalog_endpoints_reads_back_unchanged() {
+        let old = serde_json::json!({
+            "auth_url": "http://127.0.0.1:5000/identity/v3",
+            "project_id": "p1",
+            "project": "acme",
+            "user": "acme"
+        });
+        let account: CloudAccount = serde_json::from_value(old.clone()).expect("the old shape");
+        assert!(account.endpoints.is_empty());
+        assert_eq!(serde_json::to_value(&account).expect("json"), old);
+
+        let now = CloudAccount {
+            endpoints: vec!["127.0.0.1:5000".into(), "nova.example.com:8774".into()],
+            ..account
+        };
+        let data = serde_json::to_value(&now).expect("json");
+        assert_eq!(
+            data["endpoints"],
+            serde_json::json!(["127.0.0.1:5000", "nova.example.com:8774"])
+        );
+        assert_eq!(
+            serde_json::from_value::<CloudAccount>(data).expect("the new shape"),
+            now
+        );
     }
 
     #[test]

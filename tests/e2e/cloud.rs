@@ -191,6 +191,30 @@ fn hello_world_answers_on_both_servers_configured_through_the_bastion() {
         "the requester is the token's user"
     );
     assert_eq!(requested["data"]["cloud"]["project"], "acme");
+    // The token's catalog endpoints, by host and port: the local cloud serves Keystone, Nova
+    // and Neutron at one address, its identity URL's.
+    let identity = cloud
+        .auth_url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .expect("host:port");
+    assert_eq!(
+        requested["data"]["cloud"]["endpoints"],
+        serde_json::json!([identity])
+    );
+    let servers_policy = o
+        .events(&id)
+        .into_iter()
+        .find(|e| e["type"] == "StepNetworkPolicyApplied" && e["data"]["step"] == "servers")
+        .expect("the servers step's policy");
+    assert!(
+        servers_policy["data"]["allowed"]
+            .as_array()
+            .expect("allowed")
+            .contains(&Value::from(identity)),
+        "a step acting with the token may reach its catalog's endpoints: {servers_policy}"
+    );
     for server in ["web-1", "web-2"] {
         assert_eq!(
             step(&status, &format!("check-{server}"))["outputs"]["greeting"],

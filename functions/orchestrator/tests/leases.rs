@@ -26,6 +26,7 @@ fn cloud() -> CloudAccount {
         project_id: "p-acme".into(),
         project: "acme".into(),
         user: "ada".into(),
+        endpoints: vec![],
     }
 }
 

@@ -1,7 +1,8 @@
 //! A networked step attempt's network policy: the only destinations its sandbox may reach.
 //!
-//! - the cloud endpoints of the deployment's token (the identity URL it was checked against;
-//!   the local cloud serves Nova and Neutron at the same address),
+//! - the cloud endpoints of the deployment's token: the identity URL it was checked against and
+//!   the public endpoints of its service catalog (Nova, Neutron, ... wherever the cloud serves
+//!   them; the local cloud serves all at the identity URL's address),
 //! - the deployment's own servers (the addresses its `servers` steps made) and its bastion,
 //! - the step's own targets (its hosts, its URL),
 //! - what the blueprint declares under `egress:`.
@@ -39,6 +40,16 @@ fn url_host_port(url: &str) -> Option<(String, u16)> {
     }
 }
 
+/// The host and port of a catalog endpoint recorded as `host:port`; none for an IPv6 one
+/// (`[::1]:5000`), as the policy allows IPv4 only.
+fn host_port(endpoint: &str) -> Option<(String, u16)> {
+    let (host, port) = endpoint.rsplit_once(':')?;
+    if host.is_empty() || host.starts_with('[') {
+        return None;
+    }
+    Some((host.to_owned(), port.parse().ok()?))
+}
+
 /// Where the attempt of `input` may connect, resolved and sorted. A target that cannot be
 /// resolved is left out: connecting to it would fail anyway, and the step says so.
 pub async fn policy(input: &StepInput<'_>) -> Vec<Destination> {
@@ -47,6 +58,14 @@ pub async fn policy(input: &StepInput<'_>) -> Vec<Destination> {
         if let Some((host, port)) = url_host_port(&cloud.auth_url) {
             wanted.push((host, Some(port)));
         }
+        // Recorded as `host:port` when the token was checked.
+        wanted.extend(
+            cloud
+                .endpoints
+                .iter()
+                .filter_map(|endpoint| host_port(endpoint))
+                .map(|(host, port)| (host, Some(port))),
+        );
     }
     if let Ok(Some(jump)) = input.bastion() {
         wanted.push((jump.address.host, Some(jump.address.port)));
@@ -179,6 +198,7 @@ steps:
             project_id: "p1".into(),
             project: "tenant-b".into(),
             user: "tenant-b".into(),
+            endpoints: vec![],
         });
         let state = Deployment::apply(
             state,
@@ -216,6 +236,52 @@ steps:
             .iter()
             .all(|d| !d.is_loopback() || [5000, 8500, 9100].contains(&d.port.unwrap_or(0))));
         assert!(check.iter().all(|d| d.address.octets()[..2] != [169, 254]));
+    }
+
+    #[tokio::test]
+    async fn a_step_may_reach_every_endpoint_of_its_tokens_catalog_and_no_other_port() {
+        let blueprint = parse(BLUEPRINT).expect("valid").snapshot;
+        let mut state = requested(&blueprint, &[]);
+        // Keystone on the loopback, Nova on another port of it, Neutron on its own host.
+        state.cloud = Some(CloudAccount {
+            auth_url: "http://127.0.0.1:5000/identity/v3".into(),
+            project_id: "p1".into(),
+            project: "tenant-b".into(),
+            user: "tenant-b".into(),
+            endpoints: vec![
+                "127.0.0.1:5000".into(),
+                "127.0.0.1:8774".into(),
+                "192.0.2.7:9696".into(),
+                "localhost:9292".into(),
+                "[::1]:8776".into(),
+            ],
+        });
+        let secrets = key_secrets();
+
+        let build = policy(&input(&state, "build", &secrets)).await;
+        assert_eq!(
+            shown(&build),
+            [
+                "10.20.0.0/16",
+                "127.0.0.1:5000",
+                "127.0.0.1:8500",
+                "127.0.0.1:8774",
+                "127.0.0.1:9292",
+                "192.0.2.7:9696",
+            ],
+            "the catalog's endpoints, by port; an IPv6 one is left out"
+        );
+    }
+
+    #[test]
+    fn catalog_endpoints_give_their_host_and_port() {
+        assert_eq!(
+            host_port("nova.example.com:8774"),
+            Some(("nova.example.com".into(), 8774))
+        );
+        assert_eq!(host_port("[::1]:8774"), None);
+        assert_eq!(host_port("no-port"), None);
+        assert_eq!(host_port(":80"), None);
     }
 
     #[test]

@@ -339,6 +339,7 @@ steps:
             project_id: "p1".into(),
             project: "tenant-a".into(),
             user: "tenant-a".into(),
+            endpoints: vec![],
         }
     }
 

@@ -734,6 +734,7 @@ Host key verification failed.\r\n";
                 project_id: "p".into(),
                 project: "acme".into(),
                 user: "acme".into(),
+                endpoints: vec![],
             });
         }
         let key = overture_domain::host_keys::key(

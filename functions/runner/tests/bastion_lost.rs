@@ -140,6 +140,7 @@ async fn wait_fails_with_the_rule(rule_exists: bool) -> (AttemptReport, E) {
                 project_id: "p".into(),
                 project: "acme".into(),
                 user: "ada".into(),
+                endpoints: vec![],
             }),
         },
         E::CredentialsSealed {

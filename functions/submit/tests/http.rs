@@ -139,6 +139,7 @@ impl CheckToken for FakeIdentity {
             project_id: "p-1".into(),
             project: "acme".into(),
             user: "grace".into(),
+            endpoints: vec![],
         })
     }
 }

@@ -143,6 +143,7 @@ async fn a_cloud_project_is_a_tenant_when_it_is_safe_to_show() {
                 project_id: "p1".into(),
                 project: project.into(),
                 user: "ada".into(),
+                endpoints: vec![],
             },
             token: SecretString::from("token".to_owned()),
         });

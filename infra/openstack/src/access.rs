@@ -313,6 +313,7 @@ mod tests {
             project_id: "p".into(),
             project: "tenant-a".into(),
             user: "tenant-a".into(),
+            endpoints: vec![],
         };
         let bastion = SshAddress::parse("127.0.0.1:22").expect("an address");
         let error = access

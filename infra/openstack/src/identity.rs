@@ -1,6 +1,8 @@
 //! Keystone v3: what a token says about its holder ([`TokenInfo`]) and where the services are
 //! (its service catalog).
 
+use std::collections::BTreeSet;
+
 use chrono::{DateTime, Utc};
 use overture_events::CloudAccount;
 use serde::Deserialize;
@@ -20,6 +22,8 @@ pub struct TokenInfo {
     pub user: String,
     /// When the token stops working.
     pub expires_at: DateTime<Utc>,
+    /// The `host:port` of every public endpoint in the token's catalog, sorted, each once.
+    pub endpoints: Vec<String>,
 }
 
 impl TokenInfo {
@@ -30,6 +34,7 @@ impl TokenInfo {
             project_id: self.project_id.clone(),
             project: self.project.clone(),
             user: self.user.clone(),
+            endpoints: self.endpoints.clone(),
         }
     }
 }
@@ -119,9 +124,27 @@ impl TokenBody {
             project: project.name,
             user: token.user.name,
             expires_at: token.expires_at,
+            endpoints: public_host_ports(&token.catalog),
         };
         Ok((info, endpoints))
     }
+}
+
+/// The `host:port` of every public endpoint of `catalog`: where the engine's client, and a step
+/// acting with the token (Terraform's provider picks the public interface too), connect. An
+/// endpoint whose URL cannot be read is left out, as a client could not reach it either.
+fn public_host_ports(catalog: &[Service]) -> Vec<String> {
+    let found: BTreeSet<String> = catalog
+        .iter()
+        .flat_map(|service| &service.endpoints)
+        .filter(|endpoint| endpoint.interface == "public")
+        .filter_map(|endpoint| {
+            let url = reqwest::Url::parse(&endpoint.url).ok()?;
+            let host = url.host_str()?;
+            Some(format!("{host}:{}", url.port_or_known_default()?))
+        })
+        .collect();
+    found.into_iter().collect()
 }
 
 /// Neutron's catalog entry is usually the service's root (`http://host:9696`), without the API
@@ -170,9 +193,36 @@ mod tests {
                 project_id: "p1".into(),
                 project: "tenant-a".into(),
                 user: "tenant-a".into(),
+                endpoints: vec!["h:80".into(), "h:9696".into()],
             }
         );
         assert_eq!(info.expires_at.to_rfc3339(), "2026-11-22T12:00:00+00:00");
+    }
+
+    #[test]
+    fn the_account_keeps_every_public_endpoint_of_the_catalog_by_host_and_port() {
+        let catalog = r#"[
+          {"type":"identity","endpoints":[
+             {"interface":"public","url":"https://keystone.example.com/v3"},
+             {"interface":"admin","url":"http://10.0.0.9:35357/v3"}]},
+          {"type":"compute","endpoints":[
+             {"interface":"public","url":"https://nova.example.com:8774/v2.1/p1"},
+             {"interface":"internal","url":"http://10.0.0.5:8774/v2.1"}]},
+          {"type":"network","endpoints":[{"interface":"public","url":"http://192.0.2.7:9696"}]},
+          {"type":"image","endpoints":[{"interface":"public","url":"https://nova.example.com:8774/image"}]},
+          {"type":"volumev3","endpoints":[{"interface":"public","url":"not a url"}]}]"#;
+        let (info, _) = body(catalog, PROJECT)
+            .read("https://keystone.example.com/v3")
+            .expect("readable");
+        assert_eq!(
+            info.account().endpoints,
+            [
+                "192.0.2.7:9696",
+                "keystone.example.com:443",
+                "nova.example.com:8774",
+            ],
+            "public ones only, each once; internal and admin ones are not the client's"
+        );
     }
 
     #[test]

@@ -340,6 +340,7 @@ mod tests {
                 project: "tenant-a".into(),
                 user: "tenant-a".into(),
                 expires_at: chrono::DateTime::UNIX_EPOCH,
+                endpoints: vec![],
             },
             endpoints: Endpoints {
                 compute: "http://h/compute/v2.1".into(),

@@ -163,6 +163,15 @@ async fn a_token_is_validated_and_a_refused_one_never_shown() {
     assert_eq!(info.user, "tenant-a");
     assert_eq!(info.account().project_id, info.project_id);
     assert!(info.expires_at > chrono::Utc::now());
+    // The local cloud serves every service of its catalog at the identity URL's address.
+    let identity = cloud
+        .auth_url()
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .expect("host:port")
+        .to_owned();
+    assert_eq!(info.account().endpoints, [identity]);
 
     let expired = cloud.token("tenant-a", -60).await;
     let unknown = SecretString::from("0123456789abcdef".repeat(4));
@@ -541,6 +550,7 @@ async fn a_plan_made_twice_makes_everything_once_and_the_bastion_opens_for_the_e
         project_id: info.project_id.clone(),
         project: info.project.clone(),
         user: info.user.clone(),
+        endpoints: vec![],
     };
     let granted = access
         .grant(deployment, &account, &bastion, &group)
