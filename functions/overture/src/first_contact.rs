@@ -16,56 +16,17 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use overture_domain::host_keys::known_hosts_lines;
-use overture_openstack::{self as openstack, Cloud, CloudError};
+use overture_openstack::{self as openstack, Cloud};
 use overture_runner::host_keys::{HOST_KEYS_FILE, KNOWN_HOSTS_FILE};
-use overture_runner::servers::{AUTH_URL_ENV, BACKEND_UNREACHABLE, TOKEN_ENV};
+use overture_runner::servers::{AUTH_URL_ENV, TOKEN_ENV};
 use overture_runner::wait_ssh::HOST_KEYS_ERROR_FILE;
 use secrecy::SecretString;
 
-/// How it failed, by exit code.
-#[derive(Debug, thiserror::Error)]
-enum Failed {
-    #[error("{0}")]
-    Input(String),
-    #[error("{0}")]
-    Backend(String),
-    #[error("{0}")]
-    Other(String),
-}
-
-impl From<CloudError> for Failed {
-    fn from(error: CloudError) -> Self {
-        if error.is_backend() {
-            Failed::Backend(error.to_string())
-        } else {
-            Failed::Other(error.to_string())
-        }
-    }
-}
+use crate::sandboxed::{self, Failed};
 
 /// Reads the keys of the hosts in `hosts` and exits as the `wait-ssh` kind expects.
 pub fn main(hosts: &Path, wait: Duration) -> ExitCode {
-    let outcome = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime.block_on(run(hosts, wait)),
-        Err(error) => Err(Failed::Other(format!("cannot start the runtime: {error}"))),
-    };
-    match outcome {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(failed) => {
-            eprintln!("error: {failed}");
-            if let Err(error) = std::fs::write(HOST_KEYS_ERROR_FILE, failed.to_string()) {
-                eprintln!("error: cannot write {HOST_KEYS_ERROR_FILE}: {error}");
-            }
-            ExitCode::from(match failed {
-                Failed::Input(_) => 2,
-                Failed::Backend(_) => u8::try_from(BACKEND_UNREACHABLE).unwrap_or(1),
-                Failed::Other(_) => 1,
-            })
-        }
-    }
+    sandboxed::run(HOST_KEYS_ERROR_FILE, run(hosts, wait))
 }
 
 async fn run(hosts_file: &Path, wait: Duration) -> Result<(), Failed> {

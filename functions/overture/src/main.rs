@@ -58,6 +58,7 @@ mod progress;
 mod provision;
 mod redrive;
 mod render;
+mod sandboxed;
 mod serve;
 mod step_run;
 mod teardown;

@@ -15,64 +15,14 @@ use std::process::ExitCode;
 
 use overture_openstack::{self as openstack, Cloud, ProvisionError};
 use overture_runner::host_keys::HOST_KEYS_FILE;
-use overture_runner::servers::{Plan, AUTH_URL_ENV, BACKEND_UNREACHABLE, ERROR_FILE, TOKEN_ENV};
+use overture_runner::servers::{Plan, AUTH_URL_ENV, ERROR_FILE, TOKEN_ENV};
 use secrecy::SecretString;
 
-/// How provisioning failed, by exit code.
-#[derive(Debug, thiserror::Error)]
-enum Failed {
-    /// The plan or the environment is wrong: the runner's doing, not the cloud's.
-    #[error("{0}")]
-    Input(String),
-    /// The cloud API could not be reached.
-    #[error("{0}")]
-    Backend(String),
-    /// Anything else: a refused token, a server in ERROR, a wait that ran out.
-    #[error("{0}")]
-    Step(String),
-}
-
-impl Failed {
-    fn code(&self) -> u8 {
-        match self {
-            Failed::Input(_) => 2,
-            // 75 fits in a u8; the constant is an i32 because exit codes are.
-            Failed::Backend(_) => u8::try_from(BACKEND_UNREACHABLE).unwrap_or(1),
-            Failed::Step(_) => 1,
-        }
-    }
-}
-
-impl From<ProvisionError> for Failed {
-    fn from(error: ProvisionError) -> Self {
-        if error.is_backend() {
-            Failed::Backend(error.to_string())
-        } else {
-            Failed::Step(error.to_string())
-        }
-    }
-}
+use crate::sandboxed::{self, Failed};
 
 /// Runs the plan in `spec` and exits as the `servers` kind expects.
 pub fn main(spec: &Path) -> ExitCode {
-    let outcome = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime.block_on(provision(spec)),
-        Err(error) => Err(Failed::Step(format!("cannot start the runtime: {error}"))),
-    };
-    match outcome {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(failed) => {
-            eprintln!("error: {failed}");
-            // The kind reads the reason from here; the log has it from stderr anyway.
-            if let Err(error) = std::fs::write(ERROR_FILE, failed.to_string()) {
-                eprintln!("error: cannot write {ERROR_FILE}: {error}");
-            }
-            ExitCode::from(failed.code())
-        }
-    }
+    sandboxed::run(ERROR_FILE, provision(spec))
 }
 
 async fn provision(spec: &Path) -> Result<(), Failed> {
@@ -102,7 +52,7 @@ async fn provision(spec: &Path) -> Result<(), Failed> {
     let mut lines = String::new();
     for (key, value) in &outputs {
         if value.contains(['\n', '\r']) {
-            return Err(Failed::Step(format!(
+            return Err(Failed::Other(format!(
                 "the cloud gave `{key}` a value holding a line break"
             )));
         }
@@ -115,7 +65,7 @@ async fn provision(spec: &Path) -> Result<(), Failed> {
             .open(&outputs_path)?;
         file.write_all(lines.as_bytes())
     };
-    write().map_err(|e| Failed::Step(format!("cannot write the step's outputs: {e}")))?;
+    write().map_err(|e| Failed::Other(format!("cannot write the step's outputs: {e}")))?;
     println!("made {} server(s)", plan.servers.len());
 
     // The keys the cloud says each server has, for the engine to pin: beside the plan, where
@@ -146,8 +96,8 @@ async fn provision(spec: &Path) -> Result<(), Failed> {
         .map_err(|e| Failed::from(ProvisionError::from(e)))?;
     let file = spec.with_file_name(HOST_KEYS_FILE);
     let json = serde_json::to_vec(&keys)
-        .map_err(|e| Failed::Step(format!("cannot write the host keys: {e}")))?;
+        .map_err(|e| Failed::Other(format!("cannot write the host keys: {e}")))?;
     std::fs::write(&file, json)
-        .map_err(|e| Failed::Step(format!("cannot write {}: {e}", file.display())))?;
+        .map_err(|e| Failed::Other(format!("cannot write {}: {e}", file.display())))?;
     Ok(())
 }
