@@ -422,6 +422,26 @@ pub async fn create_table(
     key: &str,
     index: Option<KeysIndex<'_>>,
 ) -> Result<(), DynamoError> {
+    create_keyed_table(client, table, key, None, index).await
+}
+
+/// Creates a table keyed by the text attributes `partition` and `sort`, unless it exists.
+pub async fn create_sorted_table(
+    client: &Client,
+    table: &str,
+    partition: &str,
+    sort: &str,
+) -> Result<(), DynamoError> {
+    create_keyed_table(client, table, partition, Some(sort), None).await
+}
+
+async fn create_keyed_table(
+    client: &Client,
+    table: &str,
+    key: &str,
+    sort: Option<&str>,
+    index: Option<KeysIndex<'_>>,
+) -> Result<(), DynamoError> {
     let failed = |message: String| DynamoError::Call {
         table: table.to_owned(),
         operation: "CreateTable",
@@ -447,6 +467,11 @@ pub async fn create_table(
         .billing_mode(BillingMode::PayPerRequest)
         .key_schema(element(key, KeyType::Hash)?)
         .attribute_definitions(text(key)?);
+    if let Some(sort) = sort {
+        create = create
+            .key_schema(element(sort, KeyType::Range)?)
+            .attribute_definitions(text(sort)?);
+    }
     if let Some(index) = index {
         create = create
             .attribute_definitions(text(index.partition)?)

@@ -14,12 +14,8 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};
-use aws_sdk_dynamodb::operation::create_table::CreateTableError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, Delete, KeySchemaElement, KeyType, Put,
-    ScalarAttributeType, TransactWriteItem, Update,
-};
+use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, TransactWriteItem, Update};
 use overture_events::DeploymentId;
 use overture_kit::leases::{LeaseBastionRules, LeaseError, Release, RuleKey};
 
@@ -429,45 +425,5 @@ pub async fn create_leases_table(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
 ) -> Result<(), DynamoError> {
-    let failed = |message: String| DynamoError::Call {
-        table: table.to_owned(),
-        operation: "CreateTable",
-        message,
-    };
-    let key = |name: &str, kind| {
-        KeySchemaElement::builder()
-            .attribute_name(name)
-            .key_type(kind)
-            .build()
-            .map_err(|e| failed(e.to_string()))
-    };
-    let attribute = |name: &str| {
-        AttributeDefinition::builder()
-            .attribute_name(name)
-            .attribute_type(ScalarAttributeType::S)
-            .build()
-            .map_err(|e| failed(e.to_string()))
-    };
-    let created = client
-        .create_table()
-        .table_name(table)
-        .billing_mode(BillingMode::PayPerRequest)
-        .key_schema(key(PARTITION, KeyType::Hash)?)
-        .key_schema(key(SORT, KeyType::Range)?)
-        .attribute_definitions(attribute(PARTITION)?)
-        .attribute_definitions(attribute(SORT)?)
-        .send()
-        .await;
-    match created {
-        Ok(_) => Ok(()),
-        Err(error)
-            if matches!(
-                error.as_service_error(),
-                Some(CreateTableError::ResourceInUseException(_))
-            ) =>
-        {
-            Ok(())
-        }
-        Err(error) => Err(failed(DisplayErrorContext(error).to_string())),
-    }
+    crate::dynamodb::create_sorted_table(client, table, PARTITION, SORT).await
 }

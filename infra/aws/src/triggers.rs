@@ -16,11 +16,7 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};
-use aws_sdk_dynamodb::operation::create_table::CreateTableError;
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ScalarAttributeType,
-};
+use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_sqs::types::MessageAttributeValue;
 use overture_api::{DeliverError, DeliverEvents};
@@ -234,47 +230,7 @@ pub async fn create_triggers_table(
     client: &aws_sdk_dynamodb::Client,
     table: &str,
 ) -> Result<(), DynamoError> {
-    let failed = |message: String| DynamoError::Call {
-        table: table.to_owned(),
-        operation: "CreateTable",
-        message,
-    };
-    let key = |name: &str, kind| {
-        KeySchemaElement::builder()
-            .attribute_name(name)
-            .key_type(kind)
-            .build()
-            .map_err(|e| failed(e.to_string()))
-    };
-    let attribute = |name: &str| {
-        AttributeDefinition::builder()
-            .attribute_name(name)
-            .attribute_type(ScalarAttributeType::S)
-            .build()
-            .map_err(|e| failed(e.to_string()))
-    };
-    let created = client
-        .create_table()
-        .table_name(table)
-        .billing_mode(BillingMode::PayPerRequest)
-        .key_schema(key(PARTITION, KeyType::Hash)?)
-        .key_schema(key(SORT, KeyType::Range)?)
-        .attribute_definitions(attribute(PARTITION)?)
-        .attribute_definitions(attribute(SORT)?)
-        .send()
-        .await;
-    match created {
-        Ok(_) => Ok(()),
-        Err(error)
-            if matches!(
-                error.as_service_error(),
-                Some(CreateTableError::ResourceInUseException(_))
-            ) =>
-        {
-            Ok(())
-        }
-        Err(error) => Err(failed(DisplayErrorContext(error).to_string())),
-    }
+    crate::dynamodb::create_sorted_table(client, table, PARTITION, SORT).await
 }
 
 /// The published trigger bundle, an object of the payloads bucket.
