@@ -17,7 +17,8 @@
 //!    of `noop` steps (the engine's own overhead) and of `script` steps running `true` in
 //!    bubblewrap;
 //! 5. [`sandbox::start_up`]: what the sandbox itself costs a step: `true` started one at a time
-//!    in a fresh sandbox, beside the same `/bin/sh -c true` started without one;
+//!    in a fresh sandbox, beside the same `/bin/sh -c true` started without one, and in a
+//!    sandbox with a network of its own (a networked step's firewall and `pasta`);
 //! 6. [`dynamodb::dynamodb`]: the DynamoDB event log in the local AWS emulator: appends per
 //!    second, the rate of reading streams back, and the DynamoDB requests each costs;
 //! 7. [`aws_costs::aws_costs`]: `examples/hello-world` deployed through the local AWS form
