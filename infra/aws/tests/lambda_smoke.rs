@@ -729,6 +729,11 @@ impl RunnerStack {
 
 impl Drop for RunnerStack {
     fn drop(&mut self) {
+        // A runner killed mid-step leaves its sandbox's cgroup and its workspace mounted, as a
+        // crashed engine would; the embedded engine's `resume` clears them, and so does this.
+        let sandboxes = overture_sandbox::Bubblewrap::new(self.work_dir.join("sandboxes"));
+        let _ = sandboxes.kill_leftovers();
+        let _ = sandboxes.unmount_leftovers();
         let _ = std::fs::remove_dir_all(&self.work_dir);
     }
 }
