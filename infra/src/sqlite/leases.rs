@@ -10,7 +10,7 @@
 use async_trait::async_trait;
 use overture_events::DeploymentId;
 use overture_kit::leases::{LeaseBastionRules, LeaseError, Release, RuleKey};
-use rusqlite::{params, OptionalExtension, TransactionBehavior};
+use rusqlite::{params, OptionalExtension};
 
 use super::{Database, DbError};
 
@@ -61,7 +61,7 @@ fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
-fn open_holders(tx: &rusqlite::Transaction<'_>, rule: &str) -> rusqlite::Result<Vec<String>> {
+fn open_holders(tx: &rusqlite::Connection, rule: &str) -> rusqlite::Result<Vec<String>> {
     let mut statement = tx.prepare(
         "SELECT deployment FROM bastion_leases
          WHERE rule = ?1 AND state = 'open' ORDER BY deployment",
@@ -70,7 +70,7 @@ fn open_holders(tx: &rusqlite::Transaction<'_>, rule: &str) -> rusqlite::Result<
     rows.collect()
 }
 
-fn closing_by(tx: &rusqlite::Transaction<'_>, rule: &str) -> rusqlite::Result<Option<String>> {
+fn closing_by(tx: &rusqlite::Connection, rule: &str) -> rusqlite::Result<Option<String>> {
     tx.query_row(
         "SELECT deployment FROM bastion_leases WHERE rule = ?1 AND state = 'closing'",
         params![rule],
@@ -86,7 +86,7 @@ impl LeaseBastionRules for SqliteLeases {
         let found = self
             .db
             .with_connection(move |connection| {
-                let tx = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let tx = connection.savepoint()?;
                 if let Some(by) = closing_by(&tx, &key)? {
                     return Ok(Found::Closing(by));
                 }
@@ -115,7 +115,7 @@ impl LeaseBastionRules for SqliteLeases {
         let found = self
             .db
             .with_connection(move |connection| {
-                let tx = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let tx = connection.savepoint()?;
                 tx.execute(
                     "DELETE FROM bastion_leases
                      WHERE rule = ?1 AND deployment = ?2 AND state = 'open'",
@@ -173,10 +173,7 @@ impl LeaseBastionRules for SqliteLeases {
         let key = rule.as_key();
         let held = self
             .db
-            .with_connection(move |connection| {
-                let tx = connection.transaction()?;
-                open_holders(&tx, &key)
-            })
+            .read(move |connection| open_holders(connection, &key))
             .await
             .map_err(unavailable)?;
         held.iter().map(|id| parse(id)).collect()

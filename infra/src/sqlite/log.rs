@@ -13,9 +13,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use overture_events::{Envelope, LogEntry, Metadata};
-use rusqlite::{
-    params, Connection, ErrorCode, OptionalExtension, Transaction, TransactionBehavior,
-};
+use rusqlite::{params, Connection, ErrorCode, OptionalExtension};
 use tokio::sync::Notify;
 use uuid::Uuid;
 
@@ -183,7 +181,7 @@ impl EventLog {
         let stream = stream.to_owned();
         let rows = self
             .db
-            .with_connection(move |connection| {
+            .read(move |connection| {
                 let mut select = connection.prepare_cached(
                     "SELECT position, stream, revision, id, type, data, metadata FROM events
                      WHERE stream = ?1 AND revision >= ?2 ORDER BY revision",
@@ -207,7 +205,7 @@ impl EventLog {
     ) -> Result<Vec<LogEntry>, LogError> {
         let rows = self
             .db
-            .with_connection(move |connection| {
+            .read(move |connection| {
                 let mut select = connection.prepare_cached(
                     "SELECT position, stream, revision, id, type, data, metadata FROM events
                      WHERE position > ?1 ORDER BY position LIMIT ?2",
@@ -254,7 +252,7 @@ impl EventLog {
     pub async fn head_position(&self) -> Result<u64, LogError> {
         let head = self
             .db
-            .with_connection(|connection| {
+            .read(|connection| {
                 connection
                     .prepare_cached("SELECT COALESCE(MAX(position), 0) FROM events")?
                     .query_row([], |row| row.get(0))
@@ -267,7 +265,7 @@ impl EventLog {
     pub async fn stream_names(&self) -> Result<Vec<String>, LogError> {
         let names = self
             .db
-            .with_connection(|connection| {
+            .read(|connection| {
                 // Revisions are gapless from 0, so revision 0 is each stream's first event.
                 let mut select = connection.prepare_cached(
                     "SELECT stream FROM events WHERE revision = 0 ORDER BY position",
@@ -284,7 +282,7 @@ impl EventLog {
         let name = name.to_owned();
         let position = self
             .db
-            .with_connection(move |connection| {
+            .read(move |connection| {
                 connection
                     .prepare_cached("SELECT position FROM checkpoints WHERE name = ?1")?
                     .query_row([name], |row| row.get::<_, u64>(0))
@@ -298,7 +296,7 @@ impl EventLog {
     pub async fn save_checkpoint(&self, name: &str, position: u64) -> Result<(), LogError> {
         let name = name.to_owned();
         self.db
-            .with_connection(move |connection| {
+            .with_derived(move |connection| {
                 connection
                     .prepare_cached(
                         "INSERT INTO checkpoints (name, position) VALUES (?1, ?2)
@@ -339,9 +337,10 @@ fn append_batch(
     expected: ExpectedRevision,
     batch: Vec<Encoded>,
 ) -> rusqlite::Result<Result<Vec<LogEntry>, LogError>> {
-    // IMMEDIATE takes the write lock before the last revision is read, so no other connection
-    // or process can append between this check and the inserts.
-    let tx = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    // The writer's transaction holds the write lock (`BEGIN IMMEDIATE`) before the last revision
+    // is read, so no other process can append between this check and the inserts. The
+    // savepoint undoes this batch alone if it is refused half-way.
+    let tx = connection.savepoint()?;
     let last = last_revision(&tx, stream)?;
     if !expected.admits(last) {
         return Ok(Err(LogError::WrongExpectedRevision {
@@ -362,7 +361,7 @@ fn append_batch(
 
 /// Inserts `batch` at revisions `first`, `first + 1`, ... inside the caller's transaction.
 fn insert_batch(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     stream: &str,
     expected: ExpectedRevision,
     first: u64,
@@ -419,7 +418,7 @@ fn import_batch(
     connection: &mut Connection,
     batch: Vec<(String, u64, Encoded)>,
 ) -> rusqlite::Result<Result<Imported, LogError>> {
-    let tx = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let tx = connection.savepoint()?;
     let mut imported = Imported::default();
     for (index, (stream, revision, encoded)) in batch.into_iter().enumerate() {
         let refused = |reason: String| Ok(Err(LogError::ImportRefused { index, reason }));
@@ -482,7 +481,7 @@ fn is_constraint_violation(error: &rusqlite::Error) -> bool {
 /// writer that does not take the lock first could still win it: that is a concurrency
 /// conflict for the caller to handle, not a storage failure.
 fn explain_violation(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     stream: &str,
     expected: ExpectedRevision,
     revision: u64,
@@ -508,7 +507,7 @@ fn explain_violation(
     Err(error)
 }
 
-fn last_revision(tx: &Transaction<'_>, stream: &str) -> rusqlite::Result<Option<u64>> {
+fn last_revision(tx: &Connection, stream: &str) -> rusqlite::Result<Option<u64>> {
     tx.prepare_cached("SELECT MAX(revision) FROM events WHERE stream = ?1")?
         .query_row([stream], |row| row.get(0))
 }

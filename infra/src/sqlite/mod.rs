@@ -1,8 +1,9 @@
 //! Everything Overture keeps on disk, in one SQLite file.
 //!
 //! - This file: [`Database`], the shared handle to the file (connection settings, the
-//!   blocking-task bridge, [`Database::with_connection`] for modules that bring their own SQL),
-//!   and [`DbError`].
+//!   blocking-task bridge: [`Database::with_connection`] and [`Database::with_derived`] to write,
+//!   [`Database::read`] to read, for modules that bring their own SQL), and [`DbError`].
+//! - [`writer`]: the one thread that commits a handle's writes, together when they queue up.
 //! - [`schema`]: the migrations, keyed on `PRAGMA user_version`; new tables go there.
 //! - [`log`]: the append-only event log and the projection checkpoints.
 //! - [`queue`]: the durable job queue for step jobs and timers.
@@ -16,7 +17,9 @@
 //!
 //! Several processes may open the same file: every write transaction starts with
 //! `BEGIN IMMEDIATE`, so a writer holds the lock before it reads what it is about to check, and
-//! `busy_timeout` makes the others wait for it instead of failing.
+//! `busy_timeout` makes the others wait for it instead of failing. Within a process, every write
+//! goes through one [`writer::Writer`] thread, which commits the writes that queued up while the
+//! last commit synced as one transaction: concurrent deployments share their disk syncs.
 
 pub mod deployments;
 pub mod leases;
@@ -26,9 +29,10 @@ pub mod read_models;
 pub mod schema;
 pub mod triggers;
 pub mod work;
+pub mod writer;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use rusqlite::Connection;
@@ -42,6 +46,9 @@ pub use queue::{JobQueue, NewJob, QueueError, Receipt, ReceivedJob};
 pub use read_models::{ListFilter, SqliteReadModels};
 pub use triggers::SqliteTriggerLedger;
 pub use work::Job;
+pub use writer::Durability;
+
+use writer::Writer;
 
 /// The SQLite log as an esrs event store.
 pub type EsrsDeploymentStore = overture_kit::esrs_store::EsrsDeploymentStore<SqliteDeployments>;
@@ -49,10 +56,14 @@ pub type EsrsDeploymentStore = overture_kit::esrs_store::EsrsDeploymentStore<Sql
 /// How long a statement waits for another connection's write lock before it fails.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A cheap-to-clone handle to the SQLite file; clones share one connection.
+/// A cheap-to-clone handle to the SQLite file; clones share one writer and one reader.
 #[derive(Clone, Debug)]
 pub struct Database {
-    connection: Arc<Mutex<Connection>>,
+    /// Every write of this handle goes through its one writer thread (group commit).
+    writer: Arc<Writer>,
+    /// Reads run here, beside the writer: in WAL mode they see every committed write and never
+    /// wait for one being committed.
+    reader: Arc<Mutex<Connection>>,
     /// Fired by [`EventLog::append`] after each commit; shared by every log built on this handle.
     appended: Arc<Notify>,
     path: Arc<Path>,
@@ -79,6 +90,27 @@ pub enum DbError {
         #[source]
         source: tokio::task::JoinError,
     },
+    /// The thread that writes to the file could not be started.
+    #[error("cannot start the thread writing SQLite database {}: {source}", path.display())]
+    WriterNotStarted {
+        /// The database file.
+        path: PathBuf,
+        /// Why the thread did not start.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The thread that writes to the file has stopped; the handle cannot write any more.
+    #[error("the thread writing SQLite database {} has stopped", path.display())]
+    WriterStopped {
+        /// The database file.
+        path: PathBuf,
+    },
+    /// The code of a write panicked; that write was rolled back and nothing else.
+    #[error("a write to SQLite database {} panicked and was rolled back", path.display())]
+    WritePanicked {
+        /// The database file.
+        path: PathBuf,
+    },
     /// The file was migrated by a newer Overture than this one.
     #[error(
         "SQLite database {} has schema version {found}, but this Overture knows only up to {known}; upgrade Overture",
@@ -99,14 +131,15 @@ impl Database {
     pub async fn open(path: impl AsRef<Path>) -> Result<Self, DbError> {
         let path: Arc<Path> = Arc::from(path.as_ref());
         let opening = Arc::clone(&path);
-        let connection = tokio::task::spawn_blocking(move || open_blocking(&opening))
+        let (writing, reader) = tokio::task::spawn_blocking(move || open_blocking(&opening))
             .await
             .map_err(|source| DbError::TaskFailed {
                 path: path.to_path_buf(),
                 source,
             })??;
         Ok(Self {
-            connection: Arc::new(Mutex::new(connection)),
+            writer: Arc::new(Writer::start(writing, &path)?),
+            reader: Arc::new(Mutex::new(reader)),
             appended: Arc::new(Notify::new()),
             path,
         })
@@ -117,28 +150,42 @@ impl Database {
         &self.path
     }
 
-    /// Runs `f` on the connection in a blocking task, for modules with their own tables.
+    /// Runs the write `f` and returns once it is committed and synced to disk: it survives an
+    /// OS crash. Writes from several tasks are committed together ([`writer`]).
     ///
-    /// Writers should open their transaction with
-    /// `connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)`, since
-    /// another process may be writing to the same file.
+    /// `f` runs inside a transaction (each write in a savepoint of its own): it must not begin
+    /// or commit one, but may use `connection.savepoint()`. An error or a panic in `f` rolls
+    /// back its own changes only.
     pub async fn with_connection<F, T>(&self, f: F) -> Result<T, DbError>
     where
         F: FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
         T: Send + 'static,
     {
-        let connection = Arc::clone(&self.connection);
+        self.writer.write(Durability::Synced, f).await
+    }
+
+    /// Runs the write `f` and returns once it is committed, without waiting for the disk: an
+    /// OS crash may lose it, so only use it for what can be derived again from synced writes.
+    pub async fn with_derived<F, T>(&self, f: F) -> Result<T, DbError>
+    where
+        F: FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.writer.write(Durability::Derived, f).await
+    }
+
+    /// Runs the read `f` on the reading connection in a blocking task; it sees every write
+    /// committed before it started.
+    pub async fn read<F, T>(&self, f: F) -> Result<T, DbError>
+    where
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let reader = Arc::clone(&self.reader);
         let joined = tokio::task::spawn_blocking(move || {
-            let mut connection = connection.lock().unwrap_or_else(|poisoned| {
-                // A closure panicked while holding the lock. A `Transaction` rolls back as it
-                // unwinds, but one begun by hand would stay open for the next caller.
-                let connection = poisoned.into_inner();
-                if !connection.is_autocommit() {
-                    let _ = connection.execute_batch("ROLLBACK");
-                }
-                connection
-            });
-            f(&mut connection)
+            // The reader only reads: a panic leaves nothing half-done behind it.
+            let connection = reader.lock().unwrap_or_else(PoisonError::into_inner);
+            f(&connection)
         })
         .await;
         match joined {
@@ -153,9 +200,15 @@ impl Database {
             }),
         }
     }
+
+    /// How many transactions this handle's writer has committed (writes share them under load).
+    pub fn commits(&self) -> u64 {
+        self.writer.groups_committed()
+    }
 }
 
-fn open_blocking(path: &Path) -> Result<Connection, DbError> {
+/// Opens the writing connection (migrating the file) and the reading one.
+fn open_blocking(path: &Path) -> Result<(Connection, Connection), DbError> {
     let sqlite = |source| DbError::Sqlite {
         path: path.to_path_buf(),
         source,
@@ -170,7 +223,12 @@ fn open_blocking(path: &Path) -> Result<Connection, DbError> {
             known: schema::VERSION,
         });
     }
-    Ok(connection)
+    let reader = Connection::open(path).map_err(sqlite)?;
+    reader.busy_timeout(BUSY_TIMEOUT).map_err(sqlite)?;
+    reader
+        .pragma_update(None, "query_only", true)
+        .map_err(sqlite)?;
+    Ok((connection, reader))
 }
 
 /// [`configure`], tried again while another connection holds the lock it needs.

@@ -8,6 +8,12 @@
 //! queue port `overture_kit::queue` on the system clock, and keeps that port's contract with
 //! more to spare: it de-duplicates by key, and it holds a job back as long as asked.
 //!
+//! Its writes are committed without waiting for the disk ([`super::Durability::Derived`]): every
+//! job is derived from the log, where the events that call for it are synced. An OS crash may
+//! lose the last jobs queued (`overture resume` queues again what every unfinished deployment's
+//! state calls for), or an ack (the attempt is received again, and its recorded outcome makes it
+//! a no-op).
+//!
 //! Instants are stored as unix milliseconds. Instants before which a job must not be received
 //! are rounded up and `now` is rounded down, so rounding can delay a job by under a millisecond
 //! but never hand it out early.
@@ -16,7 +22,7 @@ use overture_events::{DeploymentId, Timestamp};
 use overture_kit::queue::{
     Delivery, Job, QueueError as PortError, Receipt as PortReceipt, ReceiveJobs, SendJobs,
 };
-use rusqlite::{params, OptionalExtension, TransactionBehavior};
+use rusqlite::{params, OptionalExtension};
 
 use super::{Database, DbError};
 
@@ -101,8 +107,8 @@ impl JobQueue {
     pub async fn enqueue_all(&self, jobs: Vec<NewJob>) -> Result<usize, QueueError> {
         let inserted = self
             .db
-            .with_connection(move |connection| {
-                let tx = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            .with_derived(move |connection| {
+                let tx = connection.savepoint()?;
                 let mut inserted = 0;
                 {
                     let mut queued = tx.prepare_cached("SELECT EXISTS (SELECT 1 FROM jobs WHERE key = ?1)")?;
@@ -139,7 +145,7 @@ impl JobQueue {
         let visible_at = not_before_ms(now).saturating_add(duration_ms(visibility));
         let received = self
             .db
-            .with_connection(move |connection| {
+            .with_derived(move |connection| {
                 // One statement, so picking and hiding the job is atomic across processes.
                 connection
                     .prepare_cached(
@@ -198,7 +204,7 @@ impl JobQueue {
         let Receipt { job, receive_count } = *receipt;
         let updated = self
             .db
-            .with_connection(move |connection| {
+            .with_derived(move |connection| {
                 connection
                     .prepare_cached(
                         "UPDATE jobs SET visible_at = ?3 WHERE id = ?1 AND receive_count = ?2",
@@ -214,7 +220,7 @@ impl JobQueue {
         let Receipt { job, receive_count } = *receipt;
         let deleted = self
             .db
-            .with_connection(move |connection| {
+            .with_derived(move |connection| {
                 connection
                     .prepare_cached("DELETE FROM jobs WHERE id = ?1 AND receive_count = ?2")?
                     .execute(params![job, receive_count])
@@ -228,7 +234,7 @@ impl JobQueue {
         let now_ms = now_ms(now);
         let released = self
             .db
-            .with_connection(move |connection| {
+            .with_derived(move |connection| {
                 connection
                     .prepare_cached("UPDATE jobs SET visible_at = ?1 WHERE visible_at > ?1")?
                     .execute([now_ms])
@@ -244,7 +250,7 @@ impl JobQueue {
     ) -> Result<Option<Timestamp>, QueueError> {
         let next = self
             .db
-            .with_connection(move |connection| {
+            .read(move |connection| {
                 connection
                     .prepare_cached(
                         "SELECT key, MAX(due_at, visible_at) AS wake FROM jobs
@@ -270,7 +276,7 @@ impl JobQueue {
     pub async fn pending(&self, only: Option<DeploymentId>) -> Result<u64, QueueError> {
         let count = self
             .db
-            .with_connection(move |connection| {
+            .read(move |connection| {
                 connection
                     .prepare_cached(
                         "SELECT COUNT(*) FROM jobs WHERE ?1 IS NULL OR deployment = ?1",

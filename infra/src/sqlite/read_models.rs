@@ -1,12 +1,17 @@
 //! The read models' tables: each deployment's and each tenant's view as a JSON document.
 //!
-//! - [`DeploymentViews`] (the projector's per-stream port): one IMMEDIATE transaction checks
+//! - [`DeploymentViews`] (the projector's per-stream port): one write checks
 //!   that the view is still at the revision it was loaded at, stores it, and adds the change to
 //!   its tenant's summary, so a replayed or raced record changes nothing and counters are never
 //!   overwritten.
 //! - [`ReadModelStore`] (the rebuild's): many views and the checkpoint in one transaction.
 //! - [`SqliteReadModels::feed_position`]: how far the embedded engine has fed the log to the
 //!   projector; it only moves forward.
+//!
+//! Views are derived from the log, so their writes do not wait for the disk
+//! ([`super::Durability::Derived`]): an OS crash may lose the last ones, together with the feed
+//! position past them (commits are lost only from the end), and the projector folds those
+//! events again.
 
 use std::collections::BTreeSet;
 
@@ -14,7 +19,7 @@ use async_trait::async_trait;
 use overture_domain::projection::{DeploymentView, ReadModels, TenantDelta, TenantView};
 use overture_events::DeploymentId;
 use overture_projector::{DeploymentViews, ReadModelStore, StoreError, ViewError};
-use rusqlite::{params, OptionalExtension, TransactionBehavior};
+use rusqlite::{params, OptionalExtension};
 
 use super::Database;
 
@@ -59,7 +64,7 @@ impl SqliteReadModels {
     /// One deployment's view.
     pub async fn deployment(&self, id: DeploymentId) -> Result<Option<DeploymentView>, StoreError> {
         self.db
-            .with_connection(move |c| {
+            .read(move |c| {
                 let json: Option<String> = c
                     .prepare_cached("SELECT view FROM deployment_views WHERE id = ?1")?
                     .query_row([id.to_string()], |row| row.get(0))
@@ -73,7 +78,7 @@ impl SqliteReadModels {
     /// Deployment views, newest first.
     pub async fn list(&self, filter: ListFilter) -> Result<Vec<DeploymentView>, StoreError> {
         self.db
-            .with_connection(move |c| {
+            .read(move |c| {
                 let mut statement = c.prepare_cached(
                     "SELECT view FROM deployment_views
                      WHERE (?1 IS NULL OR tenant = ?1) AND (?2 IS NULL OR status = ?2)
@@ -91,7 +96,7 @@ impl SqliteReadModels {
     /// Every tenant's summary, by tenant name.
     pub async fn tenants(&self) -> Result<Vec<TenantView>, StoreError> {
         self.db
-            .with_connection(|c| {
+            .read(|c| {
                 let mut statement =
                     c.prepare_cached("SELECT view FROM tenant_views ORDER BY tenant")?;
                 let rows = statement.query_map([], |row| row.get::<_, String>(0))?;
@@ -122,7 +127,7 @@ impl SqliteReadModels {
     /// projector; the position never moves back, so none makes another fold twice for nothing.
     pub async fn advance_feed_position(&self, position: u64) -> Result<(), StoreError> {
         self.db
-            .with_connection(move |c| {
+            .with_derived(move |c| {
                 c.prepare_cached(
                     "INSERT INTO checkpoints (name, position) VALUES (?1, ?2)
                      ON CONFLICT (name) DO UPDATE SET position = max(position, excluded.position)",
@@ -140,7 +145,7 @@ impl DeploymentViews for SqliteReadModels {
     async fn view(&self, deployment: DeploymentId) -> Result<Option<DeploymentView>, ViewError> {
         let json: Option<String> = self
             .db
-            .with_connection(move |c| {
+            .read(move |c| {
                 c.prepare_cached("SELECT view FROM deployment_views WHERE id = ?1")?
                     .query_row([deployment.to_string()], |row| row.get(0))
                     .optional()
@@ -165,8 +170,8 @@ impl DeploymentViews for SqliteReadModels {
         let delta = delta.clone();
         let saved = self
             .db
-            .with_connection(move |c| {
-                let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            .with_derived(move |c| {
+                let tx = c.savepoint()?;
                 let stored: Option<Option<i64>> = tx
                     .prepare_cached(
                         "SELECT json_extract(view, '$.revision') FROM deployment_views WHERE id = ?1",
@@ -212,7 +217,7 @@ impl DeploymentViews for SqliteReadModels {
         let tenant = tenant.to_owned();
         let json: Option<String> = self
             .db
-            .with_connection(move |c| {
+            .read(move |c| {
                 c.prepare_cached("SELECT view FROM tenant_views WHERE tenant = ?1")?
                     .query_row([tenant], |row| row.get(0))
                     .optional()
@@ -228,7 +233,7 @@ impl DeploymentViews for SqliteReadModels {
 impl ReadModelStore for SqliteReadModels {
     async fn checkpoint(&self) -> Result<u64, StoreError> {
         self.db
-            .with_connection(|c| {
+            .read(|c| {
                 let position: Option<i64> = c
                     .prepare_cached("SELECT position FROM checkpoints WHERE name = ?1")?
                     .query_row([CHECKPOINT], |row| row.get(0))
@@ -247,7 +252,7 @@ impl ReadModelStore for SqliteReadModels {
         let ids: Vec<DeploymentId> = deployments.iter().copied().collect();
         let tenants: Vec<String> = tenants.iter().cloned().collect();
         self.db
-            .with_connection(move |c| {
+            .read(move |c| {
                 let mut models = ReadModels::default();
                 let mut by_id =
                     c.prepare_cached("SELECT view FROM deployment_views WHERE id = ?1")?;
@@ -278,8 +283,8 @@ impl ReadModelStore for SqliteReadModels {
     async fn save(&self, models: &ReadModels, checkpoint: u64) -> Result<(), StoreError> {
         let models = models.clone();
         self.db
-            .with_connection(move |c| {
-                let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            .with_derived(move |c| {
+                let tx = c.savepoint()?;
                 {
                     let mut put_deployment = tx.prepare_cached(
                         "INSERT INTO deployment_views (id, tenant, status, started_at, view) VALUES (?1, ?2, ?3, ?4, ?5)
@@ -313,7 +318,7 @@ impl ReadModelStore for SqliteReadModels {
 
     async fn load_all(&self) -> Result<ReadModels, StoreError> {
         self.db
-            .with_connection(|c| {
+            .read(|c| {
                 let mut models = ReadModels::default();
                 let mut deployments = c.prepare_cached("SELECT view FROM deployment_views")?;
                 for json in deployments.query_map([], |row| row.get::<_, String>(0))? {
@@ -333,8 +338,8 @@ impl ReadModelStore for SqliteReadModels {
 
     async fn clear(&self) -> Result<(), StoreError> {
         self.db
-            .with_connection(|c| {
-                let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            .with_derived(|c| {
+                let tx = c.savepoint()?;
                 tx.execute_batch("DELETE FROM deployment_views; DELETE FROM tenant_views;")?;
                 tx.execute("DELETE FROM checkpoints WHERE name = ?1", [CHECKPOINT])?;
                 tx.commit()

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use overture_triggers::{
     Claim, LedgerError, TriggerDecision, TriggerLedger, Verdict, DUPLICATE_REASON,
 };
-use rusqlite::{params, TransactionBehavior};
+use rusqlite::{params};
 
 use super::{Database, DbError};
 
@@ -46,7 +46,7 @@ impl TriggerLedger for SqliteTriggerLedger {
         );
         self.db
             .with_connection(move |connection| {
-                let tx = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let tx = connection.savepoint()?;
                 let inserted = tx.execute(
                     "INSERT OR IGNORE INTO trigger_claims (source, event_id, trigger)
                      VALUES (?1, ?2, ?3)",
@@ -119,7 +119,7 @@ impl TriggerLedger for SqliteTriggerLedger {
     async fn decisions(&self) -> Result<Vec<TriggerDecision>, LedgerError> {
         let rows = self
             .db
-            .with_connection(|connection| {
+            .read(|connection| {
                 let mut statement = connection.prepare(
                     "SELECT at, source, event_id, trigger, decision, deployment, reason
                      FROM trigger_decisions ORDER BY seq",
