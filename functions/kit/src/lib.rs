@@ -238,31 +238,62 @@ pub async fn execute(
     cause: &Cause,
     command_for: impl Fn(&DeploymentState) -> DeploymentCommand + Send,
 ) -> Result<Result<Executed, DeploymentError>, LogError> {
+    execute_all(log, deployment, tenant_for_new, cause, move |state| {
+        vec![command_for(state)]
+    })
+    .await
+}
+
+/// Like [`execute`] for several commands at once: each is decided on the state the ones before
+/// it leave, and all their events go into one append, so they cost one commit (one disk sync)
+/// instead of one each. The first refusal refuses them all and nothing is appended.
+///
+/// Ending a list with `Advance { now }` records what an outcome makes happen next (the steps it
+/// makes ready, the deployment's end) in the same commit as the outcome.
+pub async fn execute_all(
+    log: &dyn DeploymentLog,
+    deployment: DeploymentId,
+    tenant_for_new: &str,
+    cause: &Cause,
+    commands_for: impl Fn(&DeploymentState) -> Vec<DeploymentCommand> + Send,
+) -> Result<Result<Executed, DeploymentError>, LogError> {
     let mut attempts = 0;
     loop {
         let Loaded { state, revision } = log.load(deployment).await?;
-        let events = match Deployment::handle(&state, command_for(&state)) {
-            Ok(events) => events,
+        let tenant = if state.tenant.is_empty() {
+            tenant_for_new.to_owned()
+        } else {
+            state.tenant.clone()
+        };
+        let (state, events) = match decide(state, &commands_for) {
+            Ok(decided) => decided,
             Err(refused) => return Ok(Err(refused)),
         };
         if events.is_empty() {
             return Ok(Ok(Executed { state, events }));
         }
-        let tenant = if state.tenant.is_empty() {
-            tenant_for_new
-        } else {
-            state.tenant.as_str()
-        };
         match log
-            .append(deployment, tenant, revision, events.clone(), cause)
+            .append(deployment, &tenant, revision, events.clone(), cause)
             .await
         {
-            Ok(()) => {
-                let state = events.iter().cloned().fold(state, Deployment::apply);
-                return Ok(Ok(Executed { state, events }));
-            }
+            Ok(()) => return Ok(Ok(Executed { state, events })),
             Err(LogError::Conflict { .. }) if attempts < CONFLICT_RETRIES => attempts += 1,
             Err(error) => return Err(error),
         }
     }
+}
+
+/// Handles each command on the state the events before it leave; returns the state after all
+/// of them and their events.
+fn decide(
+    mut state: DeploymentState,
+    commands_for: &impl Fn(&DeploymentState) -> Vec<DeploymentCommand>,
+) -> Result<(DeploymentState, Vec<DeploymentEvent>), DeploymentError> {
+    let mut decided = Vec::new();
+    for command in commands_for(&state) {
+        let events = Deployment::handle(&state, command)?;
+        state = events.iter().cloned().fold(state, Deployment::apply);
+        decided.extend(events);
+    }
+    Ok((state, decided))
 }

@@ -3,6 +3,7 @@
 //! on it behaves the same on the real stores.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
@@ -17,6 +18,7 @@ use crate::{Cause, DeploymentLog, Loaded, LogError, ReadStream};
 pub struct MemoryLog {
     streams: Arc<Mutex<HashMap<DeploymentId, Vec<Envelope>>>>,
     recorded_at: Timestamp,
+    appends: Arc<AtomicUsize>,
 }
 
 impl MemoryLog {
@@ -26,7 +28,13 @@ impl MemoryLog {
         Self {
             streams: Arc::default(),
             recorded_at,
+            appends: Arc::default(),
         }
+    }
+
+    /// How many appends stored events: each is one commit (one disk sync) on a real store.
+    pub fn appends(&self) -> usize {
+        self.appends.load(Ordering::SeqCst)
     }
 
     /// A deployment's events as recorded, without their envelopes.
@@ -80,6 +88,9 @@ impl DeploymentLog for MemoryLog {
             recorded_at: self.recorded_at,
         };
         let first = expected.map_or(0, |last| last + 1);
+        if !events.is_empty() {
+            self.appends.fetch_add(1, Ordering::SeqCst);
+        }
         for (revision, event) in (first..).zip(events) {
             stream.push(Envelope {
                 stream: deployment.stream(),

@@ -33,7 +33,7 @@ use overture_domain::deployment::actions;
 use overture_domain::deployment::BastionAccess;
 use overture_domain::{Action, DeploymentCommand, DeploymentError, DeploymentState};
 use overture_events::{CloudAccount, DeploymentEvent, DeploymentId, Envelope, Timestamp};
-use overture_kit::{execute, Cause, Clock, DeploymentLog, LogError};
+use overture_kit::{execute, execute_all, Cause, Clock, DeploymentLog, LogError};
 
 /// The name the orchestrator appends events under.
 pub const ACTOR: &str = "orchestrator";
@@ -306,11 +306,16 @@ pub async fn orchestrate(
                 }
                 Action::PurgeSecrets => {
                     ports.secrets.purge(deployment).await.map_err(work)?;
-                    execute(ports.log, deployment, "", &cause, |_| {
-                        DeploymentCommand::RecordSecretsPurged
-                    })
-                    .await?
-                    .map_err(refused)?;
+                    // The deployment's end, which waited for the purge, is the same commit.
+                    let commands = [
+                        DeploymentCommand::RecordSecretsPurged,
+                        DeploymentCommand::Advance {
+                            now: ports.clock.now(),
+                        },
+                    ];
+                    execute_all(ports.log, deployment, "", &cause, |_| commands.to_vec())
+                        .await?
+                        .map_err(refused)?;
                     tracing::debug!(%deployment, "secrets purged");
                     again = true;
                 }

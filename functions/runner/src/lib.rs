@@ -51,7 +51,7 @@ use overture_domain::secret::{Masker, SecretString, SecretValues};
 use overture_domain::{DeploymentCommand, DeploymentError, DeploymentState, StepStatus};
 use overture_events::{CloudAccount, DeploymentId, ErrorClass, StepSpec, Timestamp};
 use overture_kit::payload::StorePayloads;
-use overture_kit::{execute, Cause, Clock, DeploymentLog, LogError};
+use overture_kit::{execute, execute_all, Cause, Clock, DeploymentLog, LogError};
 use step::{StepInput, Verdict};
 
 /// The job: run this attempt of this step (its body on the queue is in `overture_events`).
@@ -360,6 +360,32 @@ pub async fn run_attempt(
         sandbox: sandbox_id.clone(),
         now,
     };
+    let kind = loaded
+        .state
+        .blueprint
+        .as_ref()
+        .and_then(|b| b.step(step))
+        .map(|spec| spec.kind.as_str());
+    if kind == Some("noop") {
+        // Nothing runs, so nothing can happen between the start and the outcome: both, and the
+        // steps the success makes ready, are one commit.
+        let success = DeploymentCommand::RecordSuccess {
+            step: step.clone(),
+            attempt,
+            outputs: Default::default(),
+            duration_ms: 0,
+        };
+        let commands = [start, success, DeploymentCommand::Advance { now }];
+        let recorded =
+            execute_all(ports.log, deployment, "", &cause, |_| commands.to_vec()).await?;
+        return Ok(match recorded {
+            Ok(_) => AttemptReport::Succeeded,
+            Err(DeploymentError::NotYetDue { not_before, .. }) => {
+                AttemptReport::NotYetDue(not_before)
+            }
+            Err(refused) => AttemptReport::Obsolete(refused.to_string()),
+        });
+    }
     let state = match execute(ports.log, deployment, "", &cause, |_| start.clone()).await? {
         Ok(executed) => executed.state,
         Err(DeploymentError::NotYetDue { not_before, .. }) => {
@@ -373,13 +399,8 @@ pub async fn run_attempt(
         )));
     };
 
-    let outcome = match spec.kind.as_str() {
-        "noop" => Outcome::Success {
-            outputs: Default::default(),
-            duration: Duration::ZERO,
-        },
-        _ => run_in_sandbox(&state, &spec, deployment, attempt, sandbox_id, ports, lease).await?,
-    };
+    let outcome =
+        run_in_sandbox(&state, &spec, deployment, attempt, sandbox_id, ports, lease).await?;
 
     let recorded = match outcome {
         Outcome::Abandoned => return Ok(AttemptReport::Abandoned),
@@ -394,13 +415,18 @@ pub async fn run_attempt(
         .await?
         .map(|()| AttemptReport::Interrupted),
         Outcome::Success { outputs, duration } => {
-            let command = DeploymentCommand::RecordSuccess {
-                step: step.clone(),
-                attempt,
-                outputs,
-                duration_ms: millis(duration),
-            };
-            execute(ports.log, deployment, "", &cause, |_| command.clone())
+            let commands = [
+                DeploymentCommand::RecordSuccess {
+                    step: step.clone(),
+                    attempt,
+                    outputs,
+                    duration_ms: millis(duration),
+                },
+                DeploymentCommand::Advance {
+                    now: ports.clock.now(),
+                },
+            ];
+            execute_all(ports.log, deployment, "", &cause, |_| commands.to_vec())
                 .await?
                 .map(|_| AttemptReport::Succeeded)
         }
@@ -478,17 +504,22 @@ async fn record_failure(
     duration_ms: u64,
 ) -> Result<Result<(), DeploymentError>, LogError> {
     let now = ports.clock.now();
-    let command = DeploymentCommand::RecordFailure {
-        step: step.to_owned(),
-        attempt,
-        error_class,
-        exit_code,
-        message,
-        duration_ms,
-        now,
-    };
+    // What the failure leads to (a retry, the grace period, the deployment's end) is decided
+    // in the same commit.
+    let commands = [
+        DeploymentCommand::RecordFailure {
+            step: step.to_owned(),
+            attempt,
+            error_class,
+            exit_code,
+            message,
+            duration_ms,
+            now,
+        },
+        DeploymentCommand::Advance { now },
+    ];
     Ok(
-        execute(ports.log, deployment, "", cause, |_| command.clone())
+        execute_all(ports.log, deployment, "", cause, |_| commands.to_vec())
             .await?
             .map(|_| ()),
     )

@@ -241,6 +241,59 @@ impl Fixture {
     }
 }
 
+/// `build` (of `kind`), and `next`, which needs it.
+fn pair_of(kind: &str) -> BlueprintSnapshot {
+    let text = format!(
+        "name: x\nsteps:\n  build: {{ run: {kind} }}\n  next: {{ run: noop, needs: [build] }}\n"
+    );
+    parse(&text).expect("valid").snapshot
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_noop_attempt_records_its_start_its_success_and_the_next_step_in_one_commit() {
+    let fixture = Fixture::with(Sandbox::Refuses, pair_of("noop"), MemoryPayloads::default()).await;
+    let appends = fixture.log.appends();
+    assert_eq!(fixture.run().await, AttemptReport::Succeeded);
+    assert_eq!(
+        fixture.types()[2..],
+        ["StepStarted", "StepSucceeded", "StepScheduled"]
+    );
+    assert!(
+        matches!(&fixture.events()[4], E::StepScheduled { step, attempt: 1, not_before } if step == "next" && *not_before == t(1))
+    );
+    assert_eq!(fixture.log.appends() - appends, 1);
+    assert_eq!(fixture.sandbox.runs.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_noop_attempt_that_is_not_due_records_nothing() {
+    let fixture = Fixture::with(Sandbox::Refuses, pair_of("noop"), MemoryPayloads::default()).await;
+    fixture.set_now(t(-10));
+    let recorded = fixture.events().len();
+    // The attempt may start at t(0) only: nothing of the three is recorded before.
+    assert_eq!(fixture.run().await, AttemptReport::NotYetDue(t(0)));
+    assert_eq!(fixture.events().len(), recorded);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_recorded_success_schedules_the_steps_it_makes_ready_in_the_same_commit() {
+    let fixture = Fixture::with(
+        Sandbox::Exits(0, ""),
+        pair_of("script, with: { command: 'true' }"),
+        MemoryPayloads::default(),
+    )
+    .await;
+    assert_eq!(fixture.run().await, AttemptReport::Succeeded);
+    let appends = fixture.log.appends();
+    assert_eq!(
+        fixture.types()[2..],
+        ["StepStarted", "StepSucceeded", "StepScheduled"]
+    );
+    // The start is a commit of its own, before the sandbox runs; the outcome and what it makes
+    // ready are the second.
+    assert_eq!(appends, 3);
+}
+
 fn started_elsewhere(lease_until: Timestamp) -> E {
     E::StepStarted {
         step: "build".into(),
