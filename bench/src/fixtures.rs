@@ -50,6 +50,19 @@ pub fn wide_blueprint(name: &str, steps: usize, kind: StepKind) -> String {
     text
 }
 
+/// A blueprint of `steps` noop steps in a chain: each needs the one before it.
+pub fn chain_blueprint(name: &str, steps: usize) -> String {
+    let mut text = format!("name: {name}\nsteps:\n  s00000:\n    run: noop\n");
+    for i in 1..steps {
+        let _ = write!(
+            text,
+            "  s{i:05}:\n    run: noop\n    needs: [s{:05}]\n",
+            i - 1
+        );
+    }
+    text
+}
+
 /// The blueprint every replayed deployment runs: [`REPLAY_STEPS`] script steps in a chain, with
 /// a parameter and a secret as real blueprints have.
 pub fn replay_blueprint() -> anyhow::Result<ParsedBlueprint> {
@@ -209,6 +222,8 @@ mod tests {
 
     #[test]
     fn generated_blueprints_are_valid() {
+        let chain = blueprint::parse(&chain_blueprint("c", 3)).expect("a valid chain");
+        assert_eq!(chain.snapshot.steps[2].needs, ["s00001"]);
         for kind in [StepKind::Noop, StepKind::ScriptTrue] {
             let parsed = blueprint::parse(&wide_blueprint("wide", 10, kind));
             assert_eq!(parsed.map(|p| p.snapshot.steps.len()), Ok(10));

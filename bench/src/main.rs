@@ -25,16 +25,22 @@
 //!    (`scripts/local-aws.sh`): the Lambda invocations, DynamoDB request units, SQS, KMS and S3
 //!    requests per deployment and per step, and what 1,000 deployments cost on AWS.
 //!
+//! 8. [`speed`]: the engine's speed goals (a chain of 200 steps, the cost per step from 10 to
+//!    10,000 steps, 200 deployments 16 at a time, and the replay above), printed by [`goals`]
+//!    beside their targets and limits. `overture-bench goals` measures these alone.
+//!
 //! [`fixtures`] builds the events and blueprints; [`report`] prints the figures.
 
 mod aws_costs;
 mod deploy;
 mod dynamodb;
 mod fixtures;
+mod goals;
 mod log_rate;
 mod replay;
 mod report;
 mod sandbox;
+mod speed;
 
 use std::process::ExitCode;
 
@@ -76,6 +82,21 @@ async fn main() -> ExitCode {
 async fn run() -> anyhow::Result<()> {
     // Before anything slow: a missing binary should fail at once.
     let overture = deploy::overture_binary()?;
+    let only_goals = match std::env::args().nth(1).as_deref() {
+        None => false,
+        Some("goals") => true,
+        Some(other) => anyhow::bail!(
+            "unknown argument `{other}`: run `overture-bench` for every figure, or `overture-bench goals` for the speed goals alone"
+        ),
+    };
+    let speed = speed_goals(&overture).await?;
+    if only_goals {
+        println!();
+        print!("{}", goals::table(&speed));
+        println!();
+        println!("{}", serde_json::json!({ "goals": goals::json(&speed) }));
+        return Ok(());
+    }
     let nproc = std::thread::available_parallelism()
         .map(usize::from)
         .unwrap_or(1);
@@ -91,8 +112,7 @@ async fn run() -> anyhow::Result<()> {
         .await
         .context("the raw insert task failed")??;
 
-    eprintln!("replay: writing {REPLAY_DEPLOYMENTS} deployments of {} events, then rebuilding the read models", 3 * fixtures::REPLAY_STEPS + 4);
-    let replay = replay::replay(REPLAY_DEPLOYMENTS).await?;
+    let replay = speed.replay;
 
     eprintln!("overture deploy: {NOOP_STEPS} noop steps");
     let noop = deploy::deploy(&overture, NOOP_STEPS, StepKind::Noop).await?;
@@ -130,6 +150,37 @@ async fn run() -> anyhow::Result<()> {
     println!();
     print!("{}", report::table(&figures));
     println!();
-    println!("{}", report::json(&figures));
+    print!("{}", goals::table(&speed));
+    println!();
+    let mut json = report::json(&figures);
+    json["goals"] = goals::json(&speed);
+    println!("{json}");
     Ok(())
+}
+
+/// Measures the speed goals, from the replay on.
+async fn speed_goals(overture: &std::path::Path) -> anyhow::Result<goals::Speed> {
+    eprintln!("replay: writing {REPLAY_DEPLOYMENTS} deployments of {} events, then rebuilding the read models", 3 * fixtures::REPLAY_STEPS + 4);
+    let replay = replay::replay(REPLAY_DEPLOYMENTS).await?;
+    eprintln!(
+        "sequential: a chain of {} noop steps, {} times",
+        speed::SEQUENTIAL_STEPS,
+        speed::SEQUENTIAL_RUNS
+    );
+    let sequential = speed::sequential(overture).await?;
+    eprintln!("flat cost: chains and wide deployments of 10 to 10,000 noop steps");
+    let flat = speed::flat(overture).await?;
+    eprintln!(
+        "concurrent: {} deployments of {} noop steps, {} at once",
+        speed::CONCURRENT_DEPLOYMENTS,
+        speed::CONCURRENT_STEPS,
+        speed::CONCURRENT_AT_ONCE
+    );
+    let concurrent = speed::concurrent(overture).await?;
+    Ok(goals::Speed {
+        sequential,
+        flat,
+        concurrent,
+        replay,
+    })
 }
