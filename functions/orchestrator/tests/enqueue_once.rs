@@ -10,7 +10,7 @@ use overture_domain::deployment::{BastionAccess, Interruption};
 use overture_domain::DeploymentCommand;
 use overture_events::{CloudAccount, DeploymentId, Envelope, ErrorClass, Timestamp};
 use overture_kit::memory::MemoryLog;
-use overture_kit::{execute, Cause, Clock, ReadStream};
+use overture_kit::{execute, execute_all, Cause, Clock, ReadStream};
 use overture_orchestrator::{
     orchestrate, OrchestratorPorts, PurgeSecrets, QueueWork, RevokeAccess, Since, WaitingAttempt,
     WorkError,
@@ -299,4 +299,96 @@ async fn a_grace_deadline_is_queued_once_when_the_grace_period_starts() {
     assert!(fixture.queue.wakes.lock().expect("not poisoned").is_empty());
     fixture.orchestrate(Since::Unknown).await;
     assert_eq!(*fixture.queue.wakes.lock().expect("not poisoned"), wakes);
+}
+
+#[tokio::test]
+async fn steps_a_runner_scheduled_with_an_outcome_are_queued_from_its_records() {
+    let fixture = Fixture {
+        deployment: DeploymentId::from_uuid(uuid::Uuid::now_v7()),
+        ..Fixture::new()
+    };
+    let parsed =
+        parse("name: two\nsteps:\n  build: { run: noop }\n  ship: { run: noop, needs: [build] }\n")
+            .expect("valid");
+    fixture
+        .record(DeploymentCommand::Request {
+            triggered_by: None,
+            tenant: "t".into(),
+            requested_by: "u".into(),
+            trigger: "cli".into(),
+            source: "two.yaml".into(),
+            blueprint: parsed.snapshot,
+            blueprint_hash: parsed.hash,
+            params: BTreeMap::new(),
+            cloud: None,
+            sealed: None,
+        })
+        .await;
+    fixture
+        .orchestrate(Since::Records(&fixture.feed().await))
+        .await;
+    assert_eq!(fixture.queue.take(), queued(&[("build", 1)]));
+
+    // The runner records `build`'s start, its success and `ship`'s schedule in one append.
+    fixture.start("build", 1).await;
+    let runner = Cause::new("runner", fixture.deployment, uuid::Uuid::now_v7());
+    let commands = [
+        DeploymentCommand::RecordSuccess {
+            step: "build".into(),
+            attempt: 1,
+            outputs: BTreeMap::new(),
+            duration_ms: 0,
+        },
+        DeploymentCommand::Advance {
+            now: fixture.clock.now(),
+        },
+    ];
+    execute_all(&fixture.log, fixture.deployment, "t", &runner, |_| {
+        commands.to_vec()
+    })
+    .await
+    .expect("the log works")
+    .expect("the outcome is accepted");
+
+    // The orchestrator did not decide it, but it queues it once, from the runner's records.
+    fixture
+        .orchestrate(Since::Records(&fixture.feed().await))
+        .await;
+    assert_eq!(fixture.queue.take(), queued(&[("ship", 1)]));
+    fixture.orchestrate(Since::Records(&[])).await;
+    assert_eq!(fixture.queue.take(), queued(&[]));
+}
+
+#[tokio::test]
+async fn the_purge_and_the_deployments_end_are_one_commit() {
+    let fixture = Fixture::new();
+    fixture.request().await;
+    fixture
+        .orchestrate(Since::Records(&fixture.feed().await))
+        .await;
+    for step in ["build", "lint"] {
+        fixture.start(step, 1).await;
+        fixture
+            .record(DeploymentCommand::RecordSuccess {
+                step: step.into(),
+                attempt: 1,
+                outputs: BTreeMap::new(),
+                duration_ms: 0,
+            })
+            .await;
+    }
+    let appends = fixture.log.appends();
+    fixture
+        .orchestrate(Since::Records(&fixture.feed().await))
+        .await;
+    let events = fixture.log.events(fixture.deployment);
+    let ending: Vec<&str> = events
+        .iter()
+        .rev()
+        .take(2)
+        .rev()
+        .map(|e| e.event_type())
+        .collect();
+    assert_eq!(ending, ["SecretsPurged", "DeploymentSucceeded"]);
+    assert_eq!(fixture.log.appends() - appends, 1);
 }
