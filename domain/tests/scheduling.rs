@@ -334,7 +334,7 @@ impl Run {
 
     /// Advances, starts every due attempt, then records each running attempt's outcome in
     /// blueprint order; purges the secrets when asked; until the deployment ends.
-    fn to_the_end(&mut self) {
+    fn until_it_ends(&mut self) {
         while !self.state.is_finished() {
             self.now += 60;
             let now = t(self.now);
@@ -444,7 +444,7 @@ fn a_wide_deployment_whose_steps_fail_and_are_redriven_runs_every_step_to_succes
         log: vec![],
         now: 0,
     };
-    run.to_the_end();
+    run.until_it_ends();
     assert_eq!(run.state.phase, Phase::Finished(Outcome::Failed));
     let abandoned_s2 = abandoned("s2", 2, "not started because step `s3` failed");
     assert!(run.log.contains(&abandoned_s2), "{:#?}", run.log);
@@ -464,7 +464,7 @@ fn a_wide_deployment_whose_steps_fail_and_are_redriven_runs_every_step_to_succes
         })
     );
     let redriven = run.log.len();
-    run.to_the_end();
+    run.until_it_ends();
     assert_eq!(run.state.phase, Phase::Finished(Outcome::Succeeded));
     let again = &run.log[redriven..];
     let first_round: Vec<(&str, u32)> = again
