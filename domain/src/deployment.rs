@@ -483,18 +483,39 @@ pub enum Action {
 }
 
 /// The actions a deployment's state calls for. Carrying one out twice must be harmless.
+///
+/// Its cost grows with the number of waiting attempts; a caller that knows which attempts were
+/// just decided asks [`attempt_action`] for each and [`actions_besides_attempts`] instead.
 pub fn actions(state: &DeploymentState) -> Vec<Action> {
     let mut actions: Vec<Action> = state
         .steps
         .waiting()
-        .filter_map(|(name, s)| {
-            s.not_before.map(|not_before| Action::RunAttempt {
-                step: name.clone(),
-                attempt: s.attempt,
-                not_before,
-            })
-        })
+        .filter_map(|(name, s)| run_attempt(name, s))
         .collect();
+    actions.extend(actions_besides_attempts(state));
+    actions
+}
+
+/// The attempt's [`Action::RunAttempt`], if that attempt of the step waits to start.
+pub fn attempt_action(state: &DeploymentState, step: &str, attempt: u32) -> Option<Action> {
+    let (name, s) = state.steps.entry_named(step)?;
+    (s.status.is_waiting() && s.attempt == attempt)
+        .then(|| run_attempt(name, s))
+        .flatten()
+}
+
+fn run_attempt(name: &str, s: &StepState) -> Option<Action> {
+    s.not_before.map(|not_before| Action::RunAttempt {
+        step: name.to_owned(),
+        attempt: s.attempt,
+        not_before,
+    })
+}
+
+/// The actions other than running attempts, in the order [`actions`] gives them: waking at the
+/// grace period's deadline, closing the bastion, purging the secrets.
+pub fn actions_besides_attempts(state: &DeploymentState) -> Vec<Action> {
+    let mut actions = Vec::new();
     if let Phase::Failing {
         deadline: Some(deadline),
         ..

@@ -127,6 +127,11 @@ impl Steps {
         self.states.is_empty()
     }
 
+    /// The step with this name, and the name as kept.
+    pub(crate) fn entry_named(&self, name: &str) -> Option<(&String, &StepState)> {
+        self.position(name).and_then(|at| self.entry(at))
+    }
+
     /// Every step with its name, in blueprint order.
     pub fn iter(&self) -> impl Iterator<Item = (&String, &StepState)> {
         self.graph.names.iter().zip(self.states.values())

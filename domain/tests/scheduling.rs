@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, TimeDelta, Utc};
 use overture_domain::blueprint::parse;
 use overture_domain::deployment::{
-    actions, Action, Deployment, DeploymentCommand as C, DeploymentState, Outcome, Phase,
-    StepStatus,
+    actions, actions_besides_attempts, attempt_action, Action, Deployment, DeploymentCommand as C,
+    DeploymentState, Outcome, Phase, StepStatus,
 };
 use overture_events::{BlueprintSnapshot, DeploymentEvent as E, ErrorClass};
 
@@ -514,4 +514,33 @@ fn a_redrive_recorded_with_a_step_that_had_succeeded_runs_it_again_before_what_n
     );
     history.extend([scheduled("a", 2, 5), started("a", 2), succeeded("a", 2)]);
     assert_eq!(given(history).when(advance(6)), vec![scheduled("b", 2, 6)]);
+}
+
+#[test]
+fn the_actions_of_the_attempts_just_decided_are_those_every_waiting_attempt_calls_for() {
+    let mut history: Vec<E> = std::iter::once(fan()).chain(ran("root", 1, 0)).collect();
+    history.extend([
+        scheduled("zeta", 1, 1),
+        scheduled("alpha", 1, 1),
+        scheduled("mid", 1, 1),
+        started("zeta", 1),
+    ]);
+    let state = given(history).0;
+    let decided = [
+        ("zeta", 1),
+        ("alpha", 1),
+        ("mid", 1),
+        ("mid", 2),
+        ("nope", 1),
+    ];
+    let mut piecemeal: Vec<Action> = decided
+        .iter()
+        .filter_map(|(step, attempt)| attempt_action(&state, step, *attempt))
+        .collect();
+    piecemeal.extend(actions_besides_attempts(&state));
+    assert_eq!(
+        piecemeal,
+        actions(&state),
+        "zeta started, mid waits at attempt 1, nope is no step"
+    );
 }
