@@ -101,8 +101,7 @@ impl Steps {
             succeeded: 0,
         };
         for at in 0..steps.states.len() {
-            let status = steps.states[&at].status;
-            steps.entered(at, status);
+            steps.entered(at, fresh.status);
         }
         steps
     }
