@@ -6,16 +6,17 @@
 //! (run an attempt, wake at a deadline, purge the secrets); the aggregate itself never acts.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use chrono::TimeDelta;
-use indexmap::IndexMap;
 use overture_events::{
     BlueprintSnapshot, CloudAccount, DeploymentEvent, ErrorClass, HostKeySource, PinnedHostKey,
-    Timestamp, TriggeredBy,
+    StepSpec, Timestamp, TriggeredBy,
 };
 use serde::{Deserialize, Serialize};
 
 use crate::retry::{self, RetryDecision};
+pub use crate::steps::Steps;
 
 /// The aggregate; its state is [`DeploymentState`].
 #[derive(Clone, Copy, Debug)]
@@ -155,12 +156,12 @@ pub enum Phase {
 pub struct DeploymentState {
     /// The owning tenant.
     pub tenant: String,
-    /// The blueprint, once requested.
-    pub blueprint: Option<BlueprintSnapshot>,
+    /// The blueprint, once requested; shared by every clone of the state.
+    pub blueprint: Option<Arc<BlueprintSnapshot>>,
     /// Parameter values.
     pub params: BTreeMap<String, String>,
     /// Every step, in blueprint order.
-    pub steps: IndexMap<String, StepState>,
+    pub steps: Steps,
     /// The phase.
     pub phase: Phase,
     /// Where the sealed secrets are, if any were sealed.
@@ -254,11 +255,20 @@ impl DeploymentState {
             .ok_or_else(|| DeploymentError::UnknownStep(step.to_owned()))
     }
 
-    /// Steps with an attempt running now.
+    /// Steps with an attempt running now, in blueprint order.
     pub fn running_steps(&self) -> impl Iterator<Item = (&String, &StepState)> {
+        self.steps.running()
+    }
+
+    /// The blueprint's spec of the step.
+    pub fn spec(&self, step: &str) -> Option<&StepSpec> {
+        let blueprint = self.blueprint.as_ref()?;
+        // A step's place among the states is its place in the blueprint.
         self.steps
-            .iter()
-            .filter(|(_, s)| s.status == StepStatus::Running)
+            .position(step)
+            .and_then(|at| blueprint.steps.get(at))
+            .filter(|spec| spec.name == step)
+            .or_else(|| blueprint.step(step))
     }
 
     /// Whether the secrets may go: no step can run any more and the bastion is closed.
@@ -269,10 +279,7 @@ impl DeploymentState {
     /// Whether no more step work will happen: everything succeeded, or nothing runs while failing.
     fn work_is_over(&self) -> bool {
         match self.phase {
-            Phase::Running => self
-                .steps
-                .values()
-                .all(|s| s.status == StepStatus::Succeeded),
+            Phase::Running => self.steps.all_succeeded(),
             Phase::Failing { .. } | Phase::Cancelling { .. } => {
                 self.running_steps().next().is_none()
             }
@@ -476,19 +483,39 @@ pub enum Action {
 }
 
 /// The actions a deployment's state calls for. Carrying one out twice must be harmless.
+///
+/// Its cost grows with the number of waiting attempts; a caller that knows which attempts were
+/// just decided asks [`attempt_action`] for each and [`actions_besides_attempts`] instead.
 pub fn actions(state: &DeploymentState) -> Vec<Action> {
     let mut actions: Vec<Action> = state
         .steps
-        .iter()
-        .filter(|(_, s)| s.status.is_waiting())
-        .filter_map(|(name, s)| {
-            s.not_before.map(|not_before| Action::RunAttempt {
-                step: name.clone(),
-                attempt: s.attempt,
-                not_before,
-            })
-        })
+        .waiting()
+        .filter_map(|(name, s)| run_attempt(name, s))
         .collect();
+    actions.extend(actions_besides_attempts(state));
+    actions
+}
+
+/// The attempt's [`Action::RunAttempt`], if that attempt of the step waits to start.
+pub fn attempt_action(state: &DeploymentState, step: &str, attempt: u32) -> Option<Action> {
+    let (name, s) = state.steps.entry_named(step)?;
+    (s.status.is_waiting() && s.attempt == attempt)
+        .then(|| run_attempt(name, s))
+        .flatten()
+}
+
+fn run_attempt(name: &str, s: &StepState) -> Option<Action> {
+    s.not_before.map(|not_before| Action::RunAttempt {
+        step: name.to_owned(),
+        attempt: s.attempt,
+        not_before,
+    })
+}
+
+/// The actions other than running attempts, in the order [`actions`] gives them: waking at the
+/// grace period's deadline, closing the bastion, purging the secrets.
+pub fn actions_besides_attempts(state: &DeploymentState) -> Vec<Action> {
+    let mut actions = Vec::new();
     if let Phase::Failing {
         deadline: Some(deadline),
         ..
@@ -753,12 +780,6 @@ impl Deployment {
     /// Folds one event into the state.
     pub fn apply(mut state: DeploymentState, event: DeploymentEvent) -> DeploymentState {
         use DeploymentEvent as E;
-        let set_step =
-            |state: &mut DeploymentState, step: &str, change: &dyn Fn(&mut StepState)| {
-                if let Some(s) = state.steps.get_mut(step) {
-                    change(s);
-                }
-            };
         match event {
             E::DeploymentRequested {
                 tenant,
@@ -770,23 +791,17 @@ impl Deployment {
             } => {
                 state.cloud = cloud;
                 state.triggered_by = triggered_by;
-                state.steps = blueprint
-                    .steps
-                    .iter()
-                    .map(|s| {
-                        let fresh = StepState {
-                            status: StepStatus::Pending,
-                            attempt: 0,
-                            not_before: None,
-                            outputs: BTreeMap::new(),
-                            lease_until: None,
-                            first_attempt: 1,
-                        };
-                        (s.name.clone(), fresh)
-                    })
-                    .collect();
+                let fresh = StepState {
+                    status: StepStatus::Pending,
+                    attempt: 0,
+                    not_before: None,
+                    outputs: BTreeMap::new(),
+                    lease_until: None,
+                    first_attempt: 1,
+                };
+                state.steps = Steps::new(&blueprint, &fresh);
                 state.tenant = tenant;
-                state.blueprint = Some(blueprint);
+                state.blueprint = Some(Arc::new(blueprint));
                 state.params = params;
                 state.phase = Phase::Running;
             }
@@ -846,7 +861,7 @@ impl Deployment {
                     .steps
                     .get(&step)
                     .is_some_and(|s| attempt > s.first_attempt);
-                set_step(&mut state, &step, &|s| {
+                state.steps.update(&step, |s| {
                     s.status = if retry {
                         StepStatus::Retrying
                     } else {
@@ -858,14 +873,14 @@ impl Deployment {
             }
             E::StepStarted {
                 step, lease_until, ..
-            } => set_step(&mut state, &step, &|s| {
+            } => state.steps.update(&step, |s| {
                 s.status = StepStatus::Running;
                 s.not_before = None;
                 s.lease_until = lease_until;
             }),
-            E::StepSucceeded { step, outputs, .. } => set_step(&mut state, &step, &|s| {
+            E::StepSucceeded { step, outputs, .. } => state.steps.update(&step, |s| {
                 s.status = StepStatus::Succeeded;
-                s.outputs = outputs.clone();
+                s.outputs = outputs;
             }),
             E::StepAttemptFailed { .. } | E::StepJobDeadLettered { .. } => {}
             E::StepFailed {
@@ -873,7 +888,7 @@ impl Deployment {
                 attempts,
                 error_class,
             } => {
-                set_step(&mut state, &step, &|s| {
+                state.steps.update(&step, |s| {
                     s.status = StepStatus::Failed;
                     s.not_before = None;
                 });
@@ -891,7 +906,7 @@ impl Deployment {
                     *slot = Some(deadline);
                 }
             }
-            E::StepAbandoned { step, .. } => set_step(&mut state, &step, &|s| {
+            E::StepAbandoned { step, .. } => state.steps.update(&step, |s| {
                 s.status = StepStatus::Abandoned;
                 s.not_before = None;
             }),
@@ -929,7 +944,7 @@ impl Deployment {
             }
             E::DeploymentRedriven { steps, .. } => {
                 for name in &steps {
-                    set_step(&mut state, name, &|s| {
+                    state.steps.update(name, |s| {
                         s.status = StepStatus::Pending;
                         s.first_attempt = s.attempt + 1;
                         s.not_before = None;
@@ -988,29 +1003,13 @@ fn advance(state: &DeploymentState, now: Timestamp) -> Vec<DeploymentEvent> {
                     vec![]
                 };
             }
-            let Some(blueprint) = &state.blueprint else {
-                return vec![];
-            };
-            blueprint
+            // Pending steps whose needs all succeeded, kept up to date as events are applied.
+            state
                 .steps
-                .iter()
-                .filter(|spec| {
-                    state
-                        .steps
-                        .get(&spec.name)
-                        .is_some_and(|s| s.status == StepStatus::Pending)
-                })
-                .filter(|spec| {
-                    spec.needs.iter().all(|need| {
-                        state
-                            .steps
-                            .get(need)
-                            .is_some_and(|s| s.status == StepStatus::Succeeded)
-                    })
-                })
-                .map(|spec| DeploymentEvent::StepScheduled {
-                    step: spec.name.clone(),
-                    attempt: state.steps.get(&spec.name).map_or(1, |s| s.first_attempt),
+                .ready()
+                .map(|(name, s)| DeploymentEvent::StepScheduled {
+                    step: name.clone(),
+                    attempt: s.first_attempt,
                     not_before: now,
                 })
                 .collect()
@@ -1092,8 +1091,8 @@ fn cancel(state: &DeploymentState, requested_by: String, reason: String) -> Vec<
     let why = format!("cancelled by {requested_by}");
     let abandoned = state
         .steps
-        .iter()
-        .filter(|(_, s)| s.status.is_waiting() || s.status == StepStatus::Running)
+        .waiting_or_running()
+        .into_iter()
         .map(|(name, s)| DeploymentEvent::StepAbandoned {
             step: name.clone(),
             attempt: s.attempt,
@@ -1137,8 +1136,8 @@ fn destroyable_steps(state: &DeploymentState) -> Vec<String> {
     let mut order = crate::graph::topological_order(&blueprint.steps);
     order.reverse();
     order.retain(|name| {
-        blueprint
-            .step(name)
+        state
+            .spec(name)
             .is_some_and(|spec| spec.kind == DESTROYABLE_KIND)
             && state.steps.get(name).is_some_and(|s| s.attempt > 0)
     });
@@ -1180,11 +1179,7 @@ fn start(
             not_before,
         });
     }
-    let timeout = state
-        .blueprint
-        .as_ref()
-        .and_then(|b| b.step(&step))
-        .map_or(0, |spec| spec.timeout_ms);
+    let timeout = state.spec(&step).map_or(0, |spec| spec.timeout_ms);
     // A timeout beyond what an instant can hold leaves the attempt without a lease.
     let lease_until = i64::try_from(timeout)
         .ok()
@@ -1280,7 +1275,7 @@ fn after_failure(
     class: ErrorClass,
     now: Timestamp,
 ) -> Vec<DeploymentEvent> {
-    let spec = state.blueprint.as_ref().and_then(|b| b.step(step));
+    let spec = state.spec(step);
     // The policy counts the attempts of this run: a redriven step gets its retries again.
     let first = state.steps.get(step).map_or(1, |s| s.first_attempt);
     let of_this_run = attempt.saturating_sub(first) + 1;
@@ -1309,18 +1304,18 @@ fn after_failure(
         return events;
     }
     // The first failure for good: waiting attempts never start; running ones get the grace period.
-    let others = state.steps.iter().filter(|(name, _)| name.as_str() != step);
-    let mut still_running = false;
-    for (name, s) in others {
-        if s.status.is_waiting() {
-            events.push(DeploymentEvent::StepAbandoned {
-                step: name.clone(),
-                attempt: s.attempt,
-                reason: format!("not started because step `{step}` failed"),
-            });
-        }
-        still_running |= s.status == StepStatus::Running;
+    for (name, s) in state
+        .steps
+        .waiting()
+        .filter(|(name, _)| name.as_str() != step)
+    {
+        events.push(DeploymentEvent::StepAbandoned {
+            step: name.clone(),
+            attempt: s.attempt,
+            reason: format!("not started because step `{step}` failed"),
+        });
     }
+    let still_running = state.running_steps().any(|(name, _)| name.as_str() != step);
     if still_running {
         let grace_ms = state.blueprint.as_ref().map_or(0, |b| b.grace_ms);
         events.push(DeploymentEvent::FailureGracePeriodStarted {

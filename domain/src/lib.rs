@@ -6,7 +6,8 @@
 //! - [`graph`]: the workflow DAG: cycles, ancestry, drawings.
 //! - [`retry`]: the retry policy per error class.
 //! - [`deployment`]: the Deployment aggregate (commands, events, state) and the [`deployment::actions`]
-//!   its state calls for.
+//!   its state calls for; its steps ([`deployment::Steps`]) are kept in `steps`, shared between
+//!   clones and indexed so that no command looks at every step.
 //! - [`projection`]: the read models as folds over the log.
 //! - [`history`]: a deployment's past from its log alone (a stream as it stood at a revision or
 //!   an instant), and the check that folding a stream is deterministic.
@@ -34,6 +35,7 @@ pub mod secret;
 pub mod servers;
 pub mod shape;
 pub mod shell;
+mod steps;
 pub mod template;
 pub mod text;
 pub mod trigger;

@@ -393,7 +393,7 @@ pub async fn run_attempt(
         }
         Err(refused) => return Ok(AttemptReport::Obsolete(refused.to_string())),
     };
-    let Some(spec) = state.blueprint.as_ref().and_then(|b| b.step(step)).cloned() else {
+    let Some(spec) = state.spec(step).cloned() else {
         return Ok(AttemptReport::Obsolete(format!(
             "the blueprint has no step `{step}`"
         )));
