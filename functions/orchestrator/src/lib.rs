@@ -29,7 +29,7 @@ pub use stream::on_stream_records;
 pub use timer::on_timer_messages;
 
 use async_trait::async_trait;
-use overture_domain::deployment::actions;
+use overture_domain::deployment::{actions, actions_besides_attempts, attempt_action};
 use overture_domain::deployment::BastionAccess;
 use overture_domain::{Action, DeploymentCommand, DeploymentError, DeploymentState};
 use overture_events::{CloudAccount, DeploymentEvent, DeploymentId, Envelope, Timestamp};
@@ -238,10 +238,22 @@ impl Decided {
         true
     }
 
-    fn attempt(&self, step: &str, attempt: u32) -> bool {
-        self.attempts
+    /// The actions to carry out: for attempts, only those decided (each once, and only while
+    /// it still waits), unless `everything` is to be queued again. Looking up the decided
+    /// attempts, rather than filtering every waiting one, keeps a pass's cost to what changed.
+    fn actions(&self, state: &DeploymentState, everything: bool) -> Vec<Action> {
+        if everything {
+            return actions(state);
+        }
+        let mut seen = std::collections::HashSet::new();
+        let mut decided: Vec<Action> = self
+            .attempts
             .iter()
-            .any(|(s, a)| s == step && *a == attempt)
+            .filter(|(step, attempt)| seen.insert((step.as_str(), *attempt)))
+            .filter_map(|(step, attempt)| attempt_action(state, step, *attempt))
+            .collect();
+        decided.extend(actions_besides_attempts(state));
+        decided
     }
 }
 
@@ -277,20 +289,18 @@ pub async fn orchestrate(
         // Closing the bastion or purging lets the deployment go on: advance once more.
         let mut again = false;
         let mut waiting = Vec::new();
-        for action in actions(&state) {
+        for action in decided.actions(&state, everything) {
             match action {
                 Action::RunAttempt {
                     step,
                     attempt,
                     not_before,
                 } => {
-                    if everything || decided.attempt(&step, attempt) {
-                        waiting.push(WaitingAttempt {
-                            step,
-                            attempt,
-                            not_before,
-                        });
-                    }
+                    waiting.push(WaitingAttempt {
+                        step,
+                        attempt,
+                        not_before,
+                    });
                 }
                 Action::WakeAt(at) => {
                     if everything || decided.deadlines.contains(&at) {
