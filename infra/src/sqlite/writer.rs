@@ -284,11 +284,13 @@ mod tests {
         move |c| c.execute("INSERT INTO t (n) VALUES (?1)", [n]).map(|_| n)
     }
 
+    type TestWrite<T> = Box<dyn FnOnce(&mut Connection) -> rusqlite::Result<T> + Send>;
+
     // The writes are started, then the current-thread runtime polls each once (queueing it)
     // before the held write is released.
     async fn queued<T: Send + 'static>(
         writer: &Arc<Writer>,
-        writes: Vec<Box<dyn FnOnce(&mut Connection) -> rusqlite::Result<T> + Send>>,
+        writes: Vec<TestWrite<T>>,
     ) -> Vec<Result<T, DbError>> {
         let release = hold(writer).await;
         let handles: Vec<_> = writes
