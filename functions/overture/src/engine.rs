@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use overture_domain::deployment::Interruption;
+use overture_domain::projection::DeploymentView;
 use overture_domain::{DeploymentCommand, DeploymentError, DeploymentState};
 use overture_events::{DeploymentId, Envelope, LogEntry, Timestamp};
 use overture_infra::keystore::LocalKeyStore;
@@ -51,6 +52,12 @@ pub enum EngineError {
     /// A function or store failed.
     #[error("{0}")]
     Function(String),
+    /// A deployment's view did not reach the end of its stream after folding the stream in.
+    #[error("the view of deployment {deployment} stays behind revision {revision} of its stream")]
+    ViewBehind {
+        deployment: DeploymentId,
+        revision: u64,
+    },
 }
 
 fn function_error(error: impl std::fmt::Display) -> EngineError {
@@ -221,6 +228,64 @@ impl Engine {
                 .await
                 .map_err(function_error)?;
             position = last;
+        }
+    }
+
+    /// A deployment's state as its stream holds it now, and its view with every record up to
+    /// that state folded in: what a process that drove the deployment to its end prints.
+    ///
+    /// The shared feed ([`Engine::project`]) is no promise here: it says how far the log was
+    /// handed to the projector by any process, so this process folds its own deployment's
+    /// missing records itself, from the view's revision on.
+    pub async fn settled(
+        &self,
+        deployment: DeploymentId,
+    ) -> Result<(DeploymentState, DeploymentView), EngineError> {
+        let loaded = self
+            .deployments
+            .load(deployment)
+            .await
+            .map_err(function_error)?;
+        let revision = loaded.revision.ok_or_else(|| {
+            function_error(format!("deployment {deployment} has no recorded events"))
+        })?;
+        let reached = |view: &Option<DeploymentView>| {
+            view.as_ref().is_some_and(|view| view.revision >= revision)
+        };
+        let mut view = self
+            .read_models
+            .deployment(deployment)
+            .await
+            .map_err(function_error)?;
+        if !reached(&view) {
+            let from = view.as_ref().map_or(0, |view| view.revision + 1);
+            let records = self
+                .log
+                .read_stream(&deployment.stream(), from)
+                .await
+                .map_err(function_error)?;
+            // Folded and stored through the projector, as any feed would: a process folding the
+            // same records meanwhile makes this one reload, never lose a record.
+            overture_projector::project_stream(
+                deployment,
+                &records,
+                &self.deployments,
+                &self.read_models,
+            )
+            .await
+            .map_err(function_error)?;
+            view = self
+                .read_models
+                .deployment(deployment)
+                .await
+                .map_err(function_error)?;
+        }
+        match view {
+            Some(view) if view.revision >= revision => Ok((loaded.state, view)),
+            _ => Err(EngineError::ViewBehind {
+                deployment,
+                revision,
+            }),
         }
     }
 

@@ -73,6 +73,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use overture_domain::blueprint;
+use overture_domain::deployment::{Outcome, Phase};
 use overture_domain::graph::{self, GraphFormat};
 use overture_domain::history::Moment;
 use overture_domain::projection::DeploymentStatus;
@@ -1080,11 +1081,18 @@ async fn deploy(
     let mut progress = Progress::new();
     let drive = engine.drive(Some(id), parallelism, &mut progress, start);
     cancel::drive_cancelling_on_signal(&engine, id, &requested_by, drive).await?;
-    engine.project().await?;
-    let queries = engine.queries();
-    let view = print_status(&queries, backend, &id.to_string(), json).await?;
-    match view.status {
-        DeploymentStatus::Succeeded => Ok(()),
+    print_end(&engine, id, json).await
+}
+
+/// Prints a deployment this process drove to its end, as `status` prints it, and ends by the
+/// outcome its log recorded: 0 when it succeeded, 1 otherwise. The view printed holds every
+/// record up to that outcome, however far the other processes on the data directory have fed
+/// the read models.
+async fn print_end(engine: &Engine, id: DeploymentId, json: bool) -> Result<(), Failure> {
+    let (state, view) = engine.settled(id).await?;
+    print_view(&view, json);
+    match state.phase {
+        Phase::Finished(Outcome::Succeeded) => Ok(()),
         _ => Err(Failure::Unsuccessful(String::new())),
     }
 }

@@ -1,0 +1,112 @@
+//! Many `overture deploy` processes on one data directory at once: each prints the final status
+//! of its own deployment and exits by the outcome its log recorded, however far the others have
+//! fed the shared read models.
+
+use std::collections::HashSet;
+
+use serde_json::Value;
+
+use crate::support::{text, Overture};
+
+/// How many `deploy` processes run side by side, all started at once.
+const PROCESSES: usize = 100;
+/// Every this many deployments, one fails on purpose.
+const FAILING_EVERY: usize = 10;
+
+const SUCCEEDS: &str = r#"
+name: succeeds
+steps:
+  first: { run: noop }
+  second: { run: noop, needs: [first] }
+  beside: { run: noop }
+"#;
+
+const FAILS: &str = r#"
+name: fails
+steps:
+  first: { run: noop }
+  breaks: { run: script, needs: [first], with: { command: 'exit 1' } }
+  after: { run: noop, needs: [breaks] }
+"#;
+
+/// The outcome the deployment's log recorded: the type of its ending event.
+fn recorded_outcome(events: &[Value]) -> &str {
+    let ends = [
+        "DeploymentSucceeded",
+        "DeploymentFailed",
+        "DeploymentCancelled",
+    ];
+    let found: Vec<&str> = events
+        .iter()
+        .filter_map(|event| event["type"].as_str())
+        .filter(|kind| ends.contains(kind))
+        .collect();
+    assert_eq!(found.len(), 1, "one ending is recorded: {found:?}");
+    found[0]
+}
+
+#[test]
+fn a_hundred_deploys_at_once_each_print_and_exit_by_their_own_outcome() {
+    let overture = Overture::new();
+    let succeeds = overture.blueprint("succeeds.yaml", SUCCEEDS);
+    let fails = overture.blueprint("fails.yaml", FAILS);
+    // The data directory exists before they start, as a shared one does.
+    let made = overture.run(&["list"]);
+    assert!(made.status.success(), "{}", text(&made.stderr));
+
+    let outputs = std::thread::scope(|scope| {
+        let running: Vec<_> = (0..PROCESSES)
+            .map(|n| {
+                let file = if n % FAILING_EVERY == 0 {
+                    &fails
+                } else {
+                    &succeeds
+                };
+                let mut command =
+                    overture.command(&["deploy", file.to_str().expect("utf-8 path"), "--json"]);
+                scope.spawn(move || command.output().expect("run overture deploy"))
+            })
+            .collect();
+        running
+            .into_iter()
+            .map(|process| process.join().expect("a deploy thread"))
+            .collect::<Vec<_>>()
+    });
+
+    let mut ids = HashSet::new();
+    for (n, output) in outputs.iter().enumerate() {
+        let stderr = text(&output.stderr);
+        let printed: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
+            panic!(
+                "deploy {n} printed no status ({error}), exit {:?}:\n{}\n{stderr}",
+                output.status.code(),
+                text(&output.stdout)
+            )
+        });
+        let id = printed["id"].as_str().expect("the status has an id");
+        assert!(ids.insert(id.to_owned()), "deploy {n}: {id} printed twice");
+
+        let (outcome, status, code) = if n % FAILING_EVERY == 0 {
+            ("DeploymentFailed", "failed", 1)
+        } else {
+            ("DeploymentSucceeded", "succeeded", 0)
+        };
+        assert_eq!(
+            recorded_outcome(&overture.events(id)),
+            outcome,
+            "deploy {n}: {id}"
+        );
+        assert_eq!(
+            output.status.code(),
+            Some(code),
+            "deploy {n}: {id} recorded {outcome} and printed {printed}\n{stderr}"
+        );
+        assert_eq!(printed["status"], status, "deploy {n}: {id}\n{stderr}");
+        assert_eq!(
+            overture.json(&["status", id, "--json"]),
+            printed,
+            "deploy {n}: {id} printed its final status"
+        );
+    }
+    assert_eq!(ids.len(), PROCESSES);
+}
