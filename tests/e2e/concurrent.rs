@@ -1,6 +1,6 @@
-//! Many `overture deploy` processes on one data directory side by side: each prints the final status
-//! of its own deployment and exits by the outcome its log recorded, however far the others have
-//! fed the shared read models.
+//! Many `overture deploy` processes on one data directory side by side: each prints the final
+//! status of its own deployment and exits by the outcome its log recorded, however far the others
+//! have fed the shared read models. Nothing rewrites the read models under a running deploy.
 
 use std::collections::HashSet;
 use std::process::Output;
@@ -9,7 +9,7 @@ use std::sync::Mutex;
 
 use serde_json::Value;
 
-use crate::support::{text, Overture};
+use crate::support::{marker, text, Overture};
 
 /// How many `deploy` processes run, on one data directory.
 const PROCESSES: usize = 100;
@@ -126,4 +126,44 @@ fn a_hundred_deploys_sixteen_at_a_time_each_print_and_exit_by_their_own_outcome(
         );
     }
     assert_eq!(ids.len(), PROCESSES);
+}
+
+#[test]
+fn rebuilding_or_importing_the_read_models_is_refused_while_a_deploy_runs() {
+    let overture = Overture::new();
+    let slow = marker("rebuild-refused");
+    let file = overture.blueprint(
+        "slow.yaml",
+        &format!(
+            "name: slow\nsteps:\n  waits:\n    run: script\n    with: {{ command: 'sleep 120 # {slow}' }}\n"
+        ),
+    );
+    let export = overture.blueprint("export.jsonl", "");
+    let deploying = overture.deploy_until(&file, &["waits", "started"]);
+
+    // Either would clear or overwrite the views the deploy reads back at its end.
+    for args in [
+        vec!["replay"],
+        vec!["import", export.to_str().expect("utf-8 path")],
+    ] {
+        let refused = overture.run(&args);
+        assert_eq!(refused.status.code(), Some(2), "{args:?}");
+        assert!(
+            text(&refused.stderr).contains("another overture process is driving deployments"),
+            "{args:?}: {}",
+            text(&refused.stderr)
+        );
+    }
+    let checked = overture.run(&["replay", "--check"]);
+    assert!(checked.status.success(), "{}", text(&checked.stderr));
+
+    let cancel = overture.run(&["cancel", &deploying.id]);
+    assert!(cancel.status.success(), "{}", text(&cancel.stderr));
+    assert_eq!(
+        deploying.wait(),
+        1,
+        "a cancelled deployment ends deploy with 1"
+    );
+    let rebuilt = overture.run(&["replay"]);
+    assert!(rebuilt.status.success(), "{}", text(&rebuilt.stderr));
 }

@@ -234,9 +234,10 @@ impl Engine {
     /// A deployment's state as its stream holds it now, and its view with every record up to
     /// that state folded in: what a process that drove the deployment to its end prints.
     ///
-    /// The shared feed ([`Engine::project`]) is no promise here: it says how far the log was
-    /// handed to the projector by any process, so this process folds its own deployment's
-    /// missing records itself, from the view's revision on.
+    /// The stored view is no promise of that: the shared feed ([`Engine::project`]) says only
+    /// how far any process has handed the log to the projector, and a rebuild rewrites views.
+    /// So the deployment's own records after the stored view are read from its stream, folded
+    /// into the view printed, and handed to the projector so the stored view gets there too.
     pub async fn settled(
         &self,
         deployment: DeploymentId,
@@ -249,44 +250,37 @@ impl Engine {
         let revision = loaded.revision.ok_or_else(|| {
             function_error(format!("deployment {deployment} has no recorded events"))
         })?;
-        let reached = |view: &Option<DeploymentView>| {
-            view.as_ref().is_some_and(|view| view.revision >= revision)
-        };
-        let mut view = self
+        let stored = self
             .read_models
             .deployment(deployment)
             .await
             .map_err(function_error)?;
-        if !reached(&view) {
-            let from = view.as_ref().map_or(0, |view| view.revision + 1);
-            let records = self
-                .log
-                .read_stream(&deployment.stream(), from)
-                .await
-                .map_err(function_error)?;
-            // Folded and stored through the projector, as any feed would: a process folding the
-            // same records meanwhile makes this one reload, never lose a record.
-            overture_projector::project_stream(
-                deployment,
-                &records,
-                &self.deployments,
-                &self.read_models,
-            )
+        if let Some(view) = stored.as_ref().filter(|view| view.revision >= revision) {
+            return Ok((loaded.state, view.clone()));
+        }
+        let from = stored.as_ref().map_or(0, |view| view.revision + 1);
+        let records = self
+            .log
+            .read_stream(&deployment.stream(), from)
             .await
             .map_err(function_error)?;
-            view = self
-                .read_models
-                .deployment(deployment)
-                .await
-                .map_err(function_error)?;
-        }
-        match view {
-            Some(view) if view.revision >= revision => Ok((loaded.state, view)),
-            _ => Err(EngineError::ViewBehind {
+        overture_projector::project_stream(
+            deployment,
+            &records,
+            &self.deployments,
+            &self.read_models,
+        )
+        .await
+        .map_err(function_error)?;
+        let folded = overture_domain::projection::project(stored, &records)
+            .map_err(function_error)?
+            .view
+            .filter(|view| view.revision >= revision)
+            .ok_or(EngineError::ViewBehind {
                 deployment,
                 revision,
-            }),
-        }
+            })?;
+        Ok((loaded.state, folded))
     }
 
     /// A deployment's current state, folded from the log.

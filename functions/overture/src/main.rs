@@ -820,6 +820,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Import { file } => {
             let engine = Engine::open(&data_dir).await?;
+            // Like a rebuild, an import stores its folds over the views (and its checkpoint).
+            let _lock =
+                EngineLock::take(&data_dir, true).map_err(|e| Failure::BadInput(e.to_string()))?;
             let imported = portable::import(&engine, &file).await?;
             outln!(
                 "imported {} event(s) from {} ({} already in the log)",
@@ -878,6 +881,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 .map_err(anyhow::Error::from)?;
                 checked(&differences)
             } else {
+                // A rebuild clears the views and stores its own folds over them: a process
+                // deploying meanwhile would find its view gone or behind its stream.
+                let _lock = EngineLock::take(&data_dir, true)
+                    .map_err(|e| Failure::BadInput(e.to_string()))?;
                 let folded = overture_projector::rebuild(
                     &engine.log,
                     &engine.read_models,
