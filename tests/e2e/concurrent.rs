@@ -35,6 +35,12 @@ steps:
   after: { run: noop, needs: [breaks] }
 "#;
 
+/// Whether deployment `n` is one of those failing on purpose: one in every [`FAILING_EVERY`],
+/// spread among the others.
+fn fails_on_purpose(n: usize) -> bool {
+    n % FAILING_EVERY == FAILING_EVERY / 2
+}
+
 /// The outcome the deployment's log recorded: the type of its ending event.
 fn recorded_outcome(events: &[Value]) -> &str {
     let ends = [
@@ -70,7 +76,7 @@ fn a_hundred_deploys_sixteen_at_a_time_each_print_and_exit_by_their_own_outcome(
                 if n >= PROCESSES {
                     break;
                 }
-                let file = if n % FAILING_EVERY == 0 {
+                let file = if fails_on_purpose(n) {
                     &fails
                 } else {
                     &succeeds
@@ -103,7 +109,7 @@ fn a_hundred_deploys_sixteen_at_a_time_each_print_and_exit_by_their_own_outcome(
         let id = printed["id"].as_str().expect("the status has an id");
         assert!(ids.insert(id.to_owned()), "deploy {n}: {id} printed twice");
 
-        let (outcome, status, code) = if n % FAILING_EVERY == 0 {
+        let (outcome, status, code) = if fails_on_purpose(n) {
             ("DeploymentFailed", "failed", 1)
         } else {
             ("DeploymentSucceeded", "succeeded", 0)
@@ -135,7 +141,11 @@ fn rebuilding_or_importing_the_read_models_is_refused_while_a_deploy_runs() {
     let file = overture.blueprint(
         "slow.yaml",
         &format!(
-            "name: slow\nsteps:\n  waits:\n    run: script\n    with: {{ command: 'sleep 120 # {slow}' }}\n"
+            r#"
+name: slow
+steps:
+  waits: {{ run: script, with: {{ command: 'sleep 120 # {slow}' }} }}
+"#
         ),
     );
     let export = overture.blueprint("export.jsonl", "");
