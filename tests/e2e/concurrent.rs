@@ -3,7 +3,8 @@
 //! have fed the shared read models. Nothing rewrites the read models under a running deploy.
 
 use std::collections::HashSet;
-use std::process::Output;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -176,4 +177,64 @@ steps:
     );
     let rebuilt = overture.run(&["replay"]);
     assert!(rebuilt.status.success(), "{}", text(&rebuilt.stderr));
+}
+
+#[test]
+fn a_deploy_prints_its_own_end_when_the_shared_feed_is_past_its_view() {
+    let overture = Overture::new();
+    let slow = marker("feed-ahead");
+    let file = overture.blueprint(
+        "slow.yaml",
+        &format!(
+            r#"
+name: slow
+steps:
+  waits: {{ run: script, with: {{ command: 'sleep 120 # {slow}' }} }}
+"#
+        ),
+    );
+    let mut deploying = overture
+        .command(&["deploy", file.to_str().expect("utf-8 path"), "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start overture deploy");
+    let mut progress = BufReader::new(deploying.stderr.take().expect("stderr")).lines();
+    let mut id = String::new();
+    for line in progress.by_ref() {
+        let line = line.expect("a progress line");
+        if let Some(rest) = line.strip_prefix("deployment ") {
+            id = rest.trim().to_owned();
+        }
+        if line.contains("waits") && line.contains("started") {
+            break;
+        }
+    }
+    assert!(!id.is_empty(), "the deployment's id is printed");
+    let drained = std::thread::spawn(move || progress.map_while(Result::ok).collect::<Vec<_>>());
+
+    // The feed position every process reads from now says the whole log has been folded in,
+    // while this deployment's view stays where it is: what a feed that moved on without folding
+    // its records would leave.
+    let moved = Command::new("sqlite3")
+        .arg(overture.data_dir().join("overture.db"))
+        .arg("UPDATE checkpoints SET position = 1000000000000 WHERE name = 'read-models'")
+        .status()
+        .expect("sqlite3");
+    assert!(moved.success());
+    let cancel = overture.run(&["cancel", &id]);
+    assert!(cancel.status.success(), "{}", text(&cancel.stderr));
+
+    let output = deploying
+        .wait_with_output()
+        .expect("wait for overture deploy");
+    let progress = drained.join().expect("the progress").join("\n");
+    assert_eq!(output.status.code(), Some(1), "cancelled: {progress}");
+    let printed: Value = serde_json::from_slice(&output.stdout).expect("a status on stdout");
+    assert_eq!(printed["status"], "cancelled", "{printed}");
+    assert_eq!(
+        printed["steps"]["waits"]["status"], "abandoned",
+        "{printed}"
+    );
+    assert_eq!(overture.json(&["status", &id, "--json"]), printed);
 }
