@@ -217,6 +217,8 @@ steps:
     // while this deployment's view stays where it is: what a feed that moved on without folding
     // its records would leave.
     let moved = Command::new("sqlite3")
+        // The engine writes meanwhile (its job's lease): wait for its lock as it waits for ours.
+        .args(["-cmd", ".timeout 5000"])
         .arg(overture.data_dir().join("overture.db"))
         .arg("UPDATE checkpoints SET position = 1000000000000 WHERE name = 'read-models'")
         .status()
