@@ -4,6 +4,9 @@
 //! - [`support`]: running the binary, reading its JSON, checking an event history's causality,
 //!   and checking every deployment stream a test leaves behind for a deterministic fold.
 //! - [`deploy`]: deployments that succeed, fail, and fail with a grace period.
+//! - [`concurrent`]: a hundred `deploy` processes on one data directory, sixteen at a time,
+//!   each printing and exiting by its own deployment's recorded outcome; no rebuild of the read
+//!   models under a running deploy.
 //! - [`events`]: `overture events`, the timeline of a retried failure, and its filters.
 //! - [`history`]: `status --at` and `graph --at`, a deployment as it stood at each revision and
 //!   instant.
@@ -46,6 +49,7 @@ mod aws;
 mod cancel;
 mod client;
 mod cloud;
+mod concurrent;
 mod deploy;
 mod events;
 mod history;

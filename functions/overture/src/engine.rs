@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use overture_domain::deployment::Interruption;
+use overture_domain::projection::DeploymentView;
 use overture_domain::{DeploymentCommand, DeploymentError, DeploymentState};
 use overture_events::{DeploymentId, Envelope, LogEntry, Timestamp};
 use overture_infra::keystore::LocalKeyStore;
@@ -51,6 +52,12 @@ pub enum EngineError {
     /// A function or store failed.
     #[error("{0}")]
     Function(String),
+    /// A deployment's view did not reach the end of its stream after folding the stream in.
+    #[error("the view of deployment {deployment} stays behind revision {revision} of its stream")]
+    ViewBehind {
+        deployment: DeploymentId,
+        revision: u64,
+    },
 }
 
 fn function_error(error: impl std::fmt::Display) -> EngineError {
@@ -222,6 +229,58 @@ impl Engine {
                 .map_err(function_error)?;
             position = last;
         }
+    }
+
+    /// A deployment's state as its stream holds it now, and its view with every record up to
+    /// that state folded in: what a process that drove the deployment to its end prints.
+    ///
+    /// The stored view is no promise of that: the shared feed ([`Engine::project`]) says only
+    /// how far any process has handed the log to the projector, and a rebuild rewrites views.
+    /// So the deployment's own records after the stored view are read from its stream, folded
+    /// into the view printed, and handed to the projector so the stored view gets there too.
+    pub async fn settled(
+        &self,
+        deployment: DeploymentId,
+    ) -> Result<(DeploymentState, DeploymentView), EngineError> {
+        let loaded = self
+            .deployments
+            .load(deployment)
+            .await
+            .map_err(function_error)?;
+        let revision = loaded.revision.ok_or_else(|| {
+            function_error(format!("deployment {deployment} has no recorded events"))
+        })?;
+        let stored = self
+            .read_models
+            .deployment(deployment)
+            .await
+            .map_err(function_error)?;
+        if let Some(view) = stored.as_ref().filter(|view| view.revision >= revision) {
+            return Ok((loaded.state, view.clone()));
+        }
+        let from = stored.as_ref().map_or(0, |view| view.revision + 1);
+        let records = self
+            .log
+            .read_stream(&deployment.stream(), from)
+            .await
+            .map_err(function_error)?;
+        overture_projector::project_stream(
+            deployment,
+            &records,
+            &self.deployments,
+            &self.read_models,
+        )
+        .await
+        .map_err(function_error)?;
+        let folded = overture_domain::projection::project(stored, &records)
+            .map_err(function_error)?
+            .view
+            .filter(|view| view.revision >= revision)
+            .ok_or(EngineError::ViewBehind {
+                deployment,
+                revision,
+            })?;
+        Ok((loaded.state, folded))
     }
 
     /// A deployment's current state, folded from the log.

@@ -73,6 +73,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use overture_domain::blueprint;
+use overture_domain::deployment::{Outcome, Phase};
 use overture_domain::graph::{self, GraphFormat};
 use overture_domain::history::Moment;
 use overture_domain::projection::DeploymentStatus;
@@ -819,6 +820,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Import { file } => {
             let engine = Engine::open(&data_dir).await?;
+            // Like a rebuild, an import stores its folds over the views (and its checkpoint).
+            let _lock =
+                EngineLock::take(&data_dir, true).map_err(|e| Failure::BadInput(e.to_string()))?;
             let imported = portable::import(&engine, &file).await?;
             outln!(
                 "imported {} event(s) from {} ({} already in the log)",
@@ -877,6 +881,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 .map_err(anyhow::Error::from)?;
                 checked(&differences)
             } else {
+                // A rebuild clears the views and stores its own folds over them: a process
+                // deploying meanwhile would find its view gone or behind its stream.
+                let _lock = EngineLock::take(&data_dir, true)
+                    .map_err(|e| Failure::BadInput(e.to_string()))?;
                 let folded = overture_projector::rebuild(
                     &engine.log,
                     &engine.read_models,
@@ -1080,11 +1088,18 @@ async fn deploy(
     let mut progress = Progress::new();
     let drive = engine.drive(Some(id), parallelism, &mut progress, start);
     cancel::drive_cancelling_on_signal(&engine, id, &requested_by, drive).await?;
-    engine.project().await?;
-    let queries = engine.queries();
-    let view = print_status(&queries, backend, &id.to_string(), json).await?;
-    match view.status {
-        DeploymentStatus::Succeeded => Ok(()),
+    print_end(&engine, id, json).await
+}
+
+/// Prints a deployment this process drove to its end, as `status` prints it, and ends by the
+/// outcome its log recorded: 0 when it succeeded, 1 otherwise. The view printed holds every
+/// record up to that outcome, however far the other processes on the data directory have fed
+/// the read models.
+async fn print_end(engine: &Engine, id: DeploymentId, json: bool) -> Result<(), Failure> {
+    let (state, view) = engine.settled(id).await?;
+    print_view(&view, json);
+    match state.phase {
+        Phase::Finished(Outcome::Succeeded) => Ok(()),
         _ => Err(Failure::Unsuccessful(String::new())),
     }
 }

@@ -275,16 +275,5 @@ async fn drive_to_end(
     let mut progress = Progress::new();
     let drive = engine.drive(Some(id), again.parallelism, &mut progress, start);
     crate::cancel::drive_cancelling_on_signal(engine, id, requested_by, drive).await?;
-    engine.project().await?;
-    let view = crate::print_status(
-        &engine.queries(),
-        Backend::Embedded,
-        &id.to_string(),
-        again.json,
-    )
-    .await?;
-    match view.status {
-        overture_domain::projection::DeploymentStatus::Succeeded => Ok(()),
-        _ => Err(Failure::Unsuccessful(String::new())),
-    }
+    crate::print_end(engine, id, again.json).await
 }

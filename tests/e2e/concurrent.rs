@@ -1,0 +1,242 @@
+//! Many `overture deploy` processes on one data directory side by side: each prints the final
+//! status of its own deployment and exits by the outcome its log recorded, however far the others
+//! have fed the shared read models. Nothing rewrites the read models under a running deploy.
+
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use serde_json::Value;
+
+use crate::support::{marker, text, Overture};
+
+/// How many `deploy` processes run, on one data directory.
+const PROCESSES: usize = 100;
+/// How many of them run at any moment: a new one starts as soon as one ends. More at once only
+/// makes some wait past SQLite's busy timeout on two cores, which is not what this test is about.
+const AT_ONCE: usize = 16;
+/// Every this many deployments, one fails on purpose.
+const FAILING_EVERY: usize = 10;
+
+const SUCCEEDS: &str = r#"
+name: succeeds
+steps:
+  first: { run: noop }
+  second: { run: noop, needs: [first] }
+  beside: { run: noop }
+"#;
+
+const FAILS: &str = r#"
+name: fails
+steps:
+  first: { run: noop }
+  breaks: { run: script, needs: [first], with: { command: 'exit 1' } }
+  after: { run: noop, needs: [breaks] }
+"#;
+
+/// Whether deployment `n` is one of those failing on purpose: one in every [`FAILING_EVERY`],
+/// spread among the others.
+fn fails_on_purpose(n: usize) -> bool {
+    n % FAILING_EVERY == FAILING_EVERY / 2
+}
+
+/// The outcome the deployment's log recorded: the type of its ending event.
+fn recorded_outcome(events: &[Value]) -> &str {
+    let ends = [
+        "DeploymentSucceeded",
+        "DeploymentFailed",
+        "DeploymentCancelled",
+    ];
+    let found: Vec<&str> = events
+        .iter()
+        .filter_map(|event| event["type"].as_str())
+        .filter(|kind| ends.contains(kind))
+        .collect();
+    assert_eq!(found.len(), 1, "one ending is recorded: {found:?}");
+    found[0]
+}
+
+#[test]
+fn a_hundred_deploys_sixteen_at_a_time_each_print_and_exit_by_their_own_outcome() {
+    let overture = Overture::new();
+    let succeeds = overture.blueprint("succeeds.yaml", SUCCEEDS);
+    let fails = overture.blueprint("fails.yaml", FAILS);
+    // Made before they start: this test is about deploys sharing a data directory, not about
+    // making one.
+    let made = overture.run(&["list"]);
+    assert!(made.status.success(), "{}", text(&made.stderr));
+
+    let next = AtomicUsize::new(0);
+    let outputs: Mutex<Vec<Option<Output>>> = Mutex::new(vec![None; PROCESSES]);
+    std::thread::scope(|scope| {
+        for _ in 0..AT_ONCE {
+            scope.spawn(|| loop {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                if n >= PROCESSES {
+                    break;
+                }
+                let file = if fails_on_purpose(n) {
+                    &fails
+                } else {
+                    &succeeds
+                };
+                let output = overture
+                    .command(&["deploy", file.to_str().expect("utf-8 path"), "--json"])
+                    .output()
+                    .expect("run overture deploy");
+                outputs.lock().expect("the outputs")[n] = Some(output);
+            });
+        }
+    });
+    let outputs: Vec<Output> = outputs
+        .into_inner()
+        .expect("the outputs")
+        .into_iter()
+        .map(|output| output.expect("every deploy ran"))
+        .collect();
+
+    let mut ids = HashSet::new();
+    for (n, output) in outputs.iter().enumerate() {
+        let stderr = text(&output.stderr);
+        let printed: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
+            panic!(
+                "deploy {n} printed no status ({error}), exit {:?}:\n{}\n{stderr}",
+                output.status.code(),
+                text(&output.stdout)
+            )
+        });
+        let id = printed["id"].as_str().expect("the status has an id");
+        assert!(ids.insert(id.to_owned()), "deploy {n}: {id} printed twice");
+
+        let (outcome, status, code) = if fails_on_purpose(n) {
+            ("DeploymentFailed", "failed", 1)
+        } else {
+            ("DeploymentSucceeded", "succeeded", 0)
+        };
+        assert_eq!(
+            recorded_outcome(&overture.events(id)),
+            outcome,
+            "deploy {n}: {id}"
+        );
+        assert_eq!(
+            output.status.code(),
+            Some(code),
+            "deploy {n}: {id} recorded {outcome} and printed {printed}\n{stderr}"
+        );
+        assert_eq!(printed["status"], status, "deploy {n}: {id}\n{stderr}");
+        assert_eq!(
+            overture.json(&["status", id, "--json"]),
+            printed,
+            "deploy {n}: {id} printed its final status"
+        );
+    }
+    assert_eq!(ids.len(), PROCESSES);
+}
+
+#[test]
+fn rebuilding_or_importing_the_read_models_is_refused_while_a_deploy_runs() {
+    let overture = Overture::new();
+    let slow = marker("rebuild-refused");
+    let file = overture.blueprint(
+        "slow.yaml",
+        &format!(
+            r#"
+name: slow
+steps:
+  waits: {{ run: script, with: {{ command: 'sleep 120 # {slow}' }} }}
+"#
+        ),
+    );
+    let export = overture.blueprint("export.jsonl", "");
+    let deploying = overture.deploy_until(&file, &["waits", "started"]);
+
+    // Either would clear or overwrite the views the deploy reads back at its end.
+    for args in [
+        vec!["replay"],
+        vec!["import", export.to_str().expect("utf-8 path")],
+    ] {
+        let refused = overture.run(&args);
+        assert_eq!(refused.status.code(), Some(2), "{args:?}");
+        assert!(
+            text(&refused.stderr).contains("another overture process is driving deployments"),
+            "{args:?}: {}",
+            text(&refused.stderr)
+        );
+    }
+    let checked = overture.run(&["replay", "--check"]);
+    assert!(checked.status.success(), "{}", text(&checked.stderr));
+
+    let cancel = overture.run(&["cancel", &deploying.id]);
+    assert!(cancel.status.success(), "{}", text(&cancel.stderr));
+    assert_eq!(
+        deploying.wait(),
+        1,
+        "a cancelled deployment ends deploy with 1"
+    );
+    let rebuilt = overture.run(&["replay"]);
+    assert!(rebuilt.status.success(), "{}", text(&rebuilt.stderr));
+}
+
+#[test]
+fn a_deploy_prints_its_own_end_when_the_shared_feed_is_past_its_view() {
+    let overture = Overture::new();
+    let slow = marker("feed-ahead");
+    let file = overture.blueprint(
+        "slow.yaml",
+        &format!(
+            r#"
+name: slow
+steps:
+  waits: {{ run: script, with: {{ command: 'sleep 120 # {slow}' }} }}
+"#
+        ),
+    );
+    let mut deploying = overture
+        .command(&["deploy", file.to_str().expect("utf-8 path"), "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start overture deploy");
+    let mut progress = BufReader::new(deploying.stderr.take().expect("stderr")).lines();
+    let mut id = String::new();
+    for line in progress.by_ref() {
+        let line = line.expect("a progress line");
+        if let Some(rest) = line.strip_prefix("deployment ") {
+            id = rest.trim().to_owned();
+        }
+        if line.contains("waits") && line.contains("started") {
+            break;
+        }
+    }
+    assert!(!id.is_empty(), "the deployment's id is printed");
+    let drained = std::thread::spawn(move || progress.map_while(Result::ok).collect::<Vec<_>>());
+
+    // The feed position every process reads from now says the whole log has been folded in,
+    // while this deployment's view stays where it is: what a feed that moved on without folding
+    // its records would leave.
+    let moved = Command::new("sqlite3")
+        // The engine writes meanwhile (its job's lease): wait for its lock as it waits for ours.
+        .args(["-cmd", ".timeout 5000"])
+        .arg(overture.data_dir().join("overture.db"))
+        .arg("UPDATE checkpoints SET position = 1000000000000 WHERE name = 'read-models'")
+        .status()
+        .expect("sqlite3");
+    assert!(moved.success());
+    let cancel = overture.run(&["cancel", &id]);
+    assert!(cancel.status.success(), "{}", text(&cancel.stderr));
+
+    let output = deploying
+        .wait_with_output()
+        .expect("wait for overture deploy");
+    let progress = drained.join().expect("the progress").join("\n");
+    assert_eq!(output.status.code(), Some(1), "cancelled: {progress}");
+    let printed: Value = serde_json::from_slice(&output.stdout).expect("a status on stdout");
+    assert_eq!(printed["status"], "cancelled", "{printed}");
+    assert_eq!(
+        printed["steps"]["waits"]["status"], "abandoned",
+        "{printed}"
+    );
+    assert_eq!(overture.json(&["status", &id, "--json"]), printed);
+}
