@@ -14,9 +14,8 @@ use crate::support::{marker, text, Overture};
 
 /// How many `deploy` processes run, on one data directory.
 const PROCESSES: usize = 100;
-/// How many of them run at any moment: a new one starts as soon as one ends. More at once only
-/// makes some wait past SQLite's busy timeout on two cores, which is not what this test is about.
-const AT_ONCE: usize = 16;
+/// How many of them run at any moment: all of them, each committing through the one file.
+const AT_ONCE: usize = 100;
 /// Every this many deployments, one fails on purpose.
 const FAILING_EVERY: usize = 10;
 
@@ -59,7 +58,7 @@ fn recorded_outcome(events: &[Value]) -> &str {
 }
 
 #[test]
-fn a_hundred_deploys_sixteen_at_a_time_each_print_and_exit_by_their_own_outcome() {
+fn a_hundred_deploys_at_once_each_print_and_exit_by_their_own_outcome() {
     let overture = Overture::new();
     let succeeds = overture.blueprint("succeeds.yaml", SUCCEEDS);
     let fails = overture.blueprint("fails.yaml", FAILS);

@@ -53,8 +53,9 @@ use writer::Writer;
 /// The SQLite log as an esrs event store.
 pub type EsrsDeploymentStore = overture_kit::esrs_store::EsrsDeploymentStore<SqliteDeployments>;
 
-/// How long a statement waits for another connection's write lock before it fails.
-const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a statement waits for another connection's write lock before it fails: long, as a
+/// hundred processes may share one file on a loaded machine, and waiting beats failing.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A cheap-to-clone handle to the SQLite file; clones share one writer and one reader.
 #[derive(Clone, Debug)]
