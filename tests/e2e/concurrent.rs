@@ -239,3 +239,54 @@ steps:
     );
     assert_eq!(overture.json(&["status", &id, "--json"]), printed);
 }
+
+#[test]
+fn one_deploy_of_several_blueprints_drives_them_all_and_prints_each_end_in_order() {
+    let overture = Overture::new();
+    let succeeds = overture.blueprint("succeeds.yaml", SUCCEEDS);
+    let fails = overture.blueprint("fails.yaml", FAILS);
+    let files: Vec<&str> = [&succeeds, &fails, &succeeds, &succeeds]
+        .iter()
+        .map(|file| file.to_str().expect("utf-8 path"))
+        .collect();
+    let mut args = vec!["deploy", "--at-once", "2", "--json"];
+    args.extend(&files);
+    let output = overture.run(&args);
+
+    // One of them failed, so the whole command did.
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    let printed: Vec<Value> =
+        serde_json::from_slice(&output.stdout).expect("an array of status objects");
+    let statuses: Vec<&str> = printed
+        .iter()
+        .map(|view| view["status"].as_str().expect("a status"))
+        .collect();
+    assert_eq!(statuses, ["succeeded", "failed", "succeeded", "succeeded"]);
+    for view in &printed {
+        let id = view["id"].as_str().expect("an id");
+        assert_eq!(&overture.json(&["status", id, "--json"]), view);
+    }
+}
+
+#[test]
+fn a_bad_blueprint_among_several_records_none_of_them() {
+    let overture = Overture::new();
+    let succeeds = overture.blueprint("succeeds.yaml", SUCCEEDS);
+    let broken = overture.blueprint(
+        "broken.yaml",
+        "name: broken\nsteps:\n  a: { run: nothing-such }\n",
+    );
+    let output = overture.run(&[
+        "deploy",
+        succeeds.to_str().expect("utf-8 path"),
+        broken.to_str().expect("utf-8 path"),
+    ]);
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stderr).contains("broken.yaml"),
+        "the error names the file: {}",
+        text(&output.stderr)
+    );
+    let listed = overture.json(&["list", "--json"]);
+    assert_eq!(listed, serde_json::json!([]), "nothing was recorded");
+}

@@ -63,6 +63,7 @@ mod serve;
 mod step_run;
 mod teardown;
 mod timeline;
+mod together;
 mod token;
 mod triggers;
 
@@ -144,8 +145,9 @@ static SERVER: std::sync::OnceLock<client::Remote> = std::sync::OnceLock::new();
 enum Command {
     /// Record a deployment of a blueprint and drive it to its end, showing progress.
     Deploy {
-        /// The blueprint file (YAML).
-        file: PathBuf,
+        /// The blueprint file (YAML); several deploy each, driven by this one process.
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
         /// The tenant deploying; with a cloud token, the token's project is the tenant.
         #[arg(long, env = "OVERTURE_TENANT")]
         tenant: Option<String>,
@@ -157,10 +159,13 @@ enum Command {
         /// A secret, as NAME=ENV_VAR: its value is read from that environment variable.
         #[arg(long = "secret", value_name = "NAME=ENV_VAR")]
         secrets: Vec<String>,
-        /// How many steps may run at once.
+        /// How many steps of a deployment may run at once.
         #[arg(long, default_value_t = 8)]
         parallelism: usize,
-        /// Print the final status as JSON on stdout.
+        /// With several blueprints: how many deployments may run at once.
+        #[arg(long, default_value_t = 16)]
+        at_once: usize,
+        /// Print the final status as JSON on stdout (an array of them with several blueprints).
         #[arg(long)]
         json: bool,
     },
@@ -656,23 +661,27 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Cloud(command) => cloud::run(command).await,
         Command::Serve(args) => serve::run(&data_dir, args).await,
         Command::Deploy {
-            file,
+            files,
             tenant,
             token,
             params,
             secrets,
             parallelism,
+            at_once,
             json,
         } => {
             deploy(
                 backend,
                 &data_dir,
-                &file,
+                &files,
                 tenant,
                 &token,
                 &params,
                 &secrets,
-                parallelism,
+                together::Pace {
+                    at_once,
+                    parallelism,
+                },
                 json,
             )
             .await
@@ -989,18 +998,29 @@ async fn hand_over_tokens(
 async fn deploy(
     backend: Backend,
     data_dir: &Path,
-    file: &Path,
+    files: &[PathBuf],
     tenant: Option<String>,
     token: &token::TokenArgs,
     params: &[String],
     secrets: &[String],
-    parallelism: usize,
+    pace: together::Pace,
     json: bool,
 ) -> Result<(), Failure> {
-    let (text, parsed) = read_blueprint(file)?;
-    let files = parsed.snapshot.files.clone();
+    // Every blueprint is read and checked before anything is recorded.
+    let mut blueprints = Vec::with_capacity(files.len());
+    for file in files {
+        blueprints.push((file, read_blueprint(file)?));
+    }
     let params = parse_pairs(params, "--param", "NAME=VALUE")?;
     let secret_values = read_secrets(secrets)?;
+    if blueprints.len() > 1 && backend == Backend::Aws {
+        return Err(Failure::BadInput(
+            "deploy: with --backend aws, give one blueprint at a time".into(),
+        ));
+    }
+    let several = blueprints.len() > 1;
+    let (file, (text, parsed)) = blueprints.remove(0);
+    let files = parsed.snapshot.files.clone();
     if backend == Backend::Aws {
         let aws = aws::Aws::from_env().await?;
         let mut given = token.given()?;
@@ -1062,18 +1082,33 @@ async fn deploy(
         .head_position()
         .await
         .context("reading the log")?;
-    let submission = Submission {
+    let submission_of = |file: &Path, text: String, files| Submission {
         triggered_by: None,
-        cloud,
+        cloud: cloud.as_ref().map(|cloud| overture_submit::CloudSession {
+            account: cloud.account.clone(),
+            token: cloud.token.clone(),
+        }),
         source: file.display().to_string(),
         text,
-        tenant,
+        tenant: tenant.clone(),
         requested_by: requested_by.clone(),
         trigger: "cli".into(),
-        params,
-        secrets: secret_values,
+        params: params.clone(),
+        secrets: secret_values.clone(),
         files,
     };
+    if several {
+        blueprints.insert(0, (file, (text, parsed)));
+        let submissions = blueprints
+            .into_iter()
+            .map(|(file, (text, parsed))| {
+                let submission = submission_of(file, text, parsed.snapshot.files.clone());
+                (file.to_path_buf(), submission)
+            })
+            .collect();
+        return together::deploy_all(&engine, data_dir, submissions, pace, json).await;
+    }
+    let submission = submission_of(file, text, files);
     let id = engine
         .submit(submission)
         .await
@@ -1086,7 +1121,7 @@ async fn deploy(
     // deployment beside this process: harmless, as every action is idempotent.
     let _driving = lock::DriveLock::take(data_dir, id).context("taking the drive lock")?;
     let mut progress = Progress::new();
-    let drive = engine.drive(Some(id), parallelism, &mut progress, start);
+    let drive = engine.drive(Some(id), pace.parallelism, &mut progress, start);
     cancel::drive_cancelling_on_signal(&engine, id, &requested_by, drive).await?;
     print_end(&engine, id, json).await
 }
