@@ -222,7 +222,7 @@ async fn only_filters_by_deployment() {
     assert_eq!(queue.pending(Some(mine)).await.expect("pending"), 1);
     assert_eq!(queue.pending(None).await.expect("pending"), 2);
     assert_eq!(
-        queue.next_wake(Some(mine)).await.expect("wake"),
+        queue.next_wake(Some(&[mine])).await.expect("wake"),
         Some(at_ms(500))
     );
     assert_eq!(
@@ -232,13 +232,13 @@ async fn only_filters_by_deployment() {
 
     assert_eq!(
         queue
-            .receive(t0(), LEASE, Some(mine))
+            .receive(t0(), LEASE, Some(&[mine]))
             .await
             .expect("receive"),
         None
     );
     let held = queue
-        .receive(at_ms(500), LEASE, Some(mine))
+        .receive(at_ms(500), LEASE, Some(&[mine]))
         .await
         .expect("receive")
         .expect("mine is due");
@@ -431,4 +431,36 @@ async fn concurrent_receivers_on_two_handles_get_each_job_once() {
     }
     assert_eq!(received.len(), 40, "every job was received");
     assert!(received.values().all(|&count| count == 1), "{received:?}");
+}
+
+#[tokio::test]
+async fn only_takes_jobs_of_any_of_several_deployments() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let queue = open_queue(&db_path(&dir)).await;
+    let (first, second, elsewhere) = (deployment(1), deployment(2), deployment(3));
+    for (key, id) in [
+        ("elsewhere", elsewhere),
+        ("first", first),
+        ("second", second),
+    ] {
+        queue
+            .enqueue(job(key, id, at_ms(-1_000)))
+            .await
+            .expect("enqueue");
+    }
+    let ours = [first, second];
+    let mut taken = Vec::new();
+    while let Some(held) = queue
+        .receive(t0(), LEASE, Some(&ours))
+        .await
+        .expect("receive")
+    {
+        taken.push(held.key);
+    }
+    taken.sort();
+    assert_eq!(taken, ["first", "second"]);
+    assert_eq!(
+        queue.next_wake(Some(&ours)).await.expect("wake"),
+        Some(t0() + chrono::TimeDelta::from_std(LEASE).expect("lease"))
+    );
 }

@@ -80,6 +80,68 @@ impl Watch for Unwatched {
     fn tick(&mut self, _: &DeploymentState) {}
 }
 
+/// The deployments a drive runs until they have ended.
+#[derive(Clone, Copy)]
+pub enum Scope<'a> {
+    /// One deployment.
+    One(DeploymentId),
+    /// Every deployment unfinished when the drive starts.
+    Every,
+    /// The deployments that join while it runs, until no more can.
+    Joined(&'a Joining),
+}
+
+/// Deployments joining a running drive ([`Scope::Joined`]): each is driven from when it joins
+/// until it ends, and is then handed back through the channel [`Joining::new`] returns.
+pub struct Joining {
+    joined: std::sync::Mutex<(Vec<DeploymentId>, bool)>,
+    ended: tokio::sync::mpsc::UnboundedSender<DeploymentId>,
+    appended: Arc<tokio::sync::Notify>,
+}
+
+impl Joining {
+    /// A set for a drive on `engine`, open to new deployments, and where its ended ones come out.
+    pub fn new(engine: &Engine) -> (Self, tokio::sync::mpsc::UnboundedReceiver<DeploymentId>) {
+        let (ended, receiver) = tokio::sync::mpsc::unbounded_channel();
+        let joining = Self {
+            joined: std::sync::Mutex::new((Vec::new(), true)),
+            ended,
+            appended: engine.log.appended(),
+        };
+        (joining, receiver)
+    }
+
+    /// Adds a recorded deployment to the drive.
+    pub fn join(&self, id: DeploymentId) {
+        self.lock().0.push(id);
+        // The drive may be waiting for news: this is some.
+        self.appended.notify_waiters();
+    }
+
+    /// No deployment will join any more: the drive ends once those it has end.
+    pub fn close(&self) {
+        self.lock().1 = false;
+        self.appended.notify_waiters();
+    }
+
+    /// The deployments that joined since the last call, and whether more may.
+    fn take(&self) -> (Vec<DeploymentId>, bool) {
+        let mut joined = self.lock();
+        (std::mem::take(&mut joined.0), joined.1)
+    }
+
+    fn ended(&self, id: DeploymentId) {
+        // The receiver may have stopped listening; the deployment has ended all the same.
+        let _ = self.ended.send(id);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (Vec<DeploymentId>, bool)> {
+        self.joined
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 /// Every adapter of the embedded mode, opened on one data directory.
 pub struct Engine {
     /// The data directory.
@@ -448,20 +510,50 @@ impl Engine {
         watch: &mut (dyn Watch + Send),
         from_position: u64,
     ) -> Result<(), EngineError> {
+        let scope = match target {
+            Some(id) => Scope::One(id),
+            None => Scope::Every,
+        };
+        self.drive_scope(scope, parallelism, watch, from_position)
+            .await
+    }
+
+    /// Runs the deployments of `scope` until each has ended. `watch` sees every new log entry
+    /// of the driven deployments, in order.
+    pub async fn drive_scope(
+        self: &Arc<Self>,
+        scope: Scope<'_>,
+        parallelism: usize,
+        watch: &mut (dyn Watch + Send),
+        from_position: u64,
+    ) -> Result<(), EngineError> {
         let appended = self.log.appended();
         let permits = Arc::new(Semaphore::new(parallelism.max(1)));
         let mut running: JoinSet<()> = JoinSet::new();
         let mut position = from_position;
         // Deployments started later by other processes are theirs to drive.
-        let mut waiting_for = match target {
-            Some(id) => vec![id],
-            None => self.unfinished().await?,
+        let mut driven: Vec<DeploymentId> = match scope {
+            Scope::One(id) => vec![id],
+            Scope::Every => self.unfinished().await?,
+            Scope::Joined(_) => Vec::new(),
         };
 
         loop {
             let notified = appended.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
+
+            let mut closed = true;
+            if let Scope::Joined(joining) = scope {
+                let (joined, more) = joining.take();
+                closed = !more;
+                for id in joined {
+                    // Its first records may have been fed before it joined: a recovery pass
+                    // queues whatever it waits for.
+                    self.orchestrate(id, Uuid::now_v7(), Since::Unknown).await?;
+                    driven.push(id);
+                }
+            }
 
             // Feed: every new entry moves its deployment on and reaches the read models.
             loop {
@@ -479,21 +571,16 @@ impl Engine {
                     let Ok(id) = DeploymentId::from_stream(&envelope.stream) else {
                         continue;
                     };
-                    if target.is_some_and(|t| t != id) {
+                    if !matches!(scope, Scope::Every) && !driven.contains(&id) {
                         continue;
                     }
+                    watch.entry(entry);
                     match touched.iter_mut().find(|(seen, ..)| *seen == id) {
                         Some(slot) => {
                             slot.1 = envelope.id;
                             slot.2.push(envelope.clone());
                         }
                         None => touched.push((id, envelope.id, vec![envelope.clone()])),
-                    }
-                }
-                for entry in &entries {
-                    let id = DeploymentId::from_stream(&entry.envelope.stream).ok();
-                    if target.is_none() || id == target {
-                        watch.entry(entry);
                     }
                 }
                 for (id, cause, records) in touched {
@@ -503,24 +590,21 @@ impl Engine {
             }
             self.project().await?;
 
-            let done = match target {
-                Some(id) => {
-                    let state = self.state(id).await?;
-                    watch.tick(&state);
-                    state.is_finished()
-                }
-                None => {
-                    let mut unfinished = Vec::new();
-                    for id in std::mem::take(&mut waiting_for) {
-                        if !self.state(id).await?.is_finished() {
-                            unfinished.push(id);
-                        }
+            if let Scope::One(id) = scope {
+                watch.tick(&self.state(id).await?);
+            }
+            let mut unfinished = Vec::with_capacity(driven.len());
+            for id in std::mem::take(&mut driven) {
+                if self.state(id).await?.is_finished() {
+                    if let Scope::Joined(joining) = scope {
+                        joining.ended(id);
                     }
-                    waiting_for = unfinished;
-                    waiting_for.is_empty()
+                } else {
+                    unfinished.push(id);
                 }
-            };
-            if done {
+            }
+            driven = unfinished;
+            if driven.is_empty() && closed {
                 // Attempts abandoned at the end notice within a heartbeat and kill their sandboxes.
                 while running.join_next().await.is_some() {}
                 self.project().await?;
@@ -528,10 +612,11 @@ impl Engine {
             }
 
             // Hand due jobs to workers while there is room.
+            let only = (!matches!(scope, Scope::Every)).then_some(driven.as_slice());
             while let Ok(permit) = permits.clone().try_acquire_owned() {
                 let job = self
                     .queue
-                    .receive(self.clock.now(), LEASE, target)
+                    .receive(self.clock.now(), LEASE, only)
                     .await
                     .map_err(function_error)?;
                 let Some(job) = job else { break };
@@ -546,7 +631,7 @@ impl Engine {
             let next_wake = if permits.available_permits() == 0 {
                 None
             } else {
-                self.queue.next_wake(target).await.map_err(function_error)?
+                self.queue.next_wake(only).await.map_err(function_error)?
             };
             let sleep = next_wake
                 .map(|at| (at - self.clock.now()).to_std().unwrap_or(Duration::ZERO))

@@ -1,17 +1,19 @@
 //! `overture deploy A.yaml B.yaml ...`: several deployments driven by this one engine, at most
-//! `--at-once` of them at a time. They share the engine's database writer, so deployments
-//! running side by side share each commit's disk sync.
+//! `--at-once` of them at a time, in one drive. They share the engine's database writer, so
+//! deployments running side by side share each commit's disk sync.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use anyhow::Context;
 use overture_domain::deployment::{Outcome, Phase};
-use overture_domain::projection::DeploymentView;
+use overture_domain::DeploymentError;
+use overture_events::DeploymentId;
 use overture_submit::{Submission, SubmitError};
-use tokio::sync::Semaphore;
-use tokio::task::JoinSet;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::mpsc::UnboundedReceiver;
 
-use crate::engine::{Engine, Unwatched};
+use crate::engine::{Engine, Joining, Scope, Unwatched};
 use crate::{cancel, lock, print_view, problems_in, render, Failure};
 
 /// How the deployments are paced.
@@ -23,51 +25,44 @@ pub struct Pace {
     pub parallelism: usize,
 }
 
-/// Records and drives each submission, `pace.at_once` at a time, printing each one's id as it
-/// starts and its status as it ends; then prints every final status in the order given (with
-/// `json`, one array of `status --json` objects). Ends 0 when every deployment succeeded.
+/// Records and drives each submission, `pace.at_once` at a time, in one drive: it prints each
+/// one's id as it starts and its status as it ends, then every final status in the order given
+/// (with `json`, one array of `status --json` objects). Ends 0 when every deployment succeeded.
+///
+/// The first Ctrl-C (or SIGTERM) starts no more deployments and cancels those running; a second
+/// one leaves at once.
 pub async fn deploy_all(
     engine: &Arc<Engine>,
-    data_dir: &std::path::Path,
+    data_dir: &Path,
     submissions: Vec<(PathBuf, Submission)>,
     pace: Pace,
     json: bool,
 ) -> Result<(), Failure> {
-    let at_once = Arc::new(Semaphore::new(pace.at_once.max(1)));
-    let mut running = JoinSet::new();
-    for (index, (file, submission)) in submissions.into_iter().enumerate() {
-        let permit = Arc::clone(&at_once)
-            .acquire_owned()
-            .await
-            .map_err(|e| Failure::Engine(e.into()))?;
-        let (engine, data_dir) = (Arc::clone(engine), data_dir.to_path_buf());
-        running.spawn(async move {
-            let ended = deploy_one(&engine, &data_dir, file, submission, pace.parallelism).await;
-            drop(permit);
-            (index, ended)
-        });
-    }
-    let mut ended: Vec<Option<Result<(bool, DeploymentView), Failure>>> = Vec::new();
-    while let Some(joined) = running.join_next().await {
-        let (index, outcome) = joined.map_err(|e| Failure::Engine(e.into()))?;
-        if ended.len() <= index {
-            ended.resize_with(index + 1, || None);
-        }
-        ended[index] = Some(outcome);
-    }
+    let start = engine
+        .log
+        .head_position()
+        .await
+        .map_err(|e| Failure::Engine(e.into()))?;
+    let (joining, ended) = Joining::new(engine);
+    let mut unwatched = Unwatched;
+    let drive = engine.drive_scope(
+        Scope::Joined(&joining),
+        pace.parallelism,
+        &mut unwatched,
+        start,
+    );
+    let count = submissions.len();
+    let started = start_each(engine, data_dir, submissions, pace.at_once, &joining, ended);
+    let (driven, started) = tokio::join!(drive, started);
+    driven?;
+    let ids = started?;
+
     let mut all_succeeded = true;
-    let mut first_error = None;
-    let mut views = Vec::new();
-    for outcome in ended.into_iter().flatten() {
-        match outcome {
-            Ok((succeeded, view)) => {
-                all_succeeded &= succeeded;
-                views.push(view);
-            }
-            Err(error) => {
-                first_error.get_or_insert(error);
-            }
-        }
+    let mut views = Vec::with_capacity(count);
+    for id in ids {
+        let (state, view) = engine.settled(id).await?;
+        all_succeeded &= matches!(state.phase, Phase::Finished(Outcome::Succeeded));
+        views.push(view);
     }
     if json {
         outln!("{}", render::json(&views));
@@ -76,43 +71,121 @@ pub async fn deploy_all(
             print_view(view, false);
         }
     }
-    match first_error {
-        Some(error) => Err(error),
-        None if all_succeeded => Ok(()),
-        None => Err(Failure::Unsuccessful(String::new())),
+    if all_succeeded {
+        Ok(())
+    } else {
+        Err(Failure::Unsuccessful(String::new()))
     }
 }
 
-/// One deployment: recorded, driven to its end (cancelled on Ctrl-C), and its final view.
-async fn deploy_one(
+/// Records the deployments one by one, joining each to the drive, with at most `at_once` of
+/// them unfinished; returns their ids in the order given once all have ended. However it ends,
+/// the drive is told no more will join, so it ends once those it has end.
+async fn start_each(
     engine: &Arc<Engine>,
-    data_dir: &std::path::Path,
-    file: PathBuf,
+    data_dir: &Path,
+    submissions: Vec<(PathBuf, Submission)>,
+    at_once: usize,
+    joining: &Joining,
+    ended: UnboundedReceiver<DeploymentId>,
+) -> Result<Vec<DeploymentId>, Failure> {
+    let started = start_paced(engine, data_dir, submissions, at_once, joining, ended).await;
+    joining.close();
+    started
+}
+
+async fn start_paced(
+    engine: &Arc<Engine>,
+    data_dir: &Path,
+    submissions: Vec<(PathBuf, Submission)>,
+    at_once: usize,
+    joining: &Joining,
+    mut ended: UnboundedReceiver<DeploymentId>,
+) -> Result<Vec<DeploymentId>, Failure> {
+    let mut interrupt = signal(SignalKind::interrupt()).context("listening for Ctrl-C")?;
+    let mut terminate = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
+    let mut waiting = submissions.into_iter();
+    let mut ids = Vec::new();
+    let mut driving: Vec<(DeploymentId, String, Option<lock::DriveLock>)> = Vec::new();
+    // Once cancelled, or once one could not be recorded, no more deployments start; those
+    // running are driven to their ends all the same.
+    let mut stopped = false;
+    let mut failure = None;
+    loop {
+        while driving.len() < at_once.max(1) && !stopped {
+            let Some((file, submission)) = waiting.next() else {
+                break;
+            };
+            let requested_by = submission.requested_by.clone();
+            match start_one(engine, data_dir, &file, submission).await {
+                Ok((id, lock)) => {
+                    joining.join(id);
+                    driving.push((id, requested_by, lock));
+                    ids.push(id);
+                }
+                Err(error) => {
+                    failure = Some(error);
+                    stopped = true;
+                }
+            }
+        }
+        if driving.is_empty() {
+            break;
+        }
+        let name = tokio::select! {
+            id = ended.recv() => {
+                let Some(id) = id else { break };
+                driving.retain(|(driven, ..)| *driven != id);
+                continue;
+            }
+            _ = interrupt.recv() => "Ctrl-C",
+            _ = terminate.recv() => "SIGTERM",
+        };
+        if stopped && failure.is_none() {
+            eprintln!(
+                "{name} again: leaving at once without cleaning up; `overture resume` will finish \
+                 cancelling the deployments (closing their bastions and purging their secrets)"
+            );
+            std::process::exit(cancel::LEFT_AT_ONCE);
+        }
+        stopped = true;
+        eprintln!(
+            "{name}: starting no more deployments, and cancelling the {} running (press Ctrl-C \
+             again to leave at once)",
+            driving.len()
+        );
+        for (id, requested_by, _) in &driving {
+            match engine
+                .cancel(*id, requested_by, &format!("{name} on `overture deploy`"))
+                .await?
+            {
+                Ok(_) | Err(DeploymentError::AlreadyFinished) => {}
+                Err(refused) => return Err(Failure::Engine(refused.into())),
+            }
+        }
+    }
+    match failure {
+        Some(failure) => Err(failure),
+        None => Ok(ids),
+    }
+}
+
+/// Records one deployment and takes its drive lock.
+async fn start_one(
+    engine: &Engine,
+    data_dir: &Path,
+    file: &Path,
     submission: Submission,
-    parallelism: usize,
-) -> Result<(bool, DeploymentView), Failure> {
-    let requested_by = submission.requested_by.clone();
-    let start = engine
-        .log
-        .head_position()
-        .await
-        .map_err(|e| Failure::Engine(e.into()))?;
+) -> Result<(DeploymentId, Option<lock::DriveLock>), Failure> {
     let id = engine
         .submit(submission)
         .await
         .map_err(|error| match error {
-            SubmitError::Invalid(problems) => Failure::BadInput(problems_in(&file, &problems)),
+            SubmitError::Invalid(problems) => Failure::BadInput(problems_in(file, &problems)),
             other => Failure::Engine(other.into()),
         })?;
     eprintln!("deployment {id} ({})", file.display());
-    let _driving = lock::DriveLock::take(data_dir, id).map_err(|e| Failure::Engine(e.into()))?;
-    let mut unwatched = Unwatched;
-    let drive = engine.drive(Some(id), parallelism, &mut unwatched, start);
-    cancel::drive_cancelling_on_signal(engine, id, &requested_by, drive).await?;
-    let (state, view) = engine.settled(id).await?;
-    eprintln!("{id} {}", view.status.as_str());
-    Ok((
-        matches!(state.phase, Phase::Finished(Outcome::Succeeded)),
-        view,
-    ))
+    // As for one deployment: only a `cancel` racing this very line could find it free.
+    let lock = lock::DriveLock::take(data_dir, id).context("taking the drive lock")?;
+    Ok((id, lock))
 }

@@ -62,9 +62,9 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct Database {
     /// Every write of this handle goes through its one writer thread (group commit).
     writer: Arc<Writer>,
-    /// Reads run here, beside the writer: in WAL mode they see every committed write and never
-    /// wait for one being committed.
-    reader: Arc<Mutex<Connection>>,
+    /// Idle reading connections: reads run beside the writer, and in WAL mode they see every
+    /// committed write and never wait for one being committed.
+    readers: Arc<Mutex<Vec<Connection>>>,
     /// Fired by [`EventLog::append`] after each commit; shared by every log built on this handle.
     appended: Arc<Notify>,
     path: Arc<Path>,
@@ -140,7 +140,7 @@ impl Database {
             })??;
         Ok(Self {
             writer: Arc::new(Writer::start(writing, &path)?),
-            reader: Arc::new(Mutex::new(reader)),
+            readers: Arc::new(Mutex::new(vec![reader])),
             appended: Arc::new(Notify::new()),
             path,
         })
@@ -175,31 +175,36 @@ impl Database {
         self.writer.write(Durability::Derived, f).await
     }
 
-    /// Runs the read `f` on the reading connection in a blocking task; it sees every write
-    /// committed before it started.
+    /// Runs the read `f` on a reading connection; it sees every write committed before it
+    /// started.
+    ///
+    /// Reads run on the calling task, not on a blocking thread: they are indexed lookups that
+    /// take microseconds, and the hand-off to a blocking thread and back cost more than the read
+    /// itself. Each concurrent read takes a connection of its own from a pool.
     pub async fn read<F, T>(&self, f: F) -> Result<T, DbError>
     where
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
         T: Send + 'static,
     {
-        let reader = Arc::clone(&self.reader);
-        let joined = tokio::task::spawn_blocking(move || {
-            // The reader only reads: a panic leaves nothing half-done behind it.
-            let connection = reader.lock().unwrap_or_else(PoisonError::into_inner);
-            f(&connection)
-        })
-        .await;
-        match joined {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(source)) => Err(DbError::Sqlite {
-                path: self.path.to_path_buf(),
-                source,
-            }),
-            Err(source) => Err(DbError::TaskFailed {
-                path: self.path.to_path_buf(),
-                source,
-            }),
-        }
+        let sqlite = |source| DbError::Sqlite {
+            path: self.path.to_path_buf(),
+            source,
+        };
+        let idle = self
+            .readers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        let connection = match idle {
+            Some(connection) => connection,
+            None => open_reader(&self.path).map_err(sqlite)?,
+        };
+        let read = f(&connection).map_err(sqlite);
+        self.readers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(connection);
+        read
     }
 
     /// How many transactions this handle's writer has committed (writes share them under load).
@@ -224,12 +229,16 @@ fn open_blocking(path: &Path) -> Result<(Connection, Connection), DbError> {
             known: schema::VERSION,
         });
     }
-    let reader = Connection::open(path).map_err(sqlite)?;
-    reader.busy_timeout(BUSY_TIMEOUT).map_err(sqlite)?;
-    reader
-        .pragma_update(None, "query_only", true)
-        .map_err(sqlite)?;
+    let reader = open_reader(path).map_err(sqlite)?;
     Ok((connection, reader))
+}
+
+/// A connection that only reads.
+fn open_reader(path: &Path) -> rusqlite::Result<Connection> {
+    let reader = Connection::open(path)?;
+    reader.busy_timeout(BUSY_TIMEOUT)?;
+    reader.pragma_update(None, "query_only", true)?;
+    Ok(reader)
 }
 
 /// [`configure`], tried again while another connection holds the lock it needs.

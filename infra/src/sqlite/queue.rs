@@ -134,13 +134,15 @@ impl JobQueue {
         Ok(inserted)
     }
 
-    /// Takes the due, visible job with the earliest due time and hides it for `visibility`.
+    /// Takes the due, visible job (of the deployments `only` names, if given) with the earliest
+    /// due time and hides it for `visibility`.
     pub async fn receive(
         &self,
         now: Timestamp,
         visibility: std::time::Duration,
-        only: Option<DeploymentId>,
+        only: Option<&[DeploymentId]>,
     ) -> Result<Option<ReceivedJob>, QueueError> {
+        let only = only.map(deployments_json);
         let now_ms = now_ms(now);
         let visible_at = not_before_ms(now).saturating_add(duration_ms(visibility));
         let received = self
@@ -153,25 +155,22 @@ impl JobQueue {
                          WHERE id = (
                              SELECT id FROM jobs
                              WHERE due_at <= ?1 AND visible_at <= ?1
-                               AND (?3 IS NULL OR deployment = ?3)
+                               AND (?3 IS NULL OR deployment IN (SELECT value FROM json_each(?3)))
                              ORDER BY due_at, id
                              LIMIT 1
                          )
                          RETURNING id, key, deployment, body, receive_count, due_at",
                     )?
-                    .query_row(
-                        params![now_ms, visible_at, only.map(|id| id.to_string())],
-                        |row| {
-                            Ok((
-                                row.get::<_, i64>(0)?,
-                                row.get::<_, String>(1)?,
-                                row.get::<_, String>(2)?,
-                                row.get::<_, String>(3)?,
-                                row.get::<_, u32>(4)?,
-                                row.get::<_, i64>(5)?,
-                            ))
-                        },
-                    )
+                    .query_row(params![now_ms, visible_at, only], |row| {
+                        Ok((
+                            row.get::<_, i64>(0)?,
+                            row.get::<_, String>(1)?,
+                            row.get::<_, String>(2)?,
+                            row.get::<_, String>(3)?,
+                            row.get::<_, u32>(4)?,
+                            row.get::<_, i64>(5)?,
+                        ))
+                    })
                     .optional()
             })
             .await?;
@@ -243,21 +242,23 @@ impl JobQueue {
         Ok(u64::try_from(released).unwrap_or(u64::MAX))
     }
 
-    /// The earliest instant at which some job (of `only`, if given) can be received.
+    /// The earliest instant at which some job (of the deployments `only` names, if given) can
+    /// be received.
     pub async fn next_wake(
         &self,
-        only: Option<DeploymentId>,
+        only: Option<&[DeploymentId]>,
     ) -> Result<Option<Timestamp>, QueueError> {
+        let only = only.map(deployments_json);
         let next = self
             .db
             .read(move |connection| {
                 connection
                     .prepare_cached(
                         "SELECT key, MAX(due_at, visible_at) AS wake FROM jobs
-                         WHERE ?1 IS NULL OR deployment = ?1
+                         WHERE ?1 IS NULL OR deployment IN (SELECT value FROM json_each(?1))
                          ORDER BY wake LIMIT 1",
                     )?
-                    .query_row([only.map(|id| id.to_string())], |row| {
+                    .query_row([only], |row| {
                         Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
                     })
                     .optional()
@@ -286,6 +287,11 @@ impl JobQueue {
             .await?;
         Ok(count)
     }
+}
+
+/// Deployment ids as a JSON array, for `IN (SELECT value FROM json_each(?))`.
+fn deployments_json(ids: &[DeploymentId]) -> String {
+    serde_json::Value::from(ids.iter().map(ToString::to_string).collect::<Vec<_>>()).to_string()
 }
 
 /// How often a receive that waits looks again: a job sent by another process is seen only by

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use overture_triggers::{
     Claim, LedgerError, TriggerDecision, TriggerLedger, Verdict, DUPLICATE_REASON,
 };
-use rusqlite::{params};
+use rusqlite::params;
 
 use super::{Database, DbError};
 

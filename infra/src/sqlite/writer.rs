@@ -316,7 +316,11 @@ mod tests {
         let before = writer.groups_committed();
         let results = queued(
             &writer,
-            vec![Box::new(insert(1)), Box::new(insert(2)), Box::new(insert(3))],
+            vec![
+                Box::new(insert(1)),
+                Box::new(insert(2)),
+                Box::new(insert(3)),
+            ],
         )
         .await;
         assert!(results.iter().all(Result::is_ok), "{results:?}");
@@ -344,8 +348,14 @@ mod tests {
             ],
         )
         .await;
-        assert!(matches!(results[1], Err(DbError::Sqlite { .. })), "{results:?}");
-        assert!(matches!(results[2], Err(DbError::WritePanicked { .. })), "{results:?}");
+        assert!(
+            matches!(results[1], Err(DbError::Sqlite { .. })),
+            "{results:?}"
+        );
+        assert!(
+            matches!(results[2], Err(DbError::WritePanicked { .. })),
+            "{results:?}"
+        );
         let kept: Vec<i64> = writer
             .write(Durability::Derived, |c| {
                 let mut select = c.prepare("SELECT n FROM t ORDER BY n")?;
@@ -361,8 +371,14 @@ mod tests {
     async fn a_group_syncs_its_commit_only_when_one_of_its_writes_must_survive_an_os_crash() {
         let (writer, _dir) = writer();
         let level = |c: &mut Connection| c.pragma_query_value(None, "synchronous", |r| r.get(0));
-        let derived: i64 = writer.write(Durability::Derived, level).await.expect("derived");
-        let synced: i64 = writer.write(Durability::Synced, level).await.expect("synced");
+        let derived: i64 = writer
+            .write(Durability::Derived, level)
+            .await
+            .expect("derived");
+        let synced: i64 = writer
+            .write(Durability::Synced, level)
+            .await
+            .expect("synced");
         // SQLite's numbers: 1 is NORMAL (no sync on commit in WAL mode), 2 is FULL.
         assert_eq!((derived, synced), (1, 2));
     }
