@@ -1,8 +1,9 @@
 //! The engine's speed goals, each measured with real `overture deploy` processes on fresh data
 //! directories and printed beside its goal and its limit:
 //!
-//! - [`sequential`]: a chain of 200 `noop` steps, whole process, median of 5 runs, beside one
-//!   durable commit (the least a step can cost while each transition survives an OS crash);
+//! - [`sequential`]: a chain of 200 `noop` steps, whole process, median of 5 runs on one data
+//!   directory, beside one durable commit (the least a step can cost while each transition
+//!   survives an OS crash);
 //! - [`flat`]: the cost per step of chains and wide deployments of 10 to 10,000 steps, taken
 //!   from the log (first event to last), so the process's start-up does not weigh on small ones;
 //! - [`concurrent`]: 200 deployments of 5 `noop` steps, 16 at a time, as 16 processes on one
@@ -89,16 +90,18 @@ fn median(values: &[f64]) -> f64 {
 /// Runs the chain of [`SEQUENTIAL_STEPS`] noop steps [`SEQUENTIAL_RUNS`] times, and measures one
 /// durable commit on the same disk.
 pub async fn sequential(overture: &Path) -> anyhow::Result<Sequential> {
+    // One data directory for every run, as a user's: the first run also makes it.
+    let dir = tempfile::tempdir().context("creating a temporary directory")?;
+    let blueprint = write(
+        dir.path(),
+        "chain.yaml",
+        &chain_blueprint("bench-chain", SEQUENTIAL_STEPS),
+    )?;
+    let data = dir.path().join("data");
     let mut runs_ms_per_step = Vec::new();
     for _ in 0..SEQUENTIAL_RUNS {
-        let dir = tempfile::tempdir().context("creating a temporary directory")?;
-        let blueprint = write(
-            dir.path(),
-            "chain.yaml",
-            &chain_blueprint("bench-chain", SEQUENTIAL_STEPS),
-        )?;
         let start = Instant::now();
-        deploy(overture, &dir.path().join("data"), &[blueprint], None).await?;
+        deploy(overture, &data, &[blueprint.clone()], None).await?;
         runs_ms_per_step.push(start.elapsed().as_secs_f64() * 1_000.0 / SEQUENTIAL_STEPS as f64);
     }
     let commits = 500;
