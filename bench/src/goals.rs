@@ -1,8 +1,6 @@
 //! The speed goals as one table: each figure beside its goal, its limit, and whether it is met;
 //! and the same as JSON.
 
-use std::fmt::Write as _;
-
 use crate::replay::Replay;
 use crate::speed::{
     Concurrent, Sequential, Sized, CONCURRENT_AT_ONCE, CONCURRENT_DEPLOYMENTS, CONCURRENT_GOAL,
@@ -129,33 +127,7 @@ pub fn table(s: &Speed) -> String {
         .into_iter()
         .map(|l| [l.goal, l.figure, l.target, l.limit, verdict(l.met).into()])
         .collect();
-    let header = ["goal", "figure", "target", "limit", "verdict"].map(String::from);
-    let widths: Vec<usize> = (0..5)
-        .map(|c| {
-            rows.iter()
-                .chain([&header])
-                .map(|row| row[c].chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut text = String::new();
-    for row in [&header].into_iter().chain(&rows) {
-        let _ = writeln!(
-            text,
-            "{:<w0$}  {:<w1$}  {:<w2$}  {:<w3$}  {}",
-            row[0],
-            row[1],
-            row[2],
-            row[3],
-            row[4],
-            w0 = widths[0],
-            w1 = widths[1],
-            w2 = widths[2],
-            w3 = widths[3],
-        );
-    }
-    text
+    crate::report::aligned(["goal", "figure", "target", "limit", "verdict"], &rows, &[])
 }
 
 fn two_decimals(value: f64) -> f64 {

@@ -253,8 +253,14 @@ pub fn table(f: &Figures) -> String {
             String::new(),
         ],
     ];
-    let header = ["figure", "value", "unit", "limit / note"].map(String::from);
-    let widths: Vec<usize> = (0..4)
+    aligned(["figure", "value", "unit", "limit / note"], &rows, &[1])
+}
+
+/// Rows under a header, each column as wide as its widest cell, two spaces apart; the columns
+/// listed in `right` aligned to the right (numbers), the last one left ragged.
+pub fn aligned<const N: usize>(header: [&str; N], rows: &[[String; N]], right: &[usize]) -> String {
+    let header = header.map(String::from);
+    let widths: Vec<usize> = (0..N)
         .map(|c| {
             rows.iter()
                 .chain([&header])
@@ -264,18 +270,18 @@ pub fn table(f: &Figures) -> String {
         })
         .collect();
     let mut text = String::new();
-    for row in [&header].into_iter().chain(&rows) {
-        let _ = writeln!(
-            text,
-            "{:<w0$}  {:>w1$}  {:<w2$}  {}",
-            row[0],
-            row[1],
-            row[2],
-            row[3],
-            w0 = widths[0],
-            w1 = widths[1],
-            w2 = widths[2]
-        );
+    for row in [&header].into_iter().chain(rows) {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .enumerate()
+            .map(|(c, (cell, &width))| match c {
+                c if c + 1 == N => cell.clone(),
+                c if right.contains(&c) => format!("{cell:>width$}"),
+                _ => format!("{cell:<width$}"),
+            })
+            .collect();
+        let _ = writeln!(text, "{}", cells.join("  "));
     }
     text
 }

@@ -1112,10 +1112,7 @@ async fn deploy(
     let id = engine
         .submit(submission)
         .await
-        .map_err(|error| match error {
-            SubmitError::Invalid(problems) => Failure::BadInput(problems_in(file, &problems)),
-            other => Failure::Engine(other.into()),
-        })?;
+        .map_err(|error| not_submitted(file, error))?;
     eprintln!("deployment {id}");
     // Only a `cancel` racing this very line could find it free, and it would then drive the
     // deployment beside this process: harmless, as every action is idempotent.
@@ -1136,6 +1133,15 @@ async fn print_end(engine: &Engine, id: DeploymentId, json: bool) -> Result<(), 
     match state.phase {
         Phase::Finished(Outcome::Succeeded) => Ok(()),
         _ => Err(Failure::Unsuccessful(String::new())),
+    }
+}
+
+/// Why a blueprint read from `file` was not recorded: its problems, named in the file, or the
+/// engine's failure.
+fn not_submitted(file: &Path, error: SubmitError) -> Failure {
+    match error {
+        SubmitError::Invalid(problems) => Failure::BadInput(problems_in(file, &problems)),
+        other => Failure::Engine(other.into()),
     }
 }
 

@@ -9,12 +9,12 @@ use anyhow::Context;
 use overture_domain::deployment::{Outcome, Phase};
 use overture_domain::DeploymentError;
 use overture_events::DeploymentId;
-use overture_submit::{Submission, SubmitError};
+use overture_submit::Submission;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::engine::{Engine, Joining, Scope, Unwatched};
-use crate::{cancel, lock, print_view, problems_in, render, Failure};
+use crate::{cancel, lock, not_submitted, print_view, render, Failure};
 
 /// How the deployments are paced.
 #[derive(Clone, Copy, Debug)]
@@ -180,10 +180,7 @@ async fn start_one(
     let id = engine
         .submit(submission)
         .await
-        .map_err(|error| match error {
-            SubmitError::Invalid(problems) => Failure::BadInput(problems_in(file, &problems)),
-            other => Failure::Engine(other.into()),
-        })?;
+        .map_err(|error| not_submitted(file, error))?;
     eprintln!("deployment {id} ({})", file.display());
     // As for one deployment: only a `cancel` racing this very line could find it free.
     let lock = lock::DriveLock::take(data_dir, id).context("taking the drive lock")?;
