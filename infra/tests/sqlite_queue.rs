@@ -464,3 +464,32 @@ async fn only_takes_jobs_of_any_of_several_deployments() {
         Some(t0() + chrono::TimeDelta::from_std(LEASE).expect("lease"))
     );
 }
+
+#[tokio::test]
+async fn receiving_up_to_a_number_takes_the_earliest_due_and_hides_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let queue = open_queue(&db_path(&dir)).await;
+    for (key, due) in [
+        ("third", -100),
+        ("first", -300),
+        ("later", 1_000),
+        ("second", -200),
+    ] {
+        queue
+            .enqueue(job(key, deployment(1), at_ms(due)))
+            .await
+            .expect("enqueue");
+    }
+    let taken = queue
+        .receive_up_to(2, t0(), LEASE, None)
+        .await
+        .expect("receive");
+    let keys: Vec<&str> = taken.iter().map(|job| job.key.as_str()).collect();
+    assert_eq!(keys, ["first", "second"]);
+    let rest = queue
+        .receive_up_to(10, t0(), LEASE, None)
+        .await
+        .expect("receive");
+    let keys: Vec<&str> = rest.iter().map(|job| job.key.as_str()).collect();
+    assert_eq!(keys, ["third"], "the taken are hidden, the later not due");
+}

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures_util::future::try_join_all;
 use overture_domain::deployment::Interruption;
 use overture_domain::projection::DeploymentView;
 use overture_domain::{DeploymentCommand, DeploymentError, DeploymentState};
@@ -274,15 +275,16 @@ impl Engine {
                     streams.entry(id).or_default().push(entry.envelope);
                 }
             }
-            for (id, records) in streams {
-                let applied = overture_projector::project_stream(
-                    id,
-                    &records,
+            // Side by side, so that their writes share the writer's commits.
+            let projected = streams.iter().map(|(id, records)| {
+                overture_projector::project_stream(
+                    *id,
+                    records,
                     &self.deployments,
                     &self.read_models,
                 )
-                .await
-                .map_err(function_error)?;
+            });
+            for applied in try_join_all(projected).await.map_err(function_error)? {
                 gained += applied as u64;
             }
             self.read_models
@@ -547,12 +549,13 @@ impl Engine {
             if let Scope::Joined(joining) = scope {
                 let (joined, more) = joining.take();
                 closed = !more;
-                for id in joined {
-                    // Its first records may have been fed before it joined: a recovery pass
-                    // queues whatever it waits for.
-                    self.orchestrate(id, Uuid::now_v7(), Since::Unknown).await?;
-                    driven.push(id);
-                }
+                // Their first records may have been fed before they joined: a recovery pass
+                // queues whatever each waits for.
+                let recovered = joined
+                    .iter()
+                    .map(|id| self.orchestrate(*id, Uuid::now_v7(), Since::Unknown));
+                try_join_all(recovered).await?;
+                driven.extend(joined);
             }
 
             // Feed: every new entry moves its deployment on and reaches the read models.
@@ -583,10 +586,11 @@ impl Engine {
                         None => touched.push((id, envelope.id, vec![envelope.clone()])),
                     }
                 }
-                for (id, cause, records) in touched {
-                    self.orchestrate(id, cause, Since::Records(&records))
-                        .await?;
-                }
+                // Side by side, so that the jobs they queue share the writer's commits.
+                let moved = touched.iter().map(|(id, cause, records)| {
+                    self.orchestrate(*id, *cause, Since::Records(records))
+                });
+                try_join_all(moved).await?;
             }
             self.project().await?;
 
@@ -613,18 +617,23 @@ impl Engine {
 
             // Hand due jobs to workers while there is room.
             let only = (!matches!(scope, Scope::Every)).then_some(driven.as_slice());
-            while let Ok(permit) = permits.clone().try_acquire_owned() {
-                let job = self
+            let room = permits.available_permits();
+            if room > 0 {
+                let jobs = self
                     .queue
-                    .receive(self.clock.now(), LEASE, only)
+                    .receive_up_to(room, self.clock.now(), LEASE, only)
                     .await
                     .map_err(function_error)?;
-                let Some(job) = job else { break };
-                let engine = Arc::clone(self);
-                running.spawn(async move {
-                    engine.handle_job(job).await;
-                    drop(permit);
-                });
+                for job in jobs {
+                    let permit = Arc::clone(&permits)
+                        .try_acquire_owned()
+                        .map_err(function_error)?;
+                    let engine = Arc::clone(self);
+                    running.spawn(async move {
+                        engine.handle_job(job).await;
+                        drop(permit);
+                    });
+                }
             }
 
             // With every worker busy, a due job waits for one to finish rather than spinning.

@@ -142,60 +142,77 @@ impl JobQueue {
         visibility: std::time::Duration,
         only: Option<&[DeploymentId]>,
     ) -> Result<Option<ReceivedJob>, QueueError> {
+        Ok(self.receive_up_to(1, now, visibility, only).await?.pop())
+    }
+
+    /// Takes up to `limit` due, visible jobs (of the deployments `only` names, if given), those
+    /// due earliest first, and hides them for `visibility`: one write, however many it takes.
+    pub async fn receive_up_to(
+        &self,
+        limit: usize,
+        now: Timestamp,
+        visibility: std::time::Duration,
+        only: Option<&[DeploymentId]>,
+    ) -> Result<Vec<ReceivedJob>, QueueError> {
         let only = only.map(deployments_json);
         let now_ms = now_ms(now);
         let visible_at = not_before_ms(now).saturating_add(duration_ms(visibility));
-        let received = self
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut received = self
             .db
             .with_derived(move |connection| {
-                // One statement, so picking and hiding the job is atomic across processes.
-                connection
-                    .prepare_cached(
-                        "UPDATE jobs SET visible_at = ?2, receive_count = receive_count + 1
-                         WHERE id = (
-                             SELECT id FROM jobs
-                             WHERE due_at <= ?1 AND visible_at <= ?1
-                               AND (?3 IS NULL OR deployment IN (SELECT value FROM json_each(?3)))
-                             ORDER BY due_at, id
-                             LIMIT 1
-                         )
-                         RETURNING id, key, deployment, body, receive_count, due_at",
-                    )?
-                    .query_row(params![now_ms, visible_at, only], |row| {
-                        Ok((
-                            row.get::<_, i64>(0)?,
-                            row.get::<_, String>(1)?,
-                            row.get::<_, String>(2)?,
-                            row.get::<_, String>(3)?,
-                            row.get::<_, u32>(4)?,
-                            row.get::<_, i64>(5)?,
-                        ))
-                    })
-                    .optional()
+                // One statement, so picking and hiding the jobs is atomic across processes.
+                let mut update = connection.prepare_cached(
+                    "UPDATE jobs SET visible_at = ?2, receive_count = receive_count + 1
+                     WHERE id IN (
+                         SELECT id FROM jobs
+                         WHERE due_at <= ?1 AND visible_at <= ?1
+                           AND (?3 IS NULL OR deployment IN (SELECT value FROM json_each(?3)))
+                         ORDER BY due_at, id
+                         LIMIT ?4
+                     )
+                     RETURNING id, key, deployment, body, receive_count, due_at",
+                )?;
+                let rows = update.query_map(params![now_ms, visible_at, only, limit], |row| {
+                    Ok((
+                        row.get::<_, i64>(0)?,
+                        row.get::<_, String>(1)?,
+                        row.get::<_, String>(2)?,
+                        row.get::<_, String>(3)?,
+                        row.get::<_, u32>(4)?,
+                        row.get::<_, i64>(5)?,
+                    ))
+                })?;
+                rows.collect::<rusqlite::Result<Vec<_>>>()
             })
             .await?;
-        let Some((job, key, deployment, body, receive_count, due_at)) = received else {
-            return Ok(None);
-        };
-        let corrupt = |reason: String| QueueError::Corrupt {
-            key: key.clone(),
-            reason,
-        };
-        let deployment = deployment
-            .parse()
-            .map_err(|error| corrupt(format!("bad deployment: {error}")))?;
-        let body = serde_json::from_str(&body)
-            .map_err(|error| corrupt(format!("body is not JSON: {error}")))?;
-        let due_at = Timestamp::from_timestamp_millis(due_at)
-            .ok_or_else(|| corrupt(format!("due at {due_at} ms, not a representable instant")))?;
-        Ok(Some(ReceivedJob {
-            key,
-            deployment,
-            body,
-            due_at,
-            receive_count,
-            receipt: Receipt { job, receive_count },
-        }))
+        // RETURNING gives the rows in no particular order.
+        received.sort_by_key(|&(job, .., due_at)| (due_at, job));
+        received
+            .into_iter()
+            .map(|(job, key, deployment, body, receive_count, due_at)| {
+                let corrupt = |reason: String| QueueError::Corrupt {
+                    key: key.clone(),
+                    reason,
+                };
+                let deployment = deployment
+                    .parse()
+                    .map_err(|error| corrupt(format!("bad deployment: {error}")))?;
+                let body = serde_json::from_str(&body)
+                    .map_err(|error| corrupt(format!("body is not JSON: {error}")))?;
+                let due_at = Timestamp::from_timestamp_millis(due_at).ok_or_else(|| {
+                    corrupt(format!("due at {due_at} ms, not a representable instant"))
+                })?;
+                Ok(ReceivedJob {
+                    key,
+                    deployment,
+                    body,
+                    due_at,
+                    receive_count,
+                    receipt: Receipt { job, receive_count },
+                })
+            })
+            .collect()
     }
 
     /// Keeps the job hidden until `until` (a heartbeat from the worker holding `receipt`).
