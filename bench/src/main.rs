@@ -26,6 +26,8 @@
 //!    requests per deployment and per step, and what 1,000 deployments cost on AWS.
 //!
 //! [`fixtures`] builds the events and blueprints; [`report`] prints the figures.
+//!
+//! `overture-bench replay` runs the replay alone (3) and prints its figure.
 
 mod aws_costs;
 mod deploy;
@@ -74,6 +76,11 @@ async fn main() -> ExitCode {
 }
 
 async fn run() -> anyhow::Result<()> {
+    match std::env::args().nth(1).as_deref() {
+        None => {}
+        Some("replay") => return replay_alone().await,
+        Some(other) => anyhow::bail!("no section `{other}`: run all of them, or `replay`"),
+    }
     // Before anything slow: a missing binary should fail at once.
     let overture = deploy::overture_binary()?;
     let nproc = std::thread::available_parallelism()
@@ -91,8 +98,7 @@ async fn run() -> anyhow::Result<()> {
         .await
         .context("the raw insert task failed")??;
 
-    eprintln!("replay: writing {REPLAY_DEPLOYMENTS} deployments of {} events, then rebuilding the read models", 3 * fixtures::REPLAY_STEPS + 4);
-    let replay = replay::replay(REPLAY_DEPLOYMENTS).await?;
+    let replay = replay_section().await?;
 
     eprintln!("overture deploy: {NOOP_STEPS} noop steps");
     let noop = deploy::deploy(&overture, NOOP_STEPS, StepKind::Noop).await?;
@@ -131,5 +137,16 @@ async fn run() -> anyhow::Result<()> {
     print!("{}", report::table(&figures));
     println!();
     println!("{}", report::json(&figures));
+    Ok(())
+}
+
+async fn replay_section() -> anyhow::Result<replay::Replay> {
+    eprintln!("replay: writing {REPLAY_DEPLOYMENTS} deployments of {} events, then rebuilding the read models", 3 * fixtures::REPLAY_STEPS + 4);
+    replay::replay(REPLAY_DEPLOYMENTS).await
+}
+
+async fn replay_alone() -> anyhow::Result<()> {
+    let replay = replay_section().await?;
+    println!("{}", report::replay_line(&replay));
     Ok(())
 }

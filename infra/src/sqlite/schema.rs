@@ -75,6 +75,22 @@ const MIGRATIONS: &[&str] = &[
          since      TEXT NOT NULL, -- RFC 3339
          PRIMARY KEY (rule, deployment)
      );",
+    // 5: deployment views stored incrementally: `deployment_views.view` keeps the header (the
+    // view without its steps), with its revision in a column of its own, and each step's view
+    // is a row of `step_views`, so projecting a record writes what it changed only.
+    "CREATE TABLE step_views (
+         deployment TEXT    NOT NULL,
+         name       TEXT    NOT NULL,
+         position   INTEGER NOT NULL, -- in blueprint order, from 0
+         view       TEXT    NOT NULL,
+         PRIMARY KEY (deployment, name)
+     ) WITHOUT ROWID;
+     INSERT INTO step_views (deployment, name, position, view)
+         SELECT d.id, s.key, row_number() OVER (PARTITION BY d.id ORDER BY s.id) - 1, s.value
+         FROM deployment_views AS d, json_each(d.view, '$.steps') AS s;
+     ALTER TABLE deployment_views ADD COLUMN revision INTEGER NOT NULL DEFAULT 0;
+     UPDATE deployment_views
+         SET revision = json_extract(view, '$.revision'), view = json_remove(view, '$.steps');",
 ];
 
 /// The schema version this build migrates files to.
