@@ -98,6 +98,72 @@ pub struct DeploymentView {
     pub revision: u64,
 }
 
+/// A deployment view's header as stores keep it: everything but the steps, which are kept one
+/// by one ([`DeploymentView::header`], [`Header::with_steps`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Header {
+    /// The deployment id.
+    pub id: DeploymentId,
+    /// Its tenant.
+    pub tenant: String,
+    /// The blueprint's name.
+    pub blueprint: String,
+    /// Overall status.
+    pub status: DeploymentStatus,
+    /// When it was requested.
+    pub started_at: Timestamp,
+    /// When it ended.
+    pub finished_at: Option<Timestamp>,
+    /// Why it failed or was cancelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Where tearing it down stands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destroy: Option<DestroyView>,
+    /// Its temporary grants of access.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub grants: Vec<GrantView>,
+    /// The last revision of its stream folded in.
+    pub revision: u64,
+}
+
+impl Header {
+    /// The view of this header with these steps.
+    pub fn with_steps(self, steps: IndexMap<String, StepView>) -> DeploymentView {
+        DeploymentView {
+            id: self.id,
+            tenant: self.tenant,
+            blueprint: self.blueprint,
+            status: self.status,
+            steps,
+            started_at: self.started_at,
+            finished_at: self.finished_at,
+            reason: self.reason,
+            destroy: self.destroy,
+            grants: self.grants,
+            revision: self.revision,
+        }
+    }
+}
+
+impl DeploymentView {
+    /// Its header: everything but the steps (small, whatever the deployment's size).
+    pub fn header(&self) -> Header {
+        Header {
+            id: self.id,
+            tenant: self.tenant.clone(),
+            blueprint: self.blueprint.clone(),
+            status: self.status,
+            started_at: self.started_at,
+            finished_at: self.finished_at,
+            reason: self.reason.clone(),
+            destroy: self.destroy.clone(),
+            grants: self.grants.clone(),
+            revision: self.revision,
+        }
+    }
+}
+
 /// One temporary grant of access, opened by one event and closed by another: the ledger that
 /// `overture grants` shows.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

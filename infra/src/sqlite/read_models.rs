@@ -22,15 +22,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use async_trait::async_trait;
 use indexmap::IndexMap;
 use overture_domain::projection::{
-    Change, DeploymentStatus, DeploymentView, DestroyView, Folding, GrantView, ReadModels,
-    StepView, TenantDelta, TenantView, Touched,
+    Change, DeploymentView, Folding, Header, ReadModels, StepView, TenantDelta, TenantView,
+    Touched,
 };
 use overture_events::{DeploymentId, LogEntry, Timestamp};
 use overture_projector::{
     ChangeEntry, DeploymentViews, ProjectorError, ReadLog, ReadModelStore, StoreError, ViewError,
 };
 use rusqlite::{params, Connection, OptionalExtension};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use super::{Database, EventLog};
 
@@ -66,77 +66,6 @@ fn encode<T: serde::Serialize>(value: &T) -> rusqlite::Result<String> {
     serde_json::to_string(value).map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))
 }
 
-/// A view's header as stored: everything but its steps.
-#[derive(Serialize)]
-struct HeadRef<'a> {
-    id: DeploymentId,
-    tenant: &'a str,
-    blueprint: &'a str,
-    status: DeploymentStatus,
-    started_at: Timestamp,
-    finished_at: Option<Timestamp>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    reason: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    destroy: Option<&'a DestroyView>,
-    #[serde(skip_serializing_if = "<[_]>::is_empty")]
-    grants: &'a [GrantView],
-    revision: u64,
-}
-
-impl<'a> HeadRef<'a> {
-    fn of(view: &'a DeploymentView) -> Self {
-        Self {
-            id: view.id,
-            tenant: &view.tenant,
-            blueprint: &view.blueprint,
-            status: view.status,
-            started_at: view.started_at,
-            finished_at: view.finished_at,
-            reason: view.reason.as_deref(),
-            destroy: view.destroy.as_ref(),
-            grants: &view.grants,
-            revision: view.revision,
-        }
-    }
-}
-
-/// A header read back.
-#[derive(Deserialize)]
-struct Head {
-    id: DeploymentId,
-    tenant: String,
-    blueprint: String,
-    status: DeploymentStatus,
-    started_at: Timestamp,
-    finished_at: Option<Timestamp>,
-    #[serde(default)]
-    reason: Option<String>,
-    #[serde(default)]
-    destroy: Option<DestroyView>,
-    #[serde(default)]
-    grants: Vec<GrantView>,
-    revision: u64,
-}
-
-impl Head {
-    fn with_steps(self, steps: IndexMap<String, StepView>) -> DeploymentView {
-        DeploymentView {
-            id: self.id,
-            tenant: self.tenant,
-            blueprint: self.blueprint,
-            status: self.status,
-            steps,
-            started_at: self.started_at,
-            finished_at: self.finished_at,
-            reason: self.reason,
-            destroy: self.destroy,
-            grants: self.grants,
-            revision: self.revision,
-        }
-    }
-}
-
 /// Which steps to read with a header.
 enum Steps<'a> {
     All,
@@ -161,7 +90,7 @@ fn read_view(
     let Some(json) = json else {
         return Ok(None);
     };
-    let head: Head = decode(&json)?;
+    let head: Header = decode(&json)?;
     let views = read_steps(c, id, steps)?;
     Ok(Some(head.with_steps(views)))
 }
@@ -244,7 +173,7 @@ impl SqliteReadModels {
                     .query_map(params![filter.tenant, filter.status], |row| {
                         row.get::<_, String>(0)
                     })?
-                    .map(|json| decode::<Head>(&json?))
+                    .map(|json| decode::<Header>(&json?))
                     .collect::<rusqlite::Result<Vec<_>>>()?;
                 heads
                     .into_iter()
@@ -344,7 +273,7 @@ impl DeploymentViews for SqliteReadModels {
         delta: &TenantDelta,
         steps: &BTreeSet<String>,
     ) -> Result<(), ViewError> {
-        let head = serde_json::to_string(&HeadRef::of(view)).map_err(corrupt)?;
+        let head = serde_json::to_string(&view.header()).map_err(corrupt)?;
         let id = view.id;
         let started_at = started_at_text(view);
         // Only what is written is sent to the connection's thread: the header and the steps.
@@ -493,7 +422,7 @@ impl ReadModelStore for SqliteReadModels {
                     steps.push((id.clone(), name.clone(), position as i64, json));
                 }
             }
-            let head = serde_json::to_string(&HeadRef::of(view)).map_err(store_error)?;
+            let head = serde_json::to_string(&view.header()).map_err(store_error)?;
             heads.push((
                 id,
                 view.tenant.clone(),
@@ -555,7 +484,7 @@ impl ReadModelStore for SqliteReadModels {
                 let mut deployments = c.prepare_cached("SELECT view FROM deployment_views")?;
                 let heads = deployments
                     .query_map([], |row| row.get::<_, String>(0))?
-                    .map(|json| decode::<Head>(&json?))
+                    .map(|json| decode::<Header>(&json?))
                     .collect::<rusqlite::Result<Vec<_>>>()?;
                 for head in heads {
                     let steps = read_steps(c, head.id, Steps::All)?;
