@@ -53,8 +53,11 @@ fn share(part: f64, whole: f64) -> String {
 pub const REPLAY_GOAL: f64 = 1_000_000.0;
 
 fn replay_limit(replay: &Replay) -> String {
+    let cpu = replay
+        .rebuild_cpu
+        .map_or_else(String::new, |cpu| format!(", {:.2} s of CPU", cpu.as_secs_f64()));
     format!(
-        "{} events in {:.2} s; goal >= {} events/s",
+        "{} events in {:.2} s{cpu}; goal >= {} events/s",
         replay.events,
         replay.rebuilt_in.as_secs_f64(),
         per_sec(REPLAY_GOAL)

@@ -339,8 +339,9 @@ pub enum ProjectorError {
     },
 }
 
-/// How many entries one batch folds.
-pub const BATCH: usize = 5_000;
+/// How many entries one batch folds: large, since each batch is one durable commit (an fsync)
+/// and one round of loading the views it touches.
+pub const BATCH: usize = 50_000;
 
 /// Folds every entry after the checkpoint into the read models; returns how many were folded.
 pub async fn catch_up(

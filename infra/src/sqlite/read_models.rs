@@ -527,6 +527,9 @@ pub struct LogChanges {
     log: EventLog,
 }
 
+/// How much of the file [`LogChanges`] maps into memory.
+const MMAP_BYTES: i64 = 1 << 30;
+
 /// The one field of an event's metadata the read models need.
 #[derive(Deserialize)]
 struct Recorded {
@@ -588,6 +591,9 @@ impl ReadLog for LogChanges {
         let read = self
             .db
             .with_connection(move |c| {
+                // Pages mapped rather than copied by a system call each: a rebuild reads the
+                // whole log once.
+                c.pragma_update(None, "mmap_size", MMAP_BYTES)?;
                 let mut select = c.prepare_cached(
                     "SELECT position, stream, revision, type, data, metadata FROM events
                      WHERE position > ?1 ORDER BY position LIMIT ?2",
