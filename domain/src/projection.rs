@@ -349,6 +349,12 @@ impl TenantDelta {
     /// The summary after this change (a new summary for a tenant that had none).
     pub fn apply_to(&self, summary: Option<TenantView>, tenant: &str) -> TenantView {
         let mut summary = summary.unwrap_or_else(|| TenantView::new(tenant));
+        self.apply_in_place(&mut summary);
+        summary
+    }
+
+    /// Changes `summary` as [`Self::apply_to`] does.
+    pub fn apply_in_place(&self, summary: &mut TenantView) {
         // Counters never go below zero, even on a store that lost a record it had counted.
         let add = |count: u64, change: i64| count.saturating_add_signed(change);
         summary.running = add(summary.running, self.running);
@@ -360,7 +366,6 @@ impl TenantDelta {
             summary.last_deployment_at =
                 Some(summary.last_deployment_at.map_or(at, |last| last.max(at)));
         }
-        summary
     }
 }
 
@@ -950,7 +955,8 @@ impl ReadModels {
     }
 
     /// Folds one record decoded as far as the views need, as [`Self::apply`] folds its
-    /// envelope, and adds the steps it changed to `touched`.
+    /// envelope, and adds the steps it changed to `touched`. The view is changed where it is
+    /// kept: a rebuild folds millions of records.
     pub fn apply_change(&mut self, folding: Folding, touched: &mut Touched) {
         let Folding {
             deployment,
@@ -958,12 +964,36 @@ impl ReadModels {
             at,
             change,
         } = folding;
-        let steps = self.fold_one(deployment, |projected| {
-            fold_record(projected, deployment, revision, at, || Ok(change)).map(|_| ())
-        });
-        if let Ok(steps) = steps {
-            if !steps.is_empty() {
-                touched.entry(deployment).or_default().extend(steps);
+        let Some(view) = self.deployments.get_mut(&deployment) else {
+            // Only a deployment's first record starts its view.
+            if revision == 0 {
+                let steps = touched.entry(deployment).or_default();
+                let _ = self.fold_one(deployment, |projected| {
+                    fold_record(projected, deployment, revision, at, || Ok(change)).map(|_| ())
+                });
+                if let Some(view) = self.deployments.get(&deployment) {
+                    steps.extend(view.steps.keys().cloned());
+                }
+            }
+            return;
+        };
+        // Records already folded and records after a missing one change nothing.
+        if revision != view.revision + 1 {
+            return;
+        }
+        view.revision = revision;
+        let before = view.status;
+        fold(view, change, at, touched.entry(deployment).or_default());
+        if view.status != before {
+            let mut delta = TenantDelta::default();
+            *delta.counter(before) -= 1;
+            *delta.counter(view.status) += 1;
+            match self.tenants.get_mut(&view.tenant) {
+                Some(summary) => delta.apply_in_place(summary),
+                None => {
+                    let summary = delta.apply_to(None, &view.tenant);
+                    self.tenants.insert(view.tenant.clone(), summary);
+                }
             }
         }
     }
