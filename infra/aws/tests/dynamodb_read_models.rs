@@ -170,3 +170,53 @@ async fn a_tenants_list_holds_all_its_deployments_newest_first_and_no_one_elses(
     let everyone = store.deployments(None).await.expect("listed");
     assert!(everyone.iter().any(|view| view.tenant == neighbour));
 }
+
+/// A new deployment of more steps than one transaction holds is saved whole, its steps in
+/// blueprint order; a later save of one step leaves the others as they were.
+#[tokio::test]
+async fn a_deployment_of_many_steps_is_saved_in_order_and_one_step_at_a_time() {
+    let store = client().await;
+    let tenant = format!("wide-{}", uuid::Uuid::now_v7());
+    let steps: serde_json::Map<String, serde_json::Value> = (0..250)
+        .map(|i| {
+            let name = format!("s{:03}", (i * 7) % 250);
+            (name, serde_json::json!({ "status": "pending", "attempts": 0 }))
+        })
+        .collect();
+    let mut view: DeploymentView = serde_json::from_value(serde_json::json!({
+        "id": DeploymentId::from_uuid(uuid::Uuid::now_v7()),
+        "tenant": tenant,
+        "blueprint": "wide",
+        "status": "running",
+        "steps": steps,
+        "started_at": "2027-01-15T08:00:00Z",
+        "finished_at": null,
+        "revision": 0,
+    }))
+    .expect("a deployment view");
+    // serde_json's map keeps keys sorted: give the steps an order that is not the names'.
+    view.steps.reverse();
+    store
+        .save(&view, None, &TenantDelta::default(), &all_steps(&view))
+        .await
+        .expect("saved");
+    assert_eq!(store.view(view.id).await.expect("loaded").as_ref(), Some(&view));
+
+    let mut changed = view.clone();
+    changed.revision = 1;
+    let name = changed.steps.keys().nth(100).expect("a step").clone();
+    changed.steps[&name].attempts = 1;
+    let one = BTreeSet::from([name.clone()]);
+    store
+        .save(&changed, Some(0), &TenantDelta::default(), &one)
+        .await
+        .expect("saved");
+    let partial = store
+        .view_of_steps(view.id, &one)
+        .await
+        .expect("loaded")
+        .expect("a view");
+    assert_eq!(partial.steps.len(), 1);
+    assert_eq!(partial.steps[&name].attempts, 1);
+    assert_eq!(store.view(view.id).await.expect("loaded"), Some(changed));
+}

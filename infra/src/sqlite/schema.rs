@@ -130,24 +130,17 @@ mod tests {
         connection
             .pragma_update(None, "user_version", 4)
             .expect("version 4");
-        let view = serde_json::json!({
-            "id": "0190d9e4-0000-7000-8000-000000000001",
-            "tenant": "acme",
-            "blueprint": "app",
-            "status": "running",
-            "steps": {
-                "zeta": { "status": "succeeded", "attempts": 1, "outputs": { "k": "v" } },
-                "alpha": { "status": "pending", "attempts": 0 },
-            },
-            "started_at": "2027-01-15T08:00:00Z",
-            "finished_at": null,
-            "revision": 7,
-        });
+        // Text, not `json!`, which would sort the steps by name: their order is the point.
+        let text = r#"{"id":"0190d9e4-0000-7000-8000-000000000001","tenant":"acme","blueprint":"app",
+            "status":"running","steps":{"zeta":{"status":"succeeded","attempts":1,"outputs":{"k":"v"}},
+            "alpha":{"status":"pending","attempts":0}},"started_at":"2027-01-15T08:00:00Z",
+            "finished_at":null,"revision":7}"#;
+        let view: serde_json::Value = serde_json::from_str(text).expect("JSON");
         connection
             .execute(
                 "INSERT INTO deployment_views (id, tenant, status, started_at, view)
                  VALUES ('0190d9e4-0000-7000-8000-000000000001', 'acme', 'running', 'x', ?1)",
-                [view.to_string()],
+                [text],
             )
             .expect("an old view");
 
