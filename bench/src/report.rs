@@ -53,9 +53,9 @@ fn share(part: f64, whole: f64) -> String {
 pub const REPLAY_GOAL: f64 = 1_000_000.0;
 
 fn replay_limit(replay: &Replay) -> String {
-    let cpu = replay
-        .rebuild_cpu
-        .map_or_else(String::new, |cpu| format!(", {:.2} s of CPU", cpu.as_secs_f64()));
+    let cpu = replay.rebuild_cpu.map_or_else(String::new, |cpu| {
+        format!(", {:.2} s of CPU", cpu.as_secs_f64())
+    });
     format!(
         "{} events in {:.2} s{cpu}; goal >= {} events/s",
         replay.events,

@@ -454,7 +454,10 @@ pub async fn saving_one_step_leaves_the_other_steps_as_they_were<S: Store>(a: &S
     assert_eq!(stored.revision, 2);
     assert_eq!(names(&stored), ["a", "b"]);
     assert_eq!(stored.steps["a"], changed.steps["a"]);
-    assert_eq!(stored.steps["b"], before.steps["b"], "step b stays as it was");
+    assert_eq!(
+        stored.steps["b"], before.steps["b"],
+        "step b stays as it was"
+    );
 
     // Loading step `b` alone gives the header and `b`; saving it leaves `a` as it was.
     let mut partial = b
@@ -472,7 +475,10 @@ pub async fn saving_one_step_leaves_the_other_steps_as_they_were<S: Store>(a: &S
     let stored = view(a, &records).await.expect("a view");
     assert_eq!(stored.revision, 3);
     assert_eq!(names(&stored), ["a", "b"]);
-    assert_eq!(stored.steps["a"], changed.steps["a"], "step a stays as it was");
+    assert_eq!(
+        stored.steps["a"], changed.steps["a"],
+        "step a stays as it was"
+    );
     assert_eq!(stored.steps["b"].status, StepStatus::Scheduled);
     assert_eq!(summary(a, &tenant).await.total, 1);
 }

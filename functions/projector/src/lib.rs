@@ -251,9 +251,11 @@ impl ChangeEntry {
         };
         let deployment = DeploymentId::from_stream(&envelope.stream)
             .map_err(|e| invalid(ProjectionError::from(e)))?;
-        let event =
-            overture_events::DeploymentEvent::from_parts(&envelope.event_type, envelope.data.clone())
-                .map_err(|e| invalid(ProjectionError::from(e)))?;
+        let event = overture_events::DeploymentEvent::from_parts(
+            &envelope.event_type,
+            envelope.data.clone(),
+        )
+        .map_err(|e| invalid(ProjectionError::from(e)))?;
         Ok(Self {
             position: entry.position,
             folding: Folding {

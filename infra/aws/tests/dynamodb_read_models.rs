@@ -68,7 +68,10 @@ async fn deployments_over_a_megabyte_list_whole_and_their_tenant_counts_them() {
     let mut saved = Vec::new();
     for _ in 0..14 {
         let view = large_view(&tenant, 100 * 1024);
-        store.save(&view, None, &delta, &all_steps(&view)).await.expect("saved");
+        store
+            .save(&view, None, &delta, &all_steps(&view))
+            .await
+            .expect("saved");
         saved.push(view.id);
     }
     let listed: Vec<DeploymentId> = store
@@ -131,7 +134,10 @@ async fn a_tenants_list_holds_all_its_deployments_newest_first_and_no_one_elses(
     let mut saved = Vec::new();
     for n in 0..130u32 {
         let view = view(&tenant, (n * 37) % 130);
-        store.save(&view, None, &delta, &all_steps(&view)).await.expect("saved");
+        store
+            .save(&view, None, &delta, &all_steps(&view))
+            .await
+            .expect("saved");
         saved.push(view);
     }
     let other = view(&neighbour, 5);
@@ -180,7 +186,10 @@ async fn a_deployment_of_many_steps_is_saved_in_order_and_one_step_at_a_time() {
     let steps: serde_json::Map<String, serde_json::Value> = (0..250)
         .map(|i| {
             let name = format!("s{:03}", (i * 7) % 250);
-            (name, serde_json::json!({ "status": "pending", "attempts": 0 }))
+            (
+                name,
+                serde_json::json!({ "status": "pending", "attempts": 0 }),
+            )
         })
         .collect();
     let mut view: DeploymentView = serde_json::from_value(serde_json::json!({
@@ -200,7 +209,10 @@ async fn a_deployment_of_many_steps_is_saved_in_order_and_one_step_at_a_time() {
         .save(&view, None, &TenantDelta::default(), &all_steps(&view))
         .await
         .expect("saved");
-    assert_eq!(store.view(view.id).await.expect("loaded").as_ref(), Some(&view));
+    assert_eq!(
+        store.view(view.id).await.expect("loaded").as_ref(),
+        Some(&view)
+    );
 
     let mut changed = view.clone();
     changed.revision = 1;

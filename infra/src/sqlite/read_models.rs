@@ -22,8 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use async_trait::async_trait;
 use indexmap::IndexMap;
 use overture_domain::projection::{
-    Change, DeploymentView, Folding, Header, ReadModels, StepView, TenantDelta, TenantView,
-    Touched,
+    Change, DeploymentView, Folding, Header, ReadModels, StepView, TenantDelta, TenantView, Touched,
 };
 use overture_events::{DeploymentId, LogEntry, Timestamp};
 use overture_projector::{
@@ -114,8 +113,9 @@ fn read_steps(
             }
         }
         Steps::Named(names) => {
-            let mut select = c
-                .prepare_cached("SELECT view FROM step_views WHERE deployment = ?1 AND name = ?2")?;
+            let mut select = c.prepare_cached(
+                "SELECT view FROM step_views WHERE deployment = ?1 AND name = ?2",
+            )?;
             for name in names {
                 let json: Option<String> = select
                     .query_row(params![deployment, name], |row| row.get(0))

@@ -162,7 +162,11 @@ mod tests {
         let steps: Vec<(String, i64, serde_json::Value)> = select
             .query_map([], |row| {
                 let json: String = row.get(2)?;
-                Ok((row.get(0)?, row.get(1)?, serde_json::from_str(&json).expect("JSON")))
+                Ok((
+                    row.get(0)?,
+                    row.get(1)?,
+                    serde_json::from_str(&json).expect("JSON"),
+                ))
             })
             .expect("rows")
             .collect::<rusqlite::Result<_>>()
