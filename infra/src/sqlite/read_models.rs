@@ -65,6 +65,15 @@ fn encode<T: serde::Serialize>(value: &T) -> rusqlite::Result<String> {
     serde_json::to_string(value).map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))
 }
 
+/// A step row to write: its deployment's index among the headers written, and where its name
+/// and view are in the buffer written with them.
+struct StepRow {
+    deployment: usize,
+    name: std::ops::Range<usize>,
+    json: std::ops::Range<usize>,
+    position: i64,
+}
+
 /// Which steps to read with a header.
 enum Steps<'a> {
     All,
@@ -410,21 +419,30 @@ impl ReadModelStore for SqliteReadModels {
         touched: &Touched,
         checkpoint: u64,
     ) -> Result<(), StoreError> {
-        // Encoded here, beside the fold, so the connection's thread only writes.
+        // Encoded here, beside the fold, so the connection's thread only writes; the steps'
+        // names and views go into one buffer, as a rebuild writes hundreds of thousands.
         let mut heads = Vec::with_capacity(models.deployments.len());
-        let mut steps = Vec::new();
+        let mut text: Vec<u8> = Vec::with_capacity(1 << 20);
+        let mut steps: Vec<StepRow> = Vec::new();
         let none = BTreeSet::new();
         for view in models.deployments.values() {
-            let id = view.id.to_string();
             for name in touched.get(&view.id).unwrap_or(&none) {
                 if let Some((position, name, step)) = view.steps.get_full(name) {
-                    let json = serde_json::to_string(step).map_err(store_error)?;
-                    steps.push((id.clone(), name.clone(), position as i64, json));
+                    let start = text.len();
+                    text.extend_from_slice(name.as_bytes());
+                    let middle = text.len();
+                    serde_json::to_writer(&mut text, step).map_err(store_error)?;
+                    steps.push(StepRow {
+                        deployment: heads.len(),
+                        name: start..middle,
+                        json: middle..text.len(),
+                        position: position as i64,
+                    });
                 }
             }
             let head = serde_json::to_string(&view.header()).map_err(store_error)?;
             heads.push((
-                id,
+                view.id.to_string(),
                 view.tenant.clone(),
                 view.status.as_str(),
                 started_at_text(view),
@@ -432,6 +450,8 @@ impl ReadModelStore for SqliteReadModels {
                 head,
             ));
         }
+        // Only names (strings) and serde_json's output went in.
+        let text = String::from_utf8(text).map_err(store_error)?;
         let tenants: Vec<(String, String)> = models
             .tenants
             .values()
@@ -455,8 +475,13 @@ impl ReadModelStore for SqliteReadModels {
                         "INSERT INTO step_views (deployment, name, position, view) VALUES (?1, ?2, ?3, ?4)
                          ON CONFLICT (deployment, name) DO UPDATE SET view = excluded.view",
                     )?;
-                    for (id, name, position, json) in &steps {
-                        put_step.execute(params![id, name, position, json])?;
+                    for row in &steps {
+                        put_step.execute(params![
+                            heads[row.deployment].0,
+                            &text[row.name.clone()],
+                            row.position,
+                            &text[row.json.clone()]
+                        ])?;
                     }
                     let mut put_tenant = sp.prepare_cached(
                         "INSERT INTO tenant_views (tenant, view) VALUES (?1, ?2)
