@@ -30,6 +30,8 @@
 //!    beside their targets and limits. `overture-bench goals` measures these alone.
 //!
 //! [`fixtures`] builds the events and blueprints; [`report`] prints the figures.
+//!
+//! `overture-bench replay` runs the replay alone (3) and prints its figure.
 
 mod aws_costs;
 mod deploy;
@@ -80,15 +82,16 @@ async fn main() -> ExitCode {
 }
 
 async fn run() -> anyhow::Result<()> {
-    // Before anything slow: a missing binary should fail at once.
-    let overture = deploy::overture_binary()?;
     let only_goals = match std::env::args().nth(1).as_deref() {
         None => false,
+        Some("replay") => return replay_alone().await,
         Some("goals") => true,
         Some(other) => anyhow::bail!(
-            "unknown argument `{other}`: run `overture-bench` for every figure, or `overture-bench goals` for the speed goals alone"
+            "no section `{other}`: run `overture-bench` for every figure, `overture-bench goals` for the speed goals alone, or `overture-bench replay` for the replay alone"
         ),
     };
+    // Before anything slow: a missing binary should fail at once.
+    let overture = deploy::overture_binary()?;
     let speed = speed_goals(&overture).await?;
     if only_goals {
         println!();
@@ -160,8 +163,7 @@ async fn run() -> anyhow::Result<()> {
 
 /// Measures the speed goals, from the replay on.
 async fn speed_goals(overture: &std::path::Path) -> anyhow::Result<goals::Speed> {
-    eprintln!("replay: writing {REPLAY_DEPLOYMENTS} deployments of {} events, then rebuilding the read models", 3 * fixtures::REPLAY_STEPS + 4);
-    let replay = replay::replay(REPLAY_DEPLOYMENTS).await?;
+    let replay = replay_section().await?;
     eprintln!(
         "sequential: a chain of {} noop steps, {} times",
         speed::SEQUENTIAL_STEPS,
@@ -183,4 +185,15 @@ async fn speed_goals(overture: &std::path::Path) -> anyhow::Result<goals::Speed>
         concurrent,
         replay,
     })
+}
+
+async fn replay_section() -> anyhow::Result<replay::Replay> {
+    eprintln!("replay: writing {REPLAY_DEPLOYMENTS} deployments of {} events, then rebuilding the read models", 3 * fixtures::REPLAY_STEPS + 4);
+    replay::replay(REPLAY_DEPLOYMENTS).await
+}
+
+async fn replay_alone() -> anyhow::Result<()> {
+    let replay = replay_section().await?;
+    println!("{}", report::replay_line(&replay));
+    Ok(())
 }

@@ -4,10 +4,18 @@
 //! view, the change to its tenant's summary ([`TenantDelta`]). It applies a record only when its
 //! revision is the view's revision + 1, so a replayed record changes nothing and a record after a
 //! missing one waits. [`ReadModels`] folds many streams in memory with it (a rebuild, a check).
+//!
+//! Views are stored incrementally: a header (everything but the steps) and one entry per step.
+//! [`Projected::steps`] names the steps the folded records changed, so a store writes the header
+//! and those steps only, and [`steps_of`] names the steps records may change, so a projector
+//! loads only those. [`Change`] is an event decoded only as far as the views need
+//! ([`Change::decode`] reads it straight from the log's text), which a rebuild folds with
+//! [`ReadModels::apply_change`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use indexmap::IndexMap;
+use overture_events::deployment::SchemaError;
 use overture_events::{DeploymentEvent, DeploymentId, Envelope, ErrorClass, Timestamp};
 use serde::{Deserialize, Serialize};
 
@@ -88,6 +96,72 @@ pub struct DeploymentView {
     pub grants: Vec<GrantView>,
     /// The last revision of its stream folded in.
     pub revision: u64,
+}
+
+/// A deployment view's header as stores keep it: everything but the steps, which are kept one
+/// by one ([`DeploymentView::header`], [`Header::with_steps`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Header {
+    /// The deployment id.
+    pub id: DeploymentId,
+    /// Its tenant.
+    pub tenant: String,
+    /// The blueprint's name.
+    pub blueprint: String,
+    /// Overall status.
+    pub status: DeploymentStatus,
+    /// When it was requested.
+    pub started_at: Timestamp,
+    /// When it ended.
+    pub finished_at: Option<Timestamp>,
+    /// Why it failed or was cancelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Where tearing it down stands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destroy: Option<DestroyView>,
+    /// Its temporary grants of access.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub grants: Vec<GrantView>,
+    /// The last revision of its stream folded in.
+    pub revision: u64,
+}
+
+impl Header {
+    /// The view of this header with these steps.
+    pub fn with_steps(self, steps: IndexMap<String, StepView>) -> DeploymentView {
+        DeploymentView {
+            id: self.id,
+            tenant: self.tenant,
+            blueprint: self.blueprint,
+            status: self.status,
+            steps,
+            started_at: self.started_at,
+            finished_at: self.finished_at,
+            reason: self.reason,
+            destroy: self.destroy,
+            grants: self.grants,
+            revision: self.revision,
+        }
+    }
+}
+
+impl DeploymentView {
+    /// Its header: everything but the steps (small, whatever the deployment's size).
+    pub fn header(&self) -> Header {
+        Header {
+            id: self.id,
+            tenant: self.tenant.clone(),
+            blueprint: self.blueprint.clone(),
+            status: self.status,
+            started_at: self.started_at,
+            finished_at: self.finished_at,
+            reason: self.reason.clone(),
+            destroy: self.destroy.clone(),
+            grants: self.grants.clone(),
+            revision: self.revision,
+        }
+    }
 }
 
 /// One temporary grant of access, opened by one event and closed by another: the ledger that
@@ -275,6 +349,12 @@ impl TenantDelta {
     /// The summary after this change (a new summary for a tenant that had none).
     pub fn apply_to(&self, summary: Option<TenantView>, tenant: &str) -> TenantView {
         let mut summary = summary.unwrap_or_else(|| TenantView::new(tenant));
+        self.apply_in_place(&mut summary);
+        summary
+    }
+
+    /// Changes `summary` as [`Self::apply_to`] does.
+    pub fn apply_in_place(&self, summary: &mut TenantView) {
         // Counters never go below zero, even on a store that lost a record it had counted.
         let add = |count: u64, change: i64| count.saturating_add_signed(change);
         summary.running = add(summary.running, self.running);
@@ -286,7 +366,6 @@ impl TenantDelta {
             summary.last_deployment_at =
                 Some(summary.last_deployment_at.map_or(at, |last| last.max(at)));
         }
-        summary
     }
 }
 
@@ -303,6 +382,9 @@ pub struct Projected {
     pub next: u64,
     /// Whether a record was held back because one before it is missing.
     pub gap: bool,
+    /// The steps whose views the folded records changed (every step of a view they started):
+    /// with the header, all a store has to write.
+    pub steps: BTreeSet<String>,
 }
 
 /// Folds records of one deployment's stream into its view: only a record whose revision is
@@ -326,6 +408,7 @@ impl Projected {
             delta: TenantDelta::default(),
             applied: 0,
             gap: false,
+            steps: BTreeSet::new(),
         }
     }
 }
@@ -333,43 +416,55 @@ impl Projected {
 /// Folds `records` in as [`project`] says; on an error, what was folded before it stays.
 fn fold_records(projected: &mut Projected, records: &[Envelope]) -> Result<(), ProjectionError> {
     for record in records {
-        if record.revision < projected.next {
-            continue;
-        }
-        if record.revision > projected.next {
-            projected.gap = true;
-            break;
-        }
-        if !fold_record(projected, record)? {
+        let id = DeploymentId::from_stream(&record.stream)?;
+        let at = record.metadata.recorded_at;
+        let change = || {
+            let event = DeploymentEvent::from_parts(&record.event_type, record.data.clone())?;
+            Ok(Change::from(event))
+        };
+        if !fold_record(projected, id, record.revision, at, change)? {
             break;
         }
     }
     Ok(())
 }
 
-/// Folds the record the view needs next; false when it cannot start a view (an event before a
-/// deployment's `DeploymentRequested`, which no stream holds).
-fn fold_record(projected: &mut Projected, envelope: &Envelope) -> Result<bool, ProjectionError> {
-    let id = DeploymentId::from_stream(&envelope.stream)?;
-    let event = DeploymentEvent::from_parts(&envelope.event_type, envelope.data.clone())?;
-    let at = envelope.metadata.recorded_at;
+/// Folds one record if it is the one the view needs next (`change` decodes it only then);
+/// false when the records after it must wait: it is after a missing one, or it cannot start a
+/// view (an event before a deployment's `DeploymentRequested`, which no stream holds).
+fn fold_record(
+    projected: &mut Projected,
+    id: DeploymentId,
+    revision: u64,
+    at: Timestamp,
+    change: impl FnOnce() -> Result<Change, ProjectionError>,
+) -> Result<bool, ProjectionError> {
+    if revision < projected.next {
+        return Ok(true);
+    }
+    if revision > projected.next {
+        projected.gap = true;
+        return Ok(false);
+    }
     if let Some(view) = projected.view.as_ref().filter(|v| v.id != id) {
         return Err(ProjectionError::OtherStream {
             view: view.id,
-            found: envelope.stream.clone(),
+            found: id.stream(),
         });
     }
+    let change = change()?;
     let Some(view) = projected.view.as_mut() else {
-        let DeploymentEvent::DeploymentRequested {
-            tenant, blueprint, ..
-        } = &event
+        let Change::Requested {
+            tenant,
+            blueprint,
+            steps,
+        } = change
         else {
             return Ok(false);
         };
-        let steps = blueprint
-            .steps
-            .iter()
-            .map(|s| {
+        let steps: IndexMap<String, StepView> = steps
+            .into_iter()
+            .map(|name| {
                 let view = StepView {
                     status: StepStatus::Pending,
                     attempts: 0,
@@ -378,13 +473,14 @@ fn fold_record(projected: &mut Projected, envelope: &Envelope) -> Result<bool, P
                     error_class: None,
                     outputs: BTreeMap::new(),
                 };
-                (s.name.clone(), view)
+                (name, view)
             })
             .collect();
+        projected.steps.extend(steps.keys().cloned());
         projected.view = Some(DeploymentView {
             id,
-            tenant: tenant.clone(),
-            blueprint: blueprint.name.clone(),
+            tenant,
+            blueprint,
             status: DeploymentStatus::Running,
             steps,
             started_at: at,
@@ -392,26 +488,449 @@ fn fold_record(projected: &mut Projected, envelope: &Envelope) -> Result<bool, P
             reason: None,
             destroy: None,
             grants: Vec::new(),
-            revision: envelope.revision,
+            revision,
         });
         projected.delta.total += 1;
         projected.delta.running += 1;
         projected.delta.requested_at = Some(at);
         projected.applied += 1;
-        projected.next = envelope.revision + 1;
+        projected.next = revision + 1;
         return Ok(true);
     };
-    view.revision = envelope.revision;
+    view.revision = revision;
     let before = view.status;
-    fold(view, event, at);
+    fold(view, change, at, &mut projected.steps);
     if view.status != before {
         *projected.delta.counter(before) -= 1;
         *projected.delta.counter(view.status) += 1;
     }
     projected.applied += 1;
-    projected.next = envelope.revision + 1;
+    projected.next = revision + 1;
     Ok(true)
 }
+
+/// The steps whose views `records` may change, by name: what a projector loads beside the
+/// header. Read from the records' data without decoding them (a record that does not read is
+/// reported when it is folded).
+pub fn steps_of(records: &[Envelope]) -> BTreeSet<String> {
+    let mut steps = BTreeSet::new();
+    for record in records {
+        if record.event_type == "DeploymentRedriven" {
+            let named = record.data.get("steps").and_then(|s| s.as_array());
+            steps.extend(
+                named
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|s| s.as_str().map(str::to_owned)),
+            );
+        } else if let Some(step) = record.data.get("step").and_then(|s| s.as_str()) {
+            steps.insert(step.to_owned());
+        }
+    }
+    steps
+}
+
+/// An event decoded only as far as the read models need: what [`project`] and
+/// [`ReadModels`] fold.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Change {
+    /// `DeploymentRequested`: the view starts, its steps pending.
+    Requested {
+        /// The tenant.
+        tenant: String,
+        /// The blueprint's name.
+        blueprint: String,
+        /// The blueprint's steps, in order.
+        steps: Vec<String>,
+    },
+    /// `StepScheduled`.
+    StepScheduled {
+        /// The step.
+        step: String,
+    },
+    /// `StepRetryScheduled`.
+    StepRetryScheduled {
+        /// The step.
+        step: String,
+    },
+    /// `StepStarted`.
+    StepStarted {
+        /// The step.
+        step: String,
+        /// The attempt.
+        attempt: u32,
+    },
+    /// `StepSucceeded`.
+    StepSucceeded {
+        /// The step.
+        step: String,
+        /// Its outputs (masked).
+        outputs: BTreeMap<String, String>,
+    },
+    /// `StepAttemptFailed`.
+    StepAttemptFailed {
+        /// The step.
+        step: String,
+        /// Why the attempt failed.
+        error_class: ErrorClass,
+    },
+    /// `StepFailed`.
+    StepFailed {
+        /// The step.
+        step: String,
+    },
+    /// `StepAbandoned`.
+    StepAbandoned {
+        /// The step.
+        step: String,
+    },
+    /// `DeploymentSucceeded`.
+    Succeeded,
+    /// `DeploymentFailed`.
+    Failed {
+        /// Why.
+        reason: String,
+    },
+    /// `DeploymentCancelled`.
+    Cancelled {
+        /// Why.
+        reason: String,
+    },
+    /// `DestroyRequested`.
+    DestroyRequested,
+    /// `StepDestroyFailed`.
+    StepDestroyFailed {
+        /// The step.
+        step: String,
+        /// The exit code, if the command exited.
+        exit_code: Option<i32>,
+    },
+    /// `DeploymentDestroyed`.
+    Destroyed,
+    /// `DeploymentRedriven`.
+    Redriven {
+        /// The steps run again.
+        steps: Vec<String>,
+    },
+    /// `CredentialsSealed`.
+    CredentialsSealed {
+        /// Where the sealed values are kept.
+        seal: String,
+        /// The deployment's SSH public key, if it has one.
+        ssh_public_key: Option<String>,
+        /// Whether the user's token is sealed too.
+        token: bool,
+    },
+    /// `BastionAccessGranted`.
+    BastionAccessGranted {
+        /// The rule's id.
+        rule: String,
+        /// The bastion's security group.
+        security_group: String,
+        /// The bastion's address.
+        bastion: String,
+        /// The address admitted.
+        source: String,
+        /// The port admitted.
+        port: u16,
+    },
+    /// `BastionAccessRevoked`.
+    BastionAccessRevoked {
+        /// The deployments the rule was kept for.
+        kept_for: Vec<DeploymentId>,
+    },
+    /// `SecretsPurged`.
+    SecretsPurged,
+    /// An event that changes no view.
+    Nothing,
+}
+
+impl From<DeploymentEvent> for Change {
+    fn from(event: DeploymentEvent) -> Self {
+        use DeploymentEvent as E;
+        match event {
+            E::DeploymentRequested {
+                tenant, blueprint, ..
+            } => Change::Requested {
+                tenant,
+                steps: blueprint.steps.into_iter().map(|s| s.name).collect(),
+                blueprint: blueprint.name,
+            },
+            E::StepScheduled { step, .. } => Change::StepScheduled { step },
+            E::StepRetryScheduled { step, .. } => Change::StepRetryScheduled { step },
+            E::StepStarted { step, attempt, .. } => Change::StepStarted { step, attempt },
+            E::StepSucceeded { step, outputs, .. } => Change::StepSucceeded { step, outputs },
+            E::StepAttemptFailed {
+                step, error_class, ..
+            } => Change::StepAttemptFailed { step, error_class },
+            E::StepFailed { step, .. } => Change::StepFailed { step },
+            E::StepAbandoned { step, .. } => Change::StepAbandoned { step },
+            E::DeploymentSucceeded {} => Change::Succeeded,
+            E::DeploymentFailed { reason } => Change::Failed { reason },
+            E::DeploymentCancelled { reason, .. } => Change::Cancelled { reason },
+            E::DestroyRequested { .. } => Change::DestroyRequested,
+            E::StepDestroyFailed {
+                step, exit_code, ..
+            } => Change::StepDestroyFailed { step, exit_code },
+            E::DeploymentDestroyed {} => Change::Destroyed,
+            E::DeploymentRedriven { steps, .. } => Change::Redriven { steps },
+            E::CredentialsSealed {
+                seal,
+                ssh_public_key,
+                token,
+                ..
+            } => Change::CredentialsSealed {
+                seal,
+                ssh_public_key,
+                token,
+            },
+            E::BastionAccessGranted {
+                rule,
+                security_group,
+                bastion,
+                source,
+                port,
+            } => Change::BastionAccessGranted {
+                rule,
+                security_group,
+                bastion,
+                source,
+                port,
+            },
+            E::BastionAccessRevoked { kept_for, .. } => Change::BastionAccessRevoked { kept_for },
+            E::SecretsPurged {} => Change::SecretsPurged,
+            // The attempt's failure, which follows, is what the view shows.
+            E::StepJobDeadLettered { .. }
+            | E::HostKeysPinned { .. }
+            | E::StepNetworkPolicyApplied { .. }
+            | E::StepDestroyed { .. }
+            | E::FailureGracePeriodStarted { .. }
+            | E::CancellationRequested { .. } => Change::Nothing,
+        }
+    }
+}
+
+/// The fields of `DeploymentRequested` the views need.
+#[derive(Deserialize)]
+struct RequestedFields {
+    tenant: String,
+    blueprint: BlueprintFields,
+}
+
+#[derive(Deserialize)]
+struct BlueprintFields {
+    name: String,
+    steps: Vec<StepName>,
+}
+
+#[derive(Deserialize)]
+struct StepName {
+    name: String,
+}
+
+#[derive(Deserialize)]
+struct StepField {
+    step: String,
+}
+
+#[derive(Deserialize)]
+struct StartedFields {
+    step: String,
+    attempt: u32,
+}
+
+#[derive(Deserialize)]
+struct SucceededFields {
+    step: String,
+    outputs: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+struct AttemptFailedFields {
+    step: String,
+    error_class: ErrorClass,
+}
+
+#[derive(Deserialize)]
+struct ReasonField {
+    reason: String,
+}
+
+#[derive(Deserialize)]
+struct DestroyFailedFields {
+    step: String,
+    exit_code: Option<i32>,
+}
+
+#[derive(Deserialize)]
+struct StepsField {
+    steps: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct SealedFields {
+    seal: String,
+    #[serde(default)]
+    ssh_public_key: Option<String>,
+    #[serde(default)]
+    token: bool,
+}
+
+#[derive(Deserialize)]
+struct GrantedFields {
+    rule: String,
+    security_group: String,
+    bastion: String,
+    source: String,
+    port: u16,
+}
+
+#[derive(Deserialize)]
+struct RevokedFields {
+    #[serde(default)]
+    kept_for: Vec<DeploymentId>,
+}
+
+impl Change {
+    /// The steps whose views it may change, by name.
+    pub fn steps(&self) -> &[String] {
+        match self {
+            Change::StepScheduled { step }
+            | Change::StepRetryScheduled { step }
+            | Change::StepStarted { step, .. }
+            | Change::StepSucceeded { step, .. }
+            | Change::StepAttemptFailed { step, .. }
+            | Change::StepFailed { step }
+            | Change::StepAbandoned { step } => std::slice::from_ref(step),
+            Change::Redriven { steps } => steps,
+            _ => &[],
+        }
+    }
+
+    /// Reads the change of an event from its type and its data as the log stores it (JSON
+    /// text), decoding only the fields the views need: the fast path of a rebuild. It agrees
+    /// with decoding the whole [`DeploymentEvent`] and converting it.
+    pub fn decode(event_type: &str, data: &str) -> Result<Change, ProjectionError> {
+        fn read<'a, T: Deserialize<'a>>(event_type: &str, data: &'a str) -> Result<T, SchemaError> {
+            serde_json::from_str(data).map_err(|source| SchemaError {
+                event_type: event_type.to_owned(),
+                source,
+            })
+        }
+        let change = match event_type {
+            "DeploymentRequested" => {
+                let fields: RequestedFields = read(event_type, data)?;
+                Change::Requested {
+                    tenant: fields.tenant,
+                    blueprint: fields.blueprint.name,
+                    steps: fields.blueprint.steps.into_iter().map(|s| s.name).collect(),
+                }
+            }
+            "StepScheduled" => Change::StepScheduled {
+                step: read::<StepField>(event_type, data)?.step,
+            },
+            "StepRetryScheduled" => Change::StepRetryScheduled {
+                step: read::<StepField>(event_type, data)?.step,
+            },
+            "StepStarted" => {
+                let fields: StartedFields = read(event_type, data)?;
+                Change::StepStarted {
+                    step: fields.step,
+                    attempt: fields.attempt,
+                }
+            }
+            "StepSucceeded" => {
+                let fields: SucceededFields = read(event_type, data)?;
+                Change::StepSucceeded {
+                    step: fields.step,
+                    outputs: fields.outputs,
+                }
+            }
+            "StepAttemptFailed" => {
+                let fields: AttemptFailedFields = read(event_type, data)?;
+                Change::StepAttemptFailed {
+                    step: fields.step,
+                    error_class: fields.error_class,
+                }
+            }
+            "StepFailed" => Change::StepFailed {
+                step: read::<StepField>(event_type, data)?.step,
+            },
+            "StepAbandoned" => Change::StepAbandoned {
+                step: read::<StepField>(event_type, data)?.step,
+            },
+            "DeploymentSucceeded" => Change::Succeeded,
+            "DeploymentFailed" => Change::Failed {
+                reason: read::<ReasonField>(event_type, data)?.reason,
+            },
+            "DeploymentCancelled" => Change::Cancelled {
+                reason: read::<ReasonField>(event_type, data)?.reason,
+            },
+            "DestroyRequested" => Change::DestroyRequested,
+            "StepDestroyFailed" => {
+                let fields: DestroyFailedFields = read(event_type, data)?;
+                Change::StepDestroyFailed {
+                    step: fields.step,
+                    exit_code: fields.exit_code,
+                }
+            }
+            "DeploymentDestroyed" => Change::Destroyed,
+            "DeploymentRedriven" => Change::Redriven {
+                steps: read::<StepsField>(event_type, data)?.steps,
+            },
+            "CredentialsSealed" => {
+                let fields: SealedFields = read(event_type, data)?;
+                Change::CredentialsSealed {
+                    seal: fields.seal,
+                    ssh_public_key: fields.ssh_public_key,
+                    token: fields.token,
+                }
+            }
+            "BastionAccessGranted" => {
+                let fields: GrantedFields = read(event_type, data)?;
+                Change::BastionAccessGranted {
+                    rule: fields.rule,
+                    security_group: fields.security_group,
+                    bastion: fields.bastion,
+                    source: fields.source,
+                    port: fields.port,
+                }
+            }
+            "BastionAccessRevoked" => Change::BastionAccessRevoked {
+                kept_for: read::<RevokedFields>(event_type, data)?.kept_for,
+            },
+            "SecretsPurged" => Change::SecretsPurged,
+            "StepJobDeadLettered"
+            | "HostKeysPinned"
+            | "StepNetworkPolicyApplied"
+            | "StepDestroyed"
+            | "FailureGracePeriodStarted"
+            | "CancellationRequested" => Change::Nothing,
+            // Not a type this build knows: the whole decoding says why.
+            _ => {
+                let data = read::<serde_json::Value>(event_type, data)?;
+                DeploymentEvent::from_parts(event_type, data)?.into()
+            }
+        };
+        Ok(change)
+    }
+}
+
+/// One record of the log as a rebuild folds it: whose, which revision, when, and its change.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Folding {
+    /// The deployment whose stream holds it.
+    pub deployment: DeploymentId,
+    /// Its revision in that stream.
+    pub revision: u64,
+    /// When the log recorded it.
+    pub at: Timestamp,
+    /// What it changes.
+    pub change: Change,
+}
+
+/// The steps whose views a rebuild's folds changed, by deployment.
+pub type Touched = BTreeMap<DeploymentId, BTreeSet<String>>;
 
 /// Many deployments' and tenants' views, folded in memory: what a rebuild folds the whole log
 /// into, batch by batch, and what `replay --check` compares the stored views with. It folds
@@ -429,9 +948,64 @@ impl ReadModels {
     /// or before a deployment's `DeploymentRequested`, change nothing.
     pub fn apply(&mut self, envelope: &Envelope) -> Result<(), ProjectionError> {
         let id = DeploymentId::from_stream(&envelope.stream)?;
+        self.fold_one(id, |projected| {
+            fold_records(projected, std::slice::from_ref(envelope))
+        })
+        .map(|_| ())
+    }
+
+    /// Folds one record decoded as far as the views need, as [`Self::apply`] folds its
+    /// envelope, and adds the steps it changed to `touched`. The view is changed where it is
+    /// kept: a rebuild folds millions of records.
+    pub fn apply_change(&mut self, folding: Folding, touched: &mut Touched) {
+        let Folding {
+            deployment,
+            revision,
+            at,
+            change,
+        } = folding;
+        let Some(view) = self.deployments.get_mut(&deployment) else {
+            // Only a deployment's first record starts its view.
+            if revision == 0 {
+                let steps = touched.entry(deployment).or_default();
+                let _ = self.fold_one(deployment, |projected| {
+                    fold_record(projected, deployment, revision, at, || Ok(change)).map(|_| ())
+                });
+                if let Some(view) = self.deployments.get(&deployment) {
+                    steps.extend(view.steps.keys().cloned());
+                }
+            }
+            return;
+        };
+        // Records already folded and records after a missing one change nothing.
+        if revision != view.revision + 1 {
+            return;
+        }
+        view.revision = revision;
+        let before = view.status;
+        fold(view, change, at, touched.entry(deployment).or_default());
+        if view.status != before {
+            let mut delta = TenantDelta::default();
+            *delta.counter(before) -= 1;
+            *delta.counter(view.status) += 1;
+            match self.tenants.get_mut(&view.tenant) {
+                Some(summary) => delta.apply_in_place(summary),
+                None => {
+                    let summary = delta.apply_to(None, &view.tenant);
+                    self.tenants.insert(view.tenant.clone(), summary);
+                }
+            }
+        }
+    }
+
+    fn fold_one(
+        &mut self,
+        id: DeploymentId,
+        fold: impl FnOnce(&mut Projected) -> Result<(), ProjectionError>,
+    ) -> Result<BTreeSet<String>, ProjectionError> {
         // Taken out and put back rather than cloned: a rebuild folds millions of records.
         let mut projected = Projected::from_view(self.deployments.remove(&id));
-        let folded = fold_records(&mut projected, std::slice::from_ref(envelope));
+        let folded = fold(&mut projected);
         if let Some(view) = projected.view {
             if !projected.delta.is_empty() {
                 let summary = self.tenants.remove(&view.tenant);
@@ -440,73 +1014,70 @@ impl ReadModels {
             }
             self.deployments.insert(id, view);
         }
-        folded
+        folded.map(|()| projected.steps)
     }
 }
 
-fn fold(view: &mut DeploymentView, event: DeploymentEvent, at: Timestamp) {
-    use DeploymentEvent as E;
-    let mut step = |name: &str, change: &mut dyn FnMut(&mut StepView)| {
-        if let Some(s) = view.steps.get_mut(name) {
+fn fold(view: &mut DeploymentView, change: Change, at: Timestamp, touched: &mut BTreeSet<String>) {
+    let mut step = |name: String, change: &mut dyn FnMut(&mut StepView)| {
+        if let Some(s) = view.steps.get_mut(&name) {
             change(s);
+            touched.insert(name);
         }
     };
-    match event {
-        E::StepScheduled { step: name, .. } => {
-            step(&name, &mut |s| s.status = StepStatus::Scheduled)
+    match change {
+        Change::StepScheduled { step: name } => {
+            step(name, &mut |s| s.status = StepStatus::Scheduled)
         }
-        E::StepRetryScheduled { step: name, .. } => {
-            step(&name, &mut |s| s.status = StepStatus::Retrying)
+        Change::StepRetryScheduled { step: name } => {
+            step(name, &mut |s| s.status = StepStatus::Retrying)
         }
-        E::StepStarted {
+        Change::StepStarted {
             step: name,
             attempt,
-            ..
-        } => step(&name, &mut |s| {
+        } => step(name, &mut |s| {
             s.status = StepStatus::Running;
             s.attempts = s.attempts.max(attempt);
             s.started_at.get_or_insert(at);
         }),
-        E::StepSucceeded {
+        Change::StepSucceeded {
             step: name,
             outputs,
-            ..
-        } => step(&name, &mut |s| {
-            s.status = StepStatus::Succeeded;
-            s.outputs = outputs.clone();
-            s.finished_at = Some(at);
-        }),
-        E::StepAttemptFailed {
+        } => {
+            let mut outputs = Some(outputs);
+            step(name, &mut |s| {
+                s.status = StepStatus::Succeeded;
+                s.outputs = outputs.take().unwrap_or_default();
+                s.finished_at = Some(at);
+            })
+        }
+        Change::StepAttemptFailed {
             step: name,
             error_class,
-            ..
-        } => step(&name, &mut |s| s.error_class = Some(error_class)),
-        E::StepFailed { step: name, .. } => step(&name, &mut |s| {
+        } => step(name, &mut |s| s.error_class = Some(error_class)),
+        Change::StepFailed { step: name } => step(name, &mut |s| {
             s.status = StepStatus::Failed;
             s.finished_at = Some(at);
         }),
-        E::StepAbandoned { step: name, .. } => step(&name, &mut |s| {
+        Change::StepAbandoned { step: name } => step(name, &mut |s| {
             s.status = StepStatus::Abandoned;
             s.finished_at = Some(at);
         }),
-        E::DeploymentSucceeded {} => finish(view, DeploymentStatus::Succeeded, None, at),
-        E::DeploymentFailed { reason } => finish(view, DeploymentStatus::Failed, Some(reason), at),
-        E::DeploymentCancelled { reason, .. } => {
-            finish(view, DeploymentStatus::Cancelled, Some(reason), at)
-        }
-        E::DestroyRequested { .. } => set_destroy(view, DestroyStatus::Destroying, None, at),
-        E::StepDestroyFailed {
+        Change::Succeeded => finish(view, DeploymentStatus::Succeeded, None, at),
+        Change::Failed { reason } => finish(view, DeploymentStatus::Failed, Some(reason), at),
+        Change::Cancelled { reason } => finish(view, DeploymentStatus::Cancelled, Some(reason), at),
+        Change::DestroyRequested => set_destroy(view, DestroyStatus::Destroying, None, at),
+        Change::StepDestroyFailed {
             step: name,
             exit_code,
-            ..
         } => {
             let how = exit_code.map_or_else(String::new, |code| format!(" (exit code {code})"));
             let reason = format!("destroying step `{name}` failed{how}");
             set_destroy(view, DestroyStatus::Failed, Some(reason), at)
         }
-        E::DeploymentDestroyed {} => set_destroy(view, DestroyStatus::Destroyed, None, at),
-        E::DeploymentRedriven { steps, .. } => {
-            for name in &steps {
+        Change::Destroyed => set_destroy(view, DestroyStatus::Destroyed, None, at),
+        Change::Redriven { steps } => {
+            for name in steps {
                 step(name, &mut |s| {
                     s.status = StepStatus::Pending;
                     s.finished_at = None;
@@ -517,12 +1088,10 @@ fn fold(view: &mut DeploymentView, event: DeploymentEvent, at: Timestamp) {
             view.reason = None;
             view.finished_at = None;
         }
-        E::StepNetworkPolicyApplied { .. } => {}
-        E::CredentialsSealed {
+        Change::CredentialsSealed {
             seal,
             ssh_public_key,
             token,
-            ..
         } => {
             if let Some(key) = ssh_public_key {
                 let detail =
@@ -540,7 +1109,7 @@ fn fold(view: &mut DeploymentView, event: DeploymentEvent, at: Timestamp) {
                 open_grant(view, GrantKind::Token, seal, detail.into(), at);
             }
         }
-        E::BastionAccessGranted {
+        Change::BastionAccessGranted {
             rule,
             security_group,
             bastion,
@@ -554,7 +1123,7 @@ fn fold(view: &mut DeploymentView, event: DeploymentEvent, at: Timestamp) {
             let detail = format!("SSH forwarding through {bastion} to the deployment's hosts");
             open_grant(view, GrantKind::TcpForwarding, bastion, detail, at);
         }
-        E::BastionAccessRevoked { kept_for, .. } => {
+        Change::BastionAccessRevoked { kept_for } => {
             for grant in view
                 .grants
                 .iter_mut()
@@ -564,13 +1133,8 @@ fn fold(view: &mut DeploymentView, event: DeploymentEvent, at: Timestamp) {
             }
             close_grants(view, GrantKind::closed_by_revocation, at);
         }
-        E::SecretsPurged {} => close_grants(view, |kind| !kind.closed_by_revocation(), at),
-        // The attempt's failure, which follows, is what the view shows.
-        E::StepJobDeadLettered { .. } | E::HostKeysPinned { .. } => {}
-        E::DeploymentRequested { .. }
-        | E::StepDestroyed { .. }
-        | E::FailureGracePeriodStarted { .. }
-        | E::CancellationRequested { .. } => {}
+        Change::SecretsPurged => close_grants(view, |kind| !kind.closed_by_revocation(), at),
+        Change::Requested { .. } | Change::Nothing => {}
     }
 }
 

@@ -4,7 +4,9 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use overture_domain::blueprint::parse;
-use overture_domain::projection::{DeploymentStatus, ReadModels};
+use overture_domain::projection::{
+    steps_of, Change, DeploymentStatus, Folding, ReadModels, Touched,
+};
 use overture_domain::StepStatus;
 use overture_events::{DeploymentEvent as E, DeploymentId, Envelope, ErrorClass, Metadata};
 use uuid::Uuid;
@@ -356,4 +358,126 @@ fn a_record_of_another_stream_is_not_folded_into_a_view() {
         matches!(refused, Err(ProjectionError::OtherStream { .. })),
         "{refused:?}"
     );
+}
+
+/// Every kind of event the views fold, read as a rebuild reads them ([`Change::decode`], only
+/// the fields the views need, from the log's text), changes the views exactly as the whole
+/// event does, and names the steps it changed.
+#[test]
+fn an_event_decoded_only_as_far_as_the_views_need_folds_as_the_whole_event() {
+    let id = DeploymentId::from_uuid(Uuid::new_v4());
+    let mut records = history(
+        id,
+        "acme",
+        E::DeploymentFailed {
+            reason: "step `b` failed".into(),
+        },
+    );
+    let more = vec![
+        E::CredentialsSealed {
+            seal: "seal-1".into(),
+            secrets: vec!["token".into()],
+            ssh_public_key: Some("ssh-ed25519 AAAA key".into()),
+            token: true,
+        },
+        E::BastionAccessGranted {
+            rule: "rule-1".into(),
+            security_group: "sg-1".into(),
+            bastion: "203.0.113.5".into(),
+            source: "198.51.100.7".into(),
+            port: 22,
+        },
+        E::BastionAccessRevoked {
+            rule: "rule-1".into(),
+            kept_for: vec![DeploymentId::from_uuid(Uuid::new_v4())],
+        },
+        E::DeploymentRedriven {
+            requested_by: "u".into(),
+            steps: vec!["b".into()],
+        },
+        E::StepRetryScheduled {
+            step: "b".into(),
+            attempt: 1,
+            next_attempt: 2,
+            delay_ms: 10,
+            not_before: at(20),
+        },
+        E::StepAbandoned {
+            step: "b".into(),
+            attempt: 2,
+            reason: "cancelled".into(),
+        },
+        E::CancellationRequested {
+            requested_by: "u".into(),
+            reason: "enough".into(),
+        },
+        E::DeploymentCancelled {
+            reason: "enough".into(),
+            requested_by: "u".into(),
+        },
+        E::DestroyRequested {
+            steps: vec!["a".into()],
+        },
+        E::StepDestroyFailed {
+            step: "a".into(),
+            exit_code: Some(2),
+            message: "m".into(),
+            duration_ms: 1,
+        },
+        E::StepDestroyed {
+            step: "a".into(),
+            duration_ms: 1,
+        },
+        E::DeploymentDestroyed {},
+    ];
+    let first = records.len() as u64;
+    records.extend(
+        (first..)
+            .zip(more)
+            .map(|(revision, event)| envelope(id, "acme", revision, event)),
+    );
+
+    let mut whole = ReadModels::default();
+    let mut lean = ReadModels::default();
+    let mut touched = Touched::new();
+    for record in &records {
+        let decoded = Change::decode(&record.event_type, &record.data.to_string())
+            .expect("decodes only what the views need");
+        let event = E::from_parts(&record.event_type, record.data.clone()).expect("decodes");
+        assert_eq!(decoded, Change::from(event), "{}", record.event_type);
+        whole.apply(record).expect("folds");
+        lean.apply_change(
+            Folding {
+                deployment: id,
+                revision: record.revision,
+                at: record.metadata.recorded_at,
+                change: decoded,
+            },
+            &mut touched,
+        );
+        assert_eq!(lean, whole, "after {}", record.event_type);
+    }
+    assert_eq!(lean.deployments[&id].status, DeploymentStatus::Cancelled);
+    let steps: Vec<&str> = touched[&id].iter().map(String::as_str).collect();
+    assert_eq!(steps, ["a", "b"]);
+}
+
+/// The steps records name are those a projector loads with the header: the step of each step
+/// event and those a redrive runs again.
+#[test]
+fn the_steps_records_may_change_are_named_without_decoding_them() {
+    let id = DeploymentId::from_uuid(Uuid::new_v4());
+    let mut records = history(id, "acme", E::DeploymentSucceeded {});
+    records.push(envelope(
+        id,
+        "acme",
+        records.len() as u64,
+        E::DeploymentRedriven {
+            requested_by: "u".into(),
+            steps: vec!["c".into()],
+        },
+    ));
+    let named: Vec<String> = steps_of(&records[3..]).into_iter().collect();
+    assert_eq!(named, ["a", "b", "c"]);
+    assert!(steps_of(&records[..1]).is_empty());
 }

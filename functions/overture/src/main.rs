@@ -894,8 +894,14 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 // deploying meanwhile would find its view gone or behind its stream.
                 let _lock = EngineLock::take(&data_dir, true)
                     .map_err(|e| Failure::BadInput(e.to_string()))?;
+                // Read through a handle of its own that decodes only what the views need.
+                let changes = overture_infra::sqlite::read_models::LogChanges::new(
+                    overture_infra::sqlite::Database::open(data_dir.join("overture.db"))
+                        .await
+                        .context("opening the log to read")?,
+                );
                 let folded = overture_projector::rebuild(
-                    &engine.log,
+                    &changes,
                     &engine.read_models,
                     overture_projector::BATCH,
                 )

@@ -6,13 +6,14 @@
 //! would hold) and works on deployments and a tenant of its own, so the tests share a store
 //! without a reset. The log is a [`Records`] the test controls, so it can hold a record back.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::TimeDelta;
 use overture_domain::blueprint;
+use overture_domain::deployment::StepStatus;
 use overture_domain::projection::{
     DeploymentStatus, DeploymentView, ReadModels, TenantDelta, TenantView,
 };
@@ -37,6 +38,7 @@ macro_rules! read_model_contract_tests {
             a_record_before_its_predecessor_changes_nothing_until_the_gap_is_filled,
             racing_projectors_end_with_the_right_view_and_count_the_tenant_once,
             tenant_counters_over_many_deployments_are_exact,
+            saving_one_step_leaves_the_other_steps_as_they_were,
         );
     };
     (@each $clients:expr; $($test:ident),* $(,)?) => {
@@ -309,7 +311,15 @@ impl<S> Racing<S> {
 #[async_trait]
 impl<S: Store> DeploymentViews for Racing<S> {
     async fn view(&self, deployment: DeploymentId) -> Result<Option<DeploymentView>, ViewError> {
-        let loaded = self.inner.view(deployment).await;
+        self.inner.view(deployment).await
+    }
+
+    async fn view_of_steps(
+        &self,
+        deployment: DeploymentId,
+        steps: &BTreeSet<String>,
+    ) -> Result<Option<DeploymentView>, ViewError> {
+        let loaded = self.inner.view_of_steps(deployment, steps).await;
         if !self.waited.swap(true, Ordering::SeqCst) {
             self.barrier.wait().await;
         }
@@ -321,8 +331,9 @@ impl<S: Store> DeploymentViews for Racing<S> {
         view: &DeploymentView,
         loaded_at: Option<u64>,
         delta: &TenantDelta,
+        steps: &BTreeSet<String>,
     ) -> Result<(), ViewError> {
-        let saved = self.inner.save(view, loaded_at, delta).await;
+        let saved = self.inner.save(view, loaded_at, delta, steps).await;
         if matches!(saved, Err(ViewError::Conflict { .. })) {
             self.lost.fetch_add(1, Ordering::SeqCst);
         }
@@ -415,4 +426,59 @@ pub async fn tenant_counters_over_many_deployments_are_exact<S: Store>(a: &S, b:
     for records in &all {
         assert_eq!(view(a, records).await, Some(records.expected_view()));
     }
+}
+
+/// A save names the steps it changed: it writes the header and those steps, and every other
+/// step stays as stored, in its place, whether the view given holds it (changed or not) or
+/// not at all. Loading some steps gives the header with only those.
+pub async fn saving_one_step_leaves_the_other_steps_as_they_were<S: Store>(a: &S, b: &S) {
+    let tenant = new_tenant();
+    let records = deployment(&tenant, 0, None);
+    deliver(a, &records, 0..=1).await.expect("projects");
+    let before = view(b, &records).await.expect("a view");
+    let names = |view: &DeploymentView| view.steps.keys().cloned().collect::<Vec<_>>();
+    assert_eq!(names(&before), ["a", "b"]);
+    let only = |name: &str| BTreeSet::from([name.to_owned()]);
+
+    // Step `a` starts; the view given also holds `b` changed, which is not named.
+    let mut changed = before.clone();
+    changed.revision = 2;
+    let started = changed.steps.get_mut("a").expect("step a");
+    started.status = StepStatus::Running;
+    started.attempts = 1;
+    changed.steps.get_mut("b").expect("step b").status = StepStatus::Failed;
+    a.save(&changed, Some(1), &TenantDelta::default(), &only("a"))
+        .await
+        .expect("saved");
+    let stored = view(b, &records).await.expect("a view");
+    assert_eq!(stored.revision, 2);
+    assert_eq!(names(&stored), ["a", "b"]);
+    assert_eq!(stored.steps["a"], changed.steps["a"]);
+    assert_eq!(
+        stored.steps["b"], before.steps["b"],
+        "step b stays as it was"
+    );
+
+    // Loading step `b` alone gives the header and `b`; saving it leaves `a` as it was.
+    let mut partial = b
+        .view_of_steps(records.deployment, &only("b"))
+        .await
+        .expect("load")
+        .expect("a view");
+    assert_eq!(names(&partial), ["b"]);
+    assert_eq!(partial.revision, 2);
+    partial.revision = 3;
+    partial.steps.get_mut("b").expect("step b").status = StepStatus::Scheduled;
+    b.save(&partial, Some(2), &TenantDelta::default(), &only("b"))
+        .await
+        .expect("saved");
+    let stored = view(a, &records).await.expect("a view");
+    assert_eq!(stored.revision, 3);
+    assert_eq!(names(&stored), ["a", "b"]);
+    assert_eq!(
+        stored.steps["a"], changed.steps["a"],
+        "step a stays as it was"
+    );
+    assert_eq!(stored.steps["b"].status, StepStatus::Scheduled);
+    assert_eq!(summary(a, &tenant).await.total, 1);
 }

@@ -2,11 +2,13 @@
 //!
 //! [`project_stream`] is the projector proper, as DynamoDB Streams (or the embedded engine's
 //! feed) drive it: one deployment's new records at a time, in revision order, possibly replayed,
-//! possibly after a gap. It loads that deployment's view, folds in only the revisions it needs
-//! next ([`overture_domain::projection::project`]), reads any missing ones from the log
-//! ([`ReadStream`]) so nothing is skipped, and saves the view conditional on the revision it was
-//! loaded at, with the tenant summary's change as atomic deltas, in one write
-//! ([`DeploymentViews`]). A projector that lost the race to another reloads and folds again.
+//! possibly after a gap. It loads that deployment's view header and only the steps the records
+//! name ([`steps_of`]), folds in only the revisions it needs next
+//! ([`overture_domain::projection::project`]), reads any missing ones from the log
+//! ([`ReadStream`]) so nothing is skipped, and saves the header and the steps the records
+//! changed, conditional on the revision it was loaded at, with the tenant summary's change as
+//! atomic deltas, in one write ([`DeploymentViews`]): a record costs the same however many steps
+//! the deployment has. A projector that lost the race to another reloads and folds again.
 //! The contract every [`DeploymentViews`] store keeps is in [`contract`] (feature `contract`).
 //! On AWS, [`on_stream_records`] ([`stream`]) is the trigger: it groups a DynamoDB stream batch
 //! by deployment, folds each with [`project_stream`], and reports the deployments to deliver
@@ -14,15 +16,18 @@
 //!
 //! [`rebuild`] and [`catch_up`] fold the log's global order at once, on a store that has one
 //! (SQLite): `overture replay`. [`catch_up`] reads it from the read models' checkpoint, in
-//! batches; for each batch it loads the views the batch touches, folds the events in
-//! ([`ReadModels::apply`], the same pure fold), and stores the views together with the new
-//! checkpoint in one write. [`check`] folds the whole log afresh and compares.
+//! batches, each decoded only as far as the views need ([`ReadLog::read_changes`]); for each
+//! batch it loads the headers and steps the batch touches, folds the events in
+//! ([`ReadModels::apply_change`], the same pure fold), and stores the headers and changed steps
+//! together with the new checkpoint in one write, while the next batch is read.
+//! [`check`] folds the whole log afresh and compares.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use async_trait::async_trait;
 use overture_domain::projection::{
-    project, DeploymentView, ProjectionError, ReadModels, TenantDelta, TenantView,
+    project, steps_of, Change, DeploymentView, Folding, ProjectionError, ReadModels, TenantDelta,
+    TenantView, Touched,
 };
 use overture_events::{DeploymentId, Envelope, LogEntry};
 use overture_kit::{LogError, ReadStream};
@@ -34,18 +39,29 @@ pub mod stream;
 pub use stream::on_stream_records;
 
 /// Where each deployment's view and each tenant's summary are kept, written one deployment at a
-/// time.
+/// time: a header (everything but the steps) and each step apart, so that saving a record's
+/// change writes what it changed and nothing else.
 #[async_trait]
 pub trait DeploymentViews: Send + Sync {
-    /// The deployment's view, if one is stored.
+    /// The deployment's whole view, if one is stored.
     async fn view(&self, deployment: DeploymentId) -> Result<Option<DeploymentView>, ViewError>;
-    /// Stores `view` if the stored view is still at `loaded_at` (`None`: no view stored), and
-    /// adds `delta` to its tenant's summary, all or nothing.
+    /// The deployment's view with only the named steps (those of them it has), if one is
+    /// stored: what folding records that name those steps needs.
+    async fn view_of_steps(
+        &self,
+        deployment: DeploymentId,
+        steps: &BTreeSet<String>,
+    ) -> Result<Option<DeploymentView>, ViewError>;
+    /// Stores `view`'s header and its steps named in `steps` (every step of a new view), if the
+    /// stored view is still at `loaded_at` (`None`: no view stored), and adds `delta` to its
+    /// tenant's summary, all or nothing. Steps not named stay as they are stored, whether or
+    /// not `view` holds them.
     async fn save(
         &self,
         view: &DeploymentView,
         loaded_at: Option<u64>,
         delta: &TenantDelta,
+        steps: &BTreeSet<String>,
     ) -> Result<(), ViewError>;
     /// The tenant's summary, if it has one.
     async fn tenant(&self, tenant: &str) -> Result<Option<TenantView>, ViewError>;
@@ -157,17 +173,25 @@ pub async fn project_stream(
     views: &dyn DeploymentViews,
 ) -> Result<usize, StreamProjectionError> {
     let invalid = |source| StreamProjectionError::Projection { deployment, source };
+    let mut steps = steps_of(records);
     for _ in 0..MAX_ROUNDS {
-        let view = views.view(deployment).await?;
+        let view = views.view_of_steps(deployment, &steps).await?;
         let loaded_at = view.as_ref().map(|v| v.revision);
         let mut projected = project(view, records).map_err(invalid)?;
         if projected.gap {
             // The records between the view and what was delivered are in the log (a stream
             // delivers only what the log holds): fold them from there rather than skip them.
             let missing = log.read_stream(deployment, projected.next).await?;
+            let named = steps_of(&missing);
+            if !named.is_subset(&steps) {
+                // They change steps that were not loaded: load those too, and fold again.
+                steps.extend(named);
+                continue;
+            }
             let mut more = project(projected.view, &missing).map_err(invalid)?;
             more.applied += projected.applied;
             more.delta = sum(&projected.delta, &more.delta);
+            more.steps.extend(projected.steps);
             projected = more;
             let delivered_up_to = records.iter().map(|r| r.revision + 1).max().unwrap_or(0);
             if projected.next < delivered_up_to {
@@ -182,7 +206,10 @@ pub async fn project_stream(
         let Some(view) = projected.view.filter(|_| projected.applied > 0) else {
             return Ok(0);
         };
-        match views.save(&view, loaded_at, &projected.delta).await {
+        match views
+            .save(&view, loaded_at, &projected.delta, &projected.steps)
+            .await
+        {
             Ok(()) => return Ok(projected.applied),
             Err(ViewError::Conflict { .. }) => continue,
             Err(error) => return Err(error.into()),
@@ -205,11 +232,59 @@ fn sum(a: &TenantDelta, b: &TenantDelta) -> TenantDelta {
     }
 }
 
+/// One entry of the log decoded only as far as the read models need.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChangeEntry {
+    /// Its position in the log.
+    pub position: u64,
+    /// What it changes.
+    pub folding: Folding,
+}
+
+impl ChangeEntry {
+    /// Decodes an entry read whole.
+    pub fn from_entry(entry: &LogEntry) -> Result<Self, ProjectorError> {
+        let envelope = &entry.envelope;
+        let invalid = |source| ProjectorError::Projection {
+            position: entry.position,
+            source,
+        };
+        let deployment = DeploymentId::from_stream(&envelope.stream)
+            .map_err(|e| invalid(ProjectionError::from(e)))?;
+        let event = overture_events::DeploymentEvent::from_parts(
+            &envelope.event_type,
+            envelope.data.clone(),
+        )
+        .map_err(|e| invalid(ProjectionError::from(e)))?;
+        Ok(Self {
+            position: entry.position,
+            folding: Folding {
+                deployment,
+                revision: envelope.revision,
+                at: envelope.metadata.recorded_at,
+                change: Change::from(event),
+            },
+        })
+    }
+}
+
 /// Reads the log in its global order.
 #[async_trait]
 pub trait ReadLog: Send + Sync {
     /// Up to `limit` entries after `position`.
     async fn read_all(&self, after: u64, limit: usize) -> Result<Vec<LogEntry>, StoreError>;
+
+    /// Up to `limit` entries after `position`, decoded only as far as the read models need. A
+    /// log that can read less than whole entries answers faster than this, which reads them
+    /// whole.
+    async fn read_changes(
+        &self,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<ChangeEntry>, ProjectorError> {
+        let entries = self.read_all(after, limit).await?;
+        entries.iter().map(ChangeEntry::from_entry).collect()
+    }
 }
 
 /// Where the read models and their checkpoint are kept.
@@ -217,15 +292,23 @@ pub trait ReadLog: Send + Sync {
 pub trait ReadModelStore: Send + Sync {
     /// The position of the last entry folded in.
     async fn checkpoint(&self) -> Result<u64, StoreError>;
-    /// The stored views of these deployments and tenants (those that exist).
+    /// The stored views of these deployments, each with only the steps named for it (a header
+    /// and those steps), and the summaries of these tenants and of those deployments' tenants
+    /// (those that exist).
     async fn load(
         &self,
-        deployments: &BTreeSet<DeploymentId>,
+        deployments: &BTreeMap<DeploymentId, BTreeSet<String>>,
         tenants: &BTreeSet<String>,
     ) -> Result<ReadModels, StoreError>;
-    /// Stores these views and the new checkpoint, all or nothing.
-    async fn save(&self, models: &ReadModels, checkpoint: u64) -> Result<(), StoreError>;
-    /// Every stored view.
+    /// Stores the headers of these views, their steps named in `touched`, their tenants'
+    /// summaries and the new checkpoint, all or nothing. Steps not named stay as they are.
+    async fn save(
+        &self,
+        models: &ReadModels,
+        touched: &Touched,
+        checkpoint: u64,
+    ) -> Result<(), StoreError>;
+    /// Every stored view, whole.
     async fn load_all(&self) -> Result<ReadModels, StoreError>;
     /// Deletes every view and resets the checkpoint.
     async fn clear(&self) -> Result<(), StoreError>;
@@ -258,8 +341,9 @@ pub enum ProjectorError {
     },
 }
 
-/// How many entries one batch folds.
-pub const BATCH: usize = 5_000;
+/// How many entries one batch folds: large, since each batch is one durable commit (an fsync)
+/// and one round of loading the views it touches.
+pub const BATCH: usize = 50_000;
 
 /// Folds every entry after the checkpoint into the read models; returns how many were folded.
 pub async fn catch_up(
@@ -267,27 +351,50 @@ pub async fn catch_up(
     store: &dyn ReadModelStore,
     batch: usize,
 ) -> Result<u64, ProjectorError> {
-    let mut checkpoint = store.checkpoint().await?;
+    let checkpoint = store.checkpoint().await?;
     let mut folded = 0;
+    let mut entries = log.read_changes(checkpoint, batch).await?;
     loop {
-        let entries = log.read_all(checkpoint, batch).await?;
         let Some(last) = entries.last().map(|e| e.position) else {
             return Ok(folded);
         };
-        let deployments: BTreeSet<DeploymentId> = entries
-            .iter()
-            .filter_map(|e| DeploymentId::from_stream(&e.envelope.stream).ok())
-            .collect();
-        let tenants: BTreeSet<String> = entries
-            .iter()
-            .map(|e| e.envelope.metadata.tenant.clone())
-            .collect();
-        let mut models = store.load(&deployments, &tenants).await?;
-        fold(&mut models, &entries)?;
-        store.save(&models, last).await?;
-        folded += entries.len() as u64;
-        checkpoint = last;
+        let count = entries.len() as u64;
+        // The next batch is read while this one is folded and stored: on SQLite they are two
+        // connections, so reading and writing take a core each.
+        let (next, stored) = futures_util::future::join(
+            log.read_changes(last, batch),
+            fold_and_store(store, entries, last),
+        )
+        .await;
+        stored?;
+        folded += count;
+        entries = next?;
     }
+}
+
+/// Loads what `entries` change, folds them in, and stores the result with the checkpoint.
+async fn fold_and_store(
+    store: &dyn ReadModelStore,
+    entries: Vec<ChangeEntry>,
+    checkpoint: u64,
+) -> Result<(), ProjectorError> {
+    let mut wanted: BTreeMap<DeploymentId, BTreeSet<String>> = BTreeMap::new();
+    let mut tenants = BTreeSet::new();
+    for entry in &entries {
+        let change = &entry.folding.change;
+        let steps = wanted.entry(entry.folding.deployment).or_default();
+        steps.extend(change.steps().iter().cloned());
+        if let Change::Requested { tenant, .. } = change {
+            tenants.insert(tenant.clone());
+        }
+    }
+    let mut models = store.load(&wanted, &tenants).await?;
+    let mut touched = Touched::new();
+    for entry in entries {
+        models.apply_change(entry.folding, &mut touched);
+    }
+    store.save(&models, &touched, checkpoint).await?;
+    Ok(())
 }
 
 /// Deletes the read models and folds the whole log again.
@@ -314,7 +421,14 @@ pub async fn check(
         let Some(last) = entries.last().map(|e| e.position) else {
             break;
         };
-        fold(&mut fresh, &entries)?;
+        for entry in &entries {
+            fresh
+                .apply(&entry.envelope)
+                .map_err(|source| ProjectorError::Projection {
+                    position: entry.position,
+                    source,
+                })?;
+        }
         after = last;
     }
     let stored = store.load_all().await?;
@@ -336,16 +450,4 @@ pub async fn check(
         }
     }
     Ok(differences)
-}
-
-fn fold(models: &mut ReadModels, entries: &[LogEntry]) -> Result<(), ProjectorError> {
-    for entry in entries {
-        models
-            .apply(&entry.envelope)
-            .map_err(|source| ProjectorError::Projection {
-                position: entry.position,
-                source,
-            })?;
-    }
-    Ok(())
 }

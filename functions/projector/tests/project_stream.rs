@@ -1,7 +1,7 @@
 //! The per-stream projector on a read-model store held in memory: the contract every store
 //! keeps (so the suite itself is shown passable), and how the projector gives up.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -26,11 +26,25 @@ impl DeploymentViews for MemoryViews {
         Ok(views.get(&deployment).cloned())
     }
 
+    async fn view_of_steps(
+        &self,
+        deployment: DeploymentId,
+        steps: &BTreeSet<String>,
+    ) -> Result<Option<DeploymentView>, ViewError> {
+        let views = self.views.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(views.get(&deployment).map(|view| {
+            let mut view = view.clone();
+            view.steps.retain(|name, _| steps.contains(name));
+            view
+        }))
+    }
+
     async fn save(
         &self,
         view: &DeploymentView,
         loaded_at: Option<u64>,
         delta: &TenantDelta,
+        steps: &BTreeSet<String>,
     ) -> Result<(), ViewError> {
         // Both locks, views first, held together: the save is all or nothing.
         let mut views = self.views.lock().unwrap_or_else(PoisonError::into_inner);
@@ -41,7 +55,13 @@ impl DeploymentViews for MemoryViews {
                 loaded_at,
             });
         }
-        views.insert(view.id, view.clone());
+        // The header replaced, and only the named steps: the others stay as stored.
+        let mut stored = view.clone();
+        stored.steps = views.remove(&view.id).map(|v| v.steps).unwrap_or_default();
+        for (name, step) in view.steps.iter().filter(|(name, _)| steps.contains(*name)) {
+            stored.steps.insert(name.clone(), step.clone());
+        }
+        views.insert(view.id, stored);
         let summary = delta.apply_to(tenants.remove(&view.tenant), &view.tenant);
         tenants.insert(view.tenant.clone(), summary);
         Ok(())
@@ -71,11 +91,20 @@ impl DeploymentViews for AlwaysRaced {
         Ok(None)
     }
 
+    async fn view_of_steps(
+        &self,
+        _: DeploymentId,
+        _: &BTreeSet<String>,
+    ) -> Result<Option<DeploymentView>, ViewError> {
+        Ok(None)
+    }
+
     async fn save(
         &self,
         view: &DeploymentView,
         loaded_at: Option<u64>,
         _: &TenantDelta,
+        _: &BTreeSet<String>,
     ) -> Result<(), ViewError> {
         self.saves.fetch_add(1, Ordering::SeqCst);
         Err(ViewError::Conflict {

@@ -2,7 +2,7 @@
 //! fixture in the shape AWS delivers (two deployments' events and an item that is not an event),
 //! on a read-model store held in memory.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
@@ -54,11 +54,25 @@ impl DeploymentViews for MemoryViews {
         Ok(views.get(&deployment).cloned())
     }
 
+    async fn view_of_steps(
+        &self,
+        deployment: DeploymentId,
+        steps: &BTreeSet<String>,
+    ) -> Result<Option<DeploymentView>, ViewError> {
+        let views = self.views.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(views.get(&deployment).map(|view| {
+            let mut view = view.clone();
+            view.steps.retain(|name, _| steps.contains(name));
+            view
+        }))
+    }
+
     async fn save(
         &self,
         view: &DeploymentView,
         loaded_at: Option<u64>,
         delta: &TenantDelta,
+        steps: &BTreeSet<String>,
     ) -> Result<(), ViewError> {
         if self.broken == Some(view.id) {
             return Err(ViewError::Unavailable(Box::new(Throttled)));
@@ -71,7 +85,13 @@ impl DeploymentViews for MemoryViews {
                 loaded_at,
             });
         }
-        views.insert(view.id, view.clone());
+        // The header replaced, and only the named steps: the others stay as stored.
+        let mut stored = view.clone();
+        stored.steps = views.remove(&view.id).map(|v| v.steps).unwrap_or_default();
+        for (name, step) in view.steps.iter().filter(|(name, _)| steps.contains(*name)) {
+            stored.steps.insert(name.clone(), step.clone());
+        }
+        views.insert(view.id, stored);
         let summary = delta.apply_to(tenants.remove(&view.tenant), &view.tenant);
         tenants.insert(view.tenant.clone(), summary);
         Ok(())

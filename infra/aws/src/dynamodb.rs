@@ -435,6 +435,18 @@ pub async fn create_sorted_table(
     create_keyed_table(client, table, partition, Some(sort), None).await
 }
 
+/// Creates a table keyed by the text attributes `partition` and `sort`, with `index`, unless it
+/// exists.
+pub async fn create_sorted_table_with_index(
+    client: &Client,
+    table: &str,
+    partition: &str,
+    sort: &str,
+    index: KeysIndex<'_>,
+) -> Result<(), DynamoError> {
+    create_keyed_table(client, table, partition, Some(sort), Some(index)).await
+}
+
 async fn create_keyed_table(
     client: &Client,
     table: &str,

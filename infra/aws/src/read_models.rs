@@ -2,45 +2,63 @@
 //! ([`DeploymentViews`]), keeping the same contract as the SQLite read models
 //! (`overture_projector::contract`).
 //!
-//! - **The deployments table** (partition key `id`): one item per deployment with `tenant`,
-//!   `status`, `started_at`, `revision` (the last record folded in) and `view`, the
-//!   `status --json` object as JSON text.
+//! - **The deployments table** (partition key `id`, sort key `item`): per deployment, a header
+//!   item (`item` = `view`) with `tenant`, `status`, `started_at`, `revision` (the last record
+//!   folded in) and `view`, the `status --json` object without its steps as JSON text; and an
+//!   item per step (`item` = `step#NAME`) with its `position` in the blueprint, the `revision`
+//!   it was written at and its `view` as JSON text. A save writes the header and the steps the
+//!   records changed only, so its cost does not grow with the deployment; `status` reads the
+//!   deployment's items with one query.
 //! - **The tenants table** (partition key `tenant`): one item per tenant with the counters
 //!   `running`, `succeeded`, `failed`, `cancelled`, `total` and `last_deployment_at` (RFC 3339 in
 //!   UTC with nanoseconds, fixed width, so text order is time order, and the time reads back
 //!   exactly as recorded, as from the SQLite read models).
-//! - **A save** is one `TransactWriteItems`: the view's `Put`, conditional on the revision it
-//!   was loaded at (`attribute_not_exists(id)` for a new one), and the tenant's `Update`, which
+//! - **A save** is one `TransactWriteItems`: the header's `Put`, conditional on the revision it
+//!   was loaded at (`attribute_not_exists(id)` for a new one), the changed steps' `Put`s, and
+//!   the tenant's `Update`, which
 //!   `ADD`s the counters' changes, so projectors of different deployments of one tenant never
 //!   overwrite each other's counts. A cancelled transaction whose view condition failed is
 //!   [`ViewError::Conflict`]: the projector reloads and folds again. `last_deployment_at` is set
 //!   only if it moves forward: when that condition alone fails (an older deployment projected
-//!   after a newer one), the save is made again without it.
+//!   after a newer one), the save is made again without it. Steps beyond what one transaction
+//!   holds (a new deployment of many steps) go first, in transactions of their own that check
+//!   the header is still as loaded; each step's `Put` is conditional on not overwriting a step
+//!   written at a later revision, so a projector that lost a race never undoes the winner's.
 //! - **A tenant's deployments** are found through the table's global secondary index
-//!   [`BY_TENANT`] (`tenant`, `started_at`; keys only), so listing one tenant reads that
-//!   tenant's entries, not the whole table; the views are then read by their keys. The index is
+//!   [`BY_TENANT`] (`tenant`, `started_at`; keys only; only headers have those attributes), so
+//!   listing one tenant reads that tenant's entries, not the whole table; each view is then
+//!   read by its key. The index is
 //!   eventually consistent: a deployment projected a moment ago may be missing from its
 //!   tenant's list for that moment (never from `status`, which reads its view by key).
 //! - **Reads** are strongly consistent (but the index's); [`DynamoReadModels::tenants`] and
 //!   [`DynamoReadModels::deployments`] follow `LastEvaluatedKey` to the last page.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, Put, TransactWriteItem, Update};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, ConditionCheck, KeysAndAttributes, Put, TransactWriteItem, Update,
+};
 use aws_sdk_dynamodb::Client;
 use chrono::SecondsFormat;
-use overture_domain::projection::{DeploymentView, TenantDelta, TenantView};
+use indexmap::IndexMap;
+use overture_domain::projection::{DeploymentView, Header, StepView, TenantDelta, TenantView};
 use overture_events::{DeploymentId, Timestamp};
 use overture_projector::{DeploymentViews, ViewError};
 
-use crate::dynamodb::{create_table, create_table_keyed_by, KeysIndex};
+use crate::dynamodb::{create_sorted_table_with_index, create_table_keyed_by, KeysIndex};
 
 use crate::dynamodb::{DynamoError, MAX_ITEM_BYTES};
 
 const ID: &str = "id";
+const ITEM: &str = "item";
+/// The sort key of a deployment's header item.
+const HEADER: &str = "view";
+/// The sort key prefix of a deployment's step items.
+const STEP: &str = "step#";
+const POSITION: &str = "position";
 const TENANT: &str = "tenant";
 const STATUS: &str = "status";
 const STARTED_AT: &str = "started_at";
@@ -51,6 +69,8 @@ const LAST_DEPLOYMENT_AT: &str = "last_deployment_at";
 pub const BY_TENANT: &str = "by-tenant";
 /// The most keys one `BatchGetItem` asks for.
 const BATCH_GET_KEYS: usize = 100;
+/// The most writes one `TransactWriteItems` holds.
+const TRANSACTION_ITEMS: usize = 100;
 
 /// How many times a save is tried again when DynamoDB cancels it for a concurrent transaction
 /// on the same tenant item (`TransactionConflict`), which says nothing about the view.
@@ -67,7 +87,7 @@ pub struct DynamoReadModels {
 /// How one transaction ended.
 enum Saved {
     Done,
-    /// The view was not at the revision it was loaded at.
+    /// The view was not at the revision it was loaded at, or a step was written later.
     ViewMoved,
     /// Only `last_deployment_at` was already newer.
     NotNewest,
@@ -125,17 +145,33 @@ impl DynamoReadModels {
         &self,
         tenant: Option<&str>,
     ) -> Result<Vec<DeploymentView>, ViewError> {
-        let items = match tenant {
+        let mut views = match tenant {
             Some(tenant) => {
-                let ids = self.tenant_deployments(tenant).await?;
-                self.get_views(ids).await?
+                let mut views = Vec::new();
+                for id in self.tenant_deployments(tenant).await? {
+                    let items = self.query_deployment(&id).await?;
+                    views.extend(self.assemble(&id, &items)?);
+                }
+                views
             }
-            None => self.scan(&self.deployments).await?,
+            None => {
+                let mut by_id: HashMap<String, Vec<HashMap<String, AttributeValue>>> =
+                    HashMap::new();
+                for item in self.scan(&self.deployments).await? {
+                    let id = item
+                        .get(ID)
+                        .and_then(|v| v.as_s().ok())
+                        .cloned()
+                        .unwrap_or_default();
+                    by_id.entry(id).or_default().push(item);
+                }
+                let mut views = Vec::with_capacity(by_id.len());
+                for (id, items) in &by_id {
+                    views.extend(self.assemble(id, items)?);
+                }
+                views
+            }
         };
-        let mut views = items
-            .iter()
-            .map(|item| self.deployment_view(item))
-            .collect::<Result<Vec<_>, _>>()?;
         views.sort_by_key(|view| std::cmp::Reverse((view.started_at, view.id)));
         Ok(views)
     }
@@ -171,17 +207,52 @@ impl DynamoReadModels {
         }
     }
 
-    /// The deployments table's items of `ids`, strongly consistent, a hundred keys a call, until
-    /// DynamoDB has answered for every key.
-    async fn get_views(
+    /// Every item of one deployment (its header and steps), strongly consistent, page after
+    /// page.
+    async fn query_deployment(
         &self,
-        ids: Vec<String>,
+        id: &str,
     ) -> Result<Vec<HashMap<String, AttributeValue>>, ViewError> {
-        let mut items = Vec::with_capacity(ids.len());
-        for chunk in ids.chunks(BATCH_GET_KEYS) {
+        let mut items = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.deployments)
+                .consistent_read(true)
+                .key_condition_expression("#id = :id")
+                .expression_attribute_names("#id", ID)
+                .expression_attribute_values(":id", AttributeValue::S(id.to_owned()))
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| unavailable(Self::call_failed(&self.deployments, "Query", e)))?;
+            items.extend(page.items().iter().cloned());
+            match page.last_evaluated_key() {
+                Some(key) if !key.is_empty() => start = Some(key.clone()),
+                _ => return Ok(items),
+            }
+        }
+    }
+
+    /// The deployments table's items of one deployment with these sort keys, strongly
+    /// consistent, a hundred keys a call, until DynamoDB has answered for every key.
+    async fn get_items(
+        &self,
+        id: &str,
+        sort_keys: Vec<String>,
+    ) -> Result<Vec<HashMap<String, AttributeValue>>, ViewError> {
+        let mut items = Vec::with_capacity(sort_keys.len());
+        for chunk in sort_keys.chunks(BATCH_GET_KEYS) {
             let keys = chunk
                 .iter()
-                .map(|id| HashMap::from([(ID.to_owned(), AttributeValue::S(id.clone()))]))
+                .map(|sort| {
+                    HashMap::from([
+                        (ID.to_owned(), AttributeValue::S(id.to_owned())),
+                        (ITEM.to_owned(), AttributeValue::S(sort.clone())),
+                    ])
+                })
                 .collect();
             let mut wanted = Some(
                 KeysAndAttributes::builder()
@@ -261,26 +332,53 @@ impl DynamoReadModels {
         Ok(found.item().cloned())
     }
 
-    fn deployment_view(
+    /// A deployment's view from its items: the header and the steps among them, in blueprint
+    /// order. `None` without a header.
+    fn assemble(
         &self,
-        item: &HashMap<String, AttributeValue>,
-    ) -> Result<DeploymentView, ViewError> {
+        id: &str,
+        items: &[HashMap<String, AttributeValue>],
+    ) -> Result<Option<DeploymentView>, ViewError> {
         let corrupt_item = |reason: String| {
             corrupt(DynamoError::CorruptView {
                 table: self.deployments.clone(),
-                key: item
-                    .get(ID)
-                    .and_then(|v| v.as_s().ok())
-                    .cloned()
-                    .unwrap_or_default(),
+                key: id.to_owned(),
                 reason,
             })
         };
-        let json = item
-            .get(VIEW)
-            .and_then(|v| v.as_s().ok())
-            .ok_or_else(|| corrupt_item(format!("no text attribute `{VIEW}`")))?;
-        serde_json::from_str(json).map_err(|e| corrupt_item(format!("its view: {e}")))
+        let text = |item: &HashMap<String, AttributeValue>, name: &str| {
+            item.get(name)
+                .and_then(|v| v.as_s().ok())
+                .cloned()
+                .ok_or_else(|| corrupt_item(format!("no text attribute `{name}`")))
+        };
+        let mut header: Option<Header> = None;
+        let mut steps = Vec::new();
+        for item in items {
+            let sort = text(item, ITEM)?;
+            if sort == HEADER {
+                let json = text(item, VIEW)?;
+                let read = serde_json::from_str(&json)
+                    .map_err(|e| corrupt_item(format!("its view: {e}")))?;
+                header = Some(read);
+            } else if let Some(name) = sort.strip_prefix(STEP) {
+                let position = item
+                    .get(POSITION)
+                    .and_then(|v| v.as_n().ok())
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .ok_or_else(|| corrupt_item(format!("step `{name}` has no `{POSITION}`")))?;
+                let json = text(item, VIEW)?;
+                let view: StepView = serde_json::from_str(&json)
+                    .map_err(|e| corrupt_item(format!("step `{name}`: {e}")))?;
+                steps.push((position, name.to_owned(), view));
+            }
+        }
+        steps.sort_by_key(|(position, _, _)| *position);
+        let steps: IndexMap<String, StepView> = steps
+            .into_iter()
+            .map(|(_, name, view)| (name, view))
+            .collect();
+        Ok(header.map(|header| header.with_steps(steps)))
     }
 
     fn tenant_view(&self, item: &HashMap<String, AttributeValue>) -> Result<TenantView, ViewError> {
@@ -330,8 +428,8 @@ impl DynamoReadModels {
         })
     }
 
-    /// The view's conditional put.
-    fn put_view(
+    /// The header's put, conditional on the view being as loaded.
+    fn put_header(
         &self,
         view: &DeploymentView,
         json: String,
@@ -340,21 +438,86 @@ impl DynamoReadModels {
         let put = Put::builder()
             .table_name(&self.deployments)
             .item(ID, AttributeValue::S(view.id.to_string()))
+            .item(ITEM, AttributeValue::S(HEADER.to_owned()))
             .item(TENANT, AttributeValue::S(view.tenant.clone()))
             .item(STATUS, AttributeValue::S(view.status.as_str().to_owned()))
             .item(STARTED_AT, AttributeValue::S(timestamp(view.started_at)))
             .item(REVISION, AttributeValue::N(view.revision.to_string()))
             .item(VIEW, AttributeValue::S(json));
-        let put = match loaded_at {
-            None => put
-                .condition_expression("attribute_not_exists(#id)")
-                .expression_attribute_names("#id", ID),
-            Some(revision) => put
-                .condition_expression("#r = :loaded")
-                .expression_attribute_names("#r", REVISION)
-                .expression_attribute_values(":loaded", AttributeValue::N(revision.to_string())),
-        };
+        let (condition, names, values) = Self::as_loaded(loaded_at);
         let put = put
+            .condition_expression(condition)
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(values)
+            .build()
+            .map_err(|e| unavailable(Self::call_failed(&self.deployments, "Put", e)))?;
+        Ok(TransactWriteItem::builder().put(put).build())
+    }
+
+    /// The condition that the header is as loaded: absent, or at the revision loaded.
+    #[allow(clippy::type_complexity)]
+    fn as_loaded(
+        loaded_at: Option<u64>,
+    ) -> (
+        &'static str,
+        HashMap<String, String>,
+        Option<HashMap<String, AttributeValue>>,
+    ) {
+        match loaded_at {
+            None => (
+                "attribute_not_exists(#id)",
+                HashMap::from([("#id".to_owned(), ID.to_owned())]),
+                None,
+            ),
+            Some(revision) => (
+                "#r = :loaded",
+                HashMap::from([("#r".to_owned(), REVISION.to_owned())]),
+                Some(HashMap::from([(
+                    ":loaded".to_owned(),
+                    AttributeValue::N(revision.to_string()),
+                )])),
+            ),
+        }
+    }
+
+    /// A check, in a transaction of steps alone, that the header is still as loaded.
+    fn check_header(
+        &self,
+        view: &DeploymentView,
+        loaded_at: Option<u64>,
+    ) -> Result<TransactWriteItem, ViewError> {
+        let (condition, names, values) = Self::as_loaded(loaded_at);
+        let check = ConditionCheck::builder()
+            .table_name(&self.deployments)
+            .key(ID, AttributeValue::S(view.id.to_string()))
+            .key(ITEM, AttributeValue::S(HEADER.to_owned()))
+            .condition_expression(condition)
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(values)
+            .build()
+            .map_err(|e| unavailable(Self::call_failed(&self.deployments, "ConditionCheck", e)))?;
+        Ok(TransactWriteItem::builder().condition_check(check).build())
+    }
+
+    /// A step's put, unless the stored step was written at a later revision.
+    fn put_step(
+        &self,
+        view: &DeploymentView,
+        position: usize,
+        name: &str,
+        json: String,
+    ) -> Result<TransactWriteItem, ViewError> {
+        let put = Put::builder()
+            .table_name(&self.deployments)
+            .item(ID, AttributeValue::S(view.id.to_string()))
+            .item(ITEM, AttributeValue::S(format!("{STEP}{name}")))
+            .item(POSITION, AttributeValue::N(position.to_string()))
+            .item(REVISION, AttributeValue::N(view.revision.to_string()))
+            .item(VIEW, AttributeValue::S(json))
+            .condition_expression("attribute_not_exists(#id) OR #r <= :r")
+            .expression_attribute_names("#id", ID)
+            .expression_attribute_names("#r", REVISION)
+            .expression_attribute_values(":r", AttributeValue::N(view.revision.to_string()))
             .build()
             .map_err(|e| unavailable(Self::call_failed(&self.deployments, "Put", e)))?;
         Ok(TransactWriteItem::builder().put(put).build())
@@ -410,7 +573,13 @@ impl DynamoReadModels {
         Ok(Some(TransactWriteItem::builder().update(update).build()))
     }
 
-    async fn transact(&self, writes: Vec<TransactWriteItem>) -> Result<Saved, ViewError> {
+    /// Runs one transaction; `tenant_at` is where the tenant's update is among `writes`, and a
+    /// failed condition on any other write means the view moved.
+    async fn transact(
+        &self,
+        writes: Vec<TransactWriteItem>,
+        tenant_at: Option<usize>,
+    ) -> Result<Saved, ViewError> {
         let error = match self
             .client
             .transact_write_items()
@@ -441,9 +610,10 @@ impl DynamoReadModels {
                 "TransactionConflict" | "ThrottlingError" | "ProvisionedThroughputExceeded"
             )
         });
-        if failed(0) {
+        let moved = (0..reasons.len()).any(|index| Some(index) != tenant_at && failed(index));
+        if moved {
             Ok(Saved::ViewMoved)
-        } else if failed(1) {
+        } else if tenant_at.is_some_and(failed) {
             Ok(Saved::NotNewest)
         } else if busy {
             Ok(Saved::Busy)
@@ -475,10 +645,22 @@ fn cancelled(error: &SdkError<TransactWriteItemsError>) -> Option<Vec<Option<Str
 #[async_trait]
 impl DeploymentViews for DynamoReadModels {
     async fn view(&self, deployment: DeploymentId) -> Result<Option<DeploymentView>, ViewError> {
-        self.get(&self.deployments, ID, deployment.to_string())
-            .await?
-            .map(|item| self.deployment_view(&item))
-            .transpose()
+        let id = deployment.to_string();
+        let items = self.query_deployment(&id).await?;
+        self.assemble(&id, &items)
+    }
+
+    async fn view_of_steps(
+        &self,
+        deployment: DeploymentId,
+        steps: &BTreeSet<String>,
+    ) -> Result<Option<DeploymentView>, ViewError> {
+        let id = deployment.to_string();
+        let keys = std::iter::once(HEADER.to_owned())
+            .chain(steps.iter().map(|name| format!("{STEP}{name}")))
+            .collect();
+        let items = self.get_items(&id, keys).await?;
+        self.assemble(&id, &items)
     }
 
     async fn save(
@@ -486,40 +668,61 @@ impl DeploymentViews for DynamoReadModels {
         view: &DeploymentView,
         loaded_at: Option<u64>,
         delta: &TenantDelta,
+        steps: &BTreeSet<String>,
     ) -> Result<(), ViewError> {
-        let json = serde_json::to_string(view).map_err(|e| ViewError::Corrupt(Box::new(e)))?;
+        let too_large = |bytes: usize| ViewError::TooLarge {
+            deployment: view.id,
+            bytes,
+            limit: MAX_ITEM_BYTES,
+        };
+        let json =
+            serde_json::to_string(&view.header()).map_err(|e| ViewError::Corrupt(Box::new(e)))?;
         // The attributes beside the view and their names take well under a kilobyte.
         let bytes = json.len() + view.tenant.len() + 256;
         if bytes > MAX_ITEM_BYTES {
-            return Err(ViewError::TooLarge {
-                deployment: view.id,
-                bytes,
-                limit: MAX_ITEM_BYTES,
-            });
+            return Err(too_large(bytes));
+        }
+        let mut step_writes = Vec::with_capacity(steps.len());
+        for name in steps {
+            if let Some((position, name, step)) = view.steps.get_full(name) {
+                let json =
+                    serde_json::to_string(step).map_err(|e| ViewError::Corrupt(Box::new(e)))?;
+                let bytes = json.len() + name.len() + 256;
+                if bytes > MAX_ITEM_BYTES {
+                    return Err(too_large(bytes));
+                }
+                step_writes.push(self.put_step(view, position, name, json)?);
+            }
+        }
+        let moved = || ViewError::Conflict {
+            deployment: view.id,
+            loaded_at,
+        };
+        // Steps beyond what the last transaction holds beside the header and the tenant go
+        // first, each batch with a check that the header is still as loaded.
+        let in_last = TRANSACTION_ITEMS - 2;
+        while step_writes.len() > in_last {
+            let rest = step_writes.split_off((TRANSACTION_ITEMS - 1).min(step_writes.len()));
+            let batch = std::mem::replace(&mut step_writes, rest);
+            let mut writes = vec![self.check_header(view, loaded_at)?];
+            writes.extend(batch);
+            self.transact_until_done(writes, None, moved).await?;
         }
         let mut newest = true;
         for _ in 0..TRANSACTION_CONFLICT_TRIES {
-            let mut writes = vec![self.put_view(view, json.clone(), loaded_at)?];
-            writes.extend(self.update_tenant(&view.tenant, delta, newest)?);
-            match self.transact(writes).await? {
+            let mut writes = vec![self.put_header(view, json.clone(), loaded_at)?];
+            let tenant = self.update_tenant(&view.tenant, delta, newest)?;
+            let tenant_at = tenant.as_ref().map(|_| 1);
+            writes.extend(tenant);
+            writes.extend(step_writes.iter().cloned());
+            match self.transact(writes, tenant_at).await? {
                 Saved::Done => return Ok(()),
-                Saved::ViewMoved => {
-                    return Err(ViewError::Conflict {
-                        deployment: view.id,
-                        loaded_at,
-                    })
-                }
+                Saved::ViewMoved => return Err(moved()),
                 Saved::NotNewest => newest = false,
                 Saved::Busy => {}
             }
         }
-        Err(unavailable(DynamoError::Call {
-            table: format!("{} and {}", self.deployments, self.tenants),
-            operation: "TransactWriteItems",
-            message: format!(
-                "cancelled {TRANSACTION_CONFLICT_TRIES} times by concurrent transactions"
-            ),
-        }))
+        Err(self.too_busy())
     }
 
     async fn tenant(&self, tenant: &str) -> Result<Option<TenantView>, ViewError> {
@@ -530,6 +733,35 @@ impl DeploymentViews for DynamoReadModels {
     }
 }
 
+impl DynamoReadModels {
+    /// Runs a transaction of steps, again while other transactions hold its items.
+    async fn transact_until_done(
+        &self,
+        writes: Vec<TransactWriteItem>,
+        tenant_at: Option<usize>,
+        moved: impl Fn() -> ViewError,
+    ) -> Result<(), ViewError> {
+        for _ in 0..TRANSACTION_CONFLICT_TRIES {
+            match self.transact(writes.clone(), tenant_at).await? {
+                Saved::Done => return Ok(()),
+                Saved::ViewMoved | Saved::NotNewest => return Err(moved()),
+                Saved::Busy => {}
+            }
+        }
+        Err(self.too_busy())
+    }
+
+    fn too_busy(&self) -> ViewError {
+        unavailable(DynamoError::Call {
+            table: format!("{} and {}", self.deployments, self.tenants),
+            operation: "TransactWriteItems",
+            message: format!(
+                "cancelled {TRANSACTION_CONFLICT_TRIES} times by concurrent transactions"
+            ),
+        })
+    }
+}
+
 /// Creates the deployments and tenants tables unless they exist. For development and tests; on
 /// AWS the stack makes them.
 pub async fn create_read_model_tables(
@@ -537,15 +769,16 @@ pub async fn create_read_model_tables(
     deployments: &str,
     tenants: &str,
 ) -> Result<(), DynamoError> {
-    create_table(
+    create_sorted_table_with_index(
         client,
         deployments,
         ID,
-        Some(KeysIndex {
+        ITEM,
+        KeysIndex {
             name: BY_TENANT,
             partition: TENANT,
             sort: STARTED_AT,
-        }),
+        },
     )
     .await?;
     create_table_keyed_by(client, tenants, TENANT).await

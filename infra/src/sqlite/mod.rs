@@ -186,6 +186,13 @@ impl Database {
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
         T: Send + 'static,
     {
+        self.read_now(f)
+    }
+
+    fn read_now<F, T>(&self, f: F) -> Result<T, DbError>
+    where
+        F: FnOnce(&Connection) -> rusqlite::Result<T>,
+    {
         let sqlite = |source| DbError::Sqlite {
             path: self.path.to_path_buf(),
             source,
@@ -205,6 +212,22 @@ impl Database {
             .unwrap_or_else(PoisonError::into_inner)
             .push(connection);
         read
+    }
+
+    /// Runs the read `f` on a reading connection in a blocking task, so that the caller's task
+    /// goes on meanwhile: for reads of many rows, such as a rebuild's batches.
+    pub async fn read_long<F, T>(&self, f: F) -> Result<T, DbError>
+    where
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let db = self.clone();
+        tokio::task::spawn_blocking(move || db.read_now(f))
+            .await
+            .map_err(|source| DbError::TaskFailed {
+                path: self.path.to_path_buf(),
+                source,
+            })?
     }
 
     /// How many transactions this handle's writer has committed (writes share them under load).

@@ -1,27 +1,37 @@
-//! The read models' tables: each deployment's and each tenant's view as a JSON document.
+//! The read models' tables: each deployment's view as a header row and a row per step, each
+//! tenant's summary as a JSON document.
 //!
-//! - [`DeploymentViews`] (the projector's per-stream port): one write checks
-//!   that the view is still at the revision it was loaded at, stores it, and adds the change to
-//!   its tenant's summary, so a replayed or raced record changes nothing and counters are never
-//!   overwritten.
-//! - [`ReadModelStore`] (the rebuild's): many views and the checkpoint in one transaction.
+//! - `deployment_views` holds a deployment's header: the view without its steps, as JSON, with
+//!   its tenant, status, start and revision in columns of their own (filters, the conflict
+//!   check). `step_views` holds each step's view as JSON, with its position in the blueprint.
+//!   Saving a projected record writes the header and the steps it changed only, so its cost
+//!   does not grow with the deployment.
+//! - [`DeploymentViews`] (the projector's per-stream port): one write, in a savepoint, stores
+//!   the header only if it is still at the revision it was loaded at (the conditional write
+//!   comes first, so it takes the write lock before anything is read), the changed steps, and
+//!   the change to its tenant's summary, so a replayed or raced record changes nothing and
+//!   counters are never overwritten.
+//! - [`ReadModelStore`] (the rebuild's): many headers and steps and the checkpoint in one write.
+//! - [`LogChanges`]: the log read as a rebuild folds it, decoding only what the views need, on
+//!   a connection of its own so that reading and writing run side by side.
 //! - [`SqliteReadModels::feed_position`]: how far the embedded engine has fed the log to the
 //!   projector; it only moves forward.
-//!
-//! Views are derived from the log, so their writes do not wait for the disk
-//! ([`super::Durability::Derived`]): an OS crash may lose the last ones, together with the feed
-//! position past them (commits are lost only from the end), and the projector folds those
-//! events again.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use async_trait::async_trait;
-use overture_domain::projection::{DeploymentView, ReadModels, TenantDelta, TenantView};
-use overture_events::DeploymentId;
-use overture_projector::{DeploymentViews, ReadModelStore, StoreError, ViewError};
-use rusqlite::{params, OptionalExtension};
+use indexmap::IndexMap;
+use overture_domain::projection::{
+    Change, DeploymentView, Folding, Header, ReadModels, StepView, TenantDelta, TenantView, Touched,
+};
+use overture_events::{DeploymentId, LogEntry, Timestamp};
+use overture_projector::{
+    ChangeEntry, DeploymentViews, ProjectorError, ReadLog, ReadModelStore, StoreError, ViewError,
+};
+use rusqlite::{params, Connection, OptionalExtension};
+use serde::Deserialize;
 
-use super::Database;
+use super::{Database, EventLog};
 
 /// The checkpoint name of the read models.
 const CHECKPOINT: &str = "read-models";
@@ -55,6 +65,96 @@ fn encode<T: serde::Serialize>(value: &T) -> rusqlite::Result<String> {
     serde_json::to_string(value).map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))
 }
 
+/// A step row to write: its deployment's index among the headers written, and where its name
+/// and view are in the buffer written with them.
+struct StepRow {
+    deployment: usize,
+    name: std::ops::Range<usize>,
+    json: std::ops::Range<usize>,
+    position: i64,
+}
+
+/// Which steps to read with a header.
+enum Steps<'a> {
+    All,
+    Named(&'a BTreeSet<String>),
+}
+
+fn started_at_text(view: &DeploymentView) -> String {
+    view.started_at
+        .to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+}
+
+/// A deployment's header and the steps asked for; every step in blueprint order.
+fn read_view(
+    c: &Connection,
+    id: DeploymentId,
+    steps: Steps<'_>,
+) -> rusqlite::Result<Option<DeploymentView>> {
+    let json: Option<String> = c
+        .prepare_cached("SELECT view FROM deployment_views WHERE id = ?1")?
+        .query_row([id.to_string()], |row| row.get(0))
+        .optional()?;
+    let Some(json) = json else {
+        return Ok(None);
+    };
+    let head: Header = decode(&json)?;
+    let views = read_steps(c, id, steps)?;
+    Ok(Some(head.with_steps(views)))
+}
+
+fn read_steps(
+    c: &Connection,
+    id: DeploymentId,
+    steps: Steps<'_>,
+) -> rusqlite::Result<IndexMap<String, StepView>> {
+    let deployment = id.to_string();
+    let mut views = IndexMap::new();
+    match steps {
+        Steps::All => {
+            let mut select = c.prepare_cached(
+                "SELECT name, view FROM step_views WHERE deployment = ?1 ORDER BY position",
+            )?;
+            let mut rows = select.query([&deployment])?;
+            while let Some(row) = rows.next()? {
+                let name: String = row.get(0)?;
+                views.insert(name, decode(row.get_ref(1)?.as_str()?)?);
+            }
+        }
+        Steps::Named(names) => {
+            let mut select = c.prepare_cached(
+                "SELECT view FROM step_views WHERE deployment = ?1 AND name = ?2",
+            )?;
+            for name in names {
+                let json: Option<String> = select
+                    .query_row(params![deployment, name], |row| row.get(0))
+                    .optional()?;
+                if let Some(json) = json {
+                    views.insert(name.clone(), decode(&json)?);
+                }
+            }
+        }
+    }
+    Ok(views)
+}
+
+fn read_tenant(c: &Connection, tenant: &str) -> rusqlite::Result<Option<TenantView>> {
+    let json: Option<String> = c
+        .prepare_cached("SELECT view FROM tenant_views WHERE tenant = ?1")?
+        .query_row([tenant], |row| row.get(0))
+        .optional()?;
+    json.map(|j| decode(&j)).transpose()
+}
+
+fn put_tenant(c: &Connection, view: &TenantView) -> rusqlite::Result<()> {
+    c.prepare_cached(
+        "INSERT INTO tenant_views (tenant, view) VALUES (?1, ?2)
+         ON CONFLICT (tenant) DO UPDATE SET view = excluded.view",
+    )?
+    .execute(params![view.tenant, encode(view)?])
+    .map(|_| ())
+}
+
 impl SqliteReadModels {
     /// The read models in this database.
     pub fn new(db: Database) -> Self {
@@ -64,13 +164,7 @@ impl SqliteReadModels {
     /// One deployment's view.
     pub async fn deployment(&self, id: DeploymentId) -> Result<Option<DeploymentView>, StoreError> {
         self.db
-            .read(move |c| {
-                let json: Option<String> = c
-                    .prepare_cached("SELECT view FROM deployment_views WHERE id = ?1")?
-                    .query_row([id.to_string()], |row| row.get(0))
-                    .optional()?;
-                json.map(|j| decode(&j)).transpose()
-            })
+            .read(move |c| read_view(c, id, Steps::All))
             .await
             .map_err(store_error)
     }
@@ -84,10 +178,19 @@ impl SqliteReadModels {
                      WHERE (?1 IS NULL OR tenant = ?1) AND (?2 IS NULL OR status = ?2)
                      ORDER BY started_at DESC, id DESC",
                 )?;
-                let rows = statement.query_map(params![filter.tenant, filter.status], |row| {
-                    row.get::<_, String>(0)
-                })?;
-                rows.map(|json| decode(&json?)).collect()
+                let heads = statement
+                    .query_map(params![filter.tenant, filter.status], |row| {
+                        row.get::<_, String>(0)
+                    })?
+                    .map(|json| decode::<Header>(&json?))
+                    .collect::<rusqlite::Result<Vec<_>>>()?;
+                heads
+                    .into_iter()
+                    .map(|head| {
+                        let steps = read_steps(c, head.id, Steps::All)?;
+                        Ok(head.with_steps(steps))
+                    })
+                    .collect()
             })
             .await
             .map_err(store_error)
@@ -113,6 +216,17 @@ fn unavailable(error: impl std::error::Error + Send + Sync + 'static) -> ViewErr
 
 fn corrupt(error: impl std::error::Error + Send + Sync + 'static) -> ViewError {
     ViewError::Corrupt(Box::new(error))
+}
+
+/// A stored view that does not decode is corrupt; any other failure may pass.
+fn view_error(error: super::DbError) -> ViewError {
+    match &error {
+        super::DbError::Sqlite {
+            source: rusqlite::Error::FromSqlConversionFailure(..),
+            ..
+        } => corrupt(error),
+        _ => unavailable(error),
+    }
 }
 
 impl SqliteReadModels {
@@ -143,17 +257,22 @@ impl SqliteReadModels {
 #[async_trait]
 impl DeploymentViews for SqliteReadModels {
     async fn view(&self, deployment: DeploymentId) -> Result<Option<DeploymentView>, ViewError> {
-        let json: Option<String> = self
-            .db
-            .read(move |c| {
-                c.prepare_cached("SELECT view FROM deployment_views WHERE id = ?1")?
-                    .query_row([deployment.to_string()], |row| row.get(0))
-                    .optional()
-            })
+        self.db
+            .read(move |c| read_view(c, deployment, Steps::All))
             .await
-            .map_err(unavailable)?;
-        json.map(|j| serde_json::from_str(&j).map_err(corrupt))
-            .transpose()
+            .map_err(view_error)
+    }
+
+    async fn view_of_steps(
+        &self,
+        deployment: DeploymentId,
+        steps: &BTreeSet<String>,
+    ) -> Result<Option<DeploymentView>, ViewError> {
+        let steps = steps.clone();
+        self.db
+            .read(move |c| read_view(c, deployment, Steps::Named(&steps)))
+            .await
+            .map_err(view_error)
     }
 
     async fn save(
@@ -161,51 +280,81 @@ impl DeploymentViews for SqliteReadModels {
         view: &DeploymentView,
         loaded_at: Option<u64>,
         delta: &TenantDelta,
+        steps: &BTreeSet<String>,
     ) -> Result<(), ViewError> {
-        let json = serde_json::to_string(view).map_err(corrupt)?;
-        let (id, tenant, status) = (view.id, view.tenant.clone(), view.status.as_str());
-        let started_at = view
-            .started_at
-            .to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+        let head = serde_json::to_string(&view.header()).map_err(corrupt)?;
+        let id = view.id;
+        let started_at = started_at_text(view);
+        // Only what is written is sent to the connection's thread: the header and the steps.
+        let (tenant, status, revision) = (view.tenant.clone(), view.status.as_str(), view.revision);
+        let mut rows = Vec::with_capacity(steps.len());
+        for name in steps {
+            // A new view holds every step, in order: a step's position is its index.
+            if let Some((position, name, step)) = view.steps.get_full(name) {
+                let json = serde_json::to_string(step).map_err(corrupt)?;
+                rows.push((name.clone(), position as i64, json));
+            }
+        }
         let delta = delta.clone();
         let saved = self
             .db
             .with_derived(move |c| {
-                let tx = c.savepoint()?;
-                let stored: Option<Option<i64>> = tx
-                    .prepare_cached(
-                        "SELECT json_extract(view, '$.revision') FROM deployment_views WHERE id = ?1",
-                    )?
-                    .query_row([id.to_string()], |row| row.get(0))
-                    .optional()?;
-                let stored = stored.map(|revision| revision.unwrap_or(-1));
-                if stored != loaded_at.map(|r| r as i64) {
+                let sp = c.savepoint()?;
+                // The conditional write comes first: it takes the write lock before anything
+                // is read, as an IMMEDIATE transaction would.
+                let stored = match loaded_at {
+                    None => sp
+                        .prepare_cached(
+                            "INSERT INTO deployment_views (id, tenant, status, started_at, revision, view)
+                             VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (id) DO NOTHING",
+                        )?
+                        .execute(params![
+                            id.to_string(),
+                            tenant,
+                            status,
+                            started_at,
+                            revision as i64,
+                            head,
+                        ])?,
+                    Some(loaded) => sp
+                        .prepare_cached(
+                            "UPDATE deployment_views SET status = ?2, revision = ?3, view = ?4
+                             WHERE id = ?1 AND revision = ?5",
+                        )?
+                        .execute(params![
+                            id.to_string(),
+                            status,
+                            revision as i64,
+                            head,
+                            loaded as i64
+                        ])?,
+                };
+                if stored == 0 {
                     return Ok(Err(ViewError::Conflict {
                         deployment: id,
                         loaded_at,
                     }));
                 }
-                tx.prepare_cached(
-                    "INSERT INTO deployment_views (id, tenant, status, started_at, view) VALUES (?1, ?2, ?3, ?4, ?5)
-                     ON CONFLICT (id) DO UPDATE SET status = excluded.status, view = excluded.view",
-                )?
-                .execute(params![id.to_string(), tenant, status, started_at, json])?;
-                if !delta.is_empty() {
-                    let summary: Option<String> = tx
-                        .prepare_cached("SELECT view FROM tenant_views WHERE tenant = ?1")?
-                        .query_row([&tenant], |row| row.get(0))
-                        .optional()?;
-                    let summary = match summary.map(|j| serde_json::from_str(&j)).transpose() {
-                        Ok(summary) => summary,
-                        Err(error) => return Ok(Err(corrupt(error))),
-                    };
-                    let summary = delta.apply_to(summary, &tenant);
-                    tx.prepare_cached(
-                        "INSERT INTO tenant_views (tenant, view) VALUES (?1, ?2) ON CONFLICT (tenant) DO UPDATE SET view = excluded.view",
-                    )?
-                    .execute(params![tenant, encode(&summary)?])?;
+                {
+                    let mut put = sp.prepare_cached(
+                        "INSERT INTO step_views (deployment, name, position, view) VALUES (?1, ?2, ?3, ?4)
+                         ON CONFLICT (deployment, name) DO UPDATE SET view = excluded.view",
+                    )?;
+                    for (name, position, json) in &rows {
+                        put.execute(params![id.to_string(), name, position, json])?;
+                    }
                 }
-                tx.commit()?;
+                if !delta.is_empty() {
+                    let summary = match read_tenant(&sp, &tenant) {
+                        Ok(summary) => summary,
+                        Err(error @ rusqlite::Error::FromSqlConversionFailure(..)) => {
+                            return Ok(Err(corrupt(error)))
+                        }
+                        Err(error) => return Err(error),
+                    };
+                    put_tenant(&sp, &delta.apply_to(summary, &tenant))?;
+                }
+                sp.commit()?;
                 Ok(Ok(()))
             })
             .await
@@ -215,17 +364,10 @@ impl DeploymentViews for SqliteReadModels {
 
     async fn tenant(&self, tenant: &str) -> Result<Option<TenantView>, ViewError> {
         let tenant = tenant.to_owned();
-        let json: Option<String> = self
-            .db
-            .read(move |c| {
-                c.prepare_cached("SELECT view FROM tenant_views WHERE tenant = ?1")?
-                    .query_row([tenant], |row| row.get(0))
-                    .optional()
-            })
+        self.db
+            .read(move |c| read_tenant(c, &tenant))
             .await
-            .map_err(unavailable)?;
-        json.map(|j| serde_json::from_str(&j).map_err(corrupt))
-            .transpose()
+            .map_err(view_error)
     }
 }
 
@@ -246,32 +388,23 @@ impl ReadModelStore for SqliteReadModels {
 
     async fn load(
         &self,
-        deployments: &BTreeSet<DeploymentId>,
+        deployments: &BTreeMap<DeploymentId, BTreeSet<String>>,
         tenants: &BTreeSet<String>,
     ) -> Result<ReadModels, StoreError> {
-        let ids: Vec<DeploymentId> = deployments.iter().copied().collect();
-        let tenants: Vec<String> = tenants.iter().cloned().collect();
+        let deployments = deployments.clone();
+        let mut tenants = tenants.clone();
         self.db
             .read(move |c| {
                 let mut models = ReadModels::default();
-                let mut by_id =
-                    c.prepare_cached("SELECT view FROM deployment_views WHERE id = ?1")?;
-                for id in ids {
-                    let json: Option<String> = by_id
-                        .query_row([id.to_string()], |row| row.get(0))
-                        .optional()?;
-                    if let Some(json) = json {
-                        models.deployments.insert(id, decode(&json)?);
+                for (id, steps) in &deployments {
+                    if let Some(view) = read_view(c, *id, Steps::Named(steps))? {
+                        tenants.insert(view.tenant.clone());
+                        models.deployments.insert(*id, view);
                     }
                 }
-                let mut by_tenant =
-                    c.prepare_cached("SELECT view FROM tenant_views WHERE tenant = ?1")?;
                 for tenant in tenants {
-                    let json: Option<String> = by_tenant
-                        .query_row([&tenant], |row| row.get(0))
-                        .optional()?;
-                    if let Some(json) = json {
-                        models.tenants.insert(tenant, decode(&json)?);
+                    if let Some(view) = read_tenant(c, &tenant)? {
+                        models.tenants.insert(tenant, view);
                     }
                 }
                 Ok(models)
@@ -280,37 +413,90 @@ impl ReadModelStore for SqliteReadModels {
             .map_err(store_error)
     }
 
-    async fn save(&self, models: &ReadModels, checkpoint: u64) -> Result<(), StoreError> {
-        let models = models.clone();
+    async fn save(
+        &self,
+        models: &ReadModels,
+        touched: &Touched,
+        checkpoint: u64,
+    ) -> Result<(), StoreError> {
+        // Encoded here, beside the fold, so the connection's thread only writes; the steps'
+        // names and views go into one buffer, as a rebuild writes hundreds of thousands.
+        let mut heads = Vec::with_capacity(models.deployments.len());
+        let mut text: Vec<u8> = Vec::with_capacity(1 << 20);
+        let mut steps: Vec<StepRow> = Vec::new();
+        let none = BTreeSet::new();
+        for view in models.deployments.values() {
+            for name in touched.get(&view.id).unwrap_or(&none) {
+                if let Some((position, name, step)) = view.steps.get_full(name) {
+                    let start = text.len();
+                    text.extend_from_slice(name.as_bytes());
+                    let middle = text.len();
+                    serde_json::to_writer(&mut text, step).map_err(store_error)?;
+                    steps.push(StepRow {
+                        deployment: heads.len(),
+                        name: start..middle,
+                        json: middle..text.len(),
+                        position: position as i64,
+                    });
+                }
+            }
+            let head = serde_json::to_string(&view.header()).map_err(store_error)?;
+            heads.push((
+                view.id.to_string(),
+                view.tenant.clone(),
+                view.status.as_str(),
+                started_at_text(view),
+                view.revision as i64,
+                head,
+            ));
+        }
+        // Only names (strings) and serde_json's output went in.
+        let text = String::from_utf8(text).map_err(store_error)?;
+        let tenants: Vec<(String, String)> = models
+            .tenants
+            .values()
+            .map(|view| Ok((view.tenant.clone(), serde_json::to_string(view)?)))
+            .collect::<Result<_, serde_json::Error>>()
+            .map_err(store_error)?;
         self.db
             .with_derived(move |c| {
-                let tx = c.savepoint()?;
+                let sp = c.savepoint()?;
                 {
-                    let mut put_deployment = tx.prepare_cached(
-                        "INSERT INTO deployment_views (id, tenant, status, started_at, view) VALUES (?1, ?2, ?3, ?4, ?5)
-                         ON CONFLICT (id) DO UPDATE SET status = excluded.status, view = excluded.view",
+                    let mut put_head = sp.prepare_cached(
+                        "INSERT INTO deployment_views (id, tenant, status, started_at, revision, view)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                         ON CONFLICT (id) DO UPDATE SET status = excluded.status,
+                             revision = excluded.revision, view = excluded.view",
                     )?;
-                    for view in models.deployments.values() {
-                        put_deployment.execute(params![
-                            view.id.to_string(),
-                            view.tenant,
-                            view.status.as_str(),
-                            view.started_at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
-                            encode(view)?
+                    for (id, tenant, status, started_at, revision, head) in &heads {
+                        put_head.execute(params![id, tenant, status, started_at, revision, head])?;
+                    }
+                    let mut put_step = sp.prepare_cached(
+                        "INSERT INTO step_views (deployment, name, position, view) VALUES (?1, ?2, ?3, ?4)
+                         ON CONFLICT (deployment, name) DO UPDATE SET view = excluded.view",
+                    )?;
+                    for row in &steps {
+                        put_step.execute(params![
+                            heads[row.deployment].0,
+                            &text[row.name.clone()],
+                            row.position,
+                            &text[row.json.clone()]
                         ])?;
                     }
-                    let mut put_tenant = tx.prepare_cached(
-                        "INSERT INTO tenant_views (tenant, view) VALUES (?1, ?2) ON CONFLICT (tenant) DO UPDATE SET view = excluded.view",
+                    let mut put_tenant = sp.prepare_cached(
+                        "INSERT INTO tenant_views (tenant, view) VALUES (?1, ?2)
+                         ON CONFLICT (tenant) DO UPDATE SET view = excluded.view",
                     )?;
-                    for view in models.tenants.values() {
-                        put_tenant.execute(params![view.tenant, encode(view)?])?;
+                    for (tenant, json) in &tenants {
+                        put_tenant.execute(params![tenant, json])?;
                     }
-                    tx.prepare_cached(
-                        "INSERT INTO checkpoints (name, position) VALUES (?1, ?2) ON CONFLICT (name) DO UPDATE SET position = excluded.position",
+                    sp.prepare_cached(
+                        "INSERT INTO checkpoints (name, position) VALUES (?1, ?2)
+                         ON CONFLICT (name) DO UPDATE SET position = excluded.position",
                     )?
                     .execute(params![CHECKPOINT, checkpoint as i64])?;
                 }
-                tx.commit()
+                sp.commit()
             })
             .await
             .map_err(store_error)
@@ -321,8 +507,13 @@ impl ReadModelStore for SqliteReadModels {
             .read(|c| {
                 let mut models = ReadModels::default();
                 let mut deployments = c.prepare_cached("SELECT view FROM deployment_views")?;
-                for json in deployments.query_map([], |row| row.get::<_, String>(0))? {
-                    let view: DeploymentView = decode(&json?)?;
+                let heads = deployments
+                    .query_map([], |row| row.get::<_, String>(0))?
+                    .map(|json| decode::<Header>(&json?))
+                    .collect::<rusqlite::Result<Vec<_>>>()?;
+                for head in heads {
+                    let steps = read_steps(c, head.id, Steps::All)?;
+                    let view = head.with_steps(steps);
                     models.deployments.insert(view.id, view);
                 }
                 let mut tenants = c.prepare_cached("SELECT view FROM tenant_views")?;
@@ -339,12 +530,113 @@ impl ReadModelStore for SqliteReadModels {
     async fn clear(&self) -> Result<(), StoreError> {
         self.db
             .with_derived(|c| {
-                let tx = c.savepoint()?;
-                tx.execute_batch("DELETE FROM deployment_views; DELETE FROM tenant_views;")?;
-                tx.execute("DELETE FROM checkpoints WHERE name = ?1", [CHECKPOINT])?;
-                tx.commit()
+                let sp = c.savepoint()?;
+                sp.execute_batch(
+                    "DELETE FROM deployment_views; DELETE FROM step_views; DELETE FROM tenant_views;",
+                )?;
+                sp.execute("DELETE FROM checkpoints WHERE name = ?1", [CHECKPOINT])?;
+                sp.commit()
             })
             .await
             .map_err(store_error)
+    }
+}
+
+/// The log as a rebuild reads it ([`ReadLog::read_changes`]): only the columns and fields the
+/// read models need (the event's type and data, its stream, revision and when it was
+/// recorded), decoded on the connection's thread. Give it a connection of its own (a
+/// [`Database`] opened on the same file) and reading the next batch overlaps storing this one.
+#[derive(Clone, Debug)]
+pub struct LogChanges {
+    db: Database,
+    log: EventLog,
+}
+
+/// How much of the file [`LogChanges`] maps into memory.
+const MMAP_BYTES: i64 = 1 << 30;
+
+/// The one field of an event's metadata the read models need.
+#[derive(Deserialize)]
+struct Recorded {
+    recorded_at: Timestamp,
+}
+
+impl LogChanges {
+    /// The log in this database, read through this handle.
+    pub fn new(db: Database) -> Self {
+        Self {
+            log: EventLog::new(db.clone()),
+            db,
+        }
+    }
+}
+
+/// Decodes one row of `SELECT position, stream, revision, type, data, metadata`.
+fn change_entry(row: &rusqlite::Row<'_>) -> rusqlite::Result<Result<ChangeEntry, ProjectorError>> {
+    let position: i64 = row.get(0)?;
+    let position = position.max(0) as u64;
+    let stream = row.get_ref(1)?.as_str()?;
+    let revision: i64 = row.get(2)?;
+    let event_type = row.get_ref(3)?.as_str()?;
+    let data = row.get_ref(4)?.as_str()?;
+    let metadata = row.get_ref(5)?.as_str()?;
+    let invalid = |source| ProjectorError::Projection { position, source };
+    let decoded = (|| {
+        let deployment = DeploymentId::from_stream(stream)?;
+        let recorded: Recorded = serde_json::from_str(metadata).map_err(|source| {
+            overture_events::deployment::SchemaError {
+                event_type: event_type.to_owned(),
+                source,
+            }
+        })?;
+        let change = Change::decode(event_type, data)?;
+        Ok(Folding {
+            deployment,
+            revision: revision.max(0) as u64,
+            at: recorded.recorded_at,
+            change,
+        })
+    })();
+    Ok(decoded
+        .map(|folding| ChangeEntry { position, folding })
+        .map_err(invalid))
+}
+
+#[async_trait]
+impl ReadLog for LogChanges {
+    async fn read_all(&self, after: u64, limit: usize) -> Result<Vec<LogEntry>, StoreError> {
+        ReadLog::read_all(&self.log, after, limit).await
+    }
+
+    async fn read_changes(
+        &self,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<ChangeEntry>, ProjectorError> {
+        let read = self
+            .db
+            .read_long(move |c| {
+                // Pages mapped rather than copied by a system call each: a rebuild reads the
+                // whole log once.
+                c.pragma_update(None, "mmap_size", MMAP_BYTES)?;
+                let mut select = c.prepare_cached(
+                    "SELECT position, stream, revision, type, data, metadata FROM events
+                     WHERE position > ?1 ORDER BY position LIMIT ?2",
+                )?;
+                let after = i64::try_from(after).unwrap_or(i64::MAX);
+                let limit_sql = i64::try_from(limit).unwrap_or(i64::MAX);
+                let mut rows = select.query(params![after, limit_sql])?;
+                let mut entries = Vec::with_capacity(limit.min(1 << 16));
+                while let Some(row) = rows.next()? {
+                    match change_entry(row)? {
+                        Ok(entry) => entries.push(entry),
+                        Err(error) => return Ok(Err(error)),
+                    }
+                }
+                Ok(Ok(entries))
+            })
+            .await
+            .map_err(store_error)?;
+        read
     }
 }

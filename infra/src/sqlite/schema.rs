@@ -75,6 +75,22 @@ const MIGRATIONS: &[&str] = &[
          since      TEXT NOT NULL, -- RFC 3339
          PRIMARY KEY (rule, deployment)
      );",
+    // 5: deployment views stored incrementally: `deployment_views.view` keeps the header (the
+    // view without its steps), with its revision in a column of its own, and each step's view
+    // is a row of `step_views`, so projecting a record writes what it changed only.
+    "CREATE TABLE step_views (
+         deployment TEXT    NOT NULL,
+         name       TEXT    NOT NULL,
+         position   INTEGER NOT NULL, -- in blueprint order, from 0
+         view       TEXT    NOT NULL,
+         PRIMARY KEY (deployment, name)
+     ) WITHOUT ROWID;
+     INSERT INTO step_views (deployment, name, position, view)
+         SELECT d.id, s.key, row_number() OVER (PARTITION BY d.id ORDER BY s.id) - 1, s.value
+         FROM deployment_views AS d, json_each(d.view, '$.steps') AS s;
+     ALTER TABLE deployment_views ADD COLUMN revision INTEGER NOT NULL DEFAULT 0;
+     UPDATE deployment_views
+         SET revision = json_extract(view, '$.revision'), view = json_remove(view, '$.steps');",
 ];
 
 /// The schema version this build migrates files to.
@@ -97,4 +113,70 @@ pub(super) fn migrate(connection: &mut Connection) -> rusqlite::Result<i64> {
     }
     tx.commit()?;
     Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // A file whose views were whole JSON documents reads back the same views once migrated:
+    // headers without their steps, and each step a row in blueprint order.
+    #[test]
+    fn views_stored_as_documents_are_split_into_headers_and_steps() {
+        let mut connection = Connection::open_in_memory().expect("in-memory database");
+        for step in &MIGRATIONS[..4] {
+            connection.execute_batch(step).expect("an older schema");
+        }
+        connection
+            .pragma_update(None, "user_version", 4)
+            .expect("version 4");
+        // Text, not `json!`, which would sort the steps by name: their order is the point.
+        let text = r#"{"id":"0190d9e4-0000-7000-8000-000000000001","tenant":"acme","blueprint":"app",
+            "status":"running","steps":{"zeta":{"status":"succeeded","attempts":1,"outputs":{"k":"v"}},
+            "alpha":{"status":"pending","attempts":0}},"started_at":"2027-01-15T08:00:00Z",
+            "finished_at":null,"revision":7}"#;
+        let view: serde_json::Value = serde_json::from_str(text).expect("JSON");
+        connection
+            .execute(
+                "INSERT INTO deployment_views (id, tenant, status, started_at, view)
+                 VALUES ('0190d9e4-0000-7000-8000-000000000001', 'acme', 'running', 'x', ?1)",
+                [text],
+            )
+            .expect("an old view");
+
+        assert_eq!(migrate(&mut connection).expect("migrated"), 4);
+
+        let (revision, header): (i64, String) = connection
+            .query_row("SELECT revision, view FROM deployment_views", [], |row| {
+                Ok((row.get(0)?, row.get(1)?))
+            })
+            .expect("the header");
+        assert_eq!(revision, 7);
+        let header: serde_json::Value = serde_json::from_str(&header).expect("JSON");
+        let mut expected = view.clone();
+        expected.as_object_mut().expect("object").remove("steps");
+        assert_eq!(header, expected);
+        let mut select = connection
+            .prepare("SELECT name, position, view FROM step_views ORDER BY position")
+            .expect("steps");
+        let steps: Vec<(String, i64, serde_json::Value)> = select
+            .query_map([], |row| {
+                let json: String = row.get(2)?;
+                Ok((
+                    row.get(0)?,
+                    row.get(1)?,
+                    serde_json::from_str(&json).expect("JSON"),
+                ))
+            })
+            .expect("rows")
+            .collect::<rusqlite::Result<_>>()
+            .expect("steps");
+        assert_eq!(
+            steps,
+            [
+                ("zeta".to_owned(), 0, view["steps"]["zeta"].clone()),
+                ("alpha".to_owned(), 1, view["steps"]["alpha"].clone()),
+            ]
+        );
+    }
 }
