@@ -592,8 +592,6 @@ impl Engine {
                 });
                 try_join_all(moved).await?;
             }
-            self.project().await?;
-
             if let Scope::One(id) = scope {
                 watch.tick(&self.state(id).await?);
             }
@@ -635,6 +633,9 @@ impl Engine {
                     });
                 }
             }
+
+            // After handing jobs out, so that their commits overlap the views' writes.
+            self.project().await?;
 
             // With every worker busy, a due job waits for one to finish rather than spinning.
             let next_wake = if permits.available_permits() == 0 {
