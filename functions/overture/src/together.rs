@@ -21,13 +21,14 @@ use crate::{cancel, lock, not_submitted, print_view, render, Failure};
 pub struct Pace {
     /// Deployments running at once.
     pub at_once: usize,
-    /// Steps of each deployment running at once.
+    /// Steps of a deployment running at once (the drive has room for this many per deployment
+    /// running at once).
     pub parallelism: usize,
 }
 
 /// Records and drives each submission, `pace.at_once` at a time, in one drive: it prints each
-/// one's id as it starts and its status as it ends, then every final status in the order given
-/// (with `json`, one array of `status --json` objects). Ends 0 when every deployment succeeded.
+/// one's id as it starts, then every final status in the order given (with `json`, one array of
+/// `status --json` objects). Ends 0 when every deployment succeeded.
 ///
 /// The first Ctrl-C (or SIGTERM) starts no more deployments and cancels those running; a second
 /// one leaves at once.
@@ -45,9 +46,10 @@ pub async fn deploy_all(
         .map_err(|e| Failure::Engine(e.into()))?;
     let (joining, ended) = Joining::new(engine);
     let mut unwatched = Unwatched;
+    // Room for each deployment running at once to run as many steps as one deployment would.
     let drive = engine.drive_scope(
         Scope::Joined(&joining),
-        pace.parallelism,
+        pace.parallelism.saturating_mul(pace.at_once.max(1)),
         &mut unwatched,
         start,
     );
