@@ -101,7 +101,7 @@ pub async fn sequential(overture: &Path) -> anyhow::Result<Sequential> {
     let mut runs_ms_per_step = Vec::new();
     for _ in 0..SEQUENTIAL_RUNS {
         let start = Instant::now();
-        deploy(overture, &data, &[blueprint.clone()], None).await?;
+        deploy(overture, &data, std::slice::from_ref(&blueprint), None).await?;
         runs_ms_per_step.push(start.elapsed().as_secs_f64() * 1_000.0 / SEQUENTIAL_STEPS as f64);
     }
     let commits = 500;

@@ -29,8 +29,8 @@ pub use stream::on_stream_records;
 pub use timer::on_timer_messages;
 
 use async_trait::async_trait;
-use overture_domain::deployment::{actions, actions_besides_attempts, attempt_action};
 use overture_domain::deployment::BastionAccess;
+use overture_domain::deployment::{actions, actions_besides_attempts, attempt_action};
 use overture_domain::{Action, DeploymentCommand, DeploymentError, DeploymentState};
 use overture_events::{CloudAccount, DeploymentEvent, DeploymentId, Envelope, Timestamp};
 use overture_kit::{execute, execute_all, Cause, Clock, DeploymentLog, LogError};
