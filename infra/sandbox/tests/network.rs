@@ -208,17 +208,36 @@ async fn pasta_ends_with_a_cancelled_attempt() {
     assert!(pasta_processes(&root).is_empty());
 }
 
+/// Whether a process runs with exactly this command line.
+fn running(command_line: &str) -> bool {
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|entry| std::fs::read(entry.path().join("cmdline")).ok())
+        .any(|line| String::from_utf8_lossy(&line).replace('\0', " ").trim_end() == command_line)
+}
+
 #[tokio::test]
 async fn pasta_ends_when_the_run_is_dropped() {
     let (sandbox, root) = sandbox();
-    let request = request("sleep 300", vec![]);
+    // A sleep no other process runs, so the test knows when the step itself has started: by
+    // then pasta is attached (the step starts only once its network is), not half-way there.
+    let step = format!(
+        "sleep 300.{:06}",
+        uuid::Uuid::new_v4().as_u128() % 1_000_000
+    );
+    let request = request(&step, vec![]);
     let run = sandbox.run(request, std::future::pending());
     tokio::select! {
         _ = run => panic!("the step ended by itself"),
         () = async {
-            while pasta_processes(&root).is_empty() {
+            while !running(&step) {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
+            assert!(
+                !pasta_processes(&root).is_empty(),
+                "the step runs with pasta attached"
+            );
         } => {}
     }
     // The run was dropped mid-step: pasta is killed, and goes (polled, at most 20 s).
