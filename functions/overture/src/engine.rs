@@ -592,12 +592,13 @@ impl Engine {
                 });
                 try_join_all(moved).await?;
             }
-            if let Scope::One(id) = scope {
-                watch.tick(&self.state(id).await?);
-            }
             let mut unfinished = Vec::with_capacity(driven.len());
             for id in std::mem::take(&mut driven) {
-                if self.state(id).await?.is_finished() {
+                let state = self.state(id).await?;
+                if let Scope::One(_) = scope {
+                    watch.tick(&state);
+                }
+                if state.is_finished() {
                     if let Scope::Joined(joining) = scope {
                         joining.ended(id);
                     }
