@@ -229,11 +229,6 @@ impl Database {
                 source,
             })?
     }
-
-    /// How many transactions this handle's writer has committed (writes share them under load).
-    pub fn commits(&self) -> u64 {
-        self.writer.groups_committed()
-    }
 }
 
 /// Opens the writing connection (migrating the file) and the reading one.
