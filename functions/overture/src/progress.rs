@@ -38,7 +38,10 @@ impl Progress {
 
     fn line(&mut self, text: String) {
         let elapsed = self.started.elapsed().as_secs_f64();
-        let _ = writeln!(std::io::stderr(), "[{elapsed:7.1}s] {text}");
+        // One write per line: standard error is unbuffered, and `writeln!` would make a system
+        // call of every piece of the format.
+        let line = format!("[{elapsed:7.1}s] {text}\n");
+        let _ = std::io::stderr().write_all(line.as_bytes());
         self.last_line = Instant::now();
     }
 }
