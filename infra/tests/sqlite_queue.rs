@@ -493,3 +493,111 @@ async fn receiving_up_to_a_number_takes_the_earliest_due_and_hides_them() {
     let keys: Vec<&str> = rest.iter().map(|job| job.key.as_str()).collect();
     assert_eq!(keys, ["third"], "the taken are hidden, the later not due");
 }
+
+#[tokio::test]
+async fn jobs_queued_as_received_are_hidden_and_acked_with_their_receipts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let queue = open_queue(&db_path(&dir)).await;
+    let taken = queue
+        .enqueue_received(vec![job("now", deployment(1), t0())], 4, t0(), LEASE)
+        .await
+        .expect("enqueue");
+    assert_eq!(taken.len(), 1);
+    assert_eq!((taken[0].key.as_str(), taken[0].receive_count), ("now", 1));
+
+    assert_eq!(receive(&queue, t0()).await, None, "no one else gets it");
+    queue
+        .ack(&taken[0].receipt)
+        .await
+        .expect("its receipt acks it");
+    assert_eq!(queue.pending(None).await.expect("pending"), 0);
+}
+
+#[tokio::test]
+async fn queueing_as_received_takes_only_due_jobs_and_only_as_many_as_there_is_room_for() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let queue = open_queue(&db_path(&dir)).await;
+    let jobs = vec![
+        job("later", deployment(1), at_ms(1_000)),
+        job("first", deployment(1), t0()),
+        job("second", deployment(1), t0()),
+    ];
+    let taken = queue
+        .enqueue_received(jobs, 1, t0(), LEASE)
+        .await
+        .expect("enqueue");
+    let keys: Vec<&str> = taken.iter().map(|job| job.key.as_str()).collect();
+    assert_eq!(keys, ["first"]);
+
+    let rest = queue
+        .receive_up_to(10, t0(), LEASE, None)
+        .await
+        .expect("receive");
+    let keys: Vec<&str> = rest.iter().map(|job| job.key.as_str()).collect();
+    assert_eq!(
+        keys,
+        ["second"],
+        "the one without room waits to be received"
+    );
+    let later = receive(&queue, at_ms(1_000)).await.expect("due later");
+    assert_eq!(later.key, "later");
+}
+
+#[tokio::test]
+async fn a_job_already_queued_is_not_handed_out_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let queue = open_queue(&db_path(&dir)).await;
+    queue
+        .enqueue(job("once", deployment(1), t0()))
+        .await
+        .expect("enqueue");
+    let held = receive(&queue, t0())
+        .await
+        .expect("received by another worker");
+
+    let taken = queue
+        .enqueue_received(vec![job("once", deployment(1), t0())], 4, t0(), LEASE)
+        .await
+        .expect("enqueue");
+    assert!(taken.is_empty(), "its worker has it already");
+    queue
+        .ack(&held.receipt)
+        .await
+        .expect("the first receipt still holds");
+}
+
+#[tokio::test]
+async fn acking_several_receipts_at_once_deletes_only_the_fresh_ones() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let queue = open_queue(&db_path(&dir)).await;
+    for key in ["a", "b", "c"] {
+        queue
+            .enqueue(job(key, deployment(1), t0()))
+            .await
+            .expect("enqueue");
+    }
+    let taken = queue
+        .receive_up_to(3, t0(), LEASE, None)
+        .await
+        .expect("receive");
+    let after_lease =
+        t0() + TimeDelta::from_std(LEASE).expect("lease") + TimeDelta::milliseconds(1);
+    let again = receive(&queue, after_lease)
+        .await
+        .expect("the first comes back once its lease is over");
+    assert_eq!(again.key, "a");
+
+    let acked = queue
+        .ack_all(taken.iter().map(|job| job.receipt).collect())
+        .await
+        .expect("ack");
+    assert_eq!(
+        acked, 2,
+        "the first's old receipt is stale and acks nothing"
+    );
+    assert_eq!(queue.pending(None).await.expect("pending"), 1);
+    queue
+        .ack(&again.receipt)
+        .await
+        .expect("its new receipt holds");
+}

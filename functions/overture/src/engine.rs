@@ -23,7 +23,8 @@ use overture_infra::logs::LogFiles;
 use overture_infra::payloads::DirPayloads;
 use overture_infra::session::SessionTokens;
 use overture_infra::sqlite::{
-    Database, EventLog, Job, JobQueue, Receipt, ReceivedJob, SqliteDeployments, SqliteReadModels,
+    Database, EventLog, HandedJob, Handoff, Job, JobQueue, Receipt, ReceivedJob, SqliteDeployments,
+    SqliteReadModels,
 };
 use overture_kit::SystemClock;
 use overture_kit::{execute, Cause, Clock, DeploymentLog};
@@ -43,6 +44,11 @@ const LEASE: Duration = Duration::from_secs(30);
 const POLL: Duration = Duration::from_millis(500);
 /// How many log entries one feed read takes.
 const FEED_BATCH: usize = 2_000;
+/// How long a busy drive may keep what it has fed from the read models (and finished jobs in
+/// the queue): folding them in is one write for many steps instead of several per step.
+const PROJECT_LAG: Duration = Duration::from_millis(25);
+/// How long a drive waits for news before it folds what it has fed into the read models.
+const PROJECT_IDLE: Duration = Duration::from_millis(2);
 
 /// The engine failed (as opposed to a deployment failing).
 #[derive(Debug, thiserror::Error)]
@@ -141,6 +147,85 @@ impl Joining {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+}
+
+/// Log entries a drive has read, by deployment.
+#[derive(Default)]
+struct Fed {
+    /// Each deployment's records, in log order.
+    streams: BTreeMap<DeploymentId, Vec<Envelope>>,
+    /// The position of the last entry read, if any was.
+    through: Option<u64>,
+}
+
+impl Fed {
+    /// Adds entries read after these.
+    fn extend(&mut self, later: Fed) {
+        for (id, mut records) in later.streams {
+            self.streams.entry(id).or_default().append(&mut records);
+        }
+        self.through = later.through.or(self.through);
+    }
+}
+
+/// What a drive has fed the orchestrator but not yet folded into the read models, and the
+/// jobs it has finished but not yet deleted from the queue.
+struct Unfolded {
+    /// The feed position the entries follow.
+    from: u64,
+    /// The entries.
+    fed: Fed,
+    /// When the oldest of them was read.
+    since: Option<std::time::Instant>,
+    /// Receipts of the finished jobs, filled by the workers.
+    finished: Arc<std::sync::Mutex<Vec<Receipt>>>,
+}
+
+impl Unfolded {
+    fn new(from: u64) -> Self {
+        Self {
+            from,
+            fed: Fed::default(),
+            since: None,
+            finished: Arc::default(),
+        }
+    }
+
+    fn add(&mut self, fed: Fed) {
+        if fed.through.is_some() {
+            self.since.get_or_insert_with(std::time::Instant::now);
+            self.fed.extend(fed);
+        }
+    }
+
+    fn finished_jobs(&self) -> Vec<Receipt> {
+        std::mem::take(
+            &mut *self
+                .finished
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+
+    fn is_empty(&self) -> bool {
+        self.since.is_none()
+            && self
+                .finished
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .is_empty()
+    }
+}
+
+/// Log entries by deployment, in log order within each; entries of other streams are left out.
+fn by_deployment(entries: Vec<LogEntry>) -> BTreeMap<DeploymentId, Vec<Envelope>> {
+    let mut streams: BTreeMap<DeploymentId, Vec<Envelope>> = BTreeMap::new();
+    for entry in entries {
+        if let Ok(id) = DeploymentId::from_stream(&entry.envelope.stream) {
+            streams.entry(id).or_default().push(entry.envelope);
+        }
+    }
+    streams
 }
 
 /// Every adapter of the embedded mode, opened on one data directory.
@@ -269,30 +354,49 @@ impl Engine {
             let Some(last) = entries.last().map(|e| e.position) else {
                 return Ok(gained);
             };
-            let mut streams: BTreeMap<DeploymentId, Vec<Envelope>> = BTreeMap::new();
-            for entry in entries {
-                if let Ok(id) = DeploymentId::from_stream(&entry.envelope.stream) {
-                    streams.entry(id).or_default().push(entry.envelope);
-                }
-            }
-            // Side by side, so that their writes share the writer's commits.
-            let projected = streams.iter().map(|(id, records)| {
-                overture_projector::project_stream(
-                    *id,
-                    records,
-                    &self.deployments,
-                    &self.read_models,
-                )
-            });
-            for applied in try_join_all(projected).await.map_err(function_error)? {
-                gained += applied as u64;
-            }
-            self.read_models
-                .advance_feed_position(last)
-                .await
-                .map_err(function_error)?;
+            gained += self.fold_fed(&by_deployment(entries), last).await?;
             position = last;
         }
+    }
+
+    /// [`Engine::project`], handed the entries a drive has just read after `from`, up to
+    /// `through`: when the shared feed is at `from` they are folded as they are, without
+    /// reading them again; otherwise the feed is read from where it is.
+    async fn project_fed(&self, from: u64, fed: &Fed) -> Result<u64, EngineError> {
+        let position = self
+            .read_models
+            .feed_position()
+            .await
+            .map_err(function_error)?;
+        match (position == from, fed.through) {
+            (true, None) => Ok(0),
+            (true, Some(through)) => self.fold_fed(&fed.streams, through).await,
+            (false, _) => self.project().await,
+        }
+    }
+
+    /// Folds each deployment's records into its view, then moves the feed position to
+    /// `through`, the last of them.
+    async fn fold_fed(
+        &self,
+        streams: &BTreeMap<DeploymentId, Vec<Envelope>>,
+        through: u64,
+    ) -> Result<u64, EngineError> {
+        // Side by side, so that their writes share the writer's commits.
+        let projected = streams.iter().map(|(id, records)| {
+            overture_projector::project_stream(*id, records, &self.deployments, &self.read_models)
+        });
+        let gained = try_join_all(projected)
+            .await
+            .map_err(function_error)?
+            .into_iter()
+            .map(|applied| applied as u64)
+            .sum();
+        self.read_models
+            .advance_feed_position(through)
+            .await
+            .map_err(function_error)?;
+        Ok(gained)
     }
 
     /// A deployment's state as its stream holds it now, and its view with every record up to
@@ -522,6 +626,11 @@ impl Engine {
 
     /// Runs the deployments of `scope` until each has ended. `watch` sees every new log entry
     /// of the driven deployments, in order.
+    ///
+    /// Each pass feeds the new log entries to the orchestrator, starts the attempts it queued
+    /// (handed over as they are queued, see [`Handoff`]) and any other due jobs, then folds the
+    /// entries into the read models while those attempts run. Whether a driven deployment has
+    /// ended is known from the state the orchestrator leaves it in: only new entries change it.
     pub async fn drive_scope(
         self: &Arc<Self>,
         scope: Scope<'_>,
@@ -530,7 +639,12 @@ impl Engine {
         from_position: u64,
     ) -> Result<(), EngineError> {
         let appended = self.log.appended();
-        let permits = Arc::new(Semaphore::new(parallelism.max(1)));
+        let workers = Arc::new(Semaphore::new(parallelism.max(1)));
+        let handoff = Handoff::new(self.queue.clone(), Arc::clone(&workers), LEASE);
+        let ports = OrchestratorPorts {
+            work: &handoff,
+            ..self.orchestrator_ports()
+        };
         let mut running: JoinSet<()> = JoinSet::new();
         let mut position = from_position;
         // Deployments started later by other processes are theirs to drive.
@@ -539,13 +653,21 @@ impl Engine {
             Scope::Every => self.unfinished().await?,
             Scope::Joined(_) => Vec::new(),
         };
+        // The state of each driven deployment is loaded once; after that, the orchestrator
+        // says what it is whenever new entries move it on.
+        let mut states = Vec::with_capacity(driven.len());
+        for id in &driven {
+            states.push((*id, self.state(*id).await?));
+        }
+        let mut target: Option<DeploymentState> = None;
+        let mut closed = !matches!(scope, Scope::Joined(_));
+        let mut unfolded = Unfolded::new(position);
 
         loop {
             let notified = appended.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
 
-            let mut closed = true;
             if let Scope::Joined(joining) = scope {
                 let (joined, more) = joining.take();
                 closed = !more;
@@ -553,9 +675,10 @@ impl Engine {
                 // queues whatever each waits for.
                 let recovered = joined
                     .iter()
-                    .map(|id| self.orchestrate(*id, Uuid::now_v7(), Since::Unknown));
-                try_join_all(recovered).await?;
-                driven.extend(joined);
+                    .map(|id| orchestrate(*id, Uuid::now_v7(), Since::Unknown, &ports));
+                let recovered = try_join_all(recovered).await.map_err(function_error)?;
+                driven.extend(&joined);
+                states.extend(joined.into_iter().zip(recovered));
             }
 
             // Feed: every new entry moves its deployment on and reaches the read models.
@@ -565,98 +688,177 @@ impl Engine {
                     .read_all(position, FEED_BATCH)
                     .await
                     .map_err(function_error)?;
-                let Some(last) = entries.last() else { break };
-                position = last.position;
-                // Each deployment's new records, so the orchestrator queues what they decided.
-                let mut touched: Vec<(DeploymentId, Uuid, Vec<Envelope>)> = Vec::new();
-                for entry in &entries {
-                    let envelope = &entry.envelope;
-                    let Ok(id) = DeploymentId::from_stream(&envelope.stream) else {
+                let full = entries.len() == FEED_BATCH;
+                let mut fed = Fed::default();
+                // Each driven deployment's last record, the cause of what the orchestrator does.
+                let mut causes: Vec<(DeploymentId, Uuid)> = Vec::new();
+                for entry in entries {
+                    position = entry.position;
+                    fed.through = Some(entry.position);
+                    let Ok(id) = DeploymentId::from_stream(&entry.envelope.stream) else {
                         continue;
                     };
-                    if !matches!(scope, Scope::Every) && !driven.contains(&id) {
-                        continue;
-                    }
-                    watch.entry(entry);
-                    match touched.iter_mut().find(|(seen, ..)| *seen == id) {
-                        Some(slot) => {
-                            slot.1 = envelope.id;
-                            slot.2.push(envelope.clone());
+                    if matches!(scope, Scope::Every) || driven.contains(&id) {
+                        watch.entry(&entry);
+                        match causes.iter_mut().find(|(seen, _)| *seen == id) {
+                            Some(slot) => slot.1 = entry.envelope.id,
+                            None => causes.push((id, entry.envelope.id)),
                         }
-                        None => touched.push((id, envelope.id, vec![envelope.clone()])),
                     }
+                    fed.streams.entry(id).or_default().push(entry.envelope);
                 }
                 // Side by side, so that the jobs they queue share the writer's commits.
-                let moved = touched.iter().map(|(id, cause, records)| {
-                    self.orchestrate(*id, *cause, Since::Records(records))
+                let moved = causes.iter().map(|(id, cause)| {
+                    let records = fed.streams.get(id).map_or(&[][..], Vec::as_slice);
+                    orchestrate(*id, *cause, Since::Records(records), &ports)
                 });
-                try_join_all(moved).await?;
-            }
-            let mut unfinished = Vec::with_capacity(driven.len());
-            for id in std::mem::take(&mut driven) {
-                let state = self.state(id).await?;
-                if let Scope::One(_) = scope {
-                    watch.tick(&state);
-                }
-                if state.is_finished() {
-                    if let Scope::Joined(joining) = scope {
-                        joining.ended(id);
+                let moved = try_join_all(moved).await.map_err(function_error)?;
+                self.start(&mut running, handoff.take(), &unfolded);
+                for ((id, _), state) in causes.into_iter().zip(moved) {
+                    if let Some(known) = states.iter_mut().find(|(seen, _)| *seen == id) {
+                        known.1 = state;
                     }
-                } else {
-                    unfinished.push(id);
                 }
+                unfolded.add(fed);
+                if !full {
+                    break;
+                }
+                // A backlog is folded batch by batch, as it is read.
+                self.fold_unfolded(&mut unfolded, position).await?;
             }
-            driven = unfinished;
+
+            states.retain(|(id, state)| {
+                if let Scope::One(target_id) = scope {
+                    if *id == target_id {
+                        target = Some(state.clone());
+                    }
+                }
+                let ended = state.is_finished();
+                if let (true, Scope::Joined(joining)) = (ended, scope) {
+                    joining.ended(*id);
+                }
+                !ended
+            });
+            driven.retain(|id| states.iter().any(|(known, _)| known == id));
+            if let Some(state) = &target {
+                watch.tick(state);
+            }
             if driven.is_empty() && closed {
                 // Attempts abandoned at the end notice within a heartbeat and kill their sandboxes.
                 while running.join_next().await.is_some() {}
-                self.project().await?;
+                self.fold_unfolded(&mut unfolded, position).await?;
                 return Ok(());
             }
 
-            // Hand due jobs to workers while there is room.
+            // Hand other due jobs (retries, timers, jobs queued while every worker was busy) to
+            // workers while there is room; only looking is a read, taking them a write.
             let only = (!matches!(scope, Scope::Every)).then_some(driven.as_slice());
-            let room = permits.available_permits();
-            if room > 0 {
+            let mut next_wake = self.queue.next_wake(only).await.map_err(function_error)?;
+            let room = workers.available_permits();
+            if room > 0 && next_wake.is_some_and(|at| at <= self.clock.now()) {
                 let jobs = self
                     .queue
                     .receive_up_to(room, self.clock.now(), LEASE, only)
                     .await
                     .map_err(function_error)?;
-                for job in jobs {
-                    let permit = Arc::clone(&permits)
-                        .try_acquire_owned()
-                        .map_err(function_error)?;
-                    let engine = Arc::clone(self);
-                    running.spawn(async move {
-                        engine.handle_job(job).await;
-                        drop(permit);
-                    });
-                }
+                let handed = jobs
+                    .into_iter()
+                    .map(|job| {
+                        let permit = Arc::clone(&workers)
+                            .try_acquire_owned()
+                            .map_err(function_error)?;
+                        Ok((job, permit))
+                    })
+                    .collect::<Result<Vec<_>, EngineError>>()?;
+                self.start(&mut running, handed, &unfolded);
+                next_wake = self.queue.next_wake(only).await.map_err(function_error)?;
             }
 
-            // After handing jobs out, so that their commits overlap the views' writes.
-            self.project().await?;
+            // After starting the attempts, so that their commits overlap the views' writes.
+            if unfolded
+                .since
+                .is_some_and(|since| since.elapsed() >= PROJECT_LAG)
+            {
+                self.fold_unfolded(&mut unfolded, position).await?;
+            }
 
             // With every worker busy, a due job waits for one to finish rather than spinning.
-            let next_wake = if permits.available_permits() == 0 {
-                None
-            } else {
-                self.queue.next_wake(only).await.map_err(function_error)?
+            let mut sleep = match workers.available_permits() {
+                0 => POLL,
+                _ => next_wake
+                    .map(|at| (at - self.clock.now()).to_std().unwrap_or(Duration::ZERO))
+                    .unwrap_or(POLL)
+                    .min(POLL),
             };
-            let sleep = next_wake
-                .map(|at| (at - self.clock.now()).to_std().unwrap_or(Duration::ZERO))
-                .unwrap_or(POLL)
-                .min(POLL);
-            tokio::select! {
-                () = &mut notified => {}
-                Some(_) = running.join_next(), if !running.is_empty() => {}
-                () = tokio::time::sleep(sleep) => {}
+            let folding = !unfolded.is_empty();
+            if folding {
+                sleep = sleep.min(PROJECT_IDLE);
+            }
+            let quiet = tokio::select! {
+                () = &mut notified => false,
+                Some(_) = running.join_next(), if !running.is_empty() => false,
+                () = tokio::time::sleep(sleep) => true,
+            };
+            if quiet && folding {
+                self.fold_unfolded(&mut unfolded, position).await?;
             }
         }
     }
 
-    async fn handle_job(self: Arc<Self>, job: ReceivedJob) {
+    /// Runs each handed job on a worker task, which frees its worker's permit when done and
+    /// leaves the job's receipt to `unfolded`, to be deleted with the next fold.
+    fn start(
+        self: &Arc<Self>,
+        running: &mut JoinSet<()>,
+        handed: Vec<HandedJob>,
+        unfolded: &Unfolded,
+    ) {
+        for (job, permit) in handed {
+            let engine = Arc::clone(self);
+            let finished = Arc::clone(&unfolded.finished);
+            running.spawn(async move {
+                let receipt = job.receipt;
+                let done = engine.handle_job(job).await;
+                drop(permit);
+                if done {
+                    finished
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push(receipt);
+                }
+            });
+        }
+    }
+
+    /// Folds what a drive has fed, up to `position`, into the read models, and deletes the jobs
+    /// its workers have finished: one round of writes, which share the writer's commits.
+    async fn fold_unfolded(
+        &self,
+        unfolded: &mut Unfolded,
+        position: u64,
+    ) -> Result<(), EngineError> {
+        let finished = unfolded.finished_jobs();
+        let deleted = async {
+            match finished.is_empty() {
+                true => Ok(0),
+                false => self.queue.ack_all(finished).await,
+            }
+        };
+        let (projected, deleted) =
+            tokio::join!(self.project_fed(unfolded.from, &unfolded.fed), deleted);
+        // An undeleted job comes back after its lease, and its recorded outcome makes it a no-op.
+        if let Err(error) = deleted {
+            tracing::warn!(%error, "could not delete finished jobs");
+        }
+        projected?;
+        unfolded.from = position;
+        unfolded.fed = Fed::default();
+        unfolded.since = None;
+        Ok(())
+    }
+
+    /// Handles one received job; says whether it is finished, so its receipt may be deleted.
+    async fn handle_job(self: Arc<Self>, job: ReceivedJob) -> bool {
         let receipt = job.receipt;
         let key = job.key.clone();
         let cause = Uuid::now_v7();
@@ -666,7 +868,7 @@ impl Engine {
             if let Err(error) = self.queue.extend(&receipt, job.due_at).await {
                 tracing::warn!(key, %error, "could not postpone a job that is not due");
             }
-            return;
+            return false;
         }
         let finished = match Job::from_body(job.body) {
             Err(error) => {
@@ -724,11 +926,7 @@ impl Engine {
                 }
             }
         };
-        if finished {
-            if let Err(error) = self.queue.ack(&receipt).await {
-                tracing::warn!(key, %error, "could not acknowledge a finished job");
-            }
-        }
+        finished
     }
 }
 

@@ -45,7 +45,7 @@ pub use overture_kit::esrs_store::EsrsStoreError;
 pub use queue::{JobQueue, NewJob, QueueError, Receipt, ReceivedJob};
 pub use read_models::{ListFilter, SqliteReadModels};
 pub use triggers::SqliteTriggerLedger;
-pub use work::Job;
+pub use work::{HandedJob, Handoff, Job};
 pub use writer::Durability;
 
 use writer::Writer;

@@ -134,6 +134,72 @@ impl JobQueue {
         Ok(inserted)
     }
 
+    /// Queues each job whose key is not queued yet, as [`JobQueue::enqueue_all`] does, and
+    /// receives at once up to `room` of those due at `now`, hidden for `visibility`: one write
+    /// for a worker that queues jobs it will run itself, instead of queueing and then receiving.
+    ///
+    /// The jobs received are returned in the order given; the rest wait to be received.
+    pub async fn enqueue_received(
+        &self,
+        jobs: Vec<NewJob>,
+        room: usize,
+        now: Timestamp,
+        visibility: std::time::Duration,
+    ) -> Result<Vec<ReceivedJob>, QueueError> {
+        let now_ms = now_ms(now);
+        let hidden_until = not_before_ms(now).saturating_add(duration_ms(visibility));
+        self.db
+            .with_derived(move |connection| {
+                let tx = connection.savepoint()?;
+                let mut received = Vec::new();
+                {
+                    let mut queued =
+                        tx.prepare_cached("SELECT EXISTS (SELECT 1 FROM jobs WHERE key = ?1)")?;
+                    let mut insert = tx.prepare_cached(
+                        "INSERT INTO jobs (key, deployment, body, due_at, visible_at, receive_count)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6) RETURNING id",
+                    )?;
+                    for job in jobs {
+                        if queued.query_row([&job.key], |row| row.get::<_, bool>(0))? {
+                            continue;
+                        }
+                        let due_at = not_before_ms(job.due_at);
+                        let take = received.len() < room && due_at <= now_ms;
+                        let (visible_at, receive_count) =
+                            if take { (hidden_until, 1) } else { (0, 0) };
+                        let id: i64 = insert.query_row(
+                            params![
+                                job.key,
+                                job.deployment.to_string(),
+                                job.body.to_string(),
+                                due_at,
+                                visible_at,
+                                receive_count,
+                            ],
+                            |row| row.get(0),
+                        )?;
+                        if take {
+                            received.push(ReceivedJob {
+                                key: job.key,
+                                deployment: job.deployment,
+                                body: job.body,
+                                due_at: job.due_at,
+                                receive_count: 1,
+                                receipt: Receipt {
+                                    job: id,
+                                    receive_count: 1,
+                                },
+                            });
+                        }
+                    }
+                }
+                tx.commit()?;
+                Ok(received)
+            })
+            .await
+            .map_err(QueueError::from)
+    }
+
     /// Takes the due, visible job (of the deployments `only` names, if given) with the earliest
     /// due time and hides it for `visibility`.
     pub async fn receive(
@@ -243,6 +309,23 @@ impl JobQueue {
             })
             .await?;
         fresh_if_one(deleted)
+    }
+
+    /// Deletes the jobs of these receipts, in one write; returns how many were still fresh.
+    pub async fn ack_all(&self, receipts: Vec<Receipt>) -> Result<usize, QueueError> {
+        let deleted = self
+            .db
+            .with_derived(move |connection| {
+                let mut delete = connection
+                    .prepare_cached("DELETE FROM jobs WHERE id = ?1 AND receive_count = ?2")?;
+                let mut deleted = 0;
+                for Receipt { job, receive_count } in receipts {
+                    deleted += delete.execute(params![job, receive_count])?;
+                }
+                Ok(deleted)
+            })
+            .await?;
+        Ok(deleted)
     }
 
     /// Makes every job in flight receivable at `now`; only safe when no other worker is alive.
