@@ -20,3 +20,36 @@ async fn clients() -> (SqliteDeployments, SqliteDeployments) {
 }
 
 overture_kit::log_contract_tests!(clients());
+
+#[tokio::test]
+async fn tasks_of_one_process_take_turns_on_a_deployment_and_only_on_it() {
+    use futures_util::FutureExt;
+    use overture_events::DeploymentId;
+    use overture_kit::DeploymentLog;
+
+    let (log, other_process) = clients().await;
+    let (deployment, another) = (
+        DeploymentId::from_uuid(uuid::Uuid::now_v7()),
+        DeploymentId::from_uuid(uuid::Uuid::now_v7()),
+    );
+    let turn = log
+        .turn(deployment)
+        .await
+        .expect("the SQLite log takes turns");
+
+    let mut next = Box::pin(log.turn(deployment));
+    assert!(next.as_mut().now_or_never().is_none(), "the next waits");
+    assert!(
+        log.turn(another).now_or_never().is_some(),
+        "another deployment's turn is free"
+    );
+    assert!(
+        other_process.turn(deployment).now_or_never().is_some(),
+        "another process is kept apart by the revision check, not by turns"
+    );
+    drop(turn);
+    assert!(
+        next.now_or_never().is_some(),
+        "the next goes once the turn is over"
+    );
+}

@@ -290,3 +290,38 @@ fn a_bad_blueprint_among_several_records_none_of_them() {
     let listed = overture.json(&["list", "--json"]);
     assert_eq!(listed, serde_json::json!([]), "nothing was recorded");
 }
+
+/// Attempts of one deployment that finish together take turns recording their outcomes: none is
+/// refused for a revision another changed, and left until its lease ends to run again.
+#[test]
+fn parallel_attempts_of_one_deployment_each_run_once_with_no_warning() {
+    const STEPS: usize = 100;
+    let overture = Overture::new();
+    let mut blueprint = String::from("name: wide\nsteps:\n");
+    for step in 0..STEPS {
+        blueprint.push_str(&format!("  s{step:03}: {{ run: noop }}\n"));
+    }
+    let file = overture.blueprint("wide.yaml", &blueprint);
+    let output = overture
+        .command(&[
+            "deploy",
+            file.to_str().expect("utf-8 path"),
+            "--json",
+            "--parallelism",
+            "16",
+        ])
+        .env("OVERTURE_LOG", "warn")
+        .output()
+        .expect("run overture");
+    let stderr = text(&output.stderr);
+    assert!(output.status.success(), "the deployment succeeds: {stderr}");
+    assert!(!stderr.contains("WARN"), "nothing went wrong: {stderr}");
+
+    let status: Value = serde_json::from_slice(&output.stdout).expect("JSON status");
+    let id = status["id"].as_str().expect("an id");
+    let starts = crate::support::types(&overture.events(id))
+        .into_iter()
+        .filter(|kind| kind == "StepStarted")
+        .count();
+    assert_eq!(starts, STEPS, "each step started once");
+}

@@ -143,7 +143,23 @@ pub trait DeploymentLog: Send + Sync {
         events: Vec<DeploymentEvent>,
         cause: &Cause,
     ) -> Result<(), LogError>;
+
+    /// Waits until no other task of this process is deciding on `deployment`, and keeps others
+    /// waiting until the returned turn is dropped ([`execute_all`] holds it from loading to
+    /// appending). Without it, attempts of one deployment finishing together all decide on the
+    /// same revision and all but one append conflicts, again and again. Other processes are kept
+    /// apart by the revision check of [`DeploymentLog::append`] alone, and a log that is never
+    /// shared by tasks of one process need not take turns (the default).
+    ///
+    /// A task must not wait for a deployment's turn while a future of its own that it does not
+    /// poll meanwhile may hold that turn: keep polling that future alongside (`select!`).
+    async fn turn(&self, _deployment: DeploymentId) -> Option<Turn> {
+        None
+    }
 }
+
+/// A task's turn to decide on a deployment ([`DeploymentLog::turn`]); over when dropped.
+pub type Turn = Box<dyn Send>;
 
 /// Reads a deployment's events as recorded.
 #[async_trait]
@@ -257,6 +273,7 @@ pub async fn execute_all(
     cause: &Cause,
     commands_for: impl Fn(&DeploymentState) -> Vec<DeploymentCommand> + Send,
 ) -> Result<Result<Executed, DeploymentError>, LogError> {
+    let _turn = log.turn(deployment).await;
     let mut attempts = 0;
     loop {
         let Loaded { state, revision } = log.load(deployment).await?;

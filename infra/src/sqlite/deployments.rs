@@ -1,15 +1,19 @@
 //! The deployment-log port ([`DeploymentLog`]) and the projector's log reader on the SQLite log.
 //!
 //! [`SqliteDeployments`] keeps each deployment's last fold ([`Folds`]) and reads only the events
-//! after it, so loading is proportional to what is new.
+//! after it, so loading is proportional to what is new; and it lets the tasks of its process
+//! take turns deciding on a deployment ([`Turns`]).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use overture_events::Envelope;
 use overture_events::{DeploymentEvent, DeploymentId, LogEntry, Metadata};
 use overture_kit::folds::Folds;
-use overture_kit::{Cause, Clock, DeploymentLog, Loaded, LogError as PortLogError, ReadStream};
+use overture_kit::{
+    Cause, Clock, DeploymentLog, Loaded, LogError as PortLogError, ReadStream, Turn,
+};
 use overture_projector::{ReadLog, StoreError};
 use uuid::Uuid;
 
@@ -21,6 +25,43 @@ pub struct SqliteDeployments {
     log: EventLog,
     clock: Arc<dyn Clock>,
     folds: Folds,
+    turns: Turns,
+}
+
+/// One lock per deployment that tasks of this process are deciding on.
+#[derive(Clone, Default)]
+struct Turns {
+    locks: Arc<Mutex<HashMap<DeploymentId, Arc<tokio::sync::Mutex<()>>>>>,
+}
+
+/// Locks kept while nobody holds them, at most, before the idle ones are dropped.
+const IDLE_TURNS: usize = 1_024;
+/// How long a task waits for a turn before it goes on without one.
+const TURN_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+impl Turns {
+    /// Waits for `deployment`'s turn; it is over when the returned guard is dropped.
+    ///
+    /// A turn is held for one load and one append, so a wait of [`TURN_WAIT`] means its holder
+    /// is a future nobody polls (a task waiting on something else while it holds a turn): the
+    /// caller then goes on without a turn, kept right by the revision check alone, rather than
+    /// hang.
+    async fn take(&self, deployment: DeploymentId) -> Option<Turn> {
+        let lock = {
+            let mut locks = self.locks.lock().unwrap_or_else(PoisonError::into_inner);
+            if locks.len() > IDLE_TURNS {
+                locks.retain(|_, lock| Arc::strong_count(lock) > 1);
+            }
+            Arc::clone(locks.entry(deployment).or_default())
+        };
+        match tokio::time::timeout(TURN_WAIT, lock.lock_owned()).await {
+            Ok(turn) => Some(Box::new(turn)),
+            Err(_) => {
+                tracing::warn!(%deployment, "waited {TURN_WAIT:?} for a turn to decide on the deployment; going on without one");
+                None
+            }
+        }
+    }
 }
 
 impl SqliteDeployments {
@@ -30,6 +71,7 @@ impl SqliteDeployments {
             log,
             clock,
             folds: Folds::default(),
+            turns: Turns::default(),
         }
     }
 
@@ -56,6 +98,10 @@ impl DeploymentLog for SqliteDeployments {
         self.folds
             .fold(deployment, last, newer)
             .map_err(unavailable)
+    }
+
+    async fn turn(&self, deployment: DeploymentId) -> Option<Turn> {
+        self.turns.take(deployment).await
     }
 
     async fn append(
