@@ -188,10 +188,21 @@ pub async fn drive_cancelling_on_signal(
     let mut interrupt = signal(SignalKind::interrupt()).context("listening for Ctrl-C")?;
     let mut terminate = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
     tokio::pin!(drive);
+    // The drive goes on while the cancel is recorded: it may be half-way through deciding on
+    // the deployment, and the cancel waits for its turn to decide after it.
+    let mut cancel = None;
     let mut cancelling = false;
     loop {
         let name = tokio::select! {
             ended = &mut drive => return Ok(ended?),
+            cancelled = async { cancel.as_mut().expect("a cancel is under way").await }, if cancel.is_some() => {
+                cancel = None;
+                match cancelled? {
+                    // It ended meanwhile: driving returns at once.
+                    Ok(_) | Err(DeploymentError::AlreadyFinished) => continue,
+                    Err(refused) => return Err(Failure::Engine(refused.into())),
+                }
+            }
             _ = interrupt.recv() => "Ctrl-C",
             _ = terminate.recv() => "SIGTERM",
         };
@@ -207,14 +218,10 @@ pub async fn drive_cancelling_on_signal(
             "{name}: cancelling deployment {id}: killing its running steps, closing its bastion \
              and purging its secrets (press Ctrl-C again to leave at once)"
         );
-        match engine
-            .cancel(id, requested_by, &format!("{name} on `overture deploy`"))
-            .await?
-        {
-            // It ended meanwhile: driving returns at once.
-            Ok(_) | Err(DeploymentError::AlreadyFinished) => {}
-            Err(refused) => return Err(Failure::Engine(refused.into())),
-        }
+        let reason = format!("{name} on `overture deploy`");
+        cancel = Some(Box::pin(async move {
+            engine.cancel(id, requested_by, &reason).await
+        }));
     }
 }
 
