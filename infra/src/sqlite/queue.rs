@@ -353,9 +353,24 @@ impl JobQueue {
             .db
             .read(move |connection| {
                 connection
+                    // A job wakes at the later of its due time and its lease's end: the first
+                    // due of those not in flight, or the first lease to end, each read off an
+                    // index rather than computed for every job. Jobs never received (lease 0)
+                    // are most of the queue, so the leases are read from after them.
                     .prepare_cached(
-                        "SELECT key, MAX(due_at, visible_at) AS wake FROM jobs
-                         WHERE ?1 IS NULL OR deployment IN (SELECT value FROM json_each(?1))
+                        "SELECT key, wake FROM (
+                             SELECT * FROM (
+                                 SELECT key, due_at AS wake FROM jobs
+                                 WHERE visible_at <= due_at
+                                   AND (?1 IS NULL OR deployment IN (SELECT value FROM json_each(?1)))
+                                 ORDER BY due_at LIMIT 1)
+                             UNION ALL
+                             SELECT * FROM (
+                                 SELECT key, visible_at AS wake FROM jobs
+                                 WHERE visible_at > 0 AND visible_at > due_at
+                                   AND (?1 IS NULL OR deployment IN (SELECT value FROM json_each(?1)))
+                                 ORDER BY visible_at LIMIT 1)
+                         )
                          ORDER BY wake LIMIT 1",
                     )?
                     .query_row([only], |row| {

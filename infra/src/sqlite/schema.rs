@@ -91,6 +91,12 @@ const MIGRATIONS: &[&str] = &[
      ALTER TABLE deployment_views ADD COLUMN revision INTEGER NOT NULL DEFAULT 0;
      UPDATE deployment_views
          SET revision = json_extract(view, '$.revision'), view = json_remove(view, '$.steps');",
+    // 6: job indexes that keep taking and waking on jobs from growing with the queue: by due
+    // time alone (the rowid after it orders jobs due together by id, as taking them does), and
+    // by the end of their lease (few jobs are in flight, so the next to come back is found at once).
+    "DROP INDEX jobs_by_due;
+     CREATE INDEX jobs_by_due ON jobs (due_at);
+     CREATE INDEX jobs_by_lease ON jobs (visible_at);",
 ];
 
 /// The schema version this build migrates files to.
