@@ -250,7 +250,7 @@ async fn destroy_step(
         message: masker.mask(&message),
         duration: Duration::ZERO,
     };
-    let Some(spec) = state.blueprint.as_ref().and_then(|b| b.step(step)) else {
+    let Some(spec) = state.spec(step) else {
         return Ok(failed(format!("the blueprint has no step `{step}`")));
     };
     // Destroy runs the configuration the deployment recorded, fetched by its hash.

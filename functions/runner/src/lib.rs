@@ -360,12 +360,7 @@ pub async fn run_attempt(
         sandbox: sandbox_id.clone(),
         now,
     };
-    let kind = loaded
-        .state
-        .blueprint
-        .as_ref()
-        .and_then(|b| b.step(step))
-        .map(|spec| spec.kind.as_str());
+    let kind = loaded.state.spec(step).map(|spec| spec.kind.as_str());
     if kind == Some("noop") {
         // Nothing runs, so nothing can happen between the start and the outcome: both, and the
         // steps the success makes ready, are one commit.

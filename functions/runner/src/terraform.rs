@@ -115,9 +115,7 @@ pub async fn keep_leftover_state(
     let loaded = log.load(deployment).await?;
     let is_terraform = loaded
         .state
-        .blueprint
-        .as_ref()
-        .and_then(|b| b.step(&step))
+        .spec(&step)
         .is_some_and(|spec| spec.kind == KIND);
     let Some(left) = is_terraform.then(|| StateVersion::of(state)).flatten() else {
         return Ok(false);
