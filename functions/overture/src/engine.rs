@@ -218,6 +218,7 @@ impl Engine {
                 log: &self.deployments,
                 seals: &self.keys,
                 payloads: &self.payloads,
+                clock: self.clock.as_ref(),
             },
         )
         .await
@@ -245,6 +246,7 @@ impl Engine {
             log: &self.deployments,
             seals: &self.keys,
             payloads: &self.payloads,
+            clock: self.clock.as_ref(),
         }
     }
 

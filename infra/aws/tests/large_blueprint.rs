@@ -78,6 +78,7 @@ async fn a_mebibyte_of_files_goes_to_s3_and_deployment_requested_fits_dynamodb()
             log: &log,
             seals: &NoSeal,
             payloads: &payloads,
+            clock: &SystemClock,
         },
     )
     .await
