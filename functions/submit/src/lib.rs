@@ -9,9 +9,9 @@
 //!
 //! The same append holds the deployment's first advance, decided on the state the request
 //! leaves at the time the [`Clock`] port gives: the `StepScheduled` of every step that needs
-//! none. A new deployment then costs one commit, not one for the
-//! request and another for the orchestrator's first advance; the orchestrator, fed the records,
-//! queues the jobs of the attempts they scheduled, as it does for any writer's.
+//! none. A new deployment then costs one commit, not one for the request and another for the
+//! orchestrator's first advance; the orchestrator, fed the records, queues the jobs of the
+//! attempts they scheduled, as it does for any writer's.
 //!
 //! The files the steps take go to the payload store ([`StorePayloads`]) first, and the event
 //! records each one's size and hash only, so it fits one DynamoDB item (400 KB) however large
@@ -250,9 +250,9 @@ pub async fn submit(
 ///
 /// Right after a request or a redrive the deployment runs and no step has started, so the
 /// advance only schedules the steps whose needs are met: it decides from the state and the time
-/// alone and needs no port the submit lacks. What else the state calls for (queuing the jobs,
-/// and for a deployment with nothing to run, purging its secrets) is the orchestrator's, which
-/// sees these records.
+/// alone and needs no port the submit lacks. What the state calls for then (queuing the jobs;
+/// later, closing the bastion and purging the secrets) is the orchestrator's, which sees these
+/// records.
 ///
 /// A store that cannot hold the two as one append ([`LogError::TooLarge`]: a DynamoDB
 /// transaction holds at most 100 events) gets the command's events alone, as before; the
