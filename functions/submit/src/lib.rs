@@ -39,7 +39,9 @@ use overture_domain::text::{check_name, check_project_name};
 use overture_domain::{DeploymentCommand, DeploymentError};
 use overture_events::{BlueprintSnapshot, CloudAccount, DeploymentId, StoredFile, TriggeredBy};
 use overture_kit::payload::{PayloadError, StorePayloads};
-use overture_kit::{execute, execute_all, Cause, Clock, DeploymentLog, LogError};
+use overture_kit::{
+    execute, execute_all, Cause, Clock, DeploymentLog, LogError, ORCHESTRATOR_ACTOR,
+};
 use uuid::Uuid;
 
 /// A user's request for a deployment.
@@ -256,7 +258,9 @@ pub async fn submit(
 ///
 /// A store that cannot hold the two as one append ([`LogError::TooLarge`]: a DynamoDB
 /// transaction holds at most 100 events) gets the command's events alone, as before; the
-/// orchestrator then advances the deployment itself.
+/// orchestrator then advances the deployment itself. So does a user whose name is the
+/// orchestrator's actor ([`ORCHESTRATOR_ACTOR`]): the orchestrator would take the steps
+/// scheduled under that name for its own, already queued, and never queue them.
 pub(crate) async fn record_and_advance(
     ports: &SubmitPorts<'_>,
     deployment: DeploymentId,
@@ -264,6 +268,10 @@ pub(crate) async fn record_and_advance(
     cause: &Cause,
     command: DeploymentCommand,
 ) -> Result<(), SubmitError> {
+    if cause.actor == ORCHESTRATOR_ACTOR {
+        execute(ports.log, deployment, tenant, cause, |_| command.clone()).await??;
+        return Ok(());
+    }
     let now = ports.clock.now();
     let with_advance = [command.clone(), DeploymentCommand::Advance { now }];
     match execute_all(ports.log, deployment, tenant, cause, |_| {

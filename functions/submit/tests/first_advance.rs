@@ -1,6 +1,7 @@
 //! A submit, a redeploy and a redrive record the request and the steps it makes ready in one
 //! append (one commit), scheduled at the time the clock port gives; a store that cannot hold
-//! both in one append gets the request alone, and the orchestrator schedules the steps.
+//! both in one append gets the request alone, and the orchestrator schedules the steps, as it
+//! does for a user who bears its name.
 
 use std::collections::BTreeMap;
 
@@ -10,7 +11,7 @@ use overture_domain::DeploymentCommand;
 use overture_events::{DeploymentEvent, DeploymentId, ErrorClass, Timestamp};
 use overture_kit::memory::{FixedClock, MemoryLog};
 use overture_kit::payload::MemoryPayloads;
-use overture_kit::{execute, Cause, DeploymentLog, Loaded, LogError};
+use overture_kit::{execute, Cause, DeploymentLog, Loaded, LogError, ORCHESTRATOR_ACTOR};
 use overture_submit::again::{redeploy, redrive, Redeploy, Redrive};
 use overture_submit::{submit, SealError, SealSecrets, Submission, SubmitPorts};
 
@@ -288,4 +289,21 @@ async fn a_store_that_cannot_hold_the_first_steps_with_the_request_records_the_r
     // The orchestrator schedules `build` and `lint` when it sees the request.
     assert_eq!(types(&log.events(id)), ["DeploymentRequested"]);
     assert_eq!(log.appends(), 1);
+}
+
+#[tokio::test]
+async fn a_user_named_as_the_orchestrator_gets_the_request_alone() {
+    let log = MemoryLog::new(t(0));
+    let ports = SubmitPorts {
+        log: &log,
+        seals: &NothingToSeal,
+        payloads: &MemoryPayloads::default(),
+        clock: &FixedClock(t(1)),
+    };
+    let mut named = submission(BLUEPRINT);
+    named.requested_by = ORCHESTRATOR_ACTOR.into();
+    let id = submit(named, &ports).await.expect("submitted");
+
+    // Steps scheduled under the orchestrator's name would be taken for its own, already queued.
+    assert_eq!(types(&log.events(id)), ["DeploymentRequested"]);
 }
