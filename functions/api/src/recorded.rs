@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use overture_domain::{DeploymentCommand, DeploymentError};
 use overture_events::DeploymentId;
 use overture_kit::payload::StorePayloads;
-use overture_kit::{execute, Cause, DeploymentLog, LogError};
+use overture_kit::{execute, Cause, DeploymentLog, LogError, SystemClock};
 use overture_submit::again::{self, Redrive};
 use overture_submit::{SealSecrets, Submission, SubmitPorts};
 use uuid::Uuid;
@@ -53,6 +53,7 @@ where
             log: &self.log,
             seals: &self.seals,
             payloads: &self.payloads,
+            clock: &SystemClock,
         }
     }
 

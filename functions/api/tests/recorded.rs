@@ -89,15 +89,11 @@ fn types(log: &MemoryLog, id: DeploymentId) -> Vec<&'static str> {
     log.events(id).iter().map(E::event_type).collect()
 }
 
-/// Its only step failed for good, and it failed: what the orchestrator would have recorded.
+/// Its only step (scheduled when it was started) failed for good, and it failed: what the
+/// runner and the orchestrator would have recorded.
 async fn fail(log: &MemoryLog, id: DeploymentId) {
     let revision = log.load(id).await.expect("load").revision;
     let events = vec![
-        E::StepScheduled {
-            step: "greet".into(),
-            attempt: 1,
-            not_before: Timestamp::UNIX_EPOCH,
-        },
         E::StepStarted {
             step: "greet".into(),
             attempt: 1,
@@ -137,10 +133,12 @@ async fn fail(log: &MemoryLog, id: DeploymentId) {
 async fn starting_records_the_request_with_its_secrets_sealed_and_never_in_the_log() {
     let (engine, log, seal) = engine_and_seal();
     let id = engine.start(submission(HELLO)).await.expect("recorded");
+    // Its first step is scheduled in the same append: one commit.
     assert_eq!(
         types(&log, id),
-        ["DeploymentRequested", "CredentialsSealed"]
+        ["DeploymentRequested", "CredentialsSealed", "StepScheduled"]
     );
+    assert_eq!(log.appends(), 1);
     assert_eq!(
         *seal.sealed.lock().expect("lock"),
         [(id, SECRET.to_owned())]
@@ -173,12 +171,21 @@ async fn cancelling_a_running_deployment_records_the_request_to_cancel() {
         .await
         .expect("recorded");
     assert_eq!(cancelled, Ok(()));
+    // The step scheduled when it started never runs.
+    let events = log.events(id);
     assert_eq!(
-        log.events(id).last(),
-        Some(&E::CancellationRequested {
-            requested_by: "ada".into(),
-            reason: "not today".into(),
-        })
+        events[events.len() - 2..],
+        [
+            E::CancellationRequested {
+                requested_by: "ada".into(),
+                reason: "not today".into(),
+            },
+            E::StepAbandoned {
+                step: "greet".into(),
+                attempt: 1,
+                reason: "cancelled by ada".into(),
+            },
+        ]
     );
 }
 
@@ -219,12 +226,16 @@ async fn redriving_a_failed_deployment_seals_the_secrets_again_and_records_the_r
         })
         .await
         .expect("recorded");
+    // Its step is scheduled again, as its second attempt, in the same append.
     let events = log.events(id);
     assert!(
         matches!(
-            &events[events.len() - 2..],
-            [E::DeploymentRedriven { requested_by, steps }, E::CredentialsSealed { .. }]
-                if requested_by == "grace" && steps == &["greet".to_owned()]
+            &events[events.len() - 3..],
+            [
+                E::DeploymentRedriven { requested_by, steps },
+                E::CredentialsSealed { .. },
+                E::StepScheduled { step, attempt: 2, .. },
+            ] if requested_by == "grace" && steps == &["greet".to_owned()] && step == "greet"
         ),
         "{events:?}"
     );

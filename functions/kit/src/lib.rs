@@ -64,6 +64,11 @@ use overture_domain::{Deployment, DeploymentCommand, DeploymentError, Deployment
 use overture_events::{DeploymentEvent, DeploymentId, Envelope, Timestamp};
 use uuid::Uuid;
 
+/// The actor the orchestrator appends under. Fed records, it takes the decisions of those
+/// under this name for its own, queued when it appended them: another writer's decisions
+/// (a submit's first steps) must not be recorded under it.
+pub const ORCHESTRATOR_ACTOR: &str = "orchestrator";
+
 /// How often [`execute`] decides again after losing a race to another writer.
 const CONFLICT_RETRIES: usize = 20;
 

@@ -1,6 +1,6 @@
 //! A deployment log held in memory: the in-process stand-in for the SQLite and DynamoDB logs in
 //! handlers' own tests. It keeps the same contract ([`crate::contract`]), so a handler tested
-//! on it behaves the same on the real stores.
+//! on it behaves the same on the real stores. [`FixedClock`] is the time those tests give.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -11,7 +11,7 @@ use overture_domain::Deployment;
 use overture_events::{DeploymentEvent, DeploymentId, Envelope, Metadata, Timestamp};
 use uuid::Uuid;
 
-use crate::{Cause, DeploymentLog, Loaded, LogError, ReadStream};
+use crate::{Cause, Clock, DeploymentLog, Loaded, LogError, ReadStream};
 
 /// Streams of envelopes in memory; clones share them, as two clients of one store would.
 #[derive(Clone, Debug, Default)]
@@ -117,5 +117,15 @@ impl ReadStream for MemoryLog {
             .into_iter()
             .filter(|e| e.revision >= from)
             .collect())
+    }
+}
+
+/// A clock stopped at one instant, so a handler's test says what time it decides at.
+#[derive(Clone, Copy, Debug)]
+pub struct FixedClock(pub Timestamp);
+
+impl Clock for FixedClock {
+    fn now(&self) -> Timestamp {
+        self.0
     }
 }

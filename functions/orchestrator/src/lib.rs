@@ -36,7 +36,7 @@ use overture_events::{CloudAccount, DeploymentEvent, DeploymentId, Envelope, Tim
 use overture_kit::{execute, execute_all, Cause, Clock, DeploymentLog, LogError};
 
 /// The name the orchestrator appends events under.
-pub const ACTOR: &str = "orchestrator";
+pub const ACTOR: &str = overture_kit::ORCHESTRATOR_ACTOR;
 
 /// Queues work for later: attempts for the runners, and timers.
 ///

@@ -392,3 +392,47 @@ async fn the_purge_and_the_deployments_end_are_one_commit() {
     assert_eq!(ending, ["SecretsPurged", "DeploymentSucceeded"]);
     assert_eq!(fixture.log.appends() - appends, 1);
 }
+
+#[tokio::test]
+async fn steps_the_submit_scheduled_with_the_request_are_queued_from_its_records_once() {
+    let fixture = Fixture::new();
+    // The submit records the request and its first advance in one append, under the user.
+    let parsed = parse(BLUEPRINT).expect("valid");
+    let commands = [
+        DeploymentCommand::Request {
+            triggered_by: None,
+            tenant: "t".into(),
+            requested_by: "u".into(),
+            trigger: "cli".into(),
+            source: "once.yaml".into(),
+            blueprint: parsed.snapshot,
+            blueprint_hash: parsed.hash,
+            params: BTreeMap::new(),
+            cloud: None,
+            sealed: None,
+        },
+        DeploymentCommand::Advance {
+            now: fixture.clock.now(),
+        },
+    ];
+    let user = Cause::new("u", fixture.deployment, fixture.deployment.uuid());
+    execute_all(&fixture.log, fixture.deployment, "t", &user, |_| {
+        commands.to_vec()
+    })
+    .await
+    .expect("the log works")
+    .expect("the request is accepted");
+    let appends = fixture.log.appends();
+
+    // Fed those records, the orchestrator queues both attempts and schedules nothing again.
+    fixture
+        .orchestrate(Since::Records(&fixture.feed().await))
+        .await;
+    assert_eq!(fixture.queue.take(), queued(&[("build", 1), ("lint", 1)]));
+    assert_eq!(fixture.log.appends(), appends, "nothing more to record");
+    assert_eq!(fixture.log.events(fixture.deployment).len(), 3);
+
+    // A timer or a later record queues them no more.
+    fixture.orchestrate(Since::Records(&[])).await;
+    assert_eq!(fixture.queue.take(), queued(&[]));
+}

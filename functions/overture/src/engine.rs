@@ -303,6 +303,7 @@ impl Engine {
                 log: &self.deployments,
                 seals: &self.keys,
                 payloads: &self.payloads,
+                clock: self.clock.as_ref(),
             },
         )
         .await
@@ -330,6 +331,7 @@ impl Engine {
             log: &self.deployments,
             seals: &self.keys,
             payloads: &self.payloads,
+            clock: self.clock.as_ref(),
         }
     }
 

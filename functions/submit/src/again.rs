@@ -13,10 +13,13 @@ use overture_domain::{
     Deployment, DeploymentCommand, DeploymentError, DeploymentState, StepStatus,
 };
 use overture_events::{BlueprintSnapshot, CloudAccount, DeploymentId};
-use overture_kit::{execute, Cause};
+use overture_kit::Cause;
 use uuid::Uuid;
 
-use crate::{check_secrets, needs_cloud, seal_for, CloudSession, SubmitError, SubmitPorts};
+use crate::{
+    check_secrets, needs_cloud, record_and_advance, seal_for, CloudSession, SubmitError,
+    SubmitPorts,
+};
 
 /// What a redeploy's `DeploymentRequested` names as its trigger.
 pub const REDEPLOY_TRIGGER: &str = "redeploy";
@@ -35,7 +38,8 @@ pub struct Redrive {
 }
 
 /// Checks, seals and records a redrive (`DeploymentRedriven`, and `CredentialsSealed` when
-/// anything was sealed). A refused redrive seals and records nothing.
+/// anything was sealed), with the steps it makes ready scheduled in the same append. A refused
+/// redrive seals and records nothing.
 pub async fn redrive(request: Redrive, ports: &SubmitPorts<'_>) -> Result<(), SubmitError> {
     let deployment = request.deployment;
     let state = ports.log.load(deployment).await?.state;
@@ -68,11 +72,7 @@ pub async fn redrive(request: Redrive, ports: &SubmitPorts<'_>) -> Result<(), Su
         requested_by: request.requested_by,
         sealed,
     };
-    execute(ports.log, deployment, &state.tenant, &cause, |_| {
-        command.clone()
-    })
-    .await??;
-    Ok(())
+    record_and_advance(ports, deployment, &state.tenant, &cause, command).await
 }
 
 /// A user's request to run a recorded deployment's request again, as a new deployment.
@@ -98,7 +98,8 @@ pub struct Redeploy {
     pub cloud: Option<CloudSession>,
 }
 
-/// Seals and records a new deployment of a recorded request; its `DeploymentRequested` says
+/// Seals and records a new deployment of a recorded request, with its first steps scheduled in
+/// the same append, as [`crate::submit`] does; its `DeploymentRequested` says
 /// `trigger: redeploy` and `source: deployment:ID`. Returns the new deployment's id.
 pub async fn redeploy(
     request: Redeploy,
@@ -132,10 +133,7 @@ pub async fn redeploy(
         cloud: account,
         sealed,
     };
-    execute(ports.log, deployment, &request.tenant, &cause, |_| {
-        command.clone()
-    })
-    .await??;
+    record_and_advance(ports, deployment, &request.tenant, &cause, command).await?;
     Ok(deployment)
 }
 

@@ -7,6 +7,12 @@
 //! there is one), and appends `DeploymentRequested` (and `CredentialsSealed`, which names what
 //! was sealed and carries the public key). Nothing is recorded for a request it refuses.
 //!
+//! The same append holds the deployment's first advance, decided on the state the request
+//! leaves at the time the [`Clock`] port gives: the `StepScheduled` of every step that needs
+//! none. A new deployment then costs one commit, not one for the request and another for the
+//! orchestrator's first advance; the orchestrator, fed the records, queues the jobs of the
+//! attempts they scheduled, as it does for any writer's.
+//!
 //! The files the steps take go to the payload store ([`StorePayloads`]) first, and the event
 //! records each one's size and hash only, so it fits one DynamoDB item (400 KB) however large
 //! the files (up to 1 MiB). A refused or failed request may leave payloads behind: they are
@@ -33,7 +39,9 @@ use overture_domain::text::{check_name, check_project_name};
 use overture_domain::{DeploymentCommand, DeploymentError};
 use overture_events::{BlueprintSnapshot, CloudAccount, DeploymentId, StoredFile, TriggeredBy};
 use overture_kit::payload::{PayloadError, StorePayloads};
-use overture_kit::{execute, Cause, DeploymentLog, LogError};
+use overture_kit::{
+    execute, execute_all, Cause, Clock, DeploymentLog, LogError, ORCHESTRATOR_ACTOR,
+};
 use uuid::Uuid;
 
 /// A user's request for a deployment.
@@ -145,6 +153,8 @@ pub struct SubmitPorts<'a> {
     pub seals: &'a dyn SealSecrets,
     /// Where the blueprint's files are kept (never a secret).
     pub payloads: &'a dyn StorePayloads,
+    /// The time the first steps are scheduled at.
+    pub clock: &'a dyn Clock,
 }
 
 /// Why a submission was not recorded.
@@ -233,11 +243,50 @@ pub async fn submit(
         cloud: account,
         sealed,
     };
-    execute(ports.log, deployment, &submission.tenant, &cause, |_| {
-        command.clone()
-    })
-    .await??;
+    record_and_advance(ports, deployment, &submission.tenant, &cause, command).await?;
     Ok(deployment)
+}
+
+/// Appends the events of `command` (a `Request` or a `Redrive`) and of the advance that follows
+/// it, decided on the state it leaves, in one append: one commit instead of two.
+///
+/// Right after a request or a redrive the deployment runs and no step has started, so the
+/// advance only schedules the steps whose needs are met: it decides from the state and the time
+/// alone and needs no port the submit lacks. What the state calls for then (queuing the jobs;
+/// later, closing the bastion and purging the secrets) is the orchestrator's, which sees these
+/// records.
+///
+/// A store that cannot hold the two as one append ([`LogError::TooLarge`]: a DynamoDB
+/// transaction holds at most 100 events) gets the command's events alone, as before; the
+/// orchestrator then advances the deployment itself. So does a user whose name is the
+/// orchestrator's actor ([`ORCHESTRATOR_ACTOR`]): the orchestrator would take the steps
+/// scheduled under that name for its own, already queued, and never queue them.
+pub(crate) async fn record_and_advance(
+    ports: &SubmitPorts<'_>,
+    deployment: DeploymentId,
+    tenant: &str,
+    cause: &Cause,
+    command: DeploymentCommand,
+) -> Result<(), SubmitError> {
+    if cause.actor == ORCHESTRATOR_ACTOR {
+        execute(ports.log, deployment, tenant, cause, |_| command.clone()).await??;
+        return Ok(());
+    }
+    let now = ports.clock.now();
+    let with_advance = [command.clone(), DeploymentCommand::Advance { now }];
+    match execute_all(ports.log, deployment, tenant, cause, |_| {
+        with_advance.to_vec()
+    })
+    .await
+    {
+        Err(LogError::TooLarge { .. }) => {
+            execute(ports.log, deployment, tenant, cause, |_| command.clone()).await??;
+        }
+        recorded => {
+            recorded??;
+        }
+    }
+    Ok(())
 }
 
 /// Seals what a run of the deployment needs: the user's secrets, a new SSH key of the

@@ -11,7 +11,7 @@ use lambda_http::{Body, Request, Response};
 use overture_domain::secret::{SecretString, SecretValues};
 use overture_domain::DeploymentState;
 use overture_events::{CloudAccount, DeploymentEvent, DeploymentId, Timestamp};
-use overture_kit::memory::MemoryLog;
+use overture_kit::memory::{FixedClock, MemoryLog};
 use overture_kit::payload::{MemoryPayloads, PayloadError, StorePayloads};
 use overture_kit::{Cause, DeploymentLog, Loaded, LogError};
 use overture_submit::http::{on_request, HttpPorts};
@@ -192,6 +192,7 @@ async fn answer_on(
             log,
             seals: seal,
             payloads,
+            clock: &FixedClock(Timestamp::UNIX_EPOCH),
         },
         tokens,
     };
@@ -305,6 +306,7 @@ async fn a_malformed_body_is_answered_400_without_quoting_it() {
             log: &log,
             seals: &seal,
             payloads: &payloads,
+            clock: &FixedClock(Timestamp::UNIX_EPOCH),
         },
         tokens: None,
     };
@@ -322,6 +324,7 @@ async fn only_post_submits() {
             log: &log,
             seals: &seal,
             payloads: &payloads,
+            clock: &FixedClock(Timestamp::UNIX_EPOCH),
         },
         tokens: None,
     };

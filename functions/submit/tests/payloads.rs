@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use overture_domain::secret::{SecretString, SecretValues};
 use overture_events::{DeploymentEvent, DeploymentId, Timestamp};
-use overture_kit::memory::MemoryLog;
+use overture_kit::memory::{FixedClock, MemoryLog};
 use overture_kit::payload::{payload_hash, MemoryPayloads, StorePayloads};
 use overture_submit::{submit, SealError, SealSecrets, Submission, SubmitPorts};
 
@@ -70,6 +70,7 @@ async fn a_mebibyte_of_files_makes_a_deployment_requested_well_under_a_dynamodb_
             log: &log,
             seals: &NoSeal,
             payloads: &payloads,
+            clock: &FixedClock(Timestamp::UNIX_EPOCH),
         },
     )
     .await

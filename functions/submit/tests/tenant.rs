@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use async_trait::async_trait;
 use overture_domain::secret::{SecretString, SecretValues};
 use overture_domain::DeploymentState;
-use overture_events::{CloudAccount, DeploymentEvent, DeploymentId};
+use overture_events::{CloudAccount, DeploymentEvent, DeploymentId, Timestamp};
+use overture_kit::memory::FixedClock;
 use overture_kit::payload::MemoryPayloads;
 use overture_kit::{Cause, DeploymentLog, Loaded, LogError};
 use overture_submit::{
@@ -81,6 +82,7 @@ async fn refused(submission: Submission) -> Vec<(String, String)> {
             log: &ports,
             seals: &ports,
             payloads: &MemoryPayloads::default(),
+            clock: &FixedClock(Timestamp::UNIX_EPOCH),
         },
     )
     .await;
@@ -125,6 +127,7 @@ async fn the_default_tenant_and_names_in_the_rule_are_recorded() {
                 log: &ports,
                 seals: &ports,
                 payloads: &MemoryPayloads::default(),
+                clock: &FixedClock(Timestamp::UNIX_EPOCH),
             },
         )
         .await
@@ -166,6 +169,7 @@ async fn a_cloud_project_is_a_tenant_when_it_is_safe_to_show() {
             log: &ports,
             seals: &ports,
             payloads: &MemoryPayloads::default(),
+            clock: &FixedClock(Timestamp::UNIX_EPOCH),
         },
     )
     .await

@@ -107,6 +107,7 @@ pub async fn on_event_messages(
             log: ports.submit.log,
             seals: ports.submit.seals,
             payloads: ports.submit.payloads,
+            clock: ports.submit.clock,
         },
         clock: ports.clock,
     };

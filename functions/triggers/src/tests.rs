@@ -230,6 +230,7 @@ impl World {
                 log: &self.log,
                 seals: &self.seals,
                 payloads: &self.payloads,
+                clock: &self.clock,
             },
             clock: &self.clock,
         }
@@ -451,6 +452,7 @@ impl World {
                 log: &self.log,
                 seals: &self.seals,
                 payloads: &self.payloads,
+                clock: &self.clock,
             },
             clock: &self.clock,
         }

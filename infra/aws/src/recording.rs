@@ -68,6 +68,7 @@ impl Recording {
             log: &self.log,
             seals: &self.seals,
             payloads: &self.payloads,
+            clock: &SystemClock,
         }
     }
 }

@@ -1,6 +1,8 @@
 //! The serverless form end to end on the local AWS emulator: a blueprint with a mebibyte of
 //! files is submitted, its files go to S3 and its `DeploymentRequested` fits one DynamoDB item;
-//! the same event with the files inline, as events carried them before, would not.
+//! the same event with the files inline, as events carried them before, would not. And a
+//! blueprint whose first steps, scheduled with the request, would overflow one transaction is
+//! recorded all the same: the request alone, its steps left to the orchestrator.
 
 mod support;
 
@@ -8,7 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use overture_aws::dynamodb::{create_events_table, DynamoDeployments};
+use overture_aws::dynamodb::{create_events_table, DynamoDeployments, MAX_EVENTS_PER_APPEND};
 use overture_aws::s3::{client, create_payloads_bucket, S3Payloads};
 use overture_domain::secret::{SecretString, SecretValues};
 use overture_events::{DeploymentEvent, DeploymentId};
@@ -78,6 +80,7 @@ async fn a_mebibyte_of_files_goes_to_s3_and_deployment_requested_fits_dynamodb()
             log: &log,
             seals: &NoSeal,
             payloads: &payloads,
+            clock: &SystemClock,
         },
     )
     .await
@@ -117,4 +120,55 @@ async fn a_mebibyte_of_files_goes_to_s3_and_deployment_requested_fits_dynamodb()
         matches!(refused, Err(LogError::TooLarge { .. })),
         "{refused:?}"
     );
+}
+
+#[tokio::test]
+async fn a_request_whose_first_steps_overflow_a_transaction_is_recorded_alone() {
+    let config = overture_aws::config::for_endpoint(support::emulator(), "eu-west-1").await;
+    let dynamodb = aws_sdk_dynamodb::Client::new(&config);
+    let table = "overture-events-wide";
+    create_events_table(&dynamodb, table)
+        .await
+        .expect("the events table");
+    let log = DynamoDeployments::new(dynamodb, table, Arc::new(SystemClock));
+    let payloads = S3Payloads::new(client(&config), BUCKET);
+    let submit_steps = |steps: usize| {
+        let mut text = String::from("name: wide\nsteps:\n");
+        for i in 0..steps {
+            text.push_str(&format!("  s{i:03}: {{ run: noop }}\n"));
+        }
+        Submission {
+            triggered_by: None,
+            source: "wide.yaml".into(),
+            text,
+            tenant: "acme".into(),
+            requested_by: "ada".into(),
+            trigger: "test".into(),
+            params: BTreeMap::new(),
+            secrets: SecretValues::new(),
+            files: BTreeMap::new(),
+            cloud: None,
+        }
+    };
+    let ports = SubmitPorts {
+        log: &log,
+        seals: &NoSeal,
+        payloads: &payloads,
+        clock: &SystemClock,
+    };
+
+    // The request and every first step fill one transaction exactly.
+    let fits = submit(submit_steps(MAX_EVENTS_PER_APPEND - 1), &ports)
+        .await
+        .expect("recorded");
+    let recorded = log.read_stream(fits, 0).await.expect("read");
+    assert_eq!(recorded.len(), MAX_EVENTS_PER_APPEND);
+
+    // One step more, and the request goes alone.
+    let alone = submit(submit_steps(MAX_EVENTS_PER_APPEND), &ports)
+        .await
+        .expect("recorded");
+    let recorded = log.read_stream(alone, 0).await.expect("read");
+    let types: Vec<&str> = recorded.iter().map(|r| r.event_type.as_str()).collect();
+    assert_eq!(types, ["DeploymentRequested"]);
 }

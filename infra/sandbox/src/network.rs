@@ -16,10 +16,13 @@
 //!
 //! The returned [`Pasta`] is killed through a pidfd when dropped and by [`Pasta::stop`] at the
 //! end of every run, and its command line names the workspace so that
-//! [`kill_leftovers`](super::Bubblewrap::kill_leftovers) finds it after a crash.
+//! [`kill_leftovers`](super::Bubblewrap::kill_leftovers) finds it after a crash. Before there is
+//! a [`Pasta`], while `attach` waits for pasta to set up and go to the background, an
+//! [`Unclaimed`] guard kills what pasta left in the background if `attach` fails or is dropped.
 
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -124,6 +127,115 @@ impl Drop for Pasta {
     }
 }
 
+/// The pasta that `attach` started, until a [`Pasta`] holds it: dropped unclaimed (`attach`
+/// failed, or its future was dropped while pasta was still setting up), it kills the process
+/// pasta left in the background, which would otherwise outlive the run.
+///
+/// pasta opens its pid file (`O_CREAT | O_TRUNC`, the same file once it exists), forks, and its
+/// first process writes the background one's pid there and exits. The guard makes the file and
+/// keeps it open before pasta starts, so it reads the pid even once the workspace is removed;
+/// and it waits for pasta's first process to exit (for at most [`PASTA_GRACE`], on a thread of
+/// its own, not the runtime's) before it concludes that no pid is coming. It kills only that
+/// pid, and only while that process still names this pid file on its command line.
+///
+/// One window stays open: the first process is killed when its future is dropped
+/// (`kill_on_drop`), and killed between its fork and its write, it names no pid. The process
+/// in the background is then found only by its command line, which names the workspace, by
+/// [`kill_leftovers`](super::Bubblewrap::kill_leftovers) when the engine starts again.
+struct Unclaimed {
+    pid_file: File,
+    path: PathBuf,
+    /// pasta's first process, once it is started.
+    first: Option<Pidfd>,
+    claimed: bool,
+}
+
+impl Unclaimed {
+    /// Makes the (empty) pid file pasta will write, and keeps it open.
+    fn new(path: PathBuf) -> Result<Self, SandboxError> {
+        let pid_file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(process("make pasta's pid file"))?;
+        Ok(Self {
+            pid_file,
+            path,
+            first: None,
+            claimed: false,
+        })
+    }
+}
+
+impl Drop for Unclaimed {
+    fn drop(&mut self) {
+        if self.claimed {
+            return;
+        }
+        // Once the first process is gone, the pid is written or never will be.
+        let first_gone = self
+            .first
+            .as_ref()
+            .is_none_or(|first| first.wait_exited_blocking(Duration::ZERO).unwrap_or(false));
+        if let Some(pid) = pid_in(&self.pid_file) {
+            kill_pasta(pid, &self.path);
+            return;
+        }
+        let (false, Some(first)) = (first_gone, self.first.take()) else {
+            return;
+        };
+        let (Ok(pid_file), path) = (self.pid_file.try_clone(), self.path.clone()) else {
+            return;
+        };
+        let waiting = move || {
+            let _ = first.wait_exited_blocking(PASTA_GRACE);
+            if let Some(pid) = pid_in(&pid_file) {
+                kill_pasta(pid, &path);
+            }
+        };
+        if let Err(error) = std::thread::Builder::new()
+            .name("pasta-unclaimed".into())
+            .spawn(waiting)
+        {
+            tracing::warn!(%error, "could not wait for pasta to go to the background; it may outlive its run");
+        }
+    }
+}
+
+/// The pid pasta's first process wrote, if it has.
+fn pid_in(pid_file: &File) -> Option<u32> {
+    let mut buffer = [0_u8; 32];
+    let read = pid_file.read_at(&mut buffer, 0).ok()?;
+    std::str::from_utf8(buffer.get(..read)?)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Kills `pid` if it is still the pasta whose command line names `pid_file`: a pid read from a
+/// file may have been reused by the time it is used.
+fn kill_pasta(pid: u32, pid_file: &Path) {
+    let Ok(Some(process)) = Pidfd::open(pid) else {
+        return;
+    };
+    // Read after the pidfd is open: a process that has it now is the one the pidfd holds.
+    let names_pid_file = std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|line| {
+            line.split(|byte| *byte == 0)
+                .any(|arg| arg == pid_file.as_os_str().as_encoded_bytes())
+        })
+        .unwrap_or(false);
+    if names_pid_file {
+        if let Err(error) = process.kill() {
+            tracing::warn!(pid, %error, "could not kill an unclaimed pasta");
+        }
+    }
+}
+
 /// Loads `policy`'s firewall in the namespace of the sandbox init `init_pid` (still blocked),
 /// then connects that namespace with pasta. `workspace` is the attempt's directory on the host.
 pub(crate) async fn attach(
@@ -157,6 +269,8 @@ pub(crate) async fn attach(
             .collect::<Vec<_>>()
             .join(",")
     };
+    // Made before pasta starts, so that nothing pasta leaves behind goes unkilled.
+    let mut unclaimed = Unclaimed::new(pid_file.clone())?;
     let mut command = Command::new(PASTA);
     command
         .args(["--config-net", "--no-map-gw", "--ipv4-only", "--quiet"])
@@ -178,31 +292,33 @@ pub(crate) async fn attach(
     unsafe {
         command.pre_exec(move || sys::clear_cloexec(&[fd]));
     }
+    let child = command.spawn().map_err(|source| match source.kind() {
+        std::io::ErrorKind::NotFound => SandboxError::Network {
+            reason: "pasta was not found; install it with `apt-get install passt`".into(),
+        },
+        _ => SandboxError::Network {
+            reason: format!("could not start pasta: {source}"),
+        },
+    })?;
+    unclaimed.first = match child.id() {
+        Some(pid) => Pidfd::open(pid).map_err(process("open pasta's process"))?,
+        None => None,
+    };
     // pasta sets the namespace up, then forks into the background and its first process exits.
-    let output = tokio::time::timeout(PASTA_GRACE, command.output())
+    let output = tokio::time::timeout(PASTA_GRACE, child.wait_with_output())
         .await
         .map_err(|_| SandboxError::Network {
             reason: format!("pasta did not set the namespace up within {PASTA_GRACE:?}"),
         })?
-        .map_err(|source| match source.kind() {
-            std::io::ErrorKind::NotFound => SandboxError::Network {
-                reason: "pasta was not found; install it with `apt-get install passt`".into(),
-            },
-            _ => SandboxError::Network {
-                reason: format!("could not start pasta: {source}"),
-            },
-        })?;
+        .map_err(process("wait for pasta to set the namespace up"))?;
     drop(netns);
-    let pid = tokio::fs::read_to_string(&pid_file)
-        .await
-        .ok()
-        .and_then(|text| text.trim().parse::<u32>().ok());
-    let pasta = match pid {
+    let pasta = match pid_in(&unclaimed.pid_file) {
         Some(pid) => Pidfd::open(pid)
             .map_err(process("open pasta's process"))?
             .map(Pasta),
         None => None,
     };
+    unclaimed.claimed = pasta.is_some();
     if !output.status.success() {
         return Err(SandboxError::Network {
             reason: format!(

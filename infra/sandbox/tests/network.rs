@@ -6,8 +6,10 @@
 //! leaves the machine.
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::task::Poll;
 use std::time::Duration;
 
 use overture_sandbox::{Bubblewrap, Destination, NetworkPolicy, SandboxOutcome, SandboxRequest};
@@ -243,6 +245,58 @@ async fn pasta_ends_when_the_run_is_dropped() {
     // The run was dropped mid-step: pasta is killed, and goes (polled, at most 20 s).
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while !pasta_processes(&root).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "pasta outlived its run"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The pid pasta's first process wrote to its pid file, once it has.
+fn pid_written(pid_file: &Path) -> Option<u32> {
+    std::fs::read_to_string(pid_file).ok()?.trim().parse().ok()
+}
+
+/// Whether process `pid` runs with `arg` among its arguments (a zombie has none).
+fn runs_with(pid: u32, arg: &Path) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|line| {
+        line.split(|byte| *byte == 0)
+            .any(|each| each == arg.as_os_str().as_encoded_bytes())
+    })
+}
+
+#[tokio::test]
+async fn pasta_ends_when_the_run_is_dropped_while_pasta_goes_to_the_background() {
+    let (sandbox, root) = sandbox();
+    let request = request("sleep 300", vec![]);
+    let pid_file = root
+        .path()
+        .join("workspaces")
+        .join(&request.id)
+        .join("pasta.pid");
+    let mut run = Box::pin(sandbox.run(request, std::future::pending()));
+    // Checked first at every poll, before the run goes on: pasta's first process writes the
+    // pid before it exits, and the run learns of that exit only at a later poll, so the run is
+    // dropped while it still waits for pasta, with no `Pasta` holding it.
+    let mut tick = tokio::time::interval(Duration::from_millis(1));
+    let written = std::future::poll_fn(|cx| {
+        if let Some(pid) = pid_written(&pid_file) {
+            return Poll::Ready(pid);
+        }
+        while tick.poll_tick(cx).is_ready() {}
+        Poll::Pending
+    });
+    let pasta = tokio::select! {
+        biased;
+        pid = written => pid,
+        outcome = &mut run => panic!("the run ended before pasta went to the background: {outcome:?}"),
+    };
+    assert!(runs_with(pasta, &pid_file), "pasta runs in the background");
+    drop(run);
+    // Killed as the run is dropped, it goes (polled, at most 20 s).
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while runs_with(pasta, &pid_file) {
         assert!(
             std::time::Instant::now() < deadline,
             "pasta outlived its run"
