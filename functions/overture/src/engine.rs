@@ -792,13 +792,16 @@ impl Engine {
                     .unwrap_or(POLL)
                     .min(POLL),
             };
+            // Workers that finished while others were free are reaped here.
+            while running.try_join_next().is_some() {}
             let folding = !unfolded.is_empty();
             if folding {
                 sleep = sleep.min(PROJECT_IDLE);
             }
             let quiet = tokio::select! {
                 () = &mut notified => false,
-                Some(_) = running.join_next(), if !running.is_empty() => false,
+                // A finished worker is news only to jobs waiting for a free one.
+                Some(_) = running.join_next(), if workers.available_permits() == 0 => false,
                 () = tokio::time::sleep(sleep) => true,
             };
             if quiet && folding {
