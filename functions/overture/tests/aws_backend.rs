@@ -414,13 +414,15 @@ async fn deploy_on_aws_submits_through_the_function_and_follows_the_log_to_the_e
         }
     };
 
-    // The functions' part, played here: the step runs and the deployment ends.
+    // The functions' part, played here: the step the submit scheduled runs and the deployment
+    // ends.
     let log = DynamoDeployments::new(dynamodb, EVENTS, Arc::new(SystemClock));
-    let rest = succeeded("acme").split_off(1);
+    let recorded = log.load(id).await.expect("the submit's records");
+    let rest = succeeded("acme").split_off(2);
     log.append(
         id,
         "acme",
-        Some(0),
+        recorded.revision,
         rest,
         &Cause::new("runner", id, id.uuid()),
     )
