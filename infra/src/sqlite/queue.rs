@@ -146,7 +146,6 @@ impl JobQueue {
         now: Timestamp,
         visibility: std::time::Duration,
     ) -> Result<Vec<ReceivedJob>, QueueError> {
-        let now_ms = now_ms(now);
         let hidden_until = not_before_ms(now).saturating_add(duration_ms(visibility));
         self.db
             .with_derived(move |connection| {
@@ -164,7 +163,10 @@ impl JobQueue {
                             continue;
                         }
                         let due_at = not_before_ms(job.due_at);
-                        let take = received.len() < room && due_at <= now_ms;
+                        // Due to the instant, not to the stored millisecond, which is rounded
+                        // up: a job scheduled a few microseconds ago is due, and a job due at
+                        // this millisecond but after `now` is not.
+                        let take = received.len() < room && job.due_at <= now;
                         let (visible_at, receive_count) =
                             if take { (hidden_until, 1) } else { (0, 0) };
                         let id: i64 = insert.query_row(
