@@ -21,10 +21,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use async_trait::async_trait;
 use indexmap::IndexMap;
+use overture_domain::deployment::StepStatus;
 use overture_domain::projection::{
     Change, DeploymentView, Folding, Header, ReadModels, StepView, TenantDelta, TenantView, Touched,
 };
-use overture_events::{DeploymentId, LogEntry, Timestamp};
+use overture_events::{DeploymentId, ErrorClass, LogEntry, Timestamp};
 use overture_projector::{
     ChangeEntry, DeploymentViews, ProjectorError, ReadLog, ReadModelStore, StoreError, ViewError,
 };
@@ -72,6 +73,96 @@ struct StepRow {
     name: std::ops::Range<usize>,
     json: std::ops::Range<usize>,
     position: i64,
+}
+
+/// A step's view as stored: [`StepView`]'s JSON, its times formatted without chrono's
+/// formatting machinery, as a rebuild writes hundreds of thousands.
+#[derive(serde::Serialize)]
+struct StoredStep<'a> {
+    status: StepStatus,
+    attempts: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    started_at: Option<Utc3339>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    finished_at: Option<Utc3339>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error_class: Option<ErrorClass>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    outputs: &'a BTreeMap<String, String>,
+}
+
+impl<'a> From<&'a StepView> for StoredStep<'a> {
+    fn from(step: &'a StepView) -> Self {
+        // Every field named: a field added to the view must be added here too.
+        let StepView {
+            status,
+            attempts,
+            started_at,
+            finished_at,
+            error_class,
+            outputs,
+        } = step;
+        Self {
+            status: *status,
+            attempts: *attempts,
+            started_at: started_at.map(Utc3339),
+            finished_at: finished_at.map(Utc3339),
+            error_class: *error_class,
+            outputs,
+        }
+    }
+}
+
+/// A time serialized as chrono serializes it (RFC 3339, `Z`, fraction of 0, 3, 6 or 9
+/// digits as needed).
+struct Utc3339(Timestamp);
+
+impl serde::Serialize for Utc3339 {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use chrono::{Datelike, Timelike};
+        let t = self.0;
+        let (year, nanos) = (t.year(), t.nanosecond());
+        if !(0..=9999).contains(&year) || nanos >= 1_000_000_000 {
+            // Signed years and leap seconds: chrono's own form.
+            return self.0.serialize(serializer);
+        }
+        let mut out = [0u8; 30];
+        let mut put = |at: usize, value: u32, digits: usize| {
+            let mut v = value;
+            for i in (0..digits).rev() {
+                out[at + i] = b'0' + (v % 10) as u8;
+                v /= 10;
+            }
+        };
+        put(0, year as u32, 4);
+        put(5, t.month(), 2);
+        put(8, t.day(), 2);
+        put(11, t.hour(), 2);
+        put(14, t.minute(), 2);
+        put(17, t.second(), 2);
+        let end = if nanos == 0 {
+            19
+        } else if nanos % 1_000_000 == 0 {
+            put(20, nanos / 1_000_000, 3);
+            23
+        } else if nanos % 1_000 == 0 {
+            put(20, nanos / 1_000, 6);
+            26
+        } else {
+            put(20, nanos, 9);
+            29
+        };
+        out[4] = b'-';
+        out[7] = b'-';
+        out[10] = b'T';
+        out[13] = b':';
+        out[16] = b':';
+        out[19] = b'.';
+        out[end] = b'Z';
+        // Only ASCII digits and separators were written.
+        let text = std::str::from_utf8(&out[..=end]).map_err(serde::ser::Error::custom)?;
+        serializer.serialize_str(text)
+    }
 }
 
 /// Which steps to read with a header.
@@ -431,7 +522,8 @@ impl ReadModelStore for SqliteReadModels {
                     let start = text.len();
                     text.extend_from_slice(name.as_bytes());
                     let middle = text.len();
-                    serde_json::to_writer(&mut text, step).map_err(store_error)?;
+                    serde_json::to_writer(&mut text, &StoredStep::from(step))
+                        .map_err(store_error)?;
                     steps.push(StepRow {
                         deployment: heads.len(),
                         name: start..middle,
@@ -571,8 +663,69 @@ impl LogChanges {
     }
 }
 
-/// Decodes one row of `SELECT position, stream, revision, type, data, metadata`.
-fn change_entry(row: &rusqlite::Row<'_>) -> rusqlite::Result<Result<ChangeEntry, ProjectorError>> {
+/// The `recorded_at` of metadata as Overture writes it: the object's last member, at the top
+/// level (the quote before it follows `{` or `,`, so it is not inside a string), its value
+/// closing the object. Anything else is left to the full decoding. The rest of the object is
+/// not looked at, so metadata that is not valid JSON around a well-formed end is read here
+/// where decoding it whole would refuse it; the log only holds what serde_json wrote.
+fn recorded_at(metadata: &str) -> Option<Timestamp> {
+    let rest = metadata.trim_end().strip_suffix("\"}")?;
+    // The value's opening quote: a time holds none. Found by a search for one byte, which
+    // costs less than a search for the key.
+    let open = rest.rfind('"')?;
+    let before = rest[..open].strip_suffix("\"recorded_at\":")?;
+    if !matches!(before.trim_end().chars().next_back(), Some('{' | ',')) {
+        return None;
+    }
+    parse_utc(&rest[open + 1..])
+}
+
+/// Parses `YYYY-MM-DDTHH:MM:SS[.fraction]Z`, the form Overture records times in, as chrono
+/// would; `None` for any other form (leap seconds, offsets, ...), which chrono then parses.
+fn parse_utc(text: &str) -> Option<Timestamp> {
+    let b = text.as_bytes();
+    if b.len() < 20
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || b[10] != b'T'
+        || b[13] != b':'
+        || b[16] != b':'
+        || *b.last()? != b'Z'
+    {
+        return None;
+    }
+    let num = |range: std::ops::Range<usize>| -> Option<u32> {
+        b[range].iter().try_fold(0u32, |n, &d| {
+            d.is_ascii_digit().then(|| n * 10 + u32::from(d - b'0'))
+        })
+    };
+    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    let nanos = match &b[19..b.len() - 1] {
+        [] => 0,
+        [b'.', digits @ ..] if (1..=9).contains(&digits.len()) => {
+            let n = num(20..20 + digits.len())?;
+            n * 10u32.pow(9 - digits.len() as u32)
+        }
+        _ => return None,
+    };
+    if second > 59 {
+        return None;
+    }
+    let date = chrono::NaiveDate::from_ymd_opt(i32::try_from(year).ok()?, month, day)?;
+    Some(
+        date.and_hms_nano_opt(hour, minute, second, nanos)?
+            .and_utc(),
+    )
+}
+
+/// Decodes one row of `SELECT position, stream, revision, type, data, metadata`. `last` is the
+/// stream of the row before and its deployment: a stream's records mostly come in runs, and
+/// its id need not be parsed again for each.
+fn change_entry(
+    row: &rusqlite::Row<'_>,
+    last: &mut Option<(String, DeploymentId)>,
+) -> rusqlite::Result<Result<ChangeEntry, ProjectorError>> {
     let position: i64 = row.get(0)?;
     let position = position.max(0) as u64;
     let stream = row.get_ref(1)?.as_str()?;
@@ -582,13 +735,23 @@ fn change_entry(row: &rusqlite::Row<'_>) -> rusqlite::Result<Result<ChangeEntry,
     let metadata = row.get_ref(5)?.as_str()?;
     let invalid = |source| ProjectorError::Projection { position, source };
     let decoded = (|| {
-        let deployment = DeploymentId::from_stream(stream)?;
-        let recorded: Recorded = serde_json::from_str(metadata).map_err(|source| {
-            overture_events::deployment::SchemaError {
-                event_type: event_type.to_owned(),
-                source,
+        let deployment = match last {
+            Some((text, id)) if text == stream => *id,
+            _ => {
+                let id = DeploymentId::from_stream(stream)?;
+                *last = Some((stream.to_owned(), id));
+                id
             }
-        })?;
+        };
+        let recorded = match recorded_at(metadata) {
+            Some(at) => Recorded { recorded_at: at },
+            None => serde_json::from_str(metadata).map_err(|source| {
+                overture_events::deployment::SchemaError {
+                    event_type: event_type.to_owned(),
+                    source,
+                }
+            })?,
+        };
         let change = Change::decode(event_type, data)?;
         Ok(Folding {
             deployment,
@@ -627,8 +790,9 @@ impl ReadLog for LogChanges {
                 let limit_sql = i64::try_from(limit).unwrap_or(i64::MAX);
                 let mut rows = select.query(params![after, limit_sql])?;
                 let mut entries = Vec::with_capacity(limit.min(1 << 16));
+                let mut last = None;
                 while let Some(row) = rows.next()? {
-                    match change_entry(row)? {
+                    match change_entry(row, &mut last)? {
                         Ok(entry) => entries.push(entry),
                         Err(error) => return Ok(Err(error)),
                     }
@@ -638,5 +802,102 @@ impl ReadLog for LogChanges {
             .await
             .map_err(store_error)?;
         read
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(text: &str) -> Timestamp {
+        serde_json::from_value(serde_json::Value::String(text.into())).expect("a time")
+    }
+
+    // A rebuild writes steps with its own encoder: the stored JSON is what the view's own
+    // serialization gives, for every shape of step and every precision of time.
+    #[test]
+    fn steps_are_stored_as_their_views_serialize() {
+        let times = [
+            "2026-11-27T12:31:16Z",
+            "2026-11-27T12:31:16.100Z",
+            "2026-11-27T12:31:16.000100Z",
+            "2026-11-27T12:31:16.356064375Z",
+            "0001-01-01T00:00:00.000000001Z",
+            "9999-12-31T23:59:59.999999999Z",
+        ];
+        let mut steps = vec![StepView {
+            status: StepStatus::Pending,
+            attempts: 0,
+            started_at: None,
+            finished_at: None,
+            error_class: None,
+            outputs: BTreeMap::new(),
+        }];
+        for time in times {
+            steps.push(StepView {
+                status: StepStatus::Succeeded,
+                attempts: 3,
+                started_at: Some(at(time)),
+                finished_at: Some(at(time) + chrono::TimeDelta::milliseconds(1)),
+                error_class: Some(ErrorClass::BootstrapTimeout),
+                outputs: [("url".to_owned(), "https://x/\"quoted\"\n".to_owned())].into(),
+            });
+        }
+        for step in &steps {
+            let ours = serde_json::to_string(&StoredStep::from(step)).expect("encoded");
+            let theirs = serde_json::to_string(step).expect("encoded");
+            assert_eq!(ours, theirs);
+            assert_eq!(
+                &serde_json::from_str::<StepView>(&ours).expect("decoded"),
+                step
+            );
+        }
+    }
+
+    // The log's metadata is read for its time without decoding it whole when it is in the form
+    // Overture writes; any other form is decoded whole, and both agree.
+    #[test]
+    fn recorded_at_is_read_as_the_whole_decoding_reads_it() {
+        let whole = |metadata: &str| -> Option<Timestamp> {
+            serde_json::from_str::<Recorded>(metadata)
+                .ok()
+                .map(|r| r.recorded_at)
+        };
+        let fast = [
+            r#"{"tenant":"acme","actor":"bench","recorded_at":"2026-11-27T12:31:16.342064375Z"}"#,
+            r#"{"recorded_at":"1970-01-01T00:00:05Z"}"#,
+            r#"{"a":"b", "recorded_at":"2026-11-27T12:31:16.3Z"} "#,
+        ];
+        for metadata in fast {
+            assert!(recorded_at(metadata).is_some(), "{metadata}");
+            assert_eq!(recorded_at(metadata), whole(metadata), "{metadata}");
+        }
+        let left_to_serde = [
+            // Not the last member, nested, inside a string, other forms of time.
+            r#"{"recorded_at":"2026-11-27T12:31:16Z","actor":"x"}"#,
+            r#"{"x":{"recorded_at":"2026-11-27T12:31:16Z"}}"#,
+            r#"{"actor":"a\",\"recorded_at\":\"2026-11-27T12:31:16Z"}"#,
+            r#"{"actor":"a\\","recorded_at":"2026-11-27T12:31:16+01:00"}"#,
+            r#"{"recorded_at":"2026-11-27t12:31:16Z"}"#,
+            r#"{"recorded_at":"2026-11-27T12:31:60Z"}"#,
+            r#"{"recorded_at":"2026-11-27T12:31:16.1234567891Z"}"#,
+            r#"{"recorded_at":"2026-02-30T12:31:16Z"}"#,
+        ];
+        for metadata in left_to_serde {
+            assert_eq!(recorded_at(metadata), None, "{metadata}");
+        }
+    }
+
+    #[test]
+    fn times_in_overtures_form_parse_as_chrono_parses_them() {
+        for text in [
+            "2026-11-27T12:31:16Z",
+            "2026-11-27T12:31:16.1Z",
+            "2026-11-27T12:31:16.000100Z",
+            "2026-11-27T12:31:16.356064375Z",
+            "2024-02-29T23:59:59.999999999Z",
+        ] {
+            assert_eq!(parse_utc(text), Some(at(text)), "{text}");
+        }
     }
 }
