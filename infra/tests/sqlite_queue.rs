@@ -608,13 +608,25 @@ async fn a_job_due_microseconds_ago_is_taken_at_once_and_one_due_microseconds_ah
     let queue = open_queue(&db_path(&dir)).await;
     let now = t0() + TimeDelta::microseconds(500);
     let jobs = vec![
-        job("just-scheduled", deployment(1), t0() + TimeDelta::microseconds(300)),
-        job("not-yet", deployment(1), t0() + TimeDelta::microseconds(700)),
+        job(
+            "just-scheduled",
+            deployment(1),
+            t0() + TimeDelta::microseconds(300),
+        ),
+        job(
+            "not-yet",
+            deployment(1),
+            t0() + TimeDelta::microseconds(700),
+        ),
     ];
     let taken = queue
         .enqueue_received(jobs, 4, now, LEASE)
         .await
         .expect("enqueue");
     let keys: Vec<&str> = taken.iter().map(|job| job.key.as_str()).collect();
-    assert_eq!(keys, ["just-scheduled"], "its stored due time rounds up, not its due time");
+    assert_eq!(
+        keys,
+        ["just-scheduled"],
+        "its stored due time rounds up, not its due time"
+    );
 }
