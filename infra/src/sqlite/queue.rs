@@ -39,6 +39,17 @@ pub struct NewJob {
     pub due_at: Timestamp,
 }
 
+impl From<Job> for NewJob {
+    fn from(job: Job) -> Self {
+        Self {
+            key: job.key,
+            deployment: job.deployment,
+            body: job.body,
+            due_at: job.due_at,
+        }
+    }
+}
+
 /// A job handed to a worker, invisible to others until its lease ends.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ReceivedJob {
@@ -422,15 +433,7 @@ impl SendJobs for JobQueue {
     }
 
     async fn send(&self, jobs: Vec<Job>) -> Result<(), PortError> {
-        let jobs = jobs
-            .into_iter()
-            .map(|job| NewJob {
-                key: job.key,
-                deployment: job.deployment,
-                body: job.body,
-                due_at: job.due_at,
-            })
-            .collect();
+        let jobs = jobs.into_iter().map(NewJob::from).collect();
         self.enqueue_all(jobs).await.map_err(port_error)?;
         Ok(())
     }

@@ -93,12 +93,7 @@ impl QueueWork for Handoff {
         let now = chrono::Utc::now();
         let jobs: Vec<NewJob> = attempt_jobs(deployment, attempts, cause)?
             .into_iter()
-            .map(|job| NewJob {
-                key: job.key,
-                deployment: job.deployment,
-                body: job.body,
-                due_at: job.due_at,
-            })
+            .map(NewJob::from)
             .collect();
         // Slots first, so that attempts queued side by side never count the same free worker.
         let due = jobs.iter().filter(|job| job.due_at <= now).count();
