@@ -111,36 +111,11 @@ impl JobQueue {
     }
 
     /// Queues each job whose key is not queued yet, in one transaction; returns how many were.
-    ///
-    /// Keys are looked up before inserting: with `AUTOINCREMENT`, even an insert that does
-    /// nothing rewrites `sqlite_sequence`, and that would make every re-queued job a commit with
-    /// a disk sync. A batch whose jobs are all queued already writes nothing.
+    /// A batch whose jobs are all queued already writes nothing.
     pub async fn enqueue_all(&self, jobs: Vec<NewJob>) -> Result<usize, QueueError> {
-        let inserted = self
+        let (inserted, _) = self
             .db
-            .with_derived(move |connection| {
-                let tx = connection.savepoint()?;
-                let mut inserted = 0;
-                {
-                    let mut queued = tx.prepare_cached("SELECT EXISTS (SELECT 1 FROM jobs WHERE key = ?1)")?;
-                    let mut insert = tx.prepare_cached(
-                        "INSERT INTO jobs (key, deployment, body, due_at, visible_at) VALUES (?1, ?2, ?3, ?4, 0)",
-                    )?;
-                    for job in jobs {
-                        if queued.query_row([&job.key], |row| row.get::<_, bool>(0))? {
-                            continue;
-                        }
-                        inserted += insert.execute(params![
-                            job.key,
-                            job.deployment.to_string(),
-                            job.body.to_string(),
-                            not_before_ms(job.due_at),
-                        ])?;
-                    }
-                }
-                tx.commit()?;
-                Ok(inserted)
-            })
+            .with_derived(move |connection| queue_new(connection, jobs, None))
             .await?;
         Ok(inserted)
     }
@@ -157,60 +132,16 @@ impl JobQueue {
         now: Timestamp,
         visibility: std::time::Duration,
     ) -> Result<Vec<ReceivedJob>, QueueError> {
-        let hidden_until = not_before_ms(now).saturating_add(duration_ms(visibility));
-        self.db
-            .with_derived(move |connection| {
-                let tx = connection.savepoint()?;
-                let mut received = Vec::new();
-                {
-                    let mut queued =
-                        tx.prepare_cached("SELECT EXISTS (SELECT 1 FROM jobs WHERE key = ?1)")?;
-                    let mut insert = tx.prepare_cached(
-                        "INSERT INTO jobs (key, deployment, body, due_at, visible_at, receive_count)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6) RETURNING id",
-                    )?;
-                    for job in jobs {
-                        if queued.query_row([&job.key], |row| row.get::<_, bool>(0))? {
-                            continue;
-                        }
-                        let due_at = not_before_ms(job.due_at);
-                        // Due to the instant, not to the stored millisecond, which is rounded
-                        // up: a job scheduled a few microseconds ago is due, and a job due at
-                        // this millisecond but after `now` is not.
-                        let take = received.len() < room && job.due_at <= now;
-                        let (visible_at, receive_count) =
-                            if take { (hidden_until, 1) } else { (0, 0) };
-                        let id: i64 = insert.query_row(
-                            params![
-                                job.key,
-                                job.deployment.to_string(),
-                                job.body.to_string(),
-                                due_at,
-                                visible_at,
-                                receive_count,
-                            ],
-                            |row| row.get(0),
-                        )?;
-                        if take {
-                            received.push(ReceivedJob {
-                                key: job.key,
-                                deployment: job.deployment,
-                                body: job.body,
-                                due_at: job.due_at,
-                                receive_count: 1,
-                                receipt: Receipt {
-                                    job: id,
-                                    receive_count: 1,
-                                },
-                            });
-                        }
-                    }
-                }
-                tx.commit()?;
-                Ok(received)
-            })
-            .await
-            .map_err(QueueError::from)
+        let taking = Taking {
+            room,
+            now,
+            hidden_until: not_before_ms(now).saturating_add(duration_ms(visibility)),
+        };
+        let (_, received) = self
+            .db
+            .with_derived(move |connection| queue_new(connection, jobs, Some(taking)))
+            .await?;
+        Ok(received)
     }
 
     /// Takes the due, visible job (of the deployments `only` names, if given) with the earliest
@@ -415,6 +346,79 @@ impl JobQueue {
             .await?;
         Ok(count)
     }
+}
+
+/// Which of the jobs queued by [`queue_new`] are received at once, by whom.
+struct Taking {
+    /// How many may be received.
+    room: usize,
+    /// The jobs due by this instant may be.
+    now: Timestamp,
+    /// Their lease's end, in unix ms.
+    hidden_until: i64,
+}
+
+/// Inserts each job whose key is not queued yet, received at once as `taking` allows; returns
+/// how many were inserted and those received, in the order given.
+///
+/// Keys are looked up before inserting: with `AUTOINCREMENT`, even an insert that does nothing
+/// rewrites `sqlite_sequence`, and that would make every re-queued job a commit with a disk sync.
+/// A batch whose jobs are all queued already writes nothing.
+fn queue_new(
+    connection: &mut rusqlite::Connection,
+    jobs: Vec<NewJob>,
+    taking: Option<Taking>,
+) -> rusqlite::Result<(usize, Vec<ReceivedJob>)> {
+    let tx = connection.savepoint()?;
+    let mut inserted = 0;
+    let mut received = Vec::new();
+    {
+        let mut queued = tx.prepare_cached("SELECT EXISTS (SELECT 1 FROM jobs WHERE key = ?1)")?;
+        let mut insert = tx.prepare_cached(
+            "INSERT INTO jobs (key, deployment, body, due_at, visible_at, receive_count)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6) RETURNING id",
+        )?;
+        for job in jobs {
+            if queued.query_row([&job.key], |row| row.get::<_, bool>(0))? {
+                continue;
+            }
+            // Due to the instant, not to the stored millisecond, which is rounded up: a job
+            // scheduled a few microseconds ago is due, and one due at this millisecond but
+            // after `now` is not.
+            let hidden_until = taking
+                .as_ref()
+                .filter(|taking| received.len() < taking.room && job.due_at <= taking.now)
+                .map(|taking| taking.hidden_until);
+            let (visible_at, receive_count) = hidden_until.map_or((0, 0), |until| (until, 1));
+            let id: i64 = insert.query_row(
+                params![
+                    job.key,
+                    job.deployment.to_string(),
+                    job.body.to_string(),
+                    not_before_ms(job.due_at),
+                    visible_at,
+                    receive_count,
+                ],
+                |row| row.get(0),
+            )?;
+            inserted += 1;
+            if hidden_until.is_some() {
+                received.push(ReceivedJob {
+                    key: job.key,
+                    deployment: job.deployment,
+                    body: job.body,
+                    due_at: job.due_at,
+                    receive_count: 1,
+                    receipt: Receipt {
+                        job: id,
+                        receive_count: 1,
+                    },
+                });
+            }
+        }
+    }
+    tx.commit()?;
+    Ok((inserted, received))
 }
 
 /// Deployment ids as a JSON array, for `IN (SELECT value FROM json_each(?))`.
