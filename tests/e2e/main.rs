@@ -51,6 +51,7 @@ mod client;
 mod cloud;
 mod concurrent;
 mod deploy;
+mod engine;
 mod events;
 mod history;
 mod http;

@@ -21,6 +21,7 @@
 //!   code: the step command's, or 125 when the entrypoint itself failed).
 //! - [`cloud`]: `overture cloud`, the local cloud for development and tests.
 //! - [`serve`]: `overture serve`, the HTTP API: each tenant sees only its own deployments.
+//! - [`shared`]: `overture engine`, one engine serving a data directory to every `deploy` on it.
 //! - [`aws`]: `--backend aws`, the same commands on the serverless form (DynamoDB, the submit
 //!   function).
 //! - [`client`]: `--server URL`, the commands through the HTTP API of an `overture serve`.
@@ -60,6 +61,7 @@ mod redrive;
 mod render;
 mod sandboxed;
 mod serve;
+mod shared;
 mod step_run;
 mod teardown;
 mod timeline;
@@ -362,6 +364,9 @@ enum Command {
     /// Serve the HTTP API: deployments started, followed and cancelled per tenant, each caller
     /// authenticated by its cloud token.
     Serve(serve::ServeArgs),
+    /// Serve this data directory to `overture deploy`: each one on it hands its deployment to
+    /// this engine and follows it from here, and concurrent deployments share its commits.
+    Engine(shared::host::EngineArgs),
 }
 
 /// What `redrive` and `redeploy` are given again: the deployment's secrets were purged when it
@@ -578,6 +583,7 @@ fn through_server(cli: &Cli, url: &str) -> Result<Backend, Failure> {
         Command::StepRun(_) => Some("step-run"),
         Command::Cloud(_) => Some("cloud"),
         Command::Serve(_) => Some("serve"),
+        Command::Engine(_) => Some("engine"),
         Command::Trigger(_) => Some("trigger send"),
         Command::Triggers(_) => Some("triggers log"),
     };
@@ -646,6 +652,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     let refused = match &cli.command {
         Command::Cloud(_) => Some("cloud"),
         Command::Serve(_) => Some("serve"),
+        Command::Engine(_) => Some("engine"),
         Command::Destroy { .. } => Some("destroy"),
         Command::Resume { .. } => Some("resume"),
         Command::Replay { check: false } => Some("replay"),
@@ -660,6 +667,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::Cloud(command) => cloud::run(command).await,
         Command::Serve(args) => serve::run(&data_dir, args).await,
+        Command::Engine(args) => shared::host::run(&data_dir, args).await,
         Command::Deploy {
             files,
             tenant,
@@ -1081,13 +1089,6 @@ async fn deploy(
         account: checked.info.account(),
         token: checked.token,
     });
-    let engine = Engine::open(data_dir).await?;
-    let _lock = EngineLock::take(data_dir, false).map_err(|e| Failure::BadInput(e.to_string()))?;
-    let start = engine
-        .log
-        .head_position()
-        .await
-        .context("reading the log")?;
     let submission_of = |file: &Path, text: String, files| Submission {
         triggered_by: None,
         cloud: cloud.as_ref().map(|cloud| overture_submit::CloudSession {
@@ -1103,7 +1104,20 @@ async fn deploy(
         secrets: secret_values.clone(),
         files,
     };
-    if several {
+    let submission = (!several).then(|| submission_of(file, text.clone(), files));
+    if let Some(submission) = &submission {
+        if let Some(followed) = shared::guest::hand_over(data_dir, file, submission, json).await {
+            return followed;
+        }
+    }
+    let engine = Engine::open(data_dir).await?;
+    let _lock = EngineLock::take(data_dir, false).map_err(|e| Failure::BadInput(e.to_string()))?;
+    let start = engine
+        .log
+        .head_position()
+        .await
+        .context("reading the log")?;
+    let Some(submission) = submission else {
         blueprints.insert(0, (file, (text, parsed)));
         let submissions = blueprints
             .into_iter()
@@ -1113,8 +1127,7 @@ async fn deploy(
             })
             .collect();
         return together::deploy_all(&engine, data_dir, submissions, pace, json).await;
-    }
-    let submission = submission_of(file, text, files);
+    };
     let id = engine
         .submit(submission)
         .await

@@ -19,6 +19,15 @@ const QUIET: Duration = Duration::from_secs(10);
 pub struct Progress {
     started: Instant,
     last_line: Instant,
+    to: Sink,
+}
+
+/// Where progress lines go.
+enum Sink {
+    /// This process's standard error.
+    Stderr,
+    /// Another process's, through the engine that drives its deployment ([`crate::shared`]).
+    Lines(tokio::sync::mpsc::UnboundedSender<String>),
 }
 
 impl Default for Progress {
@@ -28,11 +37,20 @@ impl Default for Progress {
 }
 
 impl Progress {
-    /// Starts the clock.
+    /// Starts the clock; lines go to standard error.
     pub fn new() -> Self {
         Self {
             started: Instant::now(),
             last_line: Instant::now(),
+            to: Sink::Stderr,
+        }
+    }
+
+    /// Starts the clock; each line (ending in a newline) is sent to `lines`.
+    pub fn sending(lines: tokio::sync::mpsc::UnboundedSender<String>) -> Self {
+        Self {
+            to: Sink::Lines(lines),
+            ..Self::new()
         }
     }
 
@@ -41,7 +59,15 @@ impl Progress {
         // One write per line: standard error is unbuffered, and `writeln!` would make a system
         // call of every piece of the format.
         let line = format!("[{elapsed:7.1}s] {text}\n");
-        let _ = std::io::stderr().write_all(line.as_bytes());
+        match &self.to {
+            Sink::Stderr => {
+                let _ = std::io::stderr().write_all(line.as_bytes());
+            }
+            // The receiver has gone only once its deployment is no longer followed.
+            Sink::Lines(lines) => {
+                let _ = lines.send(line);
+            }
+        }
         self.last_line = Instant::now();
     }
 }

@@ -1,0 +1,343 @@
+//! `overture engine`: records the deployments `deploy` processes hand over, drives them all in
+//! one drive, and sends each process its own deployment's progress and end.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use anyhow::Context;
+use clap::Args;
+use overture_domain::deployment::{Outcome, Phase};
+use overture_domain::DeploymentError;
+use overture_events::{DeploymentId, LogEntry};
+use overture_submit::SubmitError;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::unix::OwnedWriteHalf;
+use tokio::net::{UnixListener, UnixStream};
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::{mpsc, oneshot};
+
+use super::{socket_path, Answer, Ask};
+use crate::engine::{Engine, Joining, Scope, Watch};
+use crate::progress::Progress;
+use crate::{cancel, lock, render, Failure};
+
+/// `overture engine`'s options.
+#[derive(Args, Debug)]
+pub struct EngineArgs {
+    /// How many steps may run at once, across every deployment handed over.
+    #[arg(long, default_value_t = 64)]
+    pub parallelism: usize,
+}
+
+/// The deployments handed over and who follows each.
+struct Host {
+    engine: Arc<Engine>,
+    joining: Joining,
+    followers: Mutex<HashMap<DeploymentId, Follower>>,
+}
+
+/// One `deploy` process following its deployment.
+struct Follower {
+    progress: Progress,
+    /// The last revision passed on: the catch-up read and the drive may both see a record.
+    through: Option<u64>,
+    /// Records the drive passed before the first catch-up read, to pass on after it.
+    held: Option<Vec<LogEntry>>,
+    ended: Option<oneshot::Sender<()>>,
+}
+
+impl Follower {
+    fn pass(&mut self, entry: &LogEntry) {
+        if let Some(held) = &mut self.held {
+            held.push(entry.clone());
+        } else if self
+            .through
+            .is_none_or(|through| entry.envelope.revision > through)
+        {
+            self.through = Some(entry.envelope.revision);
+            self.progress.entry(entry);
+        }
+    }
+}
+
+impl Host {
+    fn followers(&self) -> std::sync::MutexGuard<'_, HashMap<DeploymentId, Follower>> {
+        self.followers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Passes on the deployment's records the follower has not had yet, read from the log, then
+    /// those the drive held back meanwhile: from then on the drive passes each one itself.
+    async fn catch_up(&self, id: DeploymentId) {
+        let from = self
+            .followers()
+            .get(&id)
+            .and_then(|follower| follower.through)
+            .map_or(0, |through| through + 1);
+        let records = match self.engine.log.read_stream(&id.stream(), from).await {
+            Ok(records) => records,
+            Err(error) => {
+                tracing::warn!(%id, %error, "could not pass on the deployment's records");
+                Vec::new()
+            }
+        };
+        let mut followers = self.followers();
+        let Some(follower) = followers.get_mut(&id) else {
+            return;
+        };
+        let held = follower.held.take().unwrap_or_default();
+        for envelope in records {
+            follower.pass(&LogEntry {
+                position: 0,
+                envelope,
+            });
+        }
+        for entry in &held {
+            follower.pass(entry);
+        }
+    }
+
+    /// Tells the process following a deployment that it has ended, once it has its last
+    /// records: the drive learns of the end from the decision that records them, before it
+    /// reads them back.
+    async fn ended(&self, id: DeploymentId) {
+        self.catch_up(id).await;
+        if let Some(Follower {
+            ended: Some(ended), ..
+        }) = self.followers().remove(&id)
+        {
+            let _ = ended.send(());
+        }
+    }
+}
+
+/// The drive's watch: each record goes to the process following its deployment.
+struct Followed(Arc<Host>);
+
+impl Watch for Followed {
+    fn entry(&mut self, entry: &LogEntry) {
+        let Ok(id) = DeploymentId::from_stream(&entry.envelope.stream) else {
+            return;
+        };
+        if let Some(follower) = self.0.followers().get_mut(&id) {
+            follower.pass(entry);
+        }
+    }
+
+    fn tick(&mut self, _: &overture_domain::DeploymentState) {}
+}
+
+/// Serves `data_dir` until SIGINT or SIGTERM: then it takes no more deployments, cancels those
+/// it drives and ends once they have; a second signal leaves at once.
+pub async fn run(data_dir: &Path, args: EngineArgs) -> Result<(), Failure> {
+    let engine = Engine::open(data_dir).await?;
+    let _serving = lock::ServeLock::take(data_dir).map_err(|e| Failure::BadInput(e.to_string()))?;
+    let _engine_lock =
+        lock::EngineLock::take(data_dir, false).map_err(|e| Failure::BadInput(e.to_string()))?;
+    let listener = listen(data_dir)?;
+    let start = engine
+        .log
+        .head_position()
+        .await
+        .context("reading the log")?;
+    let (joining, mut ended) = Joining::new(&engine);
+    let host = Arc::new(Host {
+        engine: Arc::clone(&engine),
+        joining,
+        followers: Mutex::new(HashMap::new()),
+    });
+    eprintln!(
+        "serving deployments in {} on {}",
+        data_dir.display(),
+        socket_path(data_dir).display()
+    );
+
+    let mut followed = Followed(Arc::clone(&host));
+    let drive = engine.drive_scope(
+        Scope::Joined(&host.joining),
+        args.parallelism,
+        &mut followed,
+        start,
+    );
+    tokio::pin!(drive);
+    let mut interrupt = signal(SignalKind::interrupt()).context("listening for Ctrl-C")?;
+    let mut terminate = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
+    let mut listener = Some(listener);
+    loop {
+        let name = tokio::select! {
+            driven = &mut drive => {
+                driven?;
+                return Ok(());
+            }
+            Some(id) = ended.recv() => {
+                host.ended(id).await;
+                continue;
+            }
+            accepted = async { listener.as_ref().expect("listening").accept().await }, if listener.is_some() => {
+                match accepted {
+                    Ok((stream, _)) => {
+                        let host = Arc::clone(&host);
+                        let data_dir = data_dir.to_path_buf();
+                        tokio::spawn(async move { serve(&host, &data_dir, stream).await });
+                    }
+                    Err(error) => tracing::warn!(%error, "could not accept a deploy process"),
+                }
+                continue;
+            }
+            _ = interrupt.recv() => "Ctrl-C",
+            _ = terminate.recv() => "SIGTERM",
+        };
+        if listener.is_none() {
+            eprintln!(
+                "{name} again: leaving at once; `overture resume` will finish cancelling the \
+                 deployments"
+            );
+            std::process::exit(cancel::LEFT_AT_ONCE);
+        }
+        listener = None;
+        let _ = std::fs::remove_file(socket_path(data_dir));
+        host.joining.close();
+        let driven: Vec<DeploymentId> = host.followers().keys().copied().collect();
+        eprintln!(
+            "{name}: taking no more deployments, and cancelling the {} running (press Ctrl-C \
+             again to leave at once)",
+            driven.len()
+        );
+        for id in driven {
+            match engine
+                .cancel(
+                    id,
+                    &cancel::local_user(),
+                    &format!("{name} on `overture engine`"),
+                )
+                .await?
+            {
+                Ok(_) | Err(DeploymentError::AlreadyFinished) => {}
+                Err(refused) => return Err(Failure::Engine(refused.into())),
+            }
+        }
+    }
+}
+
+/// Binds the data directory's socket, for its owner alone. A socket left by an engine that died
+/// is replaced: the serve lock says no other engine serves the directory.
+fn listen(data_dir: &Path) -> Result<UnixListener, Failure> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = socket_path(data_dir);
+    match std::fs::remove_file(&path) {
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+            return Err(Failure::Engine(anyhow::Error::new(error).context(format!(
+                "removing the socket left in {}",
+                path.display()
+            ))))
+        }
+        _ => {}
+    }
+    let listener =
+        UnixListener::bind(&path).with_context(|| format!("listening on {}", path.display()))?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+        .with_context(|| format!("making {} its owner's alone", path.display()))?;
+    Ok(listener)
+}
+
+/// One `deploy` process: records its deployment, joins it to the drive, and answers with its
+/// progress and its end. A process that goes away leaves its deployment driven all the same.
+async fn serve(host: &Host, data_dir: &Path, stream: UnixStream) {
+    let (read, mut write) = stream.into_split();
+    let mut asks = BufReader::new(read).lines();
+    let handed = match asks.next_line().await {
+        Ok(Some(line)) => match serde_json::from_str::<Ask>(&line) {
+            Ok(Ask::Deploy(handed)) => handed,
+            Ok(Ask::Cancel { .. }) | Err(_) => {
+                let error = "expected a deployment first".to_owned();
+                let _ = answer(&mut write, &Answer::Failed { error }).await;
+                return;
+            }
+        },
+        _ => return,
+    };
+    let json = handed.json;
+    let submission = handed.into_submission();
+    let requested_by = submission.requested_by.clone();
+    let id = match host.engine.submit(submission).await {
+        Ok(id) => id,
+        Err(SubmitError::Invalid(problems)) => {
+            let problems = problems.0.iter().map(ToString::to_string).collect();
+            let _ = answer(&mut write, &Answer::Refused { problems }).await;
+            return;
+        }
+        Err(other) => {
+            let error = other.to_string();
+            let _ = answer(&mut write, &Answer::Failed { error }).await;
+            return;
+        }
+    };
+    // Held while this engine drives it, so `overture cancel` leaves the cancel to it.
+    let _driving = lock::DriveLock::take(data_dir, id);
+    let (lines, mut progress) = mpsc::unbounded_channel();
+    let (ended, mut has_ended) = oneshot::channel();
+    host.followers().insert(
+        id,
+        Follower {
+            progress: Progress::sending(lines),
+            through: None,
+            held: Some(Vec::new()),
+            ended: Some(ended),
+        },
+    );
+    host.joining.join(id);
+    let mut gone = answer(&mut write, &Answer::Recorded { id }).await.is_err();
+    host.catch_up(id).await;
+    let mut asking = true;
+    loop {
+        tokio::select! {
+            Some(line) = progress.recv() => {
+                gone = gone || answer(&mut write, &Answer::Progress { line }).await.is_err();
+            }
+            _ = &mut has_ended => break,
+            ask = asks.next_line(), if asking => match ask.ok().flatten().map(|line| serde_json::from_str::<Ask>(&line)) {
+                Some(Ok(Ask::Cancel { reason })) => {
+                    match host.engine.cancel(id, &requested_by, &reason).await {
+                        Ok(Ok(_) | Err(DeploymentError::AlreadyFinished)) => {}
+                        Ok(Err(refused)) => tracing::warn!(%id, %refused, "cancel refused"),
+                        Err(error) => tracing::warn!(%id, %error, "could not record the cancel"),
+                    }
+                }
+                Some(_) => {}
+                None => asking = false,
+            },
+        }
+    }
+    while let Ok(line) = progress.try_recv() {
+        gone = gone
+            || answer(&mut write, &Answer::Progress { line })
+                .await
+                .is_err();
+    }
+    if gone {
+        return;
+    }
+    let end = match host.engine.settled(id).await {
+        Ok((state, view)) => Answer::Ended {
+            status: if json {
+                format!("{}\n", render::status_json(&view))
+            } else {
+                render::status(&view)
+            },
+            succeeded: matches!(state.phase, Phase::Finished(Outcome::Succeeded)),
+        },
+        Err(error) => Answer::Failed {
+            error: error.to_string(),
+        },
+    };
+    let _ = answer(&mut write, &end).await;
+}
+
+/// Writes one answer line.
+async fn answer(write: &mut OwnedWriteHalf, answer: &Answer) -> std::io::Result<()> {
+    let mut line = serde_json::to_vec(answer).map_err(std::io::Error::other)?;
+    line.push(b'\n');
+    write.write_all(&line).await
+}
