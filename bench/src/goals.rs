@@ -94,7 +94,14 @@ fn lines(s: &Speed) -> Vec<Line> {
     );
     for (how, figure) in [
         ("in one engine", s.concurrent.one_engine),
-        ("as processes on one data directory", s.concurrent.processes),
+        (
+            "as processes on one data directory, served by `overture engine`",
+            s.concurrent.served,
+        ),
+        (
+            "as processes on one data directory, each its own engine",
+            s.concurrent.processes,
+        ),
     ] {
         lines.push(Line {
             goal: format!("concurrent: {together}, {how}"),
@@ -161,6 +168,7 @@ pub fn json(s: &Speed) -> serde_json::Value {
         "flat_goal_spread": FLAT_SPREAD,
         "concurrent_one_engine_steps_per_sec": s.concurrent.one_engine.round(),
         "concurrent_processes_steps_per_sec": s.concurrent.processes.round(),
+        "concurrent_served_processes_steps_per_sec": s.concurrent.served.round(),
         "concurrent_goal_steps_per_sec": CONCURRENT_GOAL,
         "replay_events_per_sec": s.replay.replayed_per_sec().round(),
         "replay_goal_events_per_sec": REPLAY_GOAL,

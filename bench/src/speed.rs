@@ -7,7 +7,8 @@
 //! - [`flat`]: the cost per step of chains and wide deployments of 10 to 10,000 steps, taken
 //!   from the log (first event to last), so the process's start-up does not weigh on small ones;
 //! - [`concurrent`]: 200 deployments of 5 `noop` steps, 16 at a time, as 16 processes on one
-//!   data directory, and in one engine (`overture deploy` of several blueprints).
+//!   data directory (each driving its own deployment, then handing it to the `overture engine`
+//!   serving the directory), and in one engine (`overture deploy` of several blueprints).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -75,8 +76,12 @@ pub struct Sized {
 /// Steps per second of the concurrent goal, each way.
 #[derive(Clone, Copy, Debug)]
 pub struct Concurrent {
-    /// 16 `overture deploy` processes at a time on one data directory.
+    /// 16 `overture deploy` processes at a time on one data directory, each driving its own
+    /// deployment.
     pub processes: f64,
+    /// The same processes on a data directory an `overture engine` serves: each hands its
+    /// deployment over and follows it.
+    pub served: f64,
     /// One `overture deploy` of all the blueprints, 16 deployments at a time.
     pub one_engine: f64,
 }
@@ -156,7 +161,32 @@ pub async fn concurrent(overture: &Path) -> anyhow::Result<Concurrent> {
         &chain_blueprint("bench-five", CONCURRENT_STEPS),
     )?;
 
-    let data = Arc::new(dir.path().join("processes"));
+    let processes =
+        steps / deploy_as_processes(overture, &dir.path().join("processes"), &blueprint).await?;
+    let served_data = dir.path().join("served");
+    let engine = Serving::start(overture, &served_data).await?;
+    let served = steps / deploy_as_processes(overture, &served_data, &blueprint).await?;
+    engine.stop().await?;
+
+    let blueprints = vec![blueprint; CONCURRENT_DEPLOYMENTS];
+    let start = Instant::now();
+    deploy_together(overture, &dir.path().join("one-engine"), &blueprints).await?;
+    let one_engine = steps / start.elapsed().as_secs_f64();
+    Ok(Concurrent {
+        processes,
+        served,
+        one_engine,
+    })
+}
+
+/// Runs [`CONCURRENT_DEPLOYMENTS`] `overture deploy` processes of `blueprint` on `data`,
+/// [`CONCURRENT_AT_ONCE`] at a time; returns how many seconds they took.
+async fn deploy_as_processes(
+    overture: &Path,
+    data: &Path,
+    blueprint: &Path,
+) -> anyhow::Result<f64> {
+    let data = Arc::new(data.to_path_buf());
     let overture_path = Arc::new(overture.to_path_buf());
     let at_once = Arc::new(Semaphore::new(CONCURRENT_AT_ONCE));
     let start = Instant::now();
@@ -166,7 +196,7 @@ pub async fn concurrent(overture: &Path) -> anyhow::Result<Concurrent> {
         let (overture, data, blueprint) = (
             Arc::clone(&overture_path),
             Arc::clone(&data),
-            blueprint.clone(),
+            blueprint.to_path_buf(),
         );
         running.spawn(async move {
             let deployed = deploy(&overture, &data, &[blueprint], None).await;
@@ -177,16 +207,54 @@ pub async fn concurrent(overture: &Path) -> anyhow::Result<Concurrent> {
     while let Some(deployed) = running.join_next().await {
         deployed.context("a deploy task failed")??;
     }
-    let processes = steps / start.elapsed().as_secs_f64();
+    Ok(start.elapsed().as_secs_f64())
+}
 
-    let blueprints = vec![blueprint; CONCURRENT_DEPLOYMENTS];
-    let start = Instant::now();
-    deploy_together(overture, &dir.path().join("one-engine"), &blueprints).await?;
-    let one_engine = steps / start.elapsed().as_secs_f64();
-    Ok(Concurrent {
-        processes,
-        one_engine,
-    })
+/// An `overture engine` serving a data directory for the bench; killed when dropped.
+struct Serving {
+    child: tokio::process::Child,
+}
+
+impl Serving {
+    /// Starts the engine and returns once it says it serves `data`.
+    async fn start(overture: &Path, data: &Path) -> anyhow::Result<Self> {
+        use tokio::io::AsyncBufReadExt;
+        let mut child = tokio::process::Command::new(overture)
+            .arg("--data-dir")
+            .arg(data)
+            .arg("engine")
+            .env_remove("OVERTURE_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("running {} engine", overture.display()))?;
+        let stderr = child.stderr.take().context("the engine's stderr")?;
+        let mut lines = tokio::io::BufReader::new(stderr).lines();
+        while let Some(line) = lines.next_line().await? {
+            if line.starts_with("serving deployments in") {
+                // Drained from here on, so the engine never blocks on a full pipe.
+                tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+                return Ok(Self { child });
+            }
+        }
+        anyhow::bail!("`overture engine` ended without serving {}", data.display())
+    }
+
+    /// Stops the engine with SIGTERM, as a service manager would, and waits for it.
+    async fn stop(mut self) -> anyhow::Result<()> {
+        let pid = self.child.id().context("the engine's pid")?;
+        let pid = i32::try_from(pid).context("the engine's pid")?;
+        // SAFETY: signals the child this bench started, by its PID; it is not reaped yet.
+        anyhow::ensure!(
+            unsafe { libc::kill(pid, libc::SIGTERM) } == 0,
+            "signalling the engine"
+        );
+        let status = self.child.wait().await.context("waiting for the engine")?;
+        anyhow::ensure!(status.success(), "`overture engine` ended with {status}");
+        Ok(())
+    }
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> anyhow::Result<PathBuf> {

@@ -116,6 +116,11 @@ fn a_deploy_handed_to_the_engine_prints_what_it_would_print_driving_it_itself() 
     }
     let progress = text(&output.stderr);
     let id = status["id"].as_str().expect("an id");
+    assert_eq!(
+        status,
+        overture.json(&["status", id, "--json"]),
+        "the status printed is the one the read models hold"
+    );
     assert!(
         progress.starts_with(&format!("deployment {id}\n")),
         "{progress}"

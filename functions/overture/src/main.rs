@@ -485,7 +485,16 @@ fn main() -> ExitCode {
     if let Command::StepRun(args) = cli.command {
         return step_run::main(args);
     }
-    let runtime = match tokio::runtime::Runtime::new() {
+    // A `deploy` handing its deployment to the engine serving the data directory only waits on
+    // a socket: one thread does, without the start-up and hand-offs of a pool of workers.
+    let runtime = if handing_over(&cli) {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Runtime::new()
+    };
+    let runtime = match runtime {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("error: cannot start the runtime: {error}");
@@ -509,6 +518,17 @@ fn main() -> ExitCode {
             ExitCode::from(3)
         }
     }
+}
+
+/// Whether this is a `deploy` of one blueprint on a data directory an engine serves, which
+/// [`shared::guest::hand_over`] will hand over. Should the engine be gone by then, the deploy
+/// drives its deployment itself all the same, on the one thread.
+fn handing_over(cli: &Cli) -> bool {
+    let one_file = matches!(&cli.command, Command::Deploy { files, .. } if files.len() == 1);
+    one_file
+        && cli.server.as_deref().is_none_or(str::is_empty)
+        && cli.backend == Backend::Embedded
+        && shared::socket_path(&cli.data_dir).exists()
 }
 
 /// The query port of the backend chosen; embedded, the read models first fold what is new on

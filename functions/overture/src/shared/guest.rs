@@ -46,6 +46,8 @@ async fn follow(
     let mut terminate = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
     let mut id: Option<DeploymentId> = None;
     let mut cancelling = false;
+    // Progress lines that arrived together are printed in one write.
+    let mut progress = String::new();
     loop {
         let name = tokio::select! {
             line = answers.next_line() => {
@@ -55,13 +57,21 @@ async fn follow(
                 };
                 let answer: Answer =
                     serde_json::from_str(&line).context("reading the engine's answer")?;
+                if !matches!(answer, Answer::Progress { .. }) && !progress.is_empty() {
+                    let _ = std::io::stderr().write_all(progress.as_bytes());
+                    progress.clear();
+                }
                 match answer {
                     Answer::Recorded { id: recorded } => {
                         eprintln!("deployment {recorded}");
                         id = Some(recorded);
                     }
                     Answer::Progress { line } => {
-                        let _ = std::io::stderr().write_all(line.as_bytes());
+                        progress.push_str(&line);
+                        if answers.get_ref().buffer().is_empty() {
+                            let _ = std::io::stderr().write_all(progress.as_bytes());
+                            progress.clear();
+                        }
                     }
                     Answer::Ended { status, succeeded } => {
                         out!("{status}");

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use anyhow::Context;
 use clap::Args;
-use overture_domain::deployment::{Outcome, Phase};
+use overture_domain::projection::{project, DeploymentStatus, DeploymentView};
 use overture_domain::DeploymentError;
 use overture_events::{DeploymentId, LogEntry};
 use overture_submit::SubmitError;
@@ -44,7 +44,11 @@ struct Follower {
     through: Option<u64>,
     /// Records the drive passed before the first catch-up read, to pass on after it.
     held: Option<Vec<LogEntry>>,
-    ended: Option<oneshot::Sender<()>>,
+    /// The deployment's status view, folded from the records passed on as the read models fold
+    /// them; `None` should one not fold, and the final status then comes from the read models.
+    view: Option<DeploymentView>,
+    /// Told the view once the deployment has ended and every record is passed on.
+    ended: Option<oneshot::Sender<Option<DeploymentView>>>,
 }
 
 impl Follower {
@@ -55,8 +59,15 @@ impl Follower {
             .through
             .is_none_or(|through| entry.envelope.revision > through)
         {
+            let first = self.through.is_none();
             self.through = Some(entry.envelope.revision);
             self.progress.entry(entry);
+            if first || self.view.is_some() {
+                self.view = project(self.view.take(), std::slice::from_ref(&entry.envelope))
+                    .ok()
+                    .filter(|projected| !projected.gap)
+                    .and_then(|projected| projected.view);
+            }
         }
     }
 }
@@ -105,10 +116,12 @@ impl Host {
     async fn ended(&self, id: DeploymentId) {
         self.catch_up(id).await;
         if let Some(Follower {
-            ended: Some(ended), ..
+            ended: Some(ended),
+            view,
+            ..
         }) = self.followers().remove(&id)
         {
-            let _ = ended.send(());
+            let _ = ended.send(view);
         }
     }
 }
@@ -172,7 +185,9 @@ pub async fn run(data_dir: &Path, args: EngineArgs) -> Result<(), Failure> {
                 return Ok(());
             }
             Some(id) = ended.recv() => {
-                host.ended(id).await;
+                // Beside the drive, which goes on meanwhile.
+                let host = Arc::clone(&host);
+                tokio::spawn(async move { host.ended(id).await });
                 continue;
             }
             accepted = async { listener.as_ref().expect("listening").accept().await }, if listener.is_some() => {
@@ -284,6 +299,7 @@ async fn serve(host: &Host, data_dir: &Path, stream: UnixStream) {
             progress: Progress::sending(lines),
             through: None,
             held: Some(Vec::new()),
+            view: None,
             ended: Some(ended),
         },
     );
@@ -291,12 +307,12 @@ async fn serve(host: &Host, data_dir: &Path, stream: UnixStream) {
     let mut gone = answer(&mut write, &Answer::Recorded { id }).await.is_err();
     host.catch_up(id).await;
     let mut asking = true;
-    loop {
+    let folded = loop {
         tokio::select! {
             Some(line) = progress.recv() => {
-                gone = gone || answer(&mut write, &Answer::Progress { line }).await.is_err();
+                gone = gone || pass_on(&mut write, line, &mut progress).await.is_err();
             }
-            _ = &mut has_ended => break,
+            view = &mut has_ended => break view.ok().flatten(),
             ask = asks.next_line(), if asking => match ask.ok().flatten().map(|line| serde_json::from_str::<Ask>(&line)) {
                 Some(Ok(Ask::Cancel { reason })) => {
                     match host.engine.cancel(id, &requested_by, &reason).await {
@@ -309,30 +325,49 @@ async fn serve(host: &Host, data_dir: &Path, stream: UnixStream) {
                 None => asking = false,
             },
         }
-    }
-    while let Ok(line) = progress.try_recv() {
-        gone = gone
-            || answer(&mut write, &Answer::Progress { line })
-                .await
-                .is_err();
+    };
+    if let Ok(line) = progress.try_recv() {
+        gone = gone || pass_on(&mut write, line, &mut progress).await.is_err();
     }
     if gone {
         return;
     }
-    let end = match host.engine.settled(id).await {
-        Ok((state, view)) => Answer::Ended {
+    // The view folded on the way holds every record up to the end, as the read models will.
+    let view = match folded {
+        Some(view) => Ok(view),
+        None => host.engine.settled(id).await.map(|(_, view)| view),
+    };
+    let end = match view {
+        Ok(view) => Answer::Ended {
             status: if json {
                 format!("{}\n", render::status_json(&view))
             } else {
                 render::status(&view)
             },
-            succeeded: matches!(state.phase, Phase::Finished(Outcome::Succeeded)),
+            succeeded: view.status == DeploymentStatus::Succeeded,
         },
         Err(error) => Answer::Failed {
             error: error.to_string(),
         },
     };
     let _ = answer(&mut write, &end).await;
+}
+
+/// Sends `line` and every progress line already waiting behind it, in one write.
+async fn pass_on(
+    write: &mut OwnedWriteHalf,
+    line: String,
+    waiting: &mut mpsc::UnboundedReceiver<String>,
+) -> std::io::Result<()> {
+    let mut lines = Vec::new();
+    let mut next = Some(line);
+    while let Some(line) = next {
+        serde_json::to_writer(&mut lines, &Answer::Progress { line })
+            .map_err(std::io::Error::other)?;
+        lines.push(b'\n');
+        next = waiting.try_recv().ok();
+    }
+    write.write_all(&lines).await
 }
 
 /// Writes one answer line.
