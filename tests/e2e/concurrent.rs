@@ -10,7 +10,7 @@ use std::sync::Mutex;
 
 use serde_json::Value;
 
-use crate::support::{marker, text, Overture};
+use crate::support::{marker, text, Overture, Serving};
 
 /// How many `deploy` processes run, on one data directory.
 const PROCESSES: usize = 100;
@@ -59,7 +59,22 @@ fn recorded_outcome(events: &[Value]) -> &str {
 
 #[test]
 fn a_hundred_deploys_at_once_each_print_and_exit_by_their_own_outcome() {
+    a_hundred_deploys_at_once(&Overture::new());
+}
+
+/// The same, each deploy handing its deployment to the engine serving the data directory.
+#[test]
+fn a_hundred_deploys_handed_to_one_engine_each_print_and_exit_by_their_own_outcome() {
     let overture = Overture::new();
+    let serving = Serving::start(&overture);
+    a_hundred_deploys_at_once(&overture);
+    let (code, said) = serving.stop();
+    assert_eq!(code, 0, "{said}");
+}
+
+/// Runs [`PROCESSES`] deploys, [`AT_ONCE`] at a time, and checks each printed and exited by
+/// the outcome its log recorded.
+fn a_hundred_deploys_at_once(overture: &Overture) {
     let succeeds = overture.blueprint("succeeds.yaml", SUCCEEDS);
     let fails = overture.blueprint("fails.yaml", FAILS);
     // Made before they start: this test is about deploys sharing a data directory, not about

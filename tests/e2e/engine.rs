@@ -2,82 +2,11 @@
 //! deployment over, prints the same progress, status and exit code as when it drives the
 //! deployment itself, and the engine carries the deployment on whatever becomes of that process.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::support::{files_containing, text, Overture};
-
-/// An `overture engine` running on a test's data directory; stopped (by its PID) when dropped.
-struct Serving {
-    child: Child,
-    output: Arc<Mutex<Vec<String>>>,
-    drain: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Serving {
-    /// Starts the engine and returns once it says it serves the directory.
-    fn start(overture: &Overture) -> Self {
-        let mut child = overture
-            .command(&["engine"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start overture engine");
-        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-        let output = Arc::new(Mutex::new(Vec::new()));
-        for line in lines.by_ref() {
-            let line = line.expect("a line from the engine");
-            let ready = line.starts_with("serving deployments in");
-            output.lock().expect("engine output").push(line);
-            if ready {
-                let kept = Arc::clone(&output);
-                let drain = std::thread::spawn(move || {
-                    for line in lines.map_while(Result::ok) {
-                        kept.lock().expect("engine output").push(line);
-                    }
-                });
-                return Self {
-                    child,
-                    output,
-                    drain: Some(drain),
-                };
-            }
-        }
-        let _ = child.wait();
-        panic!(
-            "overture engine ended without serving:\n{}",
-            output.lock().expect("engine output").join("\n")
-        );
-    }
-
-    /// Stops the engine with SIGTERM and returns its exit code and everything it printed.
-    fn stop(mut self) -> (i32, String) {
-        let pid = i32::try_from(self.child.id()).expect("pid");
-        // SAFETY: signals the child this test started, by its PID; it is not reaped yet.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-        let code = self.child.wait().expect("wait for the engine").code();
-        if let Some(drain) = self.drain.take() {
-            drain.join().expect("engine output drained");
-        }
-        let output = self.output.lock().expect("engine output").join("\n");
-        (code.unwrap_or(-1), output)
-    }
-}
-
-impl Drop for Serving {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let pid = i32::try_from(self.child.id()).expect("pid");
-            // SAFETY: signals the child this test started, by its PID, before reaping it.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
-        let _ = self.child.wait();
-    }
-}
+use crate::support::{files_containing, text, Overture, Serving};
 
 const CHAIN: &str = r#"
 name: chain

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
@@ -451,4 +452,72 @@ pub fn files_containing(dir: &Path, needle: &[u8]) -> Vec<String> {
 /// A marker unique to one test run, to find its processes.
 pub fn marker(name: &str) -> String {
     format!("{name}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// An `overture engine` running on a test's data directory; stopped (by its PID) when dropped.
+pub struct Serving {
+    child: Child,
+    output: Arc<Mutex<Vec<String>>>,
+    drain: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Serving {
+    /// Starts the engine and returns once it says it serves the directory.
+    pub fn start(overture: &Overture) -> Self {
+        let mut child = overture
+            .command(&["engine"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start overture engine");
+        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let output = Arc::new(Mutex::new(Vec::new()));
+        for line in lines.by_ref() {
+            let line = line.expect("a line from the engine");
+            let ready = line.starts_with("serving deployments in");
+            output.lock().expect("engine output").push(line);
+            if ready {
+                let kept = Arc::clone(&output);
+                let drain = std::thread::spawn(move || {
+                    for line in lines.map_while(Result::ok) {
+                        kept.lock().expect("engine output").push(line);
+                    }
+                });
+                return Self {
+                    child,
+                    output,
+                    drain: Some(drain),
+                };
+            }
+        }
+        let _ = child.wait();
+        panic!(
+            "overture engine ended without serving:\n{}",
+            output.lock().expect("engine output").join("\n")
+        );
+    }
+
+    /// Stops the engine with SIGTERM and returns its exit code and everything it printed.
+    pub fn stop(mut self) -> (i32, String) {
+        let pid = i32::try_from(self.child.id()).expect("pid");
+        // SAFETY: signals the child this test started, by its PID; it is not reaped yet.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+        let code = self.child.wait().expect("wait for the engine").code();
+        if let Some(drain) = self.drain.take() {
+            drain.join().expect("engine output drained");
+        }
+        let output = self.output.lock().expect("engine output").join("\n");
+        (code.unwrap_or(-1), output)
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let pid = i32::try_from(self.child.id()).expect("pid");
+            // SAFETY: signals the child this test started, by its PID, before reaping it.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        let _ = self.child.wait();
+    }
 }
