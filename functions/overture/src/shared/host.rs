@@ -376,3 +376,130 @@ async fn answer(write: &mut OwnedWriteHalf, answer: &Answer) -> std::io::Result<
     line.push(b'\n');
     write.write_all(&line).await
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use overture_domain::blueprint::parse;
+    use overture_events::{DeploymentEvent, Envelope, Metadata};
+    use uuid::Uuid;
+
+    use super::*;
+
+    fn entry(id: DeploymentId, revision: u64, event: DeploymentEvent) -> LogEntry {
+        LogEntry {
+            position: revision + 1,
+            envelope: Envelope {
+                stream: id.stream(),
+                revision,
+                id: Uuid::now_v7(),
+                event_type: event.event_type().into(),
+                data: event.data(),
+                metadata: Metadata {
+                    tenant: "acme".into(),
+                    actor: "test".into(),
+                    correlation_id: id.uuid(),
+                    causation_id: id.uuid(),
+                    recorded_at: chrono::DateTime::UNIX_EPOCH,
+                },
+            },
+        }
+    }
+
+    /// A deployment of one `noop` step, from its request to its success.
+    fn history(id: DeploymentId) -> Vec<LogEntry> {
+        let blueprint = parse("name: app\nsteps:\n  only: { run: noop }\n")
+            .expect("a valid blueprint")
+            .snapshot;
+        let events = vec![
+            DeploymentEvent::DeploymentRequested {
+                triggered_by: None,
+                tenant: "acme".into(),
+                requested_by: "ana".into(),
+                trigger: "cli".into(),
+                source: "app.yaml".into(),
+                blueprint,
+                blueprint_hash: "h".into(),
+                params: BTreeMap::new(),
+                cloud: None,
+            },
+            DeploymentEvent::StepScheduled {
+                step: "only".into(),
+                attempt: 1,
+                not_before: chrono::DateTime::UNIX_EPOCH,
+            },
+            DeploymentEvent::StepStarted {
+                step: "only".into(),
+                attempt: 1,
+                sandbox: "s".into(),
+                lease_until: None,
+            },
+            DeploymentEvent::StepSucceeded {
+                step: "only".into(),
+                attempt: 1,
+                outputs: BTreeMap::new(),
+                duration_ms: 0,
+            },
+            DeploymentEvent::SecretsPurged {},
+            DeploymentEvent::DeploymentSucceeded {},
+        ];
+        (0..)
+            .zip(events)
+            .map(|(revision, event)| entry(id, revision, event))
+            .collect()
+    }
+
+    fn following() -> (Follower, mpsc::UnboundedReceiver<String>) {
+        let (lines, sent) = mpsc::unbounded_channel();
+        let follower = Follower {
+            progress: Progress::sending(lines),
+            through: None,
+            held: Some(Vec::new()),
+            view: None,
+            ended: None,
+        };
+        (follower, sent)
+    }
+
+    fn lines(sent: &mut mpsc::UnboundedReceiver<String>) -> Vec<String> {
+        std::iter::from_fn(|| sent.try_recv().ok())
+            .map(|line| {
+                line.split_once("] ")
+                    .map_or(line.clone(), |(_, text)| text.trim().to_owned())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn each_record_is_passed_on_once_in_order_whoever_reads_it_first() {
+        let id = DeploymentId::from_uuid(Uuid::now_v7());
+        let records = history(id);
+        let (mut follower, mut sent) = following();
+        // The drive passes the last three before the catch-up read, which holds the first four.
+        for record in &records[3..] {
+            follower.pass(record);
+        }
+        assert!(lines(&mut sent).is_empty(), "held until the catch-up");
+        let held = follower.held.take().unwrap_or_default();
+        for record in records[..4].iter().chain(&held) {
+            follower.pass(record);
+        }
+        // And the drive passes one again, as a later catch-up would.
+        follower.pass(&records[5]);
+        assert_eq!(
+            lines(&mut sent),
+            [
+                "deployment of `app` for tenant `acme`: 1 steps",
+                "only                 scheduled",
+                "only                 started (attempt 1)",
+                "only                 succeeded in 0ms",
+                "secrets purged",
+                "deployment succeeded",
+            ]
+        );
+        let view = follower.view.expect("the view folded on the way");
+        assert_eq!(view.status, DeploymentStatus::Succeeded);
+        assert_eq!(view.revision, 5);
+    }
+}
