@@ -124,8 +124,8 @@ impl DriveLock {
 /// Every deployment's lock of one purpose is a byte of one file, `locks/<purpose>.lock`, at an
 /// offset made from the deployment's id, locked with an open file description lock (which the
 /// kernel, like a `flock`, ties to this open file and releases when the process dies). A file
-/// per deployment made every new deployment slower to start as the folder filled: creating the
-/// 1,000th took ext4 longer to find a free inode, and 200 deployments at once ran at half speed.
+/// per deployment left a file behind for every deployment ever driven, and creating one cost 15
+/// to 40 µs where locking a byte costs about 3.
 fn deployment_lock(
     data_dir: &Path,
     purpose: &str,
