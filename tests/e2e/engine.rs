@@ -124,6 +124,35 @@ steps:
 }
 
 #[test]
+fn stopping_the_engine_cancels_what_it_drives_and_each_deploy_prints_its_end() {
+    let overture = Overture::new();
+    let file = overture.blueprint(
+        "long.yaml",
+        r#"
+name: long
+steps:
+  waits: { run: script, with: { command: 'sleep 60' } }
+"#,
+    );
+    let serving = Serving::start(&overture);
+    let mut deploying = overture.deploy_until(&file, &["waits", "started"]);
+    let (code, said) = serving.stop();
+    assert_eq!(code, 0, "{said}");
+    assert!(
+        said.contains("SIGTERM: taking no more deployments, and cancelling the 1 running"),
+        "{said}"
+    );
+    assert_eq!(deploying.wait_within(Duration::from_secs(60)), 1);
+    let later = deploying.later_lines().join("\n");
+    assert!(
+        later.contains("deployment cancelled: SIGTERM on `overture engine`"),
+        "{later}"
+    );
+    let status = overture.json(&["status", &deploying.id, "--json"]);
+    assert_eq!(status["status"], "cancelled", "{status}");
+}
+
+#[test]
 fn bad_input_handed_over_is_refused_as_without_an_engine() {
     let overture = Overture::new();
     let _serving = Serving::start(&overture);

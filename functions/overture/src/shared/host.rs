@@ -16,6 +16,7 @@ use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
 
 use super::{socket_path, Answer, Ask};
 use crate::engine::{Engine, Joining, Scope, Watch};
@@ -178,16 +179,20 @@ pub async fn run(data_dir: &Path, args: EngineArgs) -> Result<(), Failure> {
     let mut interrupt = signal(SignalKind::interrupt()).context("listening for Ctrl-C")?;
     let mut terminate = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
     let mut listener = Some(listener);
+    // Each `deploy` process's conversation, each deployment's end passed on, each cancel: beside
+    // the drive, which goes on meanwhile (a cancel waits for its deployment's turn, which the
+    // drive may hold).
+    let mut tasks = JoinSet::new();
     loop {
+        while tasks.try_join_next().is_some() {}
         let name = tokio::select! {
             driven = &mut drive => {
                 driven?;
-                return Ok(());
+                break;
             }
             Some(id) = ended.recv() => {
-                // Beside the drive, which goes on meanwhile.
                 let host = Arc::clone(&host);
-                tokio::spawn(async move { host.ended(id).await });
+                tasks.spawn(async move { host.ended(id).await });
                 continue;
             }
             accepted = async { listener.as_ref().expect("listening").accept().await }, if listener.is_some() => {
@@ -195,7 +200,7 @@ pub async fn run(data_dir: &Path, args: EngineArgs) -> Result<(), Failure> {
                     Ok((stream, _)) => {
                         let host = Arc::clone(&host);
                         let data_dir = data_dir.to_path_buf();
-                        tokio::spawn(async move { serve(&host, &data_dir, stream).await });
+                        tasks.spawn(async move { serve(&host, &data_dir, stream).await });
                     }
                     Err(error) => tracing::warn!(%error, "could not accept a deploy process"),
                 }
@@ -221,19 +226,24 @@ pub async fn run(data_dir: &Path, args: EngineArgs) -> Result<(), Failure> {
             driven.len()
         );
         for id in driven {
-            match engine
-                .cancel(
-                    id,
-                    &cancel::local_user(),
-                    &format!("{name} on `overture engine`"),
-                )
-                .await?
-            {
-                Ok(_) | Err(DeploymentError::AlreadyFinished) => {}
-                Err(refused) => return Err(Failure::Engine(refused.into())),
-            }
+            let engine = Arc::clone(&engine);
+            let reason = format!("{name} on `overture engine`");
+            tasks.spawn(async move {
+                match engine.cancel(id, &cancel::local_user(), &reason).await {
+                    Ok(Ok(_) | Err(DeploymentError::AlreadyFinished)) => {}
+                    Ok(Err(refused)) => tracing::warn!(%id, %refused, "cancel refused"),
+                    Err(error) => tracing::warn!(%id, %error, "could not record the cancel"),
+                }
+            });
         }
     }
+    // Every deployment has ended: each `deploy` process still following one hears of its end
+    // before the engine stops.
+    while let Ok(id) = ended.try_recv() {
+        host.ended(id).await;
+    }
+    while tasks.join_next().await.is_some() {}
+    Ok(())
 }
 
 /// Binds the data directory's socket, for its owner alone. A socket left by an engine that died
