@@ -16,6 +16,17 @@ steps:
   beside: { run: noop }
 "#;
 
+/// A blueprint whose first step sleeps `seconds`, with a step after it.
+fn sleeping(overture: &Overture, seconds: u32) -> std::path::PathBuf {
+    overture.blueprint(
+        "sleeps.yaml",
+        &format!(
+            "name: sleeps\nsteps:\n  waits: {{ run: script, with: {{ command: 'sleep {seconds}' }} }}\n  \
+             after: {{ run: noop, needs: [waits] }}\n"
+        ),
+    )
+}
+
 /// `status ID --json` once the deployment has ended, waiting for it at most `deadline`.
 fn ended_status(overture: &Overture, id: &str, deadline: Duration) -> Value {
     let start = Instant::now();
@@ -80,15 +91,7 @@ fn a_deploy_handed_to_the_engine_prints_what_it_would_print_driving_it_itself() 
 #[test]
 fn the_engine_carries_a_deployment_on_when_its_deploy_process_dies() {
     let overture = Overture::new();
-    let file = overture.blueprint(
-        "slow.yaml",
-        r#"
-name: slow
-steps:
-  waits: { run: script, with: { command: 'sleep 1' } }
-  after: { run: noop, needs: [waits] }
-"#,
-    );
+    let file = sleeping(&overture, 1);
     let _serving = Serving::start(&overture);
     let deploying = overture.deploy_until(&file, &["waits", "started"]);
     let id = deploying.id.clone();
@@ -101,15 +104,7 @@ steps:
 #[test]
 fn ctrl_c_on_a_handed_over_deploy_cancels_its_deployment() {
     let overture = Overture::new();
-    let file = overture.blueprint(
-        "long.yaml",
-        r#"
-name: long
-steps:
-  waits: { run: script, with: { command: 'sleep 60' } }
-  never: { run: noop, needs: [waits] }
-"#,
-    );
+    let file = sleeping(&overture, 60);
     let _serving = Serving::start(&overture);
     let mut deploying = overture.deploy_until(&file, &["waits", "started"]);
     deploying.signal(libc::SIGINT);
@@ -117,7 +112,7 @@ steps:
     assert_eq!(code, 1, "{:?}", deploying.later_lines());
     let status = overture.json(&["status", &deploying.id, "--json"]);
     assert_eq!(status["status"], "cancelled", "{status}");
-    assert_eq!(status["steps"]["never"]["status"], "pending", "{status}");
+    assert_eq!(status["steps"]["after"]["status"], "pending", "{status}");
     let later = deploying.later_lines().join("\n");
     assert!(later.contains("Ctrl-C: cancelling deployment"), "{later}");
     assert!(later.contains("deployment cancelled"), "{later}");
@@ -126,14 +121,7 @@ steps:
 #[test]
 fn stopping_the_engine_cancels_what_it_drives_and_each_deploy_prints_its_end() {
     let overture = Overture::new();
-    let file = overture.blueprint(
-        "long.yaml",
-        r#"
-name: long
-steps:
-  waits: { run: script, with: { command: 'sleep 60' } }
-"#,
-    );
+    let file = sleeping(&overture, 60);
     let serving = Serving::start(&overture);
     let mut deploying = overture.deploy_until(&file, &["waits", "started"]);
     let (code, said) = serving.stop();
