@@ -1,11 +1,12 @@
-//! The API's ports on the embedded engine: each deployment is driven by a task of its own in
-//! this process, as `overture deploy` drives one, and a restarted server resumes the unfinished
-//! ones as `overture resume` does.
+//! The API's ports on the embedded engine: every deployment joins one drive, as those of
+//! `overture engine` do, so deployments started side by side share its commits and its feed;
+//! a restarted server resumes the unfinished ones as `overture resume` does.
 //!
 //! A deployment made with a cloud token cannot be resumed without a token of its project (its
 //! seal opens with nothing else, see [`crate::token`]): it waits, recorded as interrupted, until
 //! a caller of that project makes a request, and carries on with that caller's token.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,7 +19,7 @@ use overture_orchestrator::Since;
 use overture_submit::again::Redrive;
 use overture_submit::Submission;
 
-use crate::engine::{Engine, Unwatched};
+use crate::engine::{Engine, Joining, Scope, Unwatched};
 use crate::lock::{DriveLock, EngineLock};
 use crate::Failure;
 use overture_api::auth::Caller;
@@ -31,7 +32,8 @@ const LOOK_EVERY: Duration = Duration::from_millis(500);
 pub struct Embedded {
     /// The engine.
     pub engine: Arc<Engine>,
-    parallelism: usize,
+    /// The deployments this server drives, in its one drive.
+    driving: Arc<Driving>,
     /// Unfinished deployments made with a cloud token, waiting for a token of their project
     /// (by project id).
     waiting: Mutex<Vec<(DeploymentId, String)>>,
@@ -82,9 +84,10 @@ impl Embedded {
             .chain(waiting.iter().map(|(id, _)| id))
             .copied()
             .collect();
+        let driving = Driving::start(&engine, parallelism).await?;
         let embedded = Self {
             engine,
-            parallelism,
+            driving,
             waiting: Mutex::new(waiting),
             _lock: lock,
             resumed,
@@ -97,58 +100,91 @@ impl Embedded {
 
     /// Moves a deployment on from where its log stands, and drives it.
     async fn carry_on(&self, id: DeploymentId) -> Result<(), Failure> {
-        let from = self.head().await.map_err(anyhow::Error::from)?;
         self.engine
             .orchestrate(id, uuid::Uuid::now_v7(), Since::Unknown)
             .await?;
-        self.drive(id, from);
+        self.driving.join(&self.engine, id);
         Ok(())
     }
+}
 
-    async fn head(&self) -> Result<u64, RunError> {
-        self.engine.log.head_position().await.map_err(engine_error)
-    }
+/// The server's one drive, and the drive lock of each deployment in it.
+struct Driving {
+    joining: Joining,
+    locks: Mutex<HashMap<DeploymentId, DriveLock>>,
+}
 
-    /// Drives `id` to its end in a task of its own, which outlives the request that started it.
-    fn drive(&self, id: DeploymentId, from: u64) {
-        let engine = Arc::clone(&self.engine);
-        let parallelism = self.parallelism;
+impl Driving {
+    /// Starts the drive, from the log's head on, in a task that outlives every request.
+    async fn start(engine: &Arc<Engine>, parallelism: usize) -> Result<Arc<Self>, Failure> {
+        let from = engine
+            .log
+            .head_position()
+            .await
+            .map_err(anyhow::Error::from)?;
+        let (joining, mut ended) = Joining::new(engine);
+        let driving = Arc::new(Self {
+            joining,
+            locks: Mutex::new(HashMap::new()),
+        });
+        let (engine, drives) = (Arc::clone(engine), Arc::clone(&driving));
         tokio::spawn(async move {
-            // Another process (`overture cancel`) may be carrying it out already.
-            let _driving = match DriveLock::take(&engine.data_dir, id) {
-                Ok(Some(lock)) => lock,
-                Ok(None) => return,
-                Err(error) => {
-                    tracing::error!(%id, %error, "cannot take the drive lock");
-                    return;
+            let mut unwatched = Unwatched;
+            let drive = engine.drive_scope(
+                Scope::Joined(&drives.joining),
+                parallelism,
+                &mut unwatched,
+                from,
+            );
+            tokio::pin!(drive);
+            loop {
+                tokio::select! {
+                    driven = &mut drive => {
+                        if let Err(error) = driven {
+                            tracing::error!(%error, "driving the deployments failed; restart the server to resume them");
+                        }
+                        return;
+                    }
+                    Some(id) = ended.recv() => {
+                        drives.locks.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&id);
+                    }
                 }
-            };
-            if let Err(error) = engine
-                .drive(Some(id), parallelism, &mut Unwatched, from)
-                .await
-            {
-                tracing::error!(%id, %error, "driving the deployment failed; restart the server to resume it");
             }
         });
+        Ok(driving)
+    }
+
+    /// Adds a recorded deployment to the drive, unless another process drives it (`overture
+    /// cancel` carrying a cancel out).
+    fn join(&self, engine: &Engine, id: DeploymentId) {
+        match DriveLock::take(&engine.data_dir, id) {
+            Ok(Some(lock)) => {
+                self.locks
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .insert(id, lock);
+                self.joining.join(id);
+            }
+            Ok(None) => {}
+            Err(error) => tracing::error!(%id, %error, "cannot take the drive lock"),
+        }
     }
 }
 
 #[async_trait]
 impl RunDeployments for Embedded {
     async fn start(&self, submission: Submission) -> Result<DeploymentId, RunError> {
-        let from = self.head().await?;
         let id = self.engine.submit(submission).await?;
         self.engine.project().await.map_err(engine_error)?;
-        self.drive(id, from);
+        self.driving.join(&self.engine, id);
         Ok(id)
     }
 
     async fn redrive(&self, request: Redrive) -> Result<(), RunError> {
-        let from = self.head().await?;
         let id = request.deployment;
         self.engine.redrive(request).await?;
         self.engine.project().await.map_err(engine_error)?;
-        self.drive(id, from);
+        self.driving.join(&self.engine, id);
         Ok(())
     }
 

@@ -30,8 +30,9 @@ pub struct ServeArgs {
     /// The cloud's identity (Keystone v3) URL that checks the callers' tokens.
     #[arg(long, env = "OS_AUTH_URL", value_name = "URL")]
     pub auth_url: String,
-    /// How many steps of one deployment may run at once.
-    #[arg(long, default_value_t = 8)]
+    /// How many steps may run at once, across every deployment it drives (they share one
+    /// drive).
+    #[arg(long, default_value_t = 64)]
     pub parallelism: usize,
     /// A trigger file: `POST /v1/events` evaluates it, deploying into the caller's tenant only.
     #[arg(long, value_name = "FILE")]
