@@ -627,9 +627,10 @@ impl ReadModelStore for SqliteReadModels {
             .map_err(store_error)?;
         self.db
             .with_derived(move |c| {
-                let sp = c.savepoint()?;
+                // No savepoint of its own: the writer runs each write in one, and an error
+                // here rolls back all of it.
                 {
-                    let mut put_head = sp.prepare_cached(
+                    let mut put_head = c.prepare_cached(
                         "INSERT INTO deployment_views (id, tenant, status, started_at, revision, view)
                          VALUES (?1, ?2, ?3, ?4, ?5, ?6)
                          ON CONFLICT (id) DO UPDATE SET status = excluded.status,
@@ -638,7 +639,7 @@ impl ReadModelStore for SqliteReadModels {
                     for (id, tenant, status, started_at, revision, head) in &heads {
                         put_head.execute(params![id, tenant, status, started_at, revision, head])?;
                     }
-                    let mut put = sp.prepare_cached(PUT_STEP)?;
+                    let mut put = c.prepare_cached(PUT_STEP)?;
                     for row in &steps {
                         put_step(
                             &mut put,
@@ -649,20 +650,20 @@ impl ReadModelStore for SqliteReadModels {
                             row.outputs.clone().map(|range| &text[range]),
                         )?;
                     }
-                    let mut put_tenant = sp.prepare_cached(
+                    let mut put_tenant = c.prepare_cached(
                         "INSERT INTO tenant_views (tenant, view) VALUES (?1, ?2)
                          ON CONFLICT (tenant) DO UPDATE SET view = excluded.view",
                     )?;
                     for (tenant, json) in &tenants {
                         put_tenant.execute(params![tenant, json])?;
                     }
-                    sp.prepare_cached(
+                    c.prepare_cached(
                         "INSERT INTO checkpoints (name, position) VALUES (?1, ?2)
                          ON CONFLICT (name) DO UPDATE SET position = excluded.position",
                     )?
                     .execute(params![CHECKPOINT, checkpoint as i64])?;
                 }
-                sp.commit()
+                Ok(())
             })
             .await
             .map_err(store_error)
