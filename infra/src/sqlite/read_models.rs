@@ -22,7 +22,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use async_trait::async_trait;
 use indexmap::IndexMap;
 use overture_domain::projection::{
-    Change, DeploymentView, Folding, Header, ReadModels, StepView, TenantDelta, TenantView, Touched,
+    Change, ChangedSteps, DeploymentView, Folding, Header, ReadModels, StepView, TenantDelta,
+    TenantView, Touched,
 };
 use overture_events::{DeploymentId, ErrorClass, LogEntry, Timestamp};
 use overture_projector::{
@@ -585,26 +586,40 @@ impl ReadModelStore for SqliteReadModels {
         let mut heads = Vec::with_capacity(models.deployments.len());
         let mut text: Vec<u8> = Vec::with_capacity(1 << 20);
         let mut steps: Vec<StepRow> = Vec::new();
-        let none = BTreeSet::new();
+        let none = ChangedSteps::default();
         for view in models.deployments.values() {
-            for name in touched.get(&view.id).unwrap_or(&none) {
-                if let Some((position, name, step)) = view.steps.get_full(name) {
-                    let start = text.len();
-                    text.extend_from_slice(name.as_bytes());
-                    let middle = text.len();
-                    let outputs = if step.outputs.is_empty() {
-                        None
-                    } else {
-                        serde_json::to_writer(&mut text, &step.outputs).map_err(store_error)?;
-                        Some(middle..text.len())
-                    };
-                    steps.push(StepRow {
-                        deployment: heads.len(),
-                        name: start..middle,
-                        columns: StepColumns::from(step),
-                        outputs,
-                        position: position as i64,
-                    });
+            let changed = touched.get(&view.id).unwrap_or(&none);
+            let deployment = heads.len();
+            let mut push = |position: usize, name: &str, step: &StepView| {
+                let start = text.len();
+                text.extend_from_slice(name.as_bytes());
+                let middle = text.len();
+                let outputs = if step.outputs.is_empty() {
+                    None
+                } else {
+                    serde_json::to_writer(&mut text, &step.outputs).map_err(store_error)?;
+                    Some(middle..text.len())
+                };
+                steps.push(StepRow {
+                    deployment,
+                    name: start..middle,
+                    columns: StepColumns::from(step),
+                    outputs,
+                    position: position as i64,
+                });
+                Ok::<_, StoreError>(())
+            };
+            if changed.all {
+                // A view the batch started holds every step, in order: a step's position is
+                // its index.
+                for (position, (name, step)) in view.steps.iter().enumerate() {
+                    push(position, name, step)?;
+                }
+            } else {
+                for name in &changed.named {
+                    if let Some((position, name, step)) = view.steps.get_full(name) {
+                        push(position, name, step)?;
+                    }
                 }
             }
             let head = serde_json::to_string(&view.header()).map_err(store_error)?;
