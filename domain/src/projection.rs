@@ -499,7 +499,7 @@ fn fold_record(
     };
     view.revision = revision;
     let before = view.status;
-    fold(view, change, at, &mut projected.steps);
+    fold(view, change, at, Some(&mut projected.steps));
     if view.status != before {
         *projected.delta.counter(before) -= 1;
         *projected.delta.counter(view.status) += 1;
@@ -929,8 +929,26 @@ pub struct Folding {
     pub change: Change,
 }
 
+/// The steps of one deployment's view that a rebuild's folds changed: what a store writes
+/// beside the header.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ChangedSteps {
+    /// The folds started the view, so every step of it is new; `named` is then left empty, as
+    /// a rebuild starts hundreds of thousands of steps.
+    pub all: bool,
+    /// The steps changed, when not `all`.
+    pub named: BTreeSet<String>,
+}
+
+impl ChangedSteps {
+    /// Whether the step named `name` changed.
+    pub fn contains(&self, name: &str) -> bool {
+        self.all || self.named.contains(name)
+    }
+}
+
 /// The steps whose views a rebuild's folds changed, by deployment.
-pub type Touched = BTreeMap<DeploymentId, BTreeSet<String>>;
+pub type Touched = BTreeMap<DeploymentId, ChangedSteps>;
 
 /// Many deployments' and tenants' views, folded in memory: what a rebuild folds the whole log
 /// into, batch by batch, and what `replay --check` compares the stored views with. It folds
@@ -967,12 +985,11 @@ impl ReadModels {
         let Some(view) = self.deployments.get_mut(&deployment) else {
             // Only a deployment's first record starts its view.
             if revision == 0 {
-                let steps = touched.entry(deployment).or_default();
                 let _ = self.fold_one(deployment, |projected| {
                     fold_record(projected, deployment, revision, at, || Ok(change)).map(|_| ())
                 });
-                if let Some(view) = self.deployments.get(&deployment) {
-                    steps.extend(view.steps.keys().cloned());
+                if self.deployments.contains_key(&deployment) {
+                    touched.entry(deployment).or_default().all = true;
                 }
             }
             return;
@@ -983,7 +1000,9 @@ impl ReadModels {
         }
         view.revision = revision;
         let before = view.status;
-        fold(view, change, at, touched.entry(deployment).or_default());
+        let changed = touched.entry(deployment).or_default();
+        let named = (!changed.all).then_some(&mut changed.named);
+        fold(view, change, at, named);
         if view.status != before {
             let mut delta = TenantDelta::default();
             *delta.counter(before) -= 1;
@@ -1018,11 +1037,20 @@ impl ReadModels {
     }
 }
 
-fn fold(view: &mut DeploymentView, change: Change, at: Timestamp, touched: &mut BTreeSet<String>) {
+/// Folds `change` into `view`, adding the steps it changes to `touched` (`None`: they are
+/// written anyway).
+fn fold(
+    view: &mut DeploymentView,
+    change: Change,
+    at: Timestamp,
+    mut touched: Option<&mut BTreeSet<String>>,
+) {
     let mut step = |name: String, change: &mut dyn FnMut(&mut StepView)| {
         if let Some(s) = view.steps.get_mut(&name) {
             change(s);
-            touched.insert(name);
+            if let Some(touched) = touched.as_mut() {
+                touched.insert(name);
+            }
         }
     };
     match change {

@@ -458,8 +458,9 @@ fn an_event_decoded_only_as_far_as_the_views_need_folds_as_the_whole_event() {
         assert_eq!(lean, whole, "after {}", record.event_type);
     }
     assert_eq!(lean.deployments[&id].status, DeploymentStatus::Cancelled);
-    let steps: Vec<&str> = touched[&id].iter().map(String::as_str).collect();
-    assert_eq!(steps, ["a", "b"]);
+    // The records started the view: every step of it is to be written.
+    assert!(touched[&id].all);
+    assert!(touched[&id].contains("a") && touched[&id].contains("b"));
 }
 
 /// The steps records name are those a projector loads with the header: the step of each step

@@ -380,17 +380,34 @@ async fn fold_and_store(
     entries: Vec<ChangeEntry>,
     checkpoint: u64,
 ) -> Result<(), ProjectorError> {
-    let mut wanted: BTreeMap<DeploymentId, BTreeSet<String>> = BTreeMap::new();
+    // Headers first, with no steps: only the deployments the store already holds need the
+    // steps the batch names loaded, and in a rebuild that is none but those cut by a batch's end.
+    let mut headers: BTreeMap<DeploymentId, BTreeSet<String>> = BTreeMap::new();
     let mut tenants = BTreeSet::new();
     for entry in &entries {
-        let change = &entry.folding.change;
-        let steps = wanted.entry(entry.folding.deployment).or_default();
-        steps.extend(change.steps().iter().cloned());
-        if let Change::Requested { tenant, .. } = change {
+        headers.entry(entry.folding.deployment).or_default();
+        if let Change::Requested { tenant, .. } = &entry.folding.change {
             tenants.insert(tenant.clone());
         }
     }
-    let mut models = store.load(&wanted, &tenants).await?;
+    let mut models = store.load(&headers, &tenants).await?;
+    let mut wanted: BTreeMap<DeploymentId, BTreeSet<String>> = BTreeMap::new();
+    for entry in &entries {
+        let steps = entry.folding.change.steps();
+        if !steps.is_empty() && models.deployments.contains_key(&entry.folding.deployment) {
+            let named = wanted.entry(entry.folding.deployment).or_default();
+            named.extend(steps.iter().cloned());
+        }
+    }
+    if !wanted.is_empty() {
+        let mut stored = store.load(&wanted, &BTreeSet::new()).await?;
+        for id in wanted.keys() {
+            match stored.deployments.remove(id) {
+                Some(view) => models.deployments.insert(*id, view),
+                None => models.deployments.remove(id),
+            };
+        }
+    }
     let mut touched = Touched::new();
     for entry in entries {
         models.apply_change(entry.folding, &mut touched);

@@ -3,7 +3,7 @@
 //!
 //! - `deployment_views` holds a deployment's header: the view without its steps, as JSON, with
 //!   its tenant, status, start and revision in columns of their own (filters, the conflict
-//!   check). `step_views` holds each step's view as JSON, with its position in the blueprint.
+//!   check). `step_views` holds each step's view in columns, with its position in the blueprint.
 //!   Saving a projected record writes the header and the steps it changed only, so its cost
 //!   does not grow with the deployment.
 //! - [`DeploymentViews`] (the projector's per-stream port): one write, in a savepoint, stores
@@ -21,9 +21,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use async_trait::async_trait;
 use indexmap::IndexMap;
-use overture_domain::deployment::StepStatus;
 use overture_domain::projection::{
-    Change, DeploymentView, Folding, Header, ReadModels, StepView, TenantDelta, TenantView, Touched,
+    Change, ChangedSteps, DeploymentView, Folding, Header, ReadModels, StepView, TenantDelta,
+    TenantView, Touched,
 };
 use overture_events::{DeploymentId, ErrorClass, LogEntry, Timestamp};
 use overture_projector::{
@@ -66,103 +66,168 @@ fn encode<T: serde::Serialize>(value: &T) -> rusqlite::Result<String> {
     serde_json::to_string(value).map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))
 }
 
-/// A step row to write: its deployment's index among the headers written, and where its name
-/// and view are in the buffer written with them.
+/// A step row to write: its deployment's index among the headers written, its columns, and
+/// where its name and outputs are in the buffer written with them.
 struct StepRow {
     deployment: usize,
     name: std::ops::Range<usize>,
-    json: std::ops::Range<usize>,
+    columns: StepColumns,
+    outputs: Option<std::ops::Range<usize>>,
     position: i64,
 }
 
-/// A step's view as stored: [`StepView`]'s JSON, its times formatted without chrono's
-/// formatting machinery, as a rebuild writes hundreds of thousands.
-#[derive(serde::Serialize)]
-struct StoredStep<'a> {
-    status: StepStatus,
+/// The columns of a step's row but its outputs, which are a JSON object.
+struct StepColumns {
+    status: &'static str,
     attempts: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    started_at: Option<Utc3339>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    finished_at: Option<Utc3339>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error_class: Option<ErrorClass>,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    outputs: &'a BTreeMap<String, String>,
+    started_at: TimeColumn,
+    finished_at: TimeColumn,
+    error_class: Option<&'static str>,
 }
 
-impl<'a> From<&'a StepView> for StoredStep<'a> {
-    fn from(step: &'a StepView) -> Self {
-        // Every field named: a field added to the view must be added here too.
+impl From<&StepView> for StepColumns {
+    fn from(step: &StepView) -> Self {
+        // Every field named: a field added to the view must be given a column too.
         let StepView {
             status,
             attempts,
             started_at,
             finished_at,
             error_class,
-            outputs,
+            outputs: _,
         } = step;
         Self {
-            status: *status,
+            status: status.as_str(),
             attempts: *attempts,
-            started_at: started_at.map(Utc3339),
-            finished_at: finished_at.map(Utc3339),
-            error_class: *error_class,
-            outputs,
+            started_at: TimeColumn(*started_at),
+            finished_at: TimeColumn(*finished_at),
+            error_class: error_class.as_ref().map(ErrorClass::as_str),
         }
     }
 }
 
-/// A time serialized as chrono serializes it (RFC 3339, `Z`, fraction of 0, 3, 6 or 9
-/// digits as needed).
-struct Utc3339(Timestamp);
+/// The step's outputs as their column holds them: `None` (NULL) for none.
+fn outputs_json(outputs: &BTreeMap<String, String>) -> rusqlite::Result<Option<String>> {
+    (!outputs.is_empty()).then(|| encode(outputs)).transpose()
+}
 
-impl serde::Serialize for Utc3339 {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use chrono::{Datelike, Timelike};
-        let t = self.0;
-        let (year, nanos) = (t.year(), t.nanosecond());
-        if !(0..=9999).contains(&year) || nanos >= 1_000_000_000 {
-            // Signed years and leap seconds: chrono's own form.
-            return self.0.serialize(serializer);
-        }
-        let mut out = [0u8; 30];
-        let mut put = |at: usize, value: u32, digits: usize| {
-            let mut v = value;
-            for i in (0..digits).rev() {
-                out[at + i] = b'0' + (v % 10) as u8;
-                v /= 10;
+/// The statement that stores a step's row, its parameters in [`step_params`]' order.
+const PUT_STEP: &str = "INSERT INTO step_views (deployment, name, position, status, attempts,
+         started_at, finished_at, error_class, outputs) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+     ON CONFLICT (deployment, name) DO UPDATE SET status = excluded.status,
+         attempts = excluded.attempts, started_at = excluded.started_at,
+         finished_at = excluded.finished_at, error_class = excluded.error_class,
+         outputs = excluded.outputs";
+
+fn put_step(
+    put: &mut rusqlite::Statement<'_>,
+    deployment: &str,
+    name: &str,
+    position: i64,
+    columns: &StepColumns,
+    outputs: Option<&str>,
+) -> rusqlite::Result<()> {
+    put.execute(params![
+        deployment,
+        name,
+        position,
+        columns.status,
+        columns.attempts,
+        columns.started_at,
+        columns.finished_at,
+        columns.error_class,
+        outputs
+    ])
+    .map(|_| ())
+}
+
+/// A time as a step's row holds it: unix nanoseconds, or the view's own JSON text for a time
+/// they cannot hold (beyond 1677-2262, or a leap second), or NULL.
+struct TimeColumn(Option<Timestamp>);
+
+impl rusqlite::ToSql for TimeColumn {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        use chrono::Timelike;
+        use rusqlite::types::{ToSqlOutput, Value};
+        let Some(time) = self.0 else {
+            return Ok(ToSqlOutput::Owned(Value::Null));
+        };
+        if time.nanosecond() < 1_000_000_000 {
+            if let Some(nanos) = time.timestamp_nanos_opt() {
+                return Ok(ToSqlOutput::Owned(Value::Integer(nanos)));
             }
+        }
+        let text = match serde_json::to_value(time) {
+            Ok(serde_json::Value::String(text)) => text,
+            Ok(other) => other.to_string(),
+            Err(error) => return Err(rusqlite::Error::ToSqlConversionFailure(Box::new(error))),
         };
-        put(0, year as u32, 4);
-        put(5, t.month(), 2);
-        put(8, t.day(), 2);
-        put(11, t.hour(), 2);
-        put(14, t.minute(), 2);
-        put(17, t.second(), 2);
-        let end = if nanos == 0 {
-            19
-        } else if nanos % 1_000_000 == 0 {
-            put(20, nanos / 1_000_000, 3);
-            23
-        } else if nanos % 1_000 == 0 {
-            put(20, nanos / 1_000, 6);
-            26
-        } else {
-            put(20, nanos, 9);
-            29
-        };
-        out[4] = b'-';
-        out[7] = b'-';
-        out[10] = b'T';
-        out[13] = b':';
-        out[16] = b':';
-        out[19] = b'.';
-        out[end] = b'Z';
-        // Only ASCII digits and separators were written.
-        let text = std::str::from_utf8(&out[..=end]).map_err(serde::ser::Error::custom)?;
-        serializer.serialize_str(text)
+        Ok(ToSqlOutput::Owned(Value::Text(text)))
     }
+}
+
+/// Why a step's column does not hold what its view needs.
+#[derive(Debug, thiserror::Error)]
+#[error("a step view's column holds {0}")]
+struct BadColumn(String);
+
+fn bad_column(index: usize, what: String) -> rusqlite::Error {
+    rusqlite::Error::FromSqlConversionFailure(
+        index,
+        rusqlite::types::Type::Text,
+        Box::new(BadColumn(what)),
+    )
+}
+
+/// Reads a time column written by [`TimeColumn`] (or migrated from a JSON document).
+fn time_column(row: &rusqlite::Row<'_>, index: usize) -> rusqlite::Result<Option<Timestamp>> {
+    use rusqlite::types::ValueRef;
+    match row.get_ref(index)? {
+        ValueRef::Null => Ok(None),
+        ValueRef::Integer(nanos) => Ok(Some(chrono::DateTime::from_timestamp_nanos(nanos))),
+        ValueRef::Text(text) => {
+            let text = std::str::from_utf8(text)
+                .map_err(|e| bad_column(index, format!("a time that is not UTF-8: {e}")))?;
+            match parse_utc(text) {
+                Some(time) => Ok(Some(time)),
+                None => named::<Timestamp>(index, text).map(Some),
+            }
+        }
+        other => Err(bad_column(
+            index,
+            format!("a {} where a time belongs", other.data_type()),
+        )),
+    }
+}
+
+/// Reads a value from its serde name (a status, an error class, a time).
+fn named<'de, T: Deserialize<'de>>(index: usize, text: &'de str) -> rusqlite::Result<T> {
+    use serde::de::IntoDeserializer;
+    let text: serde::de::value::StrDeserializer<'_, serde::de::value::Error> =
+        text.into_deserializer();
+    T::deserialize(text).map_err(|e| bad_column(index, format!("`{text:?}`: {e}")))
+}
+
+/// Reads a step's view from its row's columns from `first` on: status, attempts, started_at,
+/// finished_at, error_class, outputs.
+fn step_from_row(row: &rusqlite::Row<'_>, first: usize) -> rusqlite::Result<StepView> {
+    let status = row.get_ref(first)?.as_str()?;
+    let error_class = match row.get_ref(first + 4)?.as_str_or_null()? {
+        Some(text) => Some(named(first + 4, text)?),
+        None => None,
+    };
+    let outputs = match row.get_ref(first + 5)?.as_str_or_null()? {
+        Some(json) => decode(json)?,
+        None => BTreeMap::new(),
+    };
+    Ok(StepView {
+        status: named(first, status)?,
+        attempts: row.get(first + 1)?,
+        started_at: time_column(row, first + 2)?,
+        finished_at: time_column(row, first + 3)?,
+        error_class,
+        outputs,
+    })
 }
 
 /// Which steps to read with a header.
@@ -204,24 +269,26 @@ fn read_steps(
     match steps {
         Steps::All => {
             let mut select = c.prepare_cached(
-                "SELECT name, view FROM step_views WHERE deployment = ?1 ORDER BY position",
+                "SELECT name, status, attempts, started_at, finished_at, error_class, outputs
+                 FROM step_views WHERE deployment = ?1 ORDER BY position",
             )?;
             let mut rows = select.query([&deployment])?;
             while let Some(row) = rows.next()? {
                 let name: String = row.get(0)?;
-                views.insert(name, decode(row.get_ref(1)?.as_str()?)?);
+                views.insert(name, step_from_row(row, 1)?);
             }
         }
         Steps::Named(names) => {
             let mut select = c.prepare_cached(
-                "SELECT view FROM step_views WHERE deployment = ?1 AND name = ?2",
+                "SELECT status, attempts, started_at, finished_at, error_class, outputs
+                 FROM step_views WHERE deployment = ?1 AND name = ?2",
             )?;
             for name in names {
-                let json: Option<String> = select
-                    .query_row(params![deployment, name], |row| row.get(0))
+                let step = select
+                    .query_row(params![deployment, name], |row| step_from_row(row, 0))
                     .optional()?;
-                if let Some(json) = json {
-                    views.insert(name.clone(), decode(&json)?);
+                if let Some(step) = step {
+                    views.insert(name.clone(), step);
                 }
             }
         }
@@ -382,8 +449,13 @@ impl DeploymentViews for SqliteReadModels {
         for name in steps {
             // A new view holds every step, in order: a step's position is its index.
             if let Some((position, name, step)) = view.steps.get_full(name) {
-                let json = serde_json::to_string(step).map_err(corrupt)?;
-                rows.push((name.clone(), position as i64, json));
+                let outputs = outputs_json(&step.outputs).map_err(corrupt)?;
+                rows.push((
+                    name.clone(),
+                    position as i64,
+                    StepColumns::from(step),
+                    outputs,
+                ));
             }
         }
         let delta = delta.clone();
@@ -427,12 +499,11 @@ impl DeploymentViews for SqliteReadModels {
                     }));
                 }
                 {
-                    let mut put = sp.prepare_cached(
-                        "INSERT INTO step_views (deployment, name, position, view) VALUES (?1, ?2, ?3, ?4)
-                         ON CONFLICT (deployment, name) DO UPDATE SET view = excluded.view",
-                    )?;
-                    for (name, position, json) in &rows {
-                        put.execute(params![id.to_string(), name, position, json])?;
+                    let deployment = id.to_string();
+                    let mut put = sp.prepare_cached(PUT_STEP)?;
+                    for (name, position, columns, outputs) in &rows {
+                        let outputs = outputs.as_deref();
+                        put_step(&mut put, &deployment, name, *position, columns, outputs)?;
                     }
                 }
                 if !delta.is_empty() {
@@ -515,21 +586,40 @@ impl ReadModelStore for SqliteReadModels {
         let mut heads = Vec::with_capacity(models.deployments.len());
         let mut text: Vec<u8> = Vec::with_capacity(1 << 20);
         let mut steps: Vec<StepRow> = Vec::new();
-        let none = BTreeSet::new();
+        let none = ChangedSteps::default();
         for view in models.deployments.values() {
-            for name in touched.get(&view.id).unwrap_or(&none) {
-                if let Some((position, name, step)) = view.steps.get_full(name) {
-                    let start = text.len();
-                    text.extend_from_slice(name.as_bytes());
-                    let middle = text.len();
-                    serde_json::to_writer(&mut text, &StoredStep::from(step))
-                        .map_err(store_error)?;
-                    steps.push(StepRow {
-                        deployment: heads.len(),
-                        name: start..middle,
-                        json: middle..text.len(),
-                        position: position as i64,
-                    });
+            let changed = touched.get(&view.id).unwrap_or(&none);
+            let deployment = heads.len();
+            let mut push = |position: usize, name: &str, step: &StepView| {
+                let start = text.len();
+                text.extend_from_slice(name.as_bytes());
+                let middle = text.len();
+                let outputs = if step.outputs.is_empty() {
+                    None
+                } else {
+                    serde_json::to_writer(&mut text, &step.outputs).map_err(store_error)?;
+                    Some(middle..text.len())
+                };
+                steps.push(StepRow {
+                    deployment,
+                    name: start..middle,
+                    columns: StepColumns::from(step),
+                    outputs,
+                    position: position as i64,
+                });
+                Ok::<_, StoreError>(())
+            };
+            if changed.all {
+                // A view the batch started holds every step, in order: a step's position is
+                // its index.
+                for (position, (name, step)) in view.steps.iter().enumerate() {
+                    push(position, name, step)?;
+                }
+            } else {
+                for name in &changed.named {
+                    if let Some((position, name, step)) = view.steps.get_full(name) {
+                        push(position, name, step)?;
+                    }
                 }
             }
             let head = serde_json::to_string(&view.header()).map_err(store_error)?;
@@ -552,9 +642,10 @@ impl ReadModelStore for SqliteReadModels {
             .map_err(store_error)?;
         self.db
             .with_derived(move |c| {
-                let sp = c.savepoint()?;
+                // No savepoint of its own: the writer runs each write in one, and an error
+                // here rolls back all of it.
                 {
-                    let mut put_head = sp.prepare_cached(
+                    let mut put_head = c.prepare_cached(
                         "INSERT INTO deployment_views (id, tenant, status, started_at, revision, view)
                          VALUES (?1, ?2, ?3, ?4, ?5, ?6)
                          ON CONFLICT (id) DO UPDATE SET status = excluded.status,
@@ -563,32 +654,31 @@ impl ReadModelStore for SqliteReadModels {
                     for (id, tenant, status, started_at, revision, head) in &heads {
                         put_head.execute(params![id, tenant, status, started_at, revision, head])?;
                     }
-                    let mut put_step = sp.prepare_cached(
-                        "INSERT INTO step_views (deployment, name, position, view) VALUES (?1, ?2, ?3, ?4)
-                         ON CONFLICT (deployment, name) DO UPDATE SET view = excluded.view",
-                    )?;
+                    let mut put = c.prepare_cached(PUT_STEP)?;
                     for row in &steps {
-                        put_step.execute(params![
-                            heads[row.deployment].0,
+                        put_step(
+                            &mut put,
+                            &heads[row.deployment].0,
                             &text[row.name.clone()],
                             row.position,
-                            &text[row.json.clone()]
-                        ])?;
+                            &row.columns,
+                            row.outputs.clone().map(|range| &text[range]),
+                        )?;
                     }
-                    let mut put_tenant = sp.prepare_cached(
+                    let mut put_tenant = c.prepare_cached(
                         "INSERT INTO tenant_views (tenant, view) VALUES (?1, ?2)
                          ON CONFLICT (tenant) DO UPDATE SET view = excluded.view",
                     )?;
                     for (tenant, json) in &tenants {
                         put_tenant.execute(params![tenant, json])?;
                     }
-                    sp.prepare_cached(
+                    c.prepare_cached(
                         "INSERT INTO checkpoints (name, position) VALUES (?1, ?2)
                          ON CONFLICT (name) DO UPDATE SET position = excluded.position",
                     )?
                     .execute(params![CHECKPOINT, checkpoint as i64])?;
                 }
-                sp.commit()
+                Ok(())
             })
             .await
             .map_err(store_error)
@@ -808,50 +898,149 @@ impl ReadLog for LogChanges {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use overture_domain::deployment::StepStatus;
 
     fn at(text: &str) -> Timestamp {
         serde_json::from_value(serde_json::Value::String(text.into())).expect("a time")
     }
 
-    // A rebuild writes steps with its own encoder: the stored JSON is what the view's own
-    // serialization gives, for every shape of step and every precision of time.
+    // Steps are stored in columns: every status, error class and shape of step, and times of
+    // every precision, the far past and future and a leap second, read back as they were.
     #[test]
-    fn steps_are_stored_as_their_views_serialize() {
+    fn steps_read_back_from_their_columns_as_they_were_stored() {
         let times = [
             "2026-11-27T12:31:16Z",
             "2026-11-27T12:31:16.100Z",
             "2026-11-27T12:31:16.000100Z",
             "2026-11-27T12:31:16.356064375Z",
+            "1677-09-21T00:12:43.145224192Z",
             "0001-01-01T00:00:00.000000001Z",
             "9999-12-31T23:59:59.999999999Z",
+            "+10000-01-01T00:00:00Z",
         ];
+        let statuses = [
+            StepStatus::Pending,
+            StepStatus::Scheduled,
+            StepStatus::Running,
+            StepStatus::Retrying,
+            StepStatus::Succeeded,
+            StepStatus::Failed,
+            StepStatus::Abandoned,
+        ];
+        let leap_second = chrono::NaiveDate::from_ymd_opt(2016, 12, 31)
+            .and_then(|d| d.and_hms_nano_opt(23, 59, 59, 1_500_000_000))
+            .map(|t| t.and_utc());
         let mut steps = vec![StepView {
             status: StepStatus::Pending,
             attempts: 0,
             started_at: None,
-            finished_at: None,
+            finished_at: leap_second,
             error_class: None,
             outputs: BTreeMap::new(),
         }];
-        for time in times {
+        for (i, time) in times.iter().enumerate() {
             steps.push(StepView {
-                status: StepStatus::Succeeded,
+                status: statuses[i % statuses.len()],
                 attempts: 3,
                 started_at: Some(at(time)),
                 finished_at: Some(at(time) + chrono::TimeDelta::milliseconds(1)),
-                error_class: Some(ErrorClass::BootstrapTimeout),
+                error_class: Some(ErrorClass::ALL[i % ErrorClass::ALL.len()]),
                 outputs: [("url".to_owned(), "https://x/\"quoted\"\n".to_owned())].into(),
             });
         }
-        for step in &steps {
-            let ours = serde_json::to_string(&StoredStep::from(step)).expect("encoded");
-            let theirs = serde_json::to_string(step).expect("encoded");
-            assert_eq!(ours, theirs);
-            assert_eq!(
-                &serde_json::from_str::<StepView>(&ours).expect("decoded"),
-                step
-            );
+        for (status, class) in statuses.iter().zip(ErrorClass::ALL) {
+            steps.push(StepView {
+                status: *status,
+                attempts: 1,
+                started_at: None,
+                finished_at: None,
+                error_class: Some(class),
+                outputs: BTreeMap::new(),
+            });
         }
+        let mut c = Connection::open_in_memory().expect("in-memory database");
+        super::super::schema::migrate(&mut c).expect("migrated");
+        let id = DeploymentId::from_uuid(uuid::Uuid::now_v7());
+        {
+            let mut put = c.prepare(PUT_STEP).expect("prepared");
+            for (position, step) in steps.iter().enumerate() {
+                let outputs = outputs_json(&step.outputs).expect("encoded");
+                let name = format!("s{position}");
+                let columns = StepColumns::from(step);
+                put_step(
+                    &mut put,
+                    &id.to_string(),
+                    &name,
+                    position as i64,
+                    &columns,
+                    outputs.as_deref(),
+                )
+                .expect("stored");
+            }
+        }
+        let read = read_steps(&c, id, Steps::All).expect("read");
+        let read: Vec<StepView> = read.into_values().collect();
+        assert_eq!(read, steps);
+    }
+
+    // Views saved by a build that kept each step as a JSON document read back the same once
+    // the file is upgraded: what `overture status` shows does not change.
+    #[test]
+    fn step_documents_read_back_the_same_after_the_upgrade() {
+        let mut c = Connection::open_in_memory().expect("in-memory database");
+        super::super::schema::migrate_to(&c, 6).expect("the older schema");
+        let id = DeploymentId::from_uuid(uuid::Uuid::now_v7());
+        let head = r#"{"id":"ID","tenant":"acme","blueprint":"app","status":"failed",
+            "started_at":"2027-01-15T08:00:00Z","finished_at":"2027-01-15T08:01:00.25Z",
+            "reason":"no","revision":9}"#
+            .replace("ID", &id.to_string());
+        c.execute(
+            "INSERT INTO deployment_views (id, tenant, status, started_at, revision, view)
+             VALUES (?1, 'acme', 'failed', 'x', 9, ?2)",
+            params![id.to_string(), head],
+        )
+        .expect("a header");
+        let steps = [
+            r#"{"status":"succeeded","attempts":1,"started_at":"2027-01-15T08:00:01Z","finished_at":"2027-01-15T08:00:02.123456789Z","outputs":{"k":"v","url":"https://x/\"q\""}}"#,
+            r#"{"status":"failed","attempts":3,"started_at":"2027-01-15T08:00:03.5Z","finished_at":"2027-01-15T08:01:00Z","error_class":"bootstrap-timeout"}"#,
+            r#"{"status":"pending","attempts":0}"#,
+        ];
+        for (position, json) in steps.iter().enumerate() {
+            c.execute(
+                "INSERT INTO step_views (deployment, name, position, view) VALUES (?1, ?2, ?3, ?4)",
+                params![
+                    id.to_string(),
+                    format!("s{position}"),
+                    position as i64,
+                    json
+                ],
+            )
+            .expect("a step");
+        }
+        let header: Header = serde_json::from_str(&head).expect("a header");
+        let expected = header.with_steps(
+            steps
+                .iter()
+                .enumerate()
+                .map(|(position, json)| {
+                    let step = serde_json::from_str(json).expect("a step view");
+                    (format!("s{position}"), step)
+                })
+                .collect(),
+        );
+
+        super::super::schema::migrate(&mut c).expect("upgraded");
+
+        let read = read_view(&c, id, Steps::All)
+            .expect("read")
+            .expect("a view");
+        assert_eq!(read, expected);
+        let named = BTreeSet::from(["s1".to_owned()]);
+        let one = read_view(&c, id, Steps::Named(&named))
+            .expect("read")
+            .expect("a view");
+        assert_eq!(one.steps.get("s1"), expected.steps.get("s1"));
+        assert_eq!(one.steps.len(), 1);
     }
 
     // The log's metadata is read for its time without decoding it whole when it is in the form

@@ -97,6 +97,30 @@ const MIGRATIONS: &[&str] = &[
     "DROP INDEX jobs_by_due;
      CREATE INDEX jobs_by_due ON jobs (due_at);
      CREATE INDEX jobs_by_lease ON jobs (visible_at);",
+    // 7: each step's view in columns rather than one JSON document: a rebuild writes hundreds
+    // of thousands of step rows, and their keys and times as JSON text cost more to encode,
+    // write and read back than the rest of the row. Times are unix nanoseconds (INTEGER), or
+    // RFC 3339 text where those cannot hold them (and in rows migrated from documents).
+    "CREATE TABLE step_columns (
+         deployment  TEXT    NOT NULL,
+         name        TEXT    NOT NULL,
+         position    INTEGER NOT NULL, -- in blueprint order, from 0
+         status      TEXT    NOT NULL,
+         attempts    INTEGER NOT NULL,
+         started_at,
+         finished_at,
+         error_class TEXT,
+         outputs     TEXT,             -- a JSON object; NULL when it has no outputs
+         PRIMARY KEY (deployment, name)
+     ) WITHOUT ROWID;
+     INSERT INTO step_columns
+         SELECT deployment, name, position, json_extract(view, '$.status'),
+                json_extract(view, '$.attempts'), json_extract(view, '$.started_at'),
+                json_extract(view, '$.finished_at'), json_extract(view, '$.error_class'),
+                json_extract(view, '$.outputs')
+         FROM step_views;
+     DROP TABLE step_views;
+     ALTER TABLE step_columns RENAME TO step_views;",
 ];
 
 /// The schema version this build migrates files to.
@@ -121,12 +145,24 @@ pub(super) fn migrate(connection: &mut Connection) -> rusqlite::Result<i64> {
     Ok(found)
 }
 
+/// Takes a new file to `version` only, as an older build left it: for tests of upgrades.
+#[cfg(test)]
+pub(super) fn migrate_to(connection: &Connection, version: i64) -> rusqlite::Result<()> {
+    for step in MIGRATIONS
+        .iter()
+        .take(usize::try_from(version).unwrap_or(0))
+    {
+        connection.execute_batch(step)?;
+    }
+    connection.pragma_update(None, "user_version", version)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     // A file whose views were whole JSON documents reads back the same views once migrated:
-    // headers without their steps, and each step a row in blueprint order.
+    // headers without their steps, and each step a row of columns in blueprint order.
     #[test]
     fn views_stored_as_documents_are_split_into_headers_and_steps() {
         let mut connection = Connection::open_in_memory().expect("in-memory database");
@@ -138,8 +174,9 @@ mod tests {
             .expect("version 4");
         // Text, not `json!`, which would sort the steps by name: their order is the point.
         let text = r#"{"id":"0190d9e4-0000-7000-8000-000000000001","tenant":"acme","blueprint":"app",
-            "status":"running","steps":{"zeta":{"status":"succeeded","attempts":1,"outputs":{"k":"v"}},
-            "alpha":{"status":"pending","attempts":0}},"started_at":"2027-01-15T08:00:00Z",
+            "status":"running","steps":{"zeta":{"status":"succeeded","attempts":1,"started_at":"2027-01-15T08:00:01Z",
+            "finished_at":"2027-01-15T08:00:02.5Z","outputs":{"k":"v"}},
+            "alpha":{"status":"retrying","attempts":2,"error_class":"host-unreachable"}},"started_at":"2027-01-15T08:00:00Z",
             "finished_at":null,"revision":7}"#;
         let view: serde_json::Value = serde_json::from_str(text).expect("JSON");
         connection
@@ -162,16 +199,34 @@ mod tests {
         let mut expected = view.clone();
         expected.as_object_mut().expect("object").remove("steps");
         assert_eq!(header, expected);
+        // Steps come out in columns (migration 7): times as the documents held them.
         let mut select = connection
-            .prepare("SELECT name, position, view FROM step_views ORDER BY position")
+            .prepare(
+                "SELECT name, position, status, attempts, started_at, finished_at, error_class,
+                        outputs FROM step_views ORDER BY position",
+            )
             .expect("steps");
-        let steps: Vec<(String, i64, serde_json::Value)> = select
+        type Row = (
+            String,
+            i64,
+            String,
+            i64,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+        );
+        let steps: Vec<Row> = select
             .query_map([], |row| {
-                let json: String = row.get(2)?;
                 Ok((
                     row.get(0)?,
                     row.get(1)?,
-                    serde_json::from_str(&json).expect("JSON"),
+                    row.get(2)?,
+                    row.get(3)?,
+                    row.get(4)?,
+                    row.get(5)?,
+                    row.get(6)?,
+                    row.get(7)?,
                 ))
             })
             .expect("rows")
@@ -180,8 +235,26 @@ mod tests {
         assert_eq!(
             steps,
             [
-                ("zeta".to_owned(), 0, view["steps"]["zeta"].clone()),
-                ("alpha".to_owned(), 1, view["steps"]["alpha"].clone()),
+                (
+                    "zeta".to_owned(),
+                    0,
+                    "succeeded".to_owned(),
+                    1,
+                    Some("2027-01-15T08:00:01Z".to_owned()),
+                    Some("2027-01-15T08:00:02.5Z".to_owned()),
+                    None,
+                    Some(r#"{"k":"v"}"#.to_owned()),
+                ),
+                (
+                    "alpha".to_owned(),
+                    1,
+                    "retrying".to_owned(),
+                    2,
+                    None,
+                    None,
+                    Some("host-unreachable".to_owned()),
+                    None,
+                ),
             ]
         );
     }
