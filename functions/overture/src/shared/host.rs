@@ -237,14 +237,22 @@ pub async fn run(data_dir: &Path, args: EngineArgs) -> Result<(), Failure> {
             });
         }
     }
-    // Every deployment has ended: each `deploy` process still following one hears of its end
-    // before the engine stops.
+    // Every deployment the drive had has ended: each `deploy` process still following one hears
+    // of its end before the engine stops. One handed over as the engine stopped joined no drive;
+    // its `deploy` hears that the engine stopped first.
     while let Ok(id) = ended.try_recv() {
         host.ended(id).await;
     }
-    while tasks.join_next().await.is_some() {}
+    host.followers().clear();
+    let told = async { while tasks.join_next().await.is_some() {} };
+    if tokio::time::timeout(LAST_ANSWERS, told).await.is_err() {
+        tracing::warn!("stopping before every deploy process was answered");
+    }
     Ok(())
 }
+
+/// How long a stopping engine waits for its last answers to reach the `deploy` processes.
+const LAST_ANSWERS: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Binds the data directory's socket, for its owner alone. A socket left by an engine that died
 /// is replaced: the serve lock says no other engine serves the directory.
@@ -322,7 +330,12 @@ async fn serve(host: &Host, data_dir: &Path, stream: UnixStream) {
             Some(line) = progress.recv() => {
                 gone = gone || pass_on(&mut write, line, &mut progress).await.is_err();
             }
-            view = &mut has_ended => break view.ok().flatten(),
+            // Dropped unsent: the engine stops before the deployment ended. The connection
+            // closes, and `deploy` says so.
+            view = &mut has_ended => match view {
+                Ok(view) => break view,
+                Err(_) => return,
+            },
             ask = asks.next_line(), if asking => match ask.ok().flatten().map(|line| serde_json::from_str::<Ask>(&line)) {
                 Some(Ok(Ask::Cancel { reason })) => {
                     match host.engine.cancel(id, &requested_by, &reason).await {
