@@ -948,13 +948,12 @@ impl KeepAlive for QueueLease {
     // found by `resume`, which holds every engine's lock, not by waiting for the attempt's.
     async fn keep_alive(&self, _: Option<Timestamp>) -> Result<(), PortError> {
         let until = self.clock.now() + chrono::TimeDelta::from_std(LEASE).unwrap_or_default();
-        self.queue
-            .extend(&self.receipt, until)
-            .await
-            .map_err(|e| match e {
-                // The database may come back; a stale receipt or a corrupt job will not.
-                e @ overture_infra::sqlite::QueueError::Database(_) => PortError::unavailable(e),
-                e => PortError::refused(e),
-            })
+        self.queue.extend(&self.receipt, until).await.map_err(|e| {
+            if e.is_retryable() {
+                PortError::unavailable(e)
+            } else {
+                PortError::refused(e)
+            }
+        })
     }
 }

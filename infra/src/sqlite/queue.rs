@@ -93,6 +93,14 @@ pub enum QueueError {
     Database(#[from] DbError),
 }
 
+impl QueueError {
+    /// Whether trying again later may succeed: the database may come back, a stale receipt or
+    /// a corrupt job will not.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, QueueError::Database(_))
+    }
+}
+
 /// The durable job queue, on a [`Database`].
 #[derive(Clone, Debug)]
 pub struct JobQueue {

@@ -76,9 +76,10 @@ impl Handoff {
 }
 
 fn work_error(error: QueueError) -> WorkError {
-    match error {
-        QueueError::Database(_) => WorkError::unavailable(error),
-        QueueError::StaleReceipt | QueueError::Corrupt { .. } => WorkError::refused(error),
+    if error.is_retryable() {
+        WorkError::unavailable(error)
+    } else {
+        WorkError::refused(error)
     }
 }
 
