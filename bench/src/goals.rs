@@ -4,7 +4,8 @@
 use crate::replay::Replay;
 use crate::speed::{
     Concurrent, Sequential, Sized, CONCURRENT_AT_ONCE, CONCURRENT_DEPLOYMENTS, CONCURRENT_GOAL,
-    CONCURRENT_STEPS, FLAT_CAP, FLAT_SPREAD, SEQUENTIAL_GOAL_MS, SEQUENTIAL_RUNS, SEQUENTIAL_STEPS,
+    CONCURRENT_STEPS, FLAT_CAP, FLAT_RUNS, FLAT_SPREAD, SEQUENTIAL_GOAL_MS, SEQUENTIAL_RUNS,
+    SEQUENTIAL_STEPS,
 };
 
 /// Goal: events per second rebuilding every read model, at least.
@@ -76,10 +77,14 @@ fn lines(s: &Speed) -> Vec<Line> {
         ),
         met: sequential <= SEQUENTIAL_GOAL_MS,
     }];
+    let runs: Vec<String> = FLAT_RUNS.iter().map(usize::to_string).collect();
+    let runs = runs.join("/");
     for shape in ["chain", "wide"] {
         let spread = spread(&s.flat, shape);
         lines.push(Line {
-            goal: format!("flat cost: {shape}, ms/step by steps (first event to last)"),
+            goal: format!(
+                "flat cost: {shape}, ms/step by steps (first event to last, median of {runs} runs)"
+            ),
             figure: flat_figures(&s.flat, shape),
             target: format!("spread <= {FLAT_SPREAD}x, all finish"),
             limit: match spread {

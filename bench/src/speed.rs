@@ -6,6 +6,8 @@
 //!   survives an OS crash);
 //! - [`flat`]: the cost per step of chains and wide deployments of 10 to 10,000 steps, taken
 //!   from the log (first event to last), so the process's start-up does not weigh on small ones;
+//!   the median of several runs for the sizes that take milliseconds, whose single runs vary
+//!   by a tenth either way;
 //! - [`concurrent`]: 200 deployments of 5 `noop` steps, 16 at a time, as 16 processes on one
 //!   data directory (each driving its own deployment, then handing it to the `overture engine`
 //!   serving the directory), and in one engine (`overture deploy` of several blueprints).
@@ -27,6 +29,8 @@ pub const SEQUENTIAL_STEPS: usize = 200;
 pub const SEQUENTIAL_RUNS: usize = 5;
 /// The sizes whose per-step costs must stay within [`FLAT_SPREAD`] of each other.
 pub const FLAT_SIZES: [usize; 4] = [10, 100, 1_000, 10_000];
+/// Runs of each of [`FLAT_SIZES`], each on a fresh data directory; the median is the figure.
+pub const FLAT_RUNS: [usize; 4] = [7, 5, 3, 1];
 /// How long one deployment of the flat-cost series may take before it counts as not finished.
 pub const FLAT_CAP: Duration = Duration::from_secs(120);
 /// Deployments of the concurrent goal, their steps, and how many run at once.
@@ -66,10 +70,11 @@ pub struct Sized {
     pub shape: &'static str,
     /// Its steps.
     pub steps: usize,
-    /// Milliseconds per step from its first event to its last; `None` if it did not finish
-    /// within [`FLAT_CAP`].
+    /// Milliseconds per step from its first event to its last, the median of its runs; `None`
+    /// if a run did not finish within [`FLAT_CAP`].
     pub ms_per_step: Option<f64>,
-    /// Wall time of the whole process (the cap when it did not finish).
+    /// Wall time of the whole process, the longest of its runs (the cap when one did not
+    /// finish).
     pub wall: Duration,
 }
 
@@ -119,30 +124,36 @@ pub async fn sequential(overture: &Path) -> anyhow::Result<Sequential> {
     })
 }
 
-/// Deploys a chain and a wide deployment of each of [`FLAT_SIZES`] steps.
+/// Deploys a chain and a wide deployment of each of [`FLAT_SIZES`] steps, [`FLAT_RUNS`] times
+/// each.
 pub async fn flat(overture: &Path) -> anyhow::Result<Vec<Sized>> {
     let mut sized = Vec::new();
-    for steps in FLAT_SIZES {
+    for (steps, runs) in FLAT_SIZES.into_iter().zip(FLAT_RUNS) {
         for shape in ["chain", "wide"] {
-            eprintln!("  {shape} of {steps} noop steps");
-            let dir = tempfile::tempdir().context("creating a temporary directory")?;
+            eprintln!("  {shape} of {steps} noop steps, {runs} times");
             let text = match shape {
                 "chain" => chain_blueprint("bench-chain", steps),
                 _ => wide_blueprint("bench-wide", steps, StepKind::Noop),
             };
-            let blueprint = write(dir.path(), "blueprint.yaml", &text)?;
-            let data = dir.path().join("data");
-            let start = Instant::now();
-            let finished = deploy(overture, &data, &[blueprint], Some(FLAT_CAP)).await?;
-            let wall = start.elapsed();
-            let ms_per_step = match finished {
-                true => Some(logged_span(&data).await?.as_secs_f64() * 1_000.0 / steps as f64),
-                false => None,
-            };
+            let mut spans = Vec::new();
+            let mut wall = Duration::ZERO;
+            for _ in 0..runs {
+                let dir = tempfile::tempdir().context("creating a temporary directory")?;
+                let blueprint = write(dir.path(), "blueprint.yaml", &text)?;
+                let data = dir.path().join("data");
+                let start = Instant::now();
+                let finished = deploy(overture, &data, &[blueprint], Some(FLAT_CAP)).await?;
+                wall = wall.max(start.elapsed());
+                if !finished {
+                    spans.clear();
+                    break;
+                }
+                spans.push(logged_span(&data).await?.as_secs_f64() * 1_000.0 / steps as f64);
+            }
             sized.push(Sized {
                 shape,
                 steps,
-                ms_per_step,
+                ms_per_step: (!spans.is_empty()).then(|| median(&spans)),
                 wall,
             });
         }

@@ -715,7 +715,15 @@ impl Engine {
                     orchestrate(*id, *cause, Since::Records(records), &ports)
                 });
                 let moved = try_join_all(moved).await.map_err(function_error)?;
-                self.start(&mut running, handoff.take(), &unfolded);
+                let handed = handoff.take();
+                let started = !handed.is_empty();
+                self.start(&mut running, handed, &unfolded);
+                if started {
+                    // The attempts get to their first commit before the drive's bookkeeping
+                    // below: on one thread (`overture deploy`) they would wait for its next
+                    // wait, and their commits overlap it.
+                    tokio::task::yield_now().await;
+                }
                 for ((id, _), state) in causes.into_iter().zip(moved) {
                     if let Some(known) = states.iter_mut().find(|(seen, _)| *seen == id) {
                         known.1 = state;

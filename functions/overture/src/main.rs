@@ -485,9 +485,7 @@ fn main() -> ExitCode {
     if let Command::StepRun(args) = cli.command {
         return step_run::main(args);
     }
-    // A `deploy` handing its deployment to the engine serving the data directory only waits on
-    // a socket: one thread does, without the start-up and hand-offs of a pool of workers.
-    let runtime = if handing_over(&cli) {
+    let runtime = if on_one_thread(&cli) {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -520,15 +518,16 @@ fn main() -> ExitCode {
     }
 }
 
-/// Whether this is a `deploy` of one blueprint on a data directory an engine serves, which
-/// [`shared::guest::hand_over`] will hand over. Should the engine be gone by then, the deploy
-/// drives its deployment itself all the same, on the one thread.
-fn handing_over(cli: &Cli) -> bool {
-    let one_file = matches!(&cli.command, Command::Deploy { files, .. } if files.len() == 1);
-    one_file
+/// Whether the command is an embedded `deploy`, which runs on one thread. Its drive hands each
+/// attempt to a task of its own: on a pool of workers that task waits for another thread to
+/// wake, on every step of a chain, while one thread runs it as soon as the drive awaits (a chain
+/// of 1,000 noop steps: 0.45 → 0.43 ms per step; 34 sandboxed script steps: no change). A
+/// `deploy` handing its deployment to the engine serving the data directory only waits on a
+/// socket. The AWS backend's log writer needs a pool of workers.
+fn on_one_thread(cli: &Cli) -> bool {
+    matches!(cli.command, Command::Deploy { .. })
         && cli.server.as_deref().is_none_or(str::is_empty)
         && cli.backend == Backend::Embedded
-        && shared::socket_path(&cli.data_dir).exists()
 }
 
 /// The query port of the backend chosen; embedded, the read models first fold what is new on
