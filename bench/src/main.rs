@@ -51,6 +51,11 @@ use anyhow::Context;
 use crate::fixtures::StepKind;
 use crate::report::Figures;
 
+/// The allocator the `overture` program uses, so that what the bench runs in its own process
+/// (the rebuild of the read models) is measured as `overture rebuild` runs it.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Appends of one event each.
 const SINGLE_APPENDS: usize = 2_000;
 /// Appends of ten events each.
