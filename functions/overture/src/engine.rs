@@ -720,8 +720,8 @@ impl Engine {
                 self.start(&mut running, handed, &unfolded);
                 if started {
                     // The attempts get to their first commit before the drive's bookkeeping
-                    // below: on one thread (`overture deploy`) they would wait for its next
-                    // wait, and their commits overlap it.
+                    // below: on one thread (`deploy`, `overture engine`) they would wait for
+                    // its next wait, and their commits overlap it.
                     tokio::task::yield_now().await;
                 }
                 for ((id, _), state) in causes.into_iter().zip(moved) {

@@ -529,7 +529,7 @@ fn main() -> ExitCode {
 /// thread to wake, on every step of a chain, while one thread runs it as soon as the drive
 /// awaits (a chain of 1,000 noop steps: 0.45 → 0.43 ms per step; 34 sandboxed script steps: no
 /// change). An engine serving `deploy` processes spent its time switching between its workers
-/// (200 processes of 5 steps, 16 at once: 1,920 → 2,090 steps per second). A `deploy` handing
+/// (200 processes of 5 steps, 16 at once: 2,093 → 2,215 steps per second). A `deploy` handing
 /// its deployment to an engine only waits on a socket. The AWS backend's log writer needs a
 /// pool of workers.
 fn on_one_thread(cli: &Cli) -> bool {
