@@ -997,11 +997,7 @@ fn advance(state: &DeploymentState, now: Timestamp) -> Vec<DeploymentEvent> {
     match &state.phase {
         Phase::Running => {
             if state.work_is_over() {
-                return if state.secrets_purged {
-                    vec![DeploymentEvent::DeploymentSucceeded {}]
-                } else {
-                    vec![]
-                };
+                return ending(state, DeploymentEvent::DeploymentSucceeded {});
             }
             // Pending steps whose needs all succeeded, kept up to date as events are applied.
             state
@@ -1027,10 +1023,13 @@ fn advance(state: &DeploymentState, now: Timestamp) -> Vec<DeploymentEvent> {
                 _ => vec![],
             };
             let nothing_runs = !events.is_empty() || state.running_steps().next().is_none();
-            if nothing_runs && state.secrets_purged {
-                events.push(DeploymentEvent::DeploymentFailed {
-                    reason: reason.clone(),
-                });
+            if nothing_runs {
+                events.extend(ending(
+                    state,
+                    DeploymentEvent::DeploymentFailed {
+                        reason: reason.clone(),
+                    },
+                ));
             }
             events
         }
@@ -1038,16 +1037,33 @@ fn advance(state: &DeploymentState, now: Timestamp) -> Vec<DeploymentEvent> {
             requested_by,
             reason,
         } => {
-            if state.work_is_over() && state.secrets_purged {
-                vec![DeploymentEvent::DeploymentCancelled {
-                    reason: reason.clone(),
-                    requested_by: requested_by.clone(),
-                }]
+            if state.work_is_over() {
+                ending(
+                    state,
+                    DeploymentEvent::DeploymentCancelled {
+                        reason: reason.clone(),
+                        requested_by: requested_by.clone(),
+                    },
+                )
             } else {
                 vec![]
             }
         }
         Phase::NotRequested | Phase::Finished(_) => vec![],
+    }
+}
+
+/// The deployment's `end`, once its work is over: after its secrets are purged. A deployment
+/// that sealed nothing, and so opened no bastion, has nothing to purge: its purge is recorded
+/// with its end, in the commit that ends its work, instead of in a commit of its own after the
+/// orchestrator has deleted nothing.
+fn ending(state: &DeploymentState, end: DeploymentEvent) -> Vec<DeploymentEvent> {
+    if state.secrets_purged {
+        vec![end]
+    } else if state.seal.is_none() && state.bastion_access.is_none() {
+        vec![DeploymentEvent::SecretsPurged {}, end]
+    } else {
+        vec![]
     }
 }
 

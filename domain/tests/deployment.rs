@@ -127,10 +127,21 @@ impl Given {
     }
 }
 
+/// What [`running_lint`]'s request sealed: its purge is the orchestrator's to carry out.
+fn sealed() -> E {
+    E::CredentialsSealed {
+        seal: "seal-1".into(),
+        secrets: vec!["api_key".into()],
+        ssh_public_key: None,
+        token: false,
+    }
+}
+
 /// build succeeded; the first attempts of unit and lint are running.
 fn running_lint() -> Vec<E> {
     vec![
         requested(),
+        sealed(),
         scheduled("build", 1, 0),
         started("build", 1),
         succeeded("build", 1),
@@ -532,6 +543,67 @@ fn a_deployment_whose_steps_all_succeeded_purges_then_succeeds() {
     assert!(
         actions(finished.state()).is_empty(),
         "a finished deployment calls for nothing"
+    );
+}
+
+/// [`running_lint`] without its seal: a request that sealed nothing.
+fn running_lint_with_nothing_sealed() -> Vec<E> {
+    running_lint()
+        .into_iter()
+        .filter(|event| !matches!(event, E::CredentialsSealed { .. }))
+        .collect()
+}
+
+#[test]
+fn a_deployment_that_sealed_nothing_records_its_purge_with_its_end() {
+    let mut history = running_lint_with_nothing_sealed();
+    history.extend([
+        succeeded("unit", 1),
+        succeeded("lint", 1),
+        scheduled("package", 1, 3),
+        started("package", 1),
+    ]);
+    history.push(succeeded("package", 1));
+    // The advance the last outcome is committed with ends it: there is nothing to delete.
+    assert_eq!(
+        given(history.clone()).when(C::Advance { now: t(4) }),
+        Ok(vec![E::SecretsPurged {}, E::DeploymentSucceeded {}])
+    );
+    assert_eq!(
+        actions(given(history).state()),
+        vec![Action::PurgeSecrets],
+        "until an advance records it, the orchestrator's purge ends it as before"
+    );
+}
+
+#[test]
+fn a_failing_deployment_that_sealed_nothing_ends_when_its_last_attempt_is_abandoned() {
+    let mut history = running_lint_with_nothing_sealed();
+    history.extend([
+        attempt_failed("unit", 1, ErrorClass::StepFailed),
+        E::StepFailed {
+            step: "unit".into(),
+            attempts: 1,
+            error_class: ErrorClass::StepFailed,
+        },
+        E::FailureGracePeriodStarted {
+            failed_step: "unit".into(),
+            deadline: t(90),
+        },
+    ]);
+    assert_eq!(
+        given(history).when(C::Advance { now: t(90) }),
+        Ok(vec![
+            E::StepAbandoned {
+                step: "lint".into(),
+                attempt: 1,
+                reason: "still running when the failure grace period ended".into()
+            },
+            E::SecretsPurged {},
+            E::DeploymentFailed {
+                reason: "step `unit` failed after 1 attempt(s) (step-failed)".into()
+            }
+        ])
     );
 }
 
@@ -961,6 +1033,26 @@ fn cancelling_twice_records_nothing_more_and_an_ended_deployment_refuses() {
         Err(DeploymentError::AlreadyFinished)
     );
     assert_eq!(given([]).when(cancel()), Err(DeploymentError::NotRequested));
+}
+
+#[test]
+fn a_cancelled_deployment_that_sealed_nothing_ends_at_the_next_advance() {
+    let mut history = running_lint_with_nothing_sealed();
+    history.extend([
+        cancellation_requested(),
+        abandoned_by_cancel("unit", 1),
+        abandoned_by_cancel("lint", 1),
+    ]);
+    assert_eq!(
+        given(history).when(C::Advance { now: t(9) }),
+        Ok(vec![
+            E::SecretsPurged {},
+            E::DeploymentCancelled {
+                reason: "wrong version".into(),
+                requested_by: "ada".into(),
+            }
+        ])
+    );
 }
 
 #[test]

@@ -579,9 +579,16 @@ async fn keys_an_attempt_learned_are_pinned_before_its_outcome_is_recorded() {
     ))
     .await;
     assert_eq!(fixture.run().await, AttemptReport::Succeeded);
+    // The deployment's one step: its success ends it, and it sealed nothing to purge.
     assert_eq!(
         fixture.types()[2..],
-        ["StepStarted", "HostKeysPinned", "StepSucceeded"]
+        [
+            "StepStarted",
+            "HostKeysPinned",
+            "StepSucceeded",
+            "SecretsPurged",
+            "DeploymentSucceeded"
+        ]
     );
     let events = fixture.events();
     let E::HostKeysPinned {

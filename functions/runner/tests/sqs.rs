@@ -238,9 +238,15 @@ async fn a_due_job_runs_and_its_message_is_acknowledged() {
     .await;
     assert_eq!(failed(&response), Vec::<&str>::new());
     assert_eq!(sandbox.runs.load(Ordering::SeqCst), 1);
+    // Its one step's success ends the deployment, which sealed nothing to purge.
     assert_eq!(
         types(&log, deployment(1))[2..],
-        ["StepStarted", "StepSucceeded"]
+        [
+            "StepStarted",
+            "StepSucceeded",
+            "SecretsPurged",
+            "DeploymentSucceeded"
+        ]
     );
     assert!(sent.0.lock().expect("sent").is_empty());
 }
@@ -392,6 +398,6 @@ async fn one_message_that_cannot_be_handled_fails_alone() {
     assert_eq!(failed(&response), ["m-other"]);
     assert_eq!(sandbox.runs.load(Ordering::SeqCst), 2);
     for handled in [deployment(1), deployment(3)] {
-        assert_eq!(types(&log.log, handled).last(), Some(&"StepSucceeded"));
+        assert!(types(&log.log, handled).contains(&"StepSucceeded"));
     }
 }
