@@ -546,9 +546,9 @@ fn a_deployment_whose_steps_all_succeeded_purges_then_succeeds() {
     );
 }
 
-/// [`running_lint`] without its seal: a request that sealed nothing.
-fn running_lint_with_nothing_sealed() -> Vec<E> {
-    running_lint()
+/// A history without its seal: a request that sealed nothing.
+fn with_nothing_sealed(history: Vec<E>) -> Vec<E> {
+    history
         .into_iter()
         .filter(|event| !matches!(event, E::CredentialsSealed { .. }))
         .collect()
@@ -556,7 +556,7 @@ fn running_lint_with_nothing_sealed() -> Vec<E> {
 
 #[test]
 fn a_deployment_that_sealed_nothing_records_its_purge_with_its_end() {
-    let mut history = running_lint_with_nothing_sealed();
+    let mut history = with_nothing_sealed(running_lint());
     history.extend([
         succeeded("unit", 1),
         succeeded("lint", 1),
@@ -578,19 +578,7 @@ fn a_deployment_that_sealed_nothing_records_its_purge_with_its_end() {
 
 #[test]
 fn a_failing_deployment_that_sealed_nothing_ends_when_its_last_attempt_is_abandoned() {
-    let mut history = running_lint_with_nothing_sealed();
-    history.extend([
-        attempt_failed("unit", 1, ErrorClass::StepFailed),
-        E::StepFailed {
-            step: "unit".into(),
-            attempts: 1,
-            error_class: ErrorClass::StepFailed,
-        },
-        E::FailureGracePeriodStarted {
-            failed_step: "unit".into(),
-            deadline: t(90),
-        },
-    ]);
+    let history = with_nothing_sealed(failing_with_lint_in_grace());
     assert_eq!(
         given(history).when(C::Advance { now: t(90) }),
         Ok(vec![
@@ -1037,7 +1025,7 @@ fn cancelling_twice_records_nothing_more_and_an_ended_deployment_refuses() {
 
 #[test]
 fn a_cancelled_deployment_that_sealed_nothing_ends_at_the_next_advance() {
-    let mut history = running_lint_with_nothing_sealed();
+    let mut history = with_nothing_sealed(running_lint());
     history.extend([
         cancellation_requested(),
         abandoned_by_cancel("unit", 1),
