@@ -385,9 +385,7 @@ async fn pass_on(
     let mut lines = Vec::new();
     let mut next = Some(line);
     while let Some(line) = next {
-        serde_json::to_writer(&mut lines, &Answer::Progress { line })
-            .map_err(std::io::Error::other)?;
-        lines.push(b'\n');
+        encode(&Answer::Progress { line }, &mut lines)?;
         next = waiting.try_recv().ok();
     }
     write.write_all(&lines).await
@@ -395,9 +393,16 @@ async fn pass_on(
 
 /// Writes one answer line.
 async fn answer(write: &mut OwnedWriteHalf, answer: &Answer) -> std::io::Result<()> {
-    let mut line = serde_json::to_vec(answer).map_err(std::io::Error::other)?;
-    line.push(b'\n');
+    let mut line = Vec::new();
+    encode(answer, &mut line)?;
     write.write_all(&line).await
+}
+
+/// Appends `answer` to `lines` as one line of JSON.
+fn encode(answer: &Answer, lines: &mut Vec<u8>) -> std::io::Result<()> {
+    serde_json::to_writer(&mut *lines, answer).map_err(std::io::Error::other)?;
+    lines.push(b'\n');
+    Ok(())
 }
 
 #[cfg(test)]
