@@ -724,13 +724,17 @@ impl Engine {
                     // its next wait, and their commits overlap it.
                     tokio::task::yield_now().await;
                 }
+                // The orchestrator loads a deployment's whole stream: it may have ended it, or
+                // found it ended, on records appended after this read. They are read before
+                // the deployment is let go, so that `watch` sees its every record.
+                let ending = moved.iter().any(DeploymentState::is_finished);
                 for ((id, _), state) in causes.into_iter().zip(moved) {
                     if let Some(known) = states.iter_mut().find(|(seen, _)| *seen == id) {
                         known.1 = state;
                     }
                 }
                 unfolded.add(fed);
-                if !full {
+                if !full && !ending {
                     break;
                 }
                 // A backlog is folded batch by batch, as it is read.
