@@ -9,7 +9,10 @@ use std::fmt;
 use std::time::Duration;
 
 use indexmap::IndexMap;
-use overture_events::{BastionSpec, BlueprintSnapshot, ErrorClass, ParamSpec, RetryRule, StepSpec};
+use overture_events::{
+    BastionSpec, BlueprintSnapshot, ErrorClass, ParamSpec, RetryRule, ServiceCheck,
+    ServiceProvision, ServiceRequirement, StepSpec,
+};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
@@ -70,6 +73,9 @@ pub struct ParsedBlueprint {
     pub snapshot: BlueprintSnapshot,
     /// SHA-256 of the text, hex.
     pub hash: String,
+    /// What is allowed but likely not meant: a required service this blueprint alone cannot
+    /// provide enough of. Shown to the user; nothing is refused for it.
+    pub warnings: Vec<BlueprintProblem>,
 }
 
 #[derive(Deserialize)]
@@ -136,6 +142,31 @@ struct RawStep {
     retry: IndexMap<String, RawRetry>,
     #[serde(default)]
     limits: Option<crate::limits::RawLimits>,
+    #[serde(default)]
+    provides: Option<RawProvides>,
+    #[serde(default)]
+    requires: Vec<RawRequirement>,
+    #[serde(default)]
+    watch: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProvides {
+    service: String,
+    port: u32,
+    #[serde(default)]
+    check: Option<serde_yaml_ng::Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRequirement {
+    service: String,
+    #[serde(default)]
+    count: Option<u32>,
+    #[serde(default)]
+    timeout: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -348,6 +379,32 @@ pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
             }
             Default::default()
         });
+        let provides = step
+            .provides
+            .as_ref()
+            .and_then(|raw| provision(raw, &field, &mut problem));
+        if provides.is_some() && !with.contains_key("hosts") {
+            problem(
+                field(".provides"),
+                "a service runs on the step's hosts: give the step `with.hosts`, or provide the service from a step that configures them".into(),
+            );
+        }
+        let requires = requirements(&step.requires, &field, &mut problem);
+        let mut watched = BTreeSet::new();
+        for (i, service) in step.watch.iter().enumerate() {
+            if let Err(error) = check_name(service) {
+                problem(
+                    field(&format!(".watch[{i}]")),
+                    format!("a service's name {error}"),
+                );
+            }
+            if !watched.insert(service.as_str()) {
+                problem(
+                    field(&format!(".watch[{i}]")),
+                    format!("`{service}` is listed twice"),
+                );
+            }
+        }
         steps.push(StepSpec {
             name: name.clone(),
             kind: step.run.clone(),
@@ -356,10 +413,29 @@ pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
             timeout_ms,
             retry,
             limits: Some(limits),
+            provides,
+            requires,
+            watch: step.watch.clone(),
         });
     }
 
-    for cycle in graph::find_cycles(&steps) {
+    let needs_cycles = graph::find_cycles(&steps);
+    if needs_cycles.is_empty() {
+        for cycle in graph::find_cycles(&with_providers(&steps)) {
+            let path = match cycle {
+                Cycle::SelfNeed(step) => vec![step.clone(), step],
+                Cycle::Round { path, .. } => path,
+            };
+            problem(
+                "steps".into(),
+                format!(
+                    "the needs and the services required form a cycle: {}; a step cannot wait for a service that only a step after it provides",
+                    path.join(" → ")
+                ),
+            );
+        }
+    }
+    for cycle in needs_cycles {
         match cycle {
             Cycle::SelfNeed(step) => problem(
                 format!("steps.{step}.needs"),
@@ -403,6 +479,7 @@ pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
         egress: raw.egress,
     };
     problems.extend(reference_problems(&snapshot));
+    let warnings = service_warnings(&snapshot);
     problems.extend(bastion_problems(&snapshot));
     problems.extend(egress_problems(&snapshot.egress));
 
@@ -410,10 +487,183 @@ pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
         Ok(ParsedBlueprint {
             snapshot,
             hash: hex::encode(Sha256::digest(text.as_bytes())),
+            warnings,
         })
     } else {
         Err(BlueprintError(problems))
     }
+}
+
+/// The `provides:` of a step, or `None` with its problems recorded.
+fn provision(
+    raw: &RawProvides,
+    field: &impl Fn(&str) -> String,
+    problem: &mut impl FnMut(String, String),
+) -> Option<ServiceProvision> {
+    let mut ok = true;
+    if let Err(error) = check_name(&raw.service) {
+        problem(
+            field(".provides.service"),
+            format!("a service's name {error}"),
+        );
+        ok = false;
+    }
+    let port = u16::try_from(raw.port).ok().filter(|port| *port != 0);
+    if port.is_none() {
+        problem(
+            field(".provides.port"),
+            format!("`{}` is not a TCP port: give 1 to 65535", raw.port),
+        );
+    }
+    let check = match &raw.check {
+        None => Some(ServiceCheck::Tcp),
+        Some(serde_yaml_ng::Value::String(text)) if text == "tcp" => Some(ServiceCheck::Tcp),
+        Some(serde_yaml_ng::Value::Mapping(map)) if map.len() == 1 => {
+            match (map.get("http"), map.keys().next()) {
+                (Some(serde_yaml_ng::Value::String(path)), _)
+                    if path.starts_with('/') && !path.chars().any(char::is_whitespace) =>
+                {
+                    Some(ServiceCheck::Http { path: path.clone() })
+                }
+                _ => None,
+            }
+        }
+        Some(_) => None,
+    };
+    if check.is_none() {
+        problem(
+            field(".provides.check"),
+            "write `check: tcp` (the port accepts a connection) or `check: { http: /PATH }` (a GET of the path answers 2xx)".into(),
+        );
+    }
+    Some(ServiceProvision {
+        service: raw.service.clone(),
+        port: port?,
+        check: check?,
+    })
+    .filter(|_| ok)
+}
+
+/// The `requires:` of a step, defaults filled in, with their problems recorded.
+fn requirements(
+    raw: &[RawRequirement],
+    field: &impl Fn(&str) -> String,
+    problem: &mut impl FnMut(String, String),
+) -> Vec<ServiceRequirement> {
+    let mut seen = BTreeSet::new();
+    let mut requires = Vec::new();
+    for (i, need) in raw.iter().enumerate() {
+        let at = |key: &str| field(&format!(".requires[{i}]{key}"));
+        if let Err(error) = check_name(&need.service) {
+            problem(at(".service"), format!("a service's name {error}"));
+        }
+        if !seen.insert(need.service.as_str()) {
+            problem(
+                at(".service"),
+                format!(
+                    "`{}` is required twice; give it once, with the larger count",
+                    need.service
+                ),
+            );
+        }
+        let count = need.count.unwrap_or(1);
+        if count == 0 {
+            problem(
+                at(".count"),
+                "a step requires at least 1 instance; leave the service out to wait for none"
+                    .into(),
+            );
+        }
+        let timeout_ms = match &need.timeout {
+            None => duration_ms(crate::services::DEFAULT_SERVICE_WAIT),
+            Some(text) => match parse_duration(text) {
+                Some(d) if !d.is_zero() => duration_ms(d),
+                _ => {
+                    problem(at(".timeout"), bad_duration(text));
+                    0
+                }
+            },
+        };
+        requires.push(ServiceRequirement {
+            service: need.service.clone(),
+            count,
+            timeout_ms,
+        });
+    }
+    requires
+}
+
+/// The steps with each step that requires a service needing every step of the blueprint that
+/// provides it: the graph in which a wait is a need.
+fn with_providers(steps: &[StepSpec]) -> Vec<StepSpec> {
+    steps
+        .iter()
+        .map(|step| {
+            let mut step = step.clone();
+            for need in &step.requires.clone() {
+                step.needs.extend(
+                    steps
+                        .iter()
+                        .filter(|other| {
+                            other
+                                .provides
+                                .as_ref()
+                                .is_some_and(|p| p.service == need.service)
+                        })
+                        .map(|provider| provider.name.clone()),
+                );
+            }
+            step
+        })
+        .collect()
+}
+
+/// A warning for each required count that the blueprint's own providers cannot meet: the step
+/// then waits for other deployments of the tenant, and fails at its timeout if none provide.
+fn service_warnings(blueprint: &BlueprintSnapshot) -> Vec<BlueprintProblem> {
+    let mut warnings = Vec::new();
+    for step in &blueprint.steps {
+        for (i, need) in step.requires.iter().enumerate() {
+            let providers: Vec<&StepSpec> = blueprint
+                .steps
+                .iter()
+                .filter(|s| {
+                    s.provides
+                        .as_ref()
+                        .is_some_and(|p| p.service == need.service)
+                })
+                .collect();
+            let wait = format_duration(Duration::from_millis(need.timeout_ms));
+            let capacity: Option<usize> = providers
+                .iter()
+                .map(|provider| {
+                    let hosts = provider.with.get("hosts")?;
+                    kinds::host_list(hosts, &blueprint.hosts)
+                        .ok()
+                        .map(|list| list.len())
+                })
+                .sum();
+            let problem = if providers.is_empty() {
+                format!(
+                    "no step of this blueprint provides service `{}`: the step waits up to {wait} for another deployment of the tenant to register {} instance(s), and fails as service-timeout if none does",
+                    need.service, need.count
+                )
+            } else {
+                match capacity {
+                    Some(hosts) if hosts < need.count as usize => format!(
+                        "this blueprint's steps provide at most {hosts} instance(s) of service `{}`, fewer than the {} required: the step waits up to {wait} for other deployments of the tenant to register the rest",
+                        need.service, need.count
+                    ),
+                    _ => continue,
+                }
+            };
+            warnings.push(BlueprintProblem {
+                field: format!("steps.{}.requires[{i}]", step.name),
+                problem,
+            });
+        }
+    }
+    warnings
 }
 
 /// Checks every `egress:` entry is a destination a step may be allowed to reach.
@@ -480,6 +730,9 @@ fn bastion_problems(blueprint: &BlueprintSnapshot) -> Vec<BlueprintProblem> {
             let problem = match reference {
                 Reference::Secret(_) => Some(format!(
                     "`{reference}`: the bastion is recorded in the deployment's history, so it cannot be a secret"
+                )),
+                Reference::Service { .. } => Some(format!(
+                    "`{reference}`: the bastion is reached before any service is, so it cannot come from one"
                 )),
                 _ => undeclared(blueprint, reference),
             };
@@ -563,6 +816,10 @@ fn reference_problems(blueprint: &BlueprintSnapshot) -> Vec<BlueprintProblem> {
                                 step.name
                             ))
                         }
+                        Reference::Service { .. } if group.is_some() => Some(format!(
+                            "`{reference}`: a host group cannot name a service's members; give the step's hosts as addresses or step outputs"
+                        )),
+                        Reference::Service { service, field } => service_problem(step, service, *field, reference),
                         _ => None,
                     });
                     if let Some(problem) = problem {
@@ -576,6 +833,32 @@ fn reference_problems(blueprint: &BlueprintSnapshot) -> Vec<BlueprintProblem> {
         }
     }
     problems
+}
+
+/// What is wrong with a step's template taking a service's members: the step must wait for the
+/// service (or watch it), and for as many members as it takes.
+fn service_problem(
+    step: &StepSpec,
+    service: &str,
+    field: crate::template::ServiceField,
+    reference: &Reference,
+) -> Option<String> {
+    let required = step.requires.iter().find(|need| need.service == service);
+    match (required, field) {
+        (None, _) if step.watch.iter().any(|watched| watched == service) => None,
+        (None, _) => Some(format!(
+            "`{reference}` refers to service `{service}`, which step `{}` neither requires nor watches; add `requires: [{{ service: {service} }}]`",
+            step.name
+        )),
+        (Some(need), crate::template::ServiceField::Address(at)) if at >= need.count as usize => {
+            Some(format!(
+                "`{reference}` takes member {at} of service `{service}`, but the step waits for only {} member(s); require `count: {}`",
+                need.count,
+                at + 1
+            ))
+        }
+        _ => None,
+    }
 }
 
 /// The text's template, or `None` with the problem recorded under `field`.

@@ -11,11 +11,12 @@ use std::sync::Arc;
 use chrono::TimeDelta;
 use overture_events::{
     BlueprintSnapshot, CloudAccount, DeploymentEvent, ErrorClass, HostKeySource, PinnedHostKey,
-    StepSpec, Timestamp, TriggeredBy,
+    ServiceShortfall, StepSpec, Timestamp, TriggeredBy,
 };
 use serde::{Deserialize, Serialize};
 
 use crate::retry::{self, RetryDecision};
+use crate::services::{self, ServiceInstance};
 pub use crate::steps::Steps;
 
 /// The aggregate; its state is [`DeploymentState`].
@@ -28,6 +29,8 @@ pub struct Deployment;
 pub enum StepStatus {
     /// Waiting for the steps it needs.
     Pending,
+    /// Its needs succeeded; waiting for the services it requires to have enough members.
+    Awaiting,
     /// An attempt may start (once its `not_before` has passed).
     Scheduled,
     /// An attempt is running.
@@ -47,6 +50,7 @@ impl StepStatus {
     pub const fn as_str(&self) -> &'static str {
         match self {
             StepStatus::Pending => "pending",
+            StepStatus::Awaiting => "awaiting",
             StepStatus::Scheduled => "scheduled",
             StepStatus::Running => "running",
             StepStatus::Retrying => "retrying",
@@ -78,6 +82,10 @@ pub struct StepState {
     /// The number of the current run's first attempt: 1, or after a redrive the one after the
     /// step's last attempt. The retry policy counts attempts from it.
     pub first_attempt: u32,
+    /// While it awaits services: when it fails as `service-timeout`, and what it waits for.
+    pub awaiting: Option<(Timestamp, Vec<ServiceShortfall>)>,
+    /// The members of each service its attempts see (`ServicesResolved`).
+    pub services: BTreeMap<String, Vec<String>>,
 }
 
 /// How much longer than its timeout an attempt's lease lasts: the time its runner needs to kill
@@ -180,6 +188,8 @@ pub struct DeploymentState {
     pub bastion_access: Option<BastionAccess>,
     /// The SSH host keys pinned so far, by host as `known_hosts` names it.
     pub host_keys: BTreeMap<String, PinnedHost>,
+    /// The service instances the deployment registered and has not deregistered.
+    pub registrations: Vec<ServiceInstance>,
 }
 
 /// A server's pinned SSH host keys.
@@ -273,7 +283,39 @@ impl DeploymentState {
 
     /// Whether the secrets may go: no step can run any more and the bastion is closed.
     fn may_purge(&self) -> bool {
-        self.work_is_over() && self.bastion_access.is_none()
+        (self.work_is_over() || self.is_finished()) && self.bastion_access.is_none()
+    }
+
+    /// Whether a step watches services: the deployment then runs it again when they change.
+    pub fn watches(&self) -> bool {
+        self.blueprint
+            .as_ref()
+            .is_some_and(|b| b.steps.iter().any(|step| !step.watch.is_empty()))
+    }
+
+    /// Whether the deployment keeps watching the services its steps watch: it has not failed,
+    /// been cancelled or destroyed. Its seal is kept while it does, since running a step again
+    /// needs its SSH key and the user's token.
+    pub fn keeps_watching(&self) -> bool {
+        self.watches()
+            && self.destroy.is_none()
+            && matches!(
+                self.phase,
+                Phase::Running | Phase::Finished(Outcome::Succeeded)
+            )
+    }
+
+    /// Whether the deployment looks at the tenant's registry: a step of it waits for services
+    /// or is about to be scheduled with their members in view, or it keeps watching.
+    pub fn looks_at_services(&self) -> bool {
+        if !self.steps.see_services() {
+            return false;
+        }
+        match self.phase {
+            Phase::Running => true,
+            Phase::Finished(Outcome::Succeeded) => self.keeps_watching(),
+            _ => false,
+        }
     }
 
     /// Whether no more step work will happen: everything succeeded, or nothing runs while failing.
@@ -310,7 +352,22 @@ pub enum DeploymentCommand {
         triggered_by: Option<TriggeredBy>,
     },
     /// Move on: schedule steps whose needs succeeded, abandon at a passed deadline, finish.
+    /// Steps that see services are left to [`DeploymentCommand::ObserveServices`].
     Advance { now: Timestamp },
+    /// Look at the tenant's registry: the instances other deployments registered (this one's
+    /// are in its state). Steps whose needs succeeded start once the services they require
+    /// have enough members, or wait for them; a wait past its deadline fails the step as
+    /// `service-timeout`; a succeeded step whose watched service changed runs again.
+    ObserveServices {
+        now: Timestamp,
+        others: Vec<ServiceInstance>,
+    },
+    /// The hosts of a running attempt's step answered the check of the service it provides.
+    RegisterServices {
+        step: String,
+        attempt: u32,
+        instances: Vec<ServiceInstance>,
+    },
     /// A user cancels the deployment: running and waiting attempts are abandoned at once.
     Cancel {
         requested_by: String,
@@ -449,6 +506,9 @@ pub enum DeploymentError {
     /// The step is not the next one to destroy.
     #[error("step `{0}` is not the next one to destroy")]
     NotNextToDestroy(String),
+    /// Only a step that provides a service registers instances, and only of that service.
+    #[error("step `{step}` does not provide service `{service}`")]
+    NotProvided { step: String, service: String },
     /// Only a deployment that has ended is redriven.
     #[error("the deployment is still running; redrive it once it has failed")]
     RedriveWhileRunning,
@@ -525,6 +585,13 @@ pub fn actions_besides_attempts(state: &DeploymentState) -> Vec<Action> {
             actions.push(Action::WakeAt(deadline));
         }
     }
+    actions.extend(
+        state
+            .steps
+            .awaiting()
+            .filter_map(|(_, s)| s.awaiting.as_ref())
+            .map(|(deadline, _)| Action::WakeAt(*deadline)),
+    );
     // Closing the bastion comes first: it needs the user's token, which the purge deletes.
     if let Some(access) = state
         .bastion_access
@@ -532,7 +599,7 @@ pub fn actions_besides_attempts(state: &DeploymentState) -> Vec<Action> {
         .filter(|_| state.work_is_over())
     {
         actions.push(Action::RevokeAccess(access.clone()));
-    } else if state.may_purge() && !state.secrets_purged {
+    } else if state.may_purge() && !state.secrets_purged && !state.keeps_watching() {
         actions.push(Action::PurgeSecrets);
     }
     actions
@@ -557,6 +624,10 @@ impl Deployment {
             (Phase::Finished(_), C::RecordSecretsPurged) if state.secrets_purged => {
                 return Ok(vec![])
             }
+            // A deployment that watched services kept its seal; it goes once it stops watching.
+            (Phase::Finished(_), C::RecordSecretsPurged) => {}
+            // A succeeded deployment keeps watching the services its steps watch.
+            (Phase::Finished(_), C::ObserveServices { .. }) => {}
             (Phase::Finished(_), C::RecordAccessRevoked { .. })
                 if state.bastion_access.is_none() =>
             {
@@ -614,6 +685,12 @@ impl Deployment {
                 Ok(std::iter::once(requested).chain(sealed).collect())
             }
             C::Advance { now } => Ok(advance(state, now)),
+            C::ObserveServices { now, others } => Ok(observe_services(state, now, &others)),
+            C::RegisterServices {
+                step,
+                attempt,
+                instances,
+            } => register_services(state, step, attempt, instances),
             C::Cancel {
                 requested_by,
                 reason,
@@ -741,7 +818,7 @@ impl Deployment {
             C::RecordSecretsPurged => {
                 if state.secrets_purged {
                     Ok(vec![])
-                } else if state.may_purge() {
+                } else if state.may_purge() && !state.keeps_watching() {
                     Ok(vec![DeploymentEvent::SecretsPurged {}])
                 } else {
                     Err(DeploymentError::StepsStillRunning)
@@ -798,6 +875,8 @@ impl Deployment {
                     outputs: BTreeMap::new(),
                     lease_until: None,
                     first_attempt: 1,
+                    awaiting: None,
+                    services: BTreeMap::new(),
                 };
                 state.steps = Steps::new(&blueprint, &fresh);
                 state.tenant = tenant;
@@ -869,7 +948,58 @@ impl Deployment {
                     };
                     s.attempt = attempt;
                     s.not_before = Some(not_before);
+                    s.awaiting = None;
                 });
+            }
+            E::StepAwaitingServices {
+                step,
+                waiting_for,
+                deadline,
+            } => state.steps.update(&step, |s| {
+                s.status = StepStatus::Awaiting;
+                s.awaiting = Some((deadline, waiting_for));
+            }),
+            E::ServicesResolved { step, services } => {
+                state.steps.update(&step, |s| s.services = services)
+            }
+            E::ServiceRegistered {
+                service,
+                step,
+                host,
+                address,
+                port,
+            } => {
+                let instance = ServiceInstance {
+                    service,
+                    step,
+                    host,
+                    address,
+                    port,
+                };
+                if !state.registrations.contains(&instance) {
+                    state.registrations.push(instance);
+                }
+            }
+            E::ServiceDeregistered {
+                service,
+                address,
+                port,
+                ..
+            } => state.registrations.retain(|instance| {
+                !(instance.service == service
+                    && instance.address == address
+                    && instance.port == port)
+            }),
+            E::StepRerunRequested { step, .. } => {
+                state.steps.update(&step, |s| {
+                    s.status = StepStatus::Pending;
+                    s.first_attempt = s.attempt + 1;
+                    s.not_before = None;
+                    s.lease_until = None;
+                });
+                if state.phase == Phase::Finished(Outcome::Succeeded) {
+                    state.phase = Phase::Running;
+                }
             }
             E::StepStarted {
                 step, lease_until, ..
@@ -888,13 +1018,33 @@ impl Deployment {
                 attempts,
                 error_class,
             } => {
+                let awaited = state
+                    .steps
+                    .get(&step)
+                    .and_then(|s| s.awaiting.as_ref())
+                    .map(|(_, waiting_for)| waiting_for.clone());
                 state.steps.update(&step, |s| {
                     s.status = StepStatus::Failed;
                     s.not_before = None;
+                    s.awaiting = None;
                 });
                 if state.phase == Phase::Running {
-                    let reason =
-                        format!("step `{step}` failed after {attempts} attempt(s) ({error_class})");
+                    let reason = match (error_class, awaited) {
+                        (ErrorClass::ServiceTimeout, Some(waiting_for)) => format!(
+                            "step `{step}` timed out waiting for {} ({error_class})",
+                            waiting_for
+                                .iter()
+                                .map(|short| format!(
+                                    "service `{}` ({} of {} registered)",
+                                    short.service, short.registered, short.count
+                                ))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                        _ => format!(
+                            "step `{step}` failed after {attempts} attempt(s) ({error_class})"
+                        ),
+                    };
                     state.phase = Phase::Failing {
                         reason,
                         deadline: None,
@@ -909,6 +1059,7 @@ impl Deployment {
             E::StepAbandoned { step, .. } => state.steps.update(&step, |s| {
                 s.status = StepStatus::Abandoned;
                 s.not_before = None;
+                s.awaiting = None;
             }),
             E::SecretsPurged {} => state.secrets_purged = true,
             E::DeploymentSucceeded {} => state.phase = Phase::Finished(Outcome::Succeeded),
@@ -1002,7 +1153,7 @@ fn advance(state: &DeploymentState, now: Timestamp) -> Vec<DeploymentEvent> {
             // Pending steps whose needs all succeeded, kept up to date as events are applied.
             state
                 .steps
-                .ready()
+                .ready(false)
                 .map(|(name, s)| DeploymentEvent::StepScheduled {
                     step: name.clone(),
                     attempt: s.first_attempt,
@@ -1058,13 +1209,135 @@ fn advance(state: &DeploymentState, now: Timestamp) -> Vec<DeploymentEvent> {
 /// with its end, in the commit that ends its work, instead of in a commit of its own after the
 /// orchestrator has deleted nothing.
 fn ending(state: &DeploymentState, end: DeploymentEvent) -> Vec<DeploymentEvent> {
-    if state.secrets_purged {
+    let watching = matches!(end, DeploymentEvent::DeploymentSucceeded {})
+        && state.keeps_watching()
+        && state.seal.is_some();
+    if state.secrets_purged || (watching && state.bastion_access.is_none()) {
         vec![end]
     } else if state.seal.is_none() && state.bastion_access.is_none() {
         vec![DeploymentEvent::SecretsPurged {}, end]
     } else {
         vec![]
     }
+}
+
+/// The events of a look at the tenant's registry (see [`DeploymentCommand::ObserveServices`]).
+/// At most one wait times out per look: its failure abandons the other waits.
+fn observe_services(
+    state: &DeploymentState,
+    now: Timestamp,
+    others: &[ServiceInstance],
+) -> Vec<DeploymentEvent> {
+    if !state.looks_at_services() {
+        return vec![];
+    }
+    let members = services::members(state.registrations.iter().chain(others));
+    let mut events = Vec::new();
+    if state.phase == Phase::Running {
+        let deciding = state
+            .steps
+            .ready(true)
+            .chain(state.steps.awaiting())
+            .filter_map(|(name, s)| Some((name, s, state.spec(name)?)));
+        for (name, s, spec) in deciding {
+            let waiting_for = services::shortfalls(&spec.requires, &members);
+            if waiting_for.is_empty() {
+                events.push(DeploymentEvent::ServicesResolved {
+                    step: name.clone(),
+                    services: services::resolved(spec, &members),
+                });
+                events.push(DeploymentEvent::StepScheduled {
+                    step: name.clone(),
+                    attempt: s.first_attempt,
+                    not_before: now,
+                });
+                continue;
+            }
+            match &s.awaiting {
+                None => {
+                    let wait_ms = spec.requires.iter().map(|need| need.timeout_ms).max();
+                    let wait = TimeDelta::milliseconds(
+                        i64::try_from(wait_ms.unwrap_or(0)).unwrap_or(i64::MAX),
+                    );
+                    events.push(DeploymentEvent::StepAwaitingServices {
+                        step: name.clone(),
+                        waiting_for,
+                        deadline: now.checked_add_signed(wait).unwrap_or(now),
+                    });
+                }
+                Some((deadline, _)) if now >= *deadline => {
+                    events.extend(after_failure(
+                        state,
+                        name,
+                        s.attempt,
+                        ErrorClass::ServiceTimeout,
+                        now,
+                    ));
+                    return events;
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    for (name, s) in state.steps.iter() {
+        if s.status != StepStatus::Succeeded {
+            continue;
+        }
+        let Some(spec) = state.spec(name) else {
+            continue;
+        };
+        let changed = spec.watch.iter().find_map(|service| {
+            let to = services::members_of(&members, service);
+            let from = s.services.get(service).cloned().unwrap_or_default();
+            (from != to).then(|| (service.clone(), from, to))
+        });
+        if let Some((service, from, to)) = changed {
+            events.push(DeploymentEvent::StepRerunRequested {
+                step: name.clone(),
+                service,
+                from,
+                to,
+            });
+        }
+    }
+    events
+}
+
+/// The events of a providing step's hosts answering its service's check: one registration per
+/// instance not registered yet.
+fn register_services(
+    state: &DeploymentState,
+    step: String,
+    attempt: u32,
+    instances: Vec<ServiceInstance>,
+) -> Result<Vec<DeploymentEvent>, DeploymentError> {
+    require_running(state, &step, attempt)?;
+    let provided = state
+        .spec(&step)
+        .and_then(|spec| spec.provides.as_ref())
+        .map(|provides| provides.service.as_str());
+    let mut events = Vec::new();
+    let mut seen: Vec<&ServiceInstance> = Vec::new();
+    for instance in &instances {
+        if provided != Some(instance.service.as_str()) || instance.step != step {
+            return Err(DeploymentError::NotProvided {
+                step,
+                service: instance.service.clone(),
+            });
+        }
+        if state.registrations.contains(instance) || seen.contains(&instance) {
+            continue;
+        }
+        seen.push(instance);
+        events.push(DeploymentEvent::ServiceRegistered {
+            service: instance.service.clone(),
+            step: instance.step.clone(),
+            host: instance.host.clone(),
+            address: instance.address.clone(),
+            port: instance.port,
+        });
+    }
+    Ok(events)
 }
 
 /// The events of a redrive: every step that did not succeed runs again, and what the user gave
@@ -1134,7 +1407,21 @@ fn request_destroy(state: &DeploymentState) -> Result<Vec<DeploymentEvent>, Depl
         None => {
             let steps = destroyable_steps(state);
             let nothing_to_destroy = steps.is_empty();
-            let mut events = vec![DeploymentEvent::DestroyRequested { steps }];
+            // Its instances leave the registry before anything is torn down, so that whoever
+            // watches them stops sending them work first.
+            let mut events: Vec<DeploymentEvent> = state
+                .registrations
+                .iter()
+                .map(|instance| DeploymentEvent::ServiceDeregistered {
+                    service: instance.service.clone(),
+                    step: instance.step.clone(),
+                    host: instance.host.clone(),
+                    address: instance.address.clone(),
+                    port: instance.port,
+                    reason: "its deployment is being destroyed".into(),
+                })
+                .collect();
+            events.push(DeploymentEvent::DestroyRequested { steps });
             if nothing_to_destroy {
                 events.push(DeploymentEvent::DeploymentDestroyed {});
             }
@@ -1323,6 +1610,7 @@ fn after_failure(
     for (name, s) in state
         .steps
         .waiting()
+        .chain(state.steps.awaiting())
         .filter(|(name, _)| name.as_str() != step)
     {
         events.push(DeploymentEvent::StepAbandoned {

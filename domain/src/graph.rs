@@ -330,6 +330,9 @@ mod tests {
             timeout_ms: 1,
             retry: Default::default(),
             limits: Default::default(),
+            provides: None,
+            requires: vec![],
+            watch: vec![],
         }
     }
 

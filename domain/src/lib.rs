@@ -33,6 +33,7 @@ pub mod projection;
 pub mod retry;
 pub mod secret;
 pub mod servers;
+pub mod services;
 pub mod shape;
 pub mod shell;
 mod steps;

@@ -553,6 +553,16 @@ pub enum Change {
         /// The step.
         step: String,
     },
+    /// `StepAwaitingServices`.
+    StepAwaitingServices {
+        /// The step.
+        step: String,
+    },
+    /// `StepRerunRequested`: a watched service changed, the step runs again.
+    StepRerun {
+        /// The step.
+        step: String,
+    },
     /// `StepStarted`.
     StepStarted {
         /// The step.
@@ -658,6 +668,8 @@ impl From<DeploymentEvent> for Change {
             },
             E::StepScheduled { step, .. } => Change::StepScheduled { step },
             E::StepRetryScheduled { step, .. } => Change::StepRetryScheduled { step },
+            E::StepAwaitingServices { step, .. } => Change::StepAwaitingServices { step },
+            E::StepRerunRequested { step, .. } => Change::StepRerun { step },
             E::StepStarted { step, attempt, .. } => Change::StepStarted { step, attempt },
             E::StepSucceeded { step, outputs, .. } => Change::StepSucceeded { step, outputs },
             E::StepAttemptFailed {
@@ -705,7 +717,11 @@ impl From<DeploymentEvent> for Change {
             | E::StepNetworkPolicyApplied { .. }
             | E::StepDestroyed { .. }
             | E::FailureGracePeriodStarted { .. }
-            | E::CancellationRequested { .. } => Change::Nothing,
+            | E::CancellationRequested { .. }
+            // The services' registry is a read model of its own.
+            | E::ServicesResolved { .. }
+            | E::ServiceRegistered { .. }
+            | E::ServiceDeregistered { .. } => Change::Nothing,
         }
     }
 }
@@ -797,6 +813,8 @@ impl Change {
         match self {
             Change::StepScheduled { step }
             | Change::StepRetryScheduled { step }
+            | Change::StepAwaitingServices { step }
+            | Change::StepRerun { step }
             | Change::StepStarted { step, .. }
             | Change::StepSucceeded { step, .. }
             | Change::StepAttemptFailed { step, .. }
@@ -830,6 +848,12 @@ impl Change {
                 step: read::<StepField>(event_type, data)?.step,
             },
             "StepRetryScheduled" => Change::StepRetryScheduled {
+                step: read::<StepField>(event_type, data)?.step,
+            },
+            "StepAwaitingServices" => Change::StepAwaitingServices {
+                step: read::<StepField>(event_type, data)?.step,
+            },
+            "StepRerunRequested" => Change::StepRerun {
                 step: read::<StepField>(event_type, data)?.step,
             },
             "StepStarted" => {
@@ -905,7 +929,10 @@ impl Change {
             | "StepNetworkPolicyApplied"
             | "StepDestroyed"
             | "FailureGracePeriodStarted"
-            | "CancellationRequested" => Change::Nothing,
+            | "CancellationRequested"
+            | "ServicesResolved"
+            | "ServiceRegistered"
+            | "ServiceDeregistered" => Change::Nothing,
             // Not a type this build knows: the whole decoding says why.
             _ => {
                 let data = read::<serde_json::Value>(event_type, data)?;
@@ -1059,6 +1086,19 @@ fn fold(
         }
         Change::StepRetryScheduled { step: name } => {
             step(name, &mut |s| s.status = StepStatus::Retrying)
+        }
+        Change::StepAwaitingServices { step: name } => {
+            step(name, &mut |s| s.status = StepStatus::Awaiting)
+        }
+        // Its outputs stay until the new attempt replaces them: nothing else runs again.
+        Change::StepRerun { step: name } => {
+            step(name, &mut |s| {
+                s.status = StepStatus::Pending;
+                s.finished_at = None;
+            });
+            view.status = DeploymentStatus::Running;
+            view.reason = None;
+            view.finished_at = None;
         }
         Change::StepStarted {
             step: name,

@@ -43,6 +43,11 @@ pub const fn default_rule(class: ErrorClass) -> RetryRule {
             times: 0,
             wait_ms: 0,
         },
+        // The wait was the step's whole chance: it never ran, and waiting again is a redrive.
+        ErrorClass::ServiceTimeout => RetryRule {
+            times: 0,
+            wait_ms: 0,
+        },
     }
 }
 
@@ -91,6 +96,9 @@ mod tests {
             timeout_ms: 1_000,
             retry: Default::default(),
             limits: Default::default(),
+            provides: None,
+            requires: vec![],
+            watch: vec![],
         }
     }
 

@@ -34,6 +34,9 @@ struct Graph {
     needs: Vec<u32>,
     /// The steps that need each step, once for each time they name it.
     dependents: Vec<Vec<usize>>,
+    /// Whether each step sees services (requires, watches, or names them in templates): such a
+    /// step is scheduled only with the registry in view.
+    sees_services: Vec<bool>,
 }
 
 impl Graph {
@@ -47,6 +50,7 @@ impl Graph {
         }
         graph.needs = vec![0; graph.names.len()];
         graph.dependents = vec![Vec::new(); graph.names.len()];
+        graph.sees_services = vec![false; graph.names.len()];
         // Validation refuses a name given twice; were one, its first spec would count.
         let mut counted = vec![false; graph.names.len()];
         for spec in &blueprint.steps {
@@ -57,6 +61,7 @@ impl Graph {
                 continue;
             }
             graph.needs[at] = u32::try_from(spec.needs.len()).unwrap_or(u32::MAX);
+            graph.sees_services[at] = !crate::services::seen_services(spec).is_empty();
             for need in &spec.needs {
                 if let Some(&of) = graph.positions.get(need) {
                     graph.dependents[of].push(at);
@@ -77,6 +82,8 @@ pub struct Steps {
     unmet: Vector<u32>,
     /// Pending steps whose needs have all succeeded.
     ready: OrdSet<usize>,
+    /// Steps whose needs succeeded, waiting for the services they require.
+    awaiting: OrdSet<usize>,
     /// Steps whose attempt waits to start (scheduled or retrying).
     waiting: OrdSet<usize>,
     /// Steps whose attempt runs.
@@ -96,6 +103,7 @@ impl Steps {
             graph: Arc::new(graph),
             states,
             ready: OrdSet::new(),
+            awaiting: OrdSet::new(),
             waiting: OrdSet::new(),
             running: OrdSet::new(),
             succeeded: 0,
@@ -151,9 +159,24 @@ impl Steps {
         self.graph.positions.get(name).copied()
     }
 
-    /// Pending steps whose needs have all succeeded, in blueprint order.
-    pub(crate) fn ready(&self) -> impl Iterator<Item = (&String, &StepState)> {
-        self.at(&self.ready)
+    /// Pending steps whose needs have all succeeded, in blueprint order: those that see no
+    /// services when `services` is false, those that do when it is true.
+    pub(crate) fn ready(&self, services: bool) -> impl Iterator<Item = (&String, &StepState)> {
+        let sees = &self.graph.sees_services;
+        self.ready
+            .iter()
+            .filter(move |&&at| sees.get(at).copied().unwrap_or(false) == services)
+            .filter_map(|&at| self.entry(at))
+    }
+
+    /// Steps waiting for the services they require, in blueprint order.
+    pub(crate) fn awaiting(&self) -> impl Iterator<Item = (&String, &StepState)> {
+        self.at(&self.awaiting)
+    }
+
+    /// Whether any step sees services: the deployment then looks at the tenant's registry.
+    pub fn see_services(&self) -> bool {
+        self.graph.sees_services.contains(&true)
     }
 
     /// Steps whose attempt waits to start, in blueprint order.
@@ -166,9 +189,15 @@ impl Steps {
         self.at(&self.running)
     }
 
-    /// Steps that wait or run, in blueprint order.
+    /// Steps that wait (to start, or for services) or run, in blueprint order.
     pub(crate) fn waiting_or_running(&self) -> Vec<(&String, &StepState)> {
-        let mut positions: Vec<usize> = self.waiting.iter().chain(&self.running).copied().collect();
+        let mut positions: Vec<usize> = self
+            .waiting
+            .iter()
+            .chain(&self.awaiting)
+            .chain(&self.running)
+            .copied()
+            .collect();
         positions.sort_unstable();
         positions
             .into_iter()
@@ -217,6 +246,9 @@ impl Steps {
             StepStatus::Scheduled | StepStatus::Retrying => {
                 self.waiting.remove(&at);
             }
+            StepStatus::Awaiting => {
+                self.awaiting.remove(&at);
+            }
             StepStatus::Running => {
                 self.running.remove(&at);
             }
@@ -243,6 +275,9 @@ impl Steps {
             }
             StepStatus::Scheduled | StepStatus::Retrying => {
                 self.waiting.insert(at);
+            }
+            StepStatus::Awaiting => {
+                self.awaiting.insert(at);
             }
             StepStatus::Running => {
                 self.running.insert(at);

@@ -1,7 +1,8 @@
 //! `{{ ... }}` templates in step settings.
 //!
-//! A template refers to a parameter (`{{ params.x }}`), a secret (`{{ secrets.x }}`) or an output
-//! of an earlier step (`{{ steps.build.outputs.url }}`). Parsing is separate from rendering so a
+//! A template refers to a parameter (`{{ params.x }}`), a secret (`{{ secrets.x }}`), an output
+//! of an earlier step (`{{ steps.build.outputs.url }}`) or the registered members of a service
+//! (`{{ services.app.addresses }}`, `{{ services.app.count }}`, `{{ services.app.addresses[0] }}`). Parsing is separate from rendering so a
 //! blueprint can be checked before anything runs, and so a step kind decides how each reference
 //! reaches the step (a secret, for example, only ever as an environment variable).
 
@@ -16,6 +17,22 @@ pub enum Reference {
     Secret(String),
     /// `{{ steps.STEP.outputs.KEY }}`
     Output { step: String, key: String },
+    /// `{{ services.NAME.addresses }}`, `.count` or `.addresses[i]`
+    Service {
+        service: String,
+        field: ServiceField,
+    },
+}
+
+/// What a template takes of a service's registered members.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ServiceField {
+    /// Every member's `ADDRESS:PORT`, sorted: a list.
+    Addresses,
+    /// How many members there are.
+    Count,
+    /// The member at this place in the sorted list.
+    Address(usize),
 }
 
 impl fmt::Display for Reference {
@@ -24,6 +41,14 @@ impl fmt::Display for Reference {
             Reference::Param(name) => write!(f, "{{{{ params.{name} }}}}"),
             Reference::Secret(name) => write!(f, "{{{{ secrets.{name} }}}}"),
             Reference::Output { step, key } => write!(f, "{{{{ steps.{step}.outputs.{key} }}}}"),
+            Reference::Service { service, field } => {
+                let field = match field {
+                    ServiceField::Addresses => "addresses".to_owned(),
+                    ServiceField::Count => "count".to_owned(),
+                    ServiceField::Address(at) => format!("addresses[{at}]"),
+                };
+                write!(f, "{{{{ services.{service}.{field} }}}}")
+            }
         }
     }
 }
@@ -44,7 +69,7 @@ pub enum TemplateError {
     #[error("`{{{{` at byte {0} has no closing `}}}}`")]
     Unclosed(usize),
     /// Something between the braces that is not a known reference.
-    #[error("`{{{{ {0} }}}}` is not a reference: use params.NAME, secrets.NAME or steps.STEP.outputs.KEY")]
+    #[error("`{{{{ {0} }}}}` is not a reference: use params.NAME, secrets.NAME, steps.STEP.outputs.KEY, services.NAME.addresses, services.NAME.addresses[INDEX] or services.NAME.count")]
     Unknown(String),
 }
 
@@ -107,10 +132,22 @@ impl Template {
         }
         Ok(out)
     }
+
+    /// The template's only segment, when it is one reference and nothing else: a setting
+    /// written as just `{{ services.app.addresses }}` takes the list itself.
+    pub fn sole_reference(&self) -> Option<&Reference> {
+        match self.segments.as_slice() {
+            [Segment::Reference(reference)] => Some(reference),
+            _ => None,
+        }
+    }
 }
 
 fn parse_reference(inner: &str) -> Result<Reference, TemplateError> {
     let unknown = || TemplateError::Unknown(inner.to_owned());
+    if let Some(rest) = inner.strip_prefix("services.") {
+        return parse_service(rest).ok_or_else(unknown);
+    }
     let parts: Vec<&str> = inner.split('.').collect();
     let valid = |part: &&str| {
         !part.is_empty()
@@ -130,6 +167,33 @@ fn parse_reference(inner: &str) -> Result<Reference, TemplateError> {
         }),
         _ => Err(unknown()),
     }
+}
+
+/// `NAME.addresses`, `NAME.count` or `NAME.addresses[INDEX]`.
+fn parse_service(text: &str) -> Option<Reference> {
+    let (service, field) = text.split_once('.')?;
+    let name_ok = !service.is_empty()
+        && service
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if !name_ok {
+        return None;
+    }
+    let field = match field {
+        "addresses" => ServiceField::Addresses,
+        "count" => ServiceField::Count,
+        _ => {
+            let index = field.strip_prefix("addresses[")?.strip_suffix(']')?;
+            if index.is_empty() || !index.chars().all(|c| c.is_ascii_digit()) {
+                return None;
+            }
+            ServiceField::Address(index.parse().ok()?)
+        }
+    };
+    Some(Reference::Service {
+        service: service.to_owned(),
+        field,
+    })
 }
 
 #[cfg(test)]
@@ -184,5 +248,48 @@ mod tests {
         );
         assert!(Template::parse("{{ steps.build.url }}").is_err());
         assert!(Template::parse("{{ params. }}").is_err());
+    }
+
+    #[test]
+    fn reads_every_field_of_a_service() {
+        let template = Template::parse(
+            "{{ services.app.addresses }} {{ services.app.count }} {{services.db.addresses[12]}}",
+        )
+        .expect("parses");
+        let service = |name: &str, field| Reference::Service {
+            service: name.into(),
+            field,
+        };
+        assert_eq!(
+            template.references().cloned().collect::<Vec<_>>(),
+            vec![
+                service("app", ServiceField::Addresses),
+                service("app", ServiceField::Count),
+                service("db", ServiceField::Address(12)),
+            ]
+        );
+        let shown: Result<String, ()> = template.render(|reference| Ok(reference.to_string()));
+        assert_eq!(
+            shown.expect("renders"),
+            "{{ services.app.addresses }} {{ services.app.count }} {{ services.db.addresses[12] }}"
+        );
+        for wrong in [
+            "{{ services.app }}",
+            "{{ services.app.members }}",
+            "{{ services.app.addresses[] }}",
+            "{{ services.app.addresses[-1] }}",
+            "{{ services.app.addresses[0].x }}",
+            "{{ services..count }}",
+        ] {
+            assert!(Template::parse(wrong).is_err(), "{wrong}");
+        }
+    }
+
+    #[test]
+    fn a_sole_reference_is_told_from_text_around_one() {
+        let sole = Template::parse("{{ services.app.addresses }}").expect("parses");
+        assert!(sole.sole_reference().is_some());
+        let embedded = Template::parse("members: {{ services.app.addresses }}").expect("parses");
+        assert!(embedded.sole_reference().is_none());
     }
 }

@@ -114,6 +114,47 @@ pub struct StepSpec {
     /// recorded before limits were, whose attempts get the defaults.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<crate::StepLimits>,
+    /// The service the step's hosts run once it succeeded, registered when it answers its check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provides: Option<ServiceProvision>,
+    /// Services that must have enough registered instances before the step starts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requires: Vec<ServiceRequirement>,
+    /// Services whose members changing later makes the step run again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub watch: Vec<String>,
+}
+
+/// A service a step's hosts provide (`provides:`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServiceProvision {
+    /// The service's name within the tenant.
+    pub service: String,
+    /// The TCP port it listens on, on every host of the step.
+    pub port: u16,
+    /// How the engine tells that it runs.
+    pub check: ServiceCheck,
+}
+
+/// How the engine checks a service instance answers, through the bastion when there is one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ServiceCheck {
+    /// A TCP connection to the port is accepted.
+    Tcp,
+    /// A GET of this path answers with a 2xx status.
+    Http { path: String },
+}
+
+/// A service a step waits for (`requires:`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServiceRequirement {
+    /// The service's name within the tenant.
+    pub service: String,
+    /// How many registered instances it needs at least.
+    pub count: u32,
+    /// How long the step waits for them before it fails as `service-timeout`.
+    pub timeout_ms: u64,
 }
 
 /// How often a failed attempt of one error class is retried, and how long to wait first.
@@ -148,11 +189,14 @@ pub enum ErrorClass {
     /// The engine's rule on the bastion was deleted while the deployment still held its lease on
     /// it: someone else closed the bastion, not the servers' fault.
     BastionAccessLost,
+    /// A required service did not have enough registered instances within the wait's timeout.
+    /// Never retried: the step never ran.
+    ServiceTimeout,
 }
 
 impl ErrorClass {
     /// Every class, in the order the retry table lists them.
-    pub const ALL: [ErrorClass; 8] = [
+    pub const ALL: [ErrorClass; 9] = [
         ErrorClass::Terraform,
         ErrorClass::BackendUnreachable,
         ErrorClass::BootstrapTimeout,
@@ -161,6 +205,7 @@ impl ErrorClass {
         ErrorClass::StepFailed,
         ErrorClass::HostKeyMismatch,
         ErrorClass::BastionAccessLost,
+        ErrorClass::ServiceTimeout,
     ];
 
     /// The name blueprints and events use.
@@ -174,6 +219,7 @@ impl ErrorClass {
             ErrorClass::StepFailed => "step-failed",
             ErrorClass::HostKeyMismatch => "host-key-mismatch",
             ErrorClass::BastionAccessLost => "bastion-access-lost",
+            ErrorClass::ServiceTimeout => "service-timeout",
         }
     }
 }

@@ -216,6 +216,61 @@ pub enum DeploymentEvent {
         /// `ADDRESS:PORT` (TCP), `ADDRESS` or `ADDRESS/PREFIX`, sorted.
         allowed: Vec<String>,
     },
+    /// A step's needs succeeded, but a service it requires has too few registered instances:
+    /// it waits for them, durably, and fails as `service-timeout` if `deadline` passes first.
+    StepAwaitingServices {
+        step: String,
+        /// Each required service still short of its count.
+        waiting_for: Vec<ServiceShortfall>,
+        deadline: Timestamp,
+    },
+    /// The members of each service a step requires or watches, as its next attempt sees them
+    /// (`{{ services.NAME.addresses }}`): `ADDRESS:PORT`, sorted.
+    ServicesResolved {
+        step: String,
+        services: BTreeMap<String, Vec<String>>,
+    },
+    /// A host of a step that provides a service answered the service's check: the instance is
+    /// registered for the tenant, and runs (it is not one that only will).
+    ServiceRegistered {
+        service: String,
+        /// The step that configured it.
+        step: String,
+        /// The server: its name in the step that made it, or its address.
+        host: String,
+        address: String,
+        port: u16,
+    },
+    /// An instance left the tenant's registry (its deployment is being destroyed).
+    ServiceDeregistered {
+        service: String,
+        step: String,
+        host: String,
+        address: String,
+        port: u16,
+        reason: String,
+    },
+    /// A service the step watches changed its members since the step last ran: it runs again,
+    /// as a new attempt.
+    StepRerunRequested {
+        step: String,
+        service: String,
+        /// The members the step last ran with, `ADDRESS:PORT`, sorted.
+        from: Vec<String>,
+        /// The members now.
+        to: Vec<String>,
+    },
+}
+
+/// A required service short of its count when a step began to wait for it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServiceShortfall {
+    /// The service.
+    pub service: String,
+    /// How many instances the step needs.
+    pub count: u32,
+    /// How many were registered.
+    pub registered: u32,
 }
 
 /// How the engine learned a server's host keys.
@@ -298,7 +353,7 @@ pub struct SchemaError {
 impl DeploymentEvent {
     /// Every type string, in the order the variants are declared: what `overture events --type`
     /// accepts.
-    pub const TYPES: [&'static str; 25] = [
+    pub const TYPES: [&'static str; 30] = [
         "DeploymentRequested",
         "CredentialsSealed",
         "StepScheduled",
@@ -324,6 +379,11 @@ impl DeploymentEvent {
         "DeploymentRedriven",
         "HostKeysPinned",
         "StepNetworkPolicyApplied",
+        "StepAwaitingServices",
+        "ServicesResolved",
+        "ServiceRegistered",
+        "ServiceDeregistered",
+        "StepRerunRequested",
     ];
 
     /// The stable type string of this event.
@@ -354,6 +414,11 @@ impl DeploymentEvent {
             Self::DeploymentRedriven { .. } => "DeploymentRedriven",
             Self::HostKeysPinned { .. } => "HostKeysPinned",
             Self::StepNetworkPolicyApplied { .. } => "StepNetworkPolicyApplied",
+            Self::StepAwaitingServices { .. } => "StepAwaitingServices",
+            Self::ServicesResolved { .. } => "ServicesResolved",
+            Self::ServiceRegistered { .. } => "ServiceRegistered",
+            Self::ServiceDeregistered { .. } => "ServiceDeregistered",
+            Self::StepRerunRequested { .. } => "StepRerunRequested",
         }
     }
 

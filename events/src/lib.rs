@@ -18,10 +18,11 @@ pub mod job;
 pub mod limits;
 
 pub use blueprint::{
-    BastionSpec, BlueprintSnapshot, ErrorClass, ParamSpec, RetryRule, StepSpec, StoredFile,
+    BastionSpec, BlueprintSnapshot, ErrorClass, ParamSpec, RetryRule, ServiceCheck,
+    ServiceProvision, ServiceRequirement, StepSpec, StoredFile,
 };
 pub use deployment::DeploymentEvent;
-pub use deployment::{CloudAccount, HostKeySource, PinnedHostKey, TriggeredBy};
+pub use deployment::{CloudAccount, HostKeySource, PinnedHostKey, ServiceShortfall, TriggeredBy};
 pub use envelope::{Envelope, LogEntry, Metadata};
 pub use ids::{DeploymentId, ParseIdError};
 pub use limits::StepLimits;

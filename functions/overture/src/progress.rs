@@ -243,6 +243,45 @@ impl Watch for Progress {
                 "redriven (asked by {requested_by}): running again {}",
                 steps.join(", ")
             ),
+            DeploymentEvent::StepAwaitingServices {
+                step, waiting_for, ..
+            } => format!(
+                "{step:<20} waiting for {}",
+                waiting_for
+                    .iter()
+                    .map(|short| format!(
+                        "service `{}` ({} of {} registered)",
+                        short.service, short.registered, short.count
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            // The members are in the audit trail; the schedule that follows is the news.
+            DeploymentEvent::ServicesResolved { .. } => return,
+            DeploymentEvent::ServiceRegistered {
+                service,
+                host,
+                address,
+                port,
+                ..
+            } => format!("service `{service}` registered: {host} ({address}:{port})"),
+            DeploymentEvent::ServiceDeregistered {
+                service,
+                host,
+                address,
+                port,
+                ..
+            } => format!("service `{service}` deregistered: {host} ({address}:{port})"),
+            DeploymentEvent::StepRerunRequested {
+                step,
+                service,
+                from,
+                to,
+            } => format!(
+                "{step:<20} runs again: service `{service}` went from {} to {} member(s)",
+                from.len(),
+                to.len()
+            ),
             DeploymentEvent::StepNetworkPolicyApplied { step, allowed, .. } => format!(
                 "{step:<20} network: only {}",
                 if allowed.is_empty() {

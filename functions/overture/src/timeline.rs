@@ -727,8 +727,102 @@ impl Context {
                 failure(&mut why, None, *exit_code, message);
                 format!("{title}: {}{}", said(step), took(*duration_ms))
             }
+            E::StepAwaitingServices {
+                step,
+                waiting_for,
+                deadline,
+            } => {
+                for short in waiting_for {
+                    why.push((
+                        "needs",
+                        format!(
+                            "service {}: {} of {} registered",
+                            said(&short.service),
+                            short.registered,
+                            short.count
+                        ),
+                    ));
+                }
+                let left = (*deadline - at).num_milliseconds().max(0);
+                why.push((
+                    "until",
+                    format!(
+                        "{} (in {}), then it fails as service-timeout",
+                        clock(*deadline, at),
+                        wait(u64::try_from(left).unwrap_or(0))
+                    ),
+                ));
+                format!("{title}: {}", said(step))
+            }
+            E::ServicesResolved { step, services } => {
+                for (service, members) in services {
+                    why.push(("members", members_of(&said(service), members, &said)));
+                }
+                format!("{title}: {}", said(step))
+            }
+            E::ServiceRegistered {
+                service,
+                step,
+                host,
+                address,
+                port,
+            } => {
+                why.push((
+                    "why",
+                    format!(
+                        "step {} configured it and it answered its check",
+                        said(step)
+                    ),
+                ));
+                format!(
+                    "{title}: {} on {} ({}:{port})",
+                    said(service),
+                    said(host),
+                    said(address)
+                )
+            }
+            E::ServiceDeregistered {
+                service,
+                host,
+                address,
+                port,
+                reason,
+                ..
+            } => {
+                why.push(("why", said(reason)));
+                format!(
+                    "{title}: {} on {} ({}:{port})",
+                    said(service),
+                    said(host),
+                    said(address)
+                )
+            }
+            E::StepRerunRequested {
+                step,
+                service,
+                from,
+                to,
+            } => {
+                why.push((
+                    "why",
+                    format!("service {} changed its members", said(service)),
+                ));
+                why.push(("from", members_of(&said(service), from, &said)));
+                why.push(("to", members_of(&said(service), to, &said)));
+                format!("{title}: {}", said(step))
+            }
         };
         (what, why)
+    }
+}
+
+/// A service's members as the audit trail shows them: `app: 10.0.0.3:8000, 10.0.0.4:8000`.
+fn members_of(service: &str, members: &[String], said: &dyn Fn(&str) -> String) -> String {
+    if members.is_empty() {
+        format!("{service}: none")
+    } else {
+        let members: Vec<String> = members.iter().map(|m| said(m)).collect();
+        format!("{service}: {}", members.join(", "))
     }
 }
 
@@ -875,6 +969,9 @@ mod tests {
                 })
                 .collect(),
             limits: Default::default(),
+            provides: None,
+            requires: vec![],
+            watch: vec![],
         }
     }
 

@@ -38,7 +38,7 @@ pub fn prepare(input: &StepInput) -> Result<Prepared, String> {
         let name = variable(index + 1);
         let resolved = input.lookup(reference)?;
         let value = match &resolved {
-            Resolved::Plain(value) => value,
+            Resolved::Plain(value) => value.as_ref(),
             Resolved::Secret(value) => value.expose_secret(),
         };
         // The shell evaluates what these expand to as arithmetic, where bash would run the
@@ -50,7 +50,7 @@ pub fn prepare(input: &StepInput) -> Result<Prepared, String> {
             ));
         }
         match resolved {
-            Resolved::Plain(value) => env.push((name, value.to_owned())),
+            Resolved::Plain(value) => env.push((name, value.into_owned())),
             Resolved::Secret(value) => secret_env.push((name, value.clone())),
         }
     }

@@ -14,7 +14,8 @@ use overture_domain::kinds::uses_bastion;
 use overture_domain::secret::{
     secret_within, Masker, SecretString, SecretValues, SSH_KEY_SECRET, TOKEN_SECRET,
 };
-use overture_domain::template::{Reference, Template};
+use overture_domain::services::{field_value, ServiceValue};
+use overture_domain::template::{Reference, ServiceField, Template};
 use overture_domain::DeploymentState;
 use overture_events::{DeploymentId, ErrorClass, StepSpec};
 use secrecy::ExposeSecret;
@@ -78,15 +79,18 @@ impl StepInput<'_> {
                 .state
                 .params
                 .get(param)
-                .map(|value| Resolved::Plain(value.as_str()))
+                .map(|value| Resolved::Plain(value.as_str().into()))
                 .ok_or_else(|| format!("parameter `{param}` has no value")),
             Reference::Output { step, key } => self
                 .state
                 .steps
                 .get(step)
                 .and_then(|s| s.outputs.get(key))
-                .map(|value| Resolved::Plain(value.as_str()))
+                .map(|value| Resolved::Plain(value.as_str().into()))
                 .ok_or_else(|| format!("`{reference}`: step `{step}` produced no output `{key}`")),
+            Reference::Service { service, field } => self
+                .service_value(service, *field)
+                .map(|value| Resolved::Plain(value.into_text().into())),
             Reference::Secret(secret) => self
                 .secrets
                 .get(secret)
@@ -101,16 +105,51 @@ impl StepInput<'_> {
         let template = Template::parse(text).map_err(|e| e.to_string())?;
         template.render(|reference| {
             self.lookup(reference).map(|resolved| match resolved {
-                Resolved::Plain(value) => value.to_owned(),
+                Resolved::Plain(value) => value.into_owned(),
                 Resolved::Secret(value) => value.expose_secret().to_owned(),
             })
         })
     }
 
-    /// [`render`](Self::render) on every text inside a JSON value.
+    /// What a reference to a service stands for, from the members recorded for this step.
+    pub fn service_value(
+        &self,
+        service: &str,
+        field: ServiceField,
+    ) -> Result<ServiceValue, String> {
+        let members = self
+            .state
+            .steps
+            .get(&self.spec.name)
+            .and_then(|step| step.services.get(service))
+            .ok_or_else(|| {
+                format!(
+                    "service `{service}` was not resolved for step `{}`; the step must require or watch it",
+                    self.spec.name
+                )
+            })?;
+        field_value(service, members, field)
+    }
+
+    /// [`render`](Self::render) on every text inside a JSON value. A text that is just a
+    /// reference to a service's members becomes the list of them.
     pub fn render_value(&self, value: &Value) -> Result<Value, String> {
         Ok(match value {
-            Value::String(text) => Value::String(self.render(text)?),
+            Value::String(text) => match Template::parse(text)
+                .ok()
+                .as_ref()
+                .and_then(Template::sole_reference)
+            {
+                Some(Reference::Service { service, field }) => {
+                    match self.service_value(service, *field)? {
+                        ServiceValue::List(members) => {
+                            Value::Array(members.into_iter().map(Value::String).collect())
+                        }
+                        ServiceValue::Text(text) => Value::String(text),
+                    }
+                }
+                _ => Value::String(self.render(text)?),
+            },
             Value::Array(items) => Value::Array(
                 items
                     .iter()
@@ -365,8 +404,8 @@ pub fn check_user(user: &str) -> Result<(), String> {
 
 /// A reference's value.
 pub enum Resolved<'a> {
-    /// A parameter or an output.
-    Plain(&'a str),
+    /// A parameter, an output or a service's members.
+    Plain(std::borrow::Cow<'a, str>),
     /// A secret.
     Secret(&'a SecretString),
 }
