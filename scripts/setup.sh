@@ -20,11 +20,14 @@ command -v curl >/dev/null || need+=(curl)
 # The local cloud (`overture cloud`): its servers are network namespaces, its security groups
 # nftables (installed above).
 command -v ip >/dev/null || need+=(iproute2)
+# The haproxy-cluster example's load balancer: its servers run the machine's own haproxy (they see
+# /usr read-only), so it must be installed here; the guard below keeps its system service stopped.
+[[ -x /usr/sbin/haproxy ]] || need+=(haproxy)
 if ((${#need[@]})); then
     echo "setup: installing ${need[*]}"
     export DEBIAN_FRONTEND=noninteractive
-    # openssh-server's package would start a system sshd listening on every interface; the tests
-    # start their own on loopback, so no service may start while installing.
+    # openssh-server's package would start a system sshd listening on every interface, haproxy's a
+    # system haproxy; the tests start their own, so no service may start while installing.
     policy=/usr/sbin/policy-rc.d
     own_policy=false
     if [[ ! -e $policy ]]; then
