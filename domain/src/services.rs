@@ -43,6 +43,17 @@ impl ServiceInstance {
     }
 }
 
+/// An instance in the tenant's registry, with the deployment that registered it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RegisteredInstance {
+    /// The deployment whose step registered it.
+    pub deployment: overture_events::DeploymentId,
+    /// The instance.
+    pub instance: ServiceInstance,
+    /// When it was registered.
+    pub registered_at: overture_events::Timestamp,
+}
+
 /// Each service's members, sorted and without repeats: two deployments registering the same
 /// address and port make one member.
 pub type Members = BTreeMap<String, BTreeSet<String>>;
