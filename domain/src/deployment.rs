@@ -1265,7 +1265,16 @@ fn observe_services(
                         deadline: now.checked_add_signed(wait).unwrap_or(now),
                     });
                 }
-                Some((deadline, _)) if now >= *deadline => {
+                Some((deadline, before)) if now >= *deadline => {
+                    // The failure's reason counts what is registered now, not when the wait
+                    // began: what it still waits for is recorded again if that changed.
+                    if *before != waiting_for {
+                        events.push(DeploymentEvent::StepAwaitingServices {
+                            step: name.clone(),
+                            waiting_for,
+                            deadline: *deadline,
+                        });
+                    }
                     events.extend(after_failure(
                         state,
                         name,
