@@ -844,8 +844,14 @@ fn service_problem(
     reference: &Reference,
 ) -> Option<String> {
     let required = step.requires.iter().find(|need| need.service == service);
+    let watched = step.watch.iter().any(|watched| watched == service);
     match (required, field) {
-        (None, _) if step.watch.iter().any(|watched| watched == service) => None,
+        // A step that only watches may start with no member at all: none can be taken by place.
+        (None, crate::template::ServiceField::Address(at)) if watched => Some(format!(
+            "`{reference}` takes member {at} of service `{service}`, but the step does not wait for any; require it with `count: {}`",
+            at + 1
+        )),
+        (None, _) if watched => None,
         (None, _) => Some(format!(
             "`{reference}` refers to service `{service}`, which step `{}` neither requires nor watches; add `requires: [{{ service: {service} }}]`",
             step.name
