@@ -652,3 +652,304 @@ fn egress_refuses_metadata_loopback_ranges_and_what_is_not_an_address() {
         &["host bits", "10.0.0.0/24"],
     );
 }
+
+/// db provides `db`, app requires it and provides `app` on two hosts, lb requires both app
+/// instances, watches app and takes its members.
+const SERVICES: &str = r#"
+name: cluster
+steps:
+  db:
+    run: wait-ssh
+    with: { hosts: ["10.0.0.5:22"] }
+    provides: { service: db, port: 5432 }
+  app:
+    run: wait-ssh
+    with: { hosts: ["10.0.0.6:22", "10.0.0.7:22"] }
+    requires: [{ service: db, timeout: 90s }]
+    provides: { service: app, port: 8000, check: { http: /health } }
+  lb:
+    run: script
+    with: { command: "echo {{ services.app.addresses }} {{ services.app.addresses[1] }} {{ services.app.count }}" }
+    requires: [{ service: app, count: 2 }]
+    watch: [app]
+"#;
+
+#[test]
+fn services_provided_required_and_watched_are_read_with_their_defaults() {
+    use overture_events::{ServiceCheck, ServiceProvision, ServiceRequirement};
+    let parsed = parse(SERVICES).expect("valid");
+    assert!(parsed.warnings.is_empty(), "{:#?}", parsed.warnings);
+    let blueprint = parsed.snapshot;
+    let db = blueprint.step("db").expect("db");
+    assert_eq!(
+        db.provides,
+        Some(ServiceProvision {
+            service: "db".into(),
+            port: 5432,
+            check: ServiceCheck::Tcp
+        }),
+        "the check is tcp unless given"
+    );
+    let app = blueprint.step("app").expect("app");
+    assert_eq!(
+        app.provides.as_ref().map(|p| &p.check),
+        Some(&ServiceCheck::Http {
+            path: "/health".into()
+        })
+    );
+    assert_eq!(
+        app.requires,
+        vec![ServiceRequirement {
+            service: "db".into(),
+            count: 1,
+            timeout_ms: 90_000
+        }],
+        "a count of 1 unless given"
+    );
+    let lb = blueprint.step("lb").expect("lb");
+    assert_eq!(
+        lb.requires,
+        vec![ServiceRequirement {
+            service: "app".into(),
+            count: 2,
+            timeout_ms: 600_000
+        }],
+        "a wait of 10 min unless given"
+    );
+    assert_eq!(lb.watch, ["app"]);
+}
+
+#[test]
+fn a_requirement_that_only_a_later_step_provides_is_a_cycle_naming_its_steps() {
+    let text = r#"
+name: x
+steps:
+  app:
+    run: wait-ssh
+    with: { hosts: ["10.0.0.6:22"] }
+    requires: [{ service: db }]
+    provides: { service: app, port: 8000 }
+  db:
+    run: wait-ssh
+    needs: [app]
+    with: { hosts: ["10.0.0.5:22"] }
+    provides: { service: db, port: 5432 }
+"#;
+    let found = problems(text);
+    assert!(
+        found.iter().any(|(field, problem)| field == "steps"
+            && problem.contains("cycle")
+            && problem.contains("app")
+            && problem.contains("db")),
+        "{found:#?}"
+    );
+    let mutual = r#"
+name: x
+steps:
+  a:
+    run: wait-ssh
+    with: { hosts: ["10.0.0.1:22"] }
+    requires: [{ service: b }]
+    provides: { service: a, port: 1 }
+  b:
+    run: wait-ssh
+    with: { hosts: ["10.0.0.2:22"] }
+    requires: [{ service: a }]
+    provides: { service: b, port: 2 }
+"#;
+    assert_problem(mutual, "steps", &["cycle", "a → b", "b → a"]);
+    let own = r#"
+name: x
+steps:
+  a:
+    run: wait-ssh
+    with: { hosts: ["10.0.0.1:22"] }
+    requires: [{ service: a }]
+    provides: { service: a, port: 1 }
+"#;
+    assert_problem(own, "steps", &["cycle", "a → a"]);
+}
+
+#[test]
+fn a_template_naming_a_service_the_step_neither_requires_nor_watches_is_refused() {
+    let text = r#"
+name: x
+steps:
+  lb:
+    run: script
+    with: { command: "echo {{ services.app.addresses }}" }
+"#;
+    assert_problem(
+        text,
+        "steps.lb.with.command",
+        &["service `app`", "neither requires nor watches"],
+    );
+    let watched = r#"
+name: x
+steps:
+  lb:
+    run: script
+    with: { command: "echo {{ services.app.addresses }}" }
+    watch: [app]
+"#;
+    assert!(parse(watched).is_ok(), "watching it is enough");
+}
+
+#[test]
+fn a_member_beyond_the_required_count_is_refused_naming_the_count_to_require() {
+    let text = r#"
+name: x
+steps:
+  lb:
+    run: script
+    with: { command: "echo {{ services.app.addresses[2] }}" }
+    requires: [{ service: app, count: 2 }]
+"#;
+    assert_problem(
+        text,
+        "steps.lb.with.command",
+        &["member 2", "only 2 member(s)", "count: 3"],
+    );
+    let within = text.replace("count: 2", "count: 3");
+    assert!(parse(&within).is_ok());
+    let only_watched = r#"
+name: x
+steps:
+  lb:
+    run: script
+    with: { command: "echo {{ services.app.addresses[0] }}" }
+    watch: [app]
+"#;
+    assert_problem(
+        only_watched,
+        "steps.lb.with.command",
+        &["member 0", "does not wait for any", "count: 1"],
+    );
+}
+
+#[test]
+fn a_required_count_the_blueprint_cannot_provide_is_a_warning_not_an_error() {
+    let too_few = SERVICES.replace("count: 2", "count: 3");
+    let parsed = parse(&too_few).expect("allowed");
+    let warnings: Vec<(&str, &str)> = parsed
+        .warnings
+        .iter()
+        .map(|w| (w.field.as_str(), w.problem.as_str()))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{warnings:#?}");
+    assert_eq!(warnings[0].0, "steps.lb.requires[0]");
+    assert!(
+        warnings[0].1.contains("at most 2") && warnings[0].1.contains("fewer than the 3"),
+        "{warnings:#?}"
+    );
+
+    let nobody = r#"
+name: x
+steps:
+  lb:
+    run: noop
+    requires: [{ service: app, timeout: 5m }]
+"#;
+    let parsed = parse(nobody).expect("allowed: another deployment may provide it");
+    assert_eq!(parsed.warnings.len(), 1);
+    assert_eq!(parsed.warnings[0].field, "steps.lb.requires[0]");
+    assert!(
+        parsed.warnings[0]
+            .problem
+            .contains("no step of this blueprint provides service `app`")
+            && parsed.warnings[0].problem.contains("5m"),
+        "{:#?}",
+        parsed.warnings
+    );
+}
+
+#[test]
+fn a_bad_provides_names_its_field() {
+    let with = |provides: &str| {
+        format!(
+            "name: x\nsteps:\n  db:\n    run: wait-ssh\n    with: {{ hosts: [\"10.0.0.5:22\"] }}\n    provides: {provides}\n"
+        )
+    };
+    assert_problem(
+        &with("{ service: db, port: 0 }"),
+        "steps.db.provides.port",
+        &["`0`", "1 to 65535"],
+    );
+    assert_problem(
+        &with("{ service: db, port: 65536 }"),
+        "steps.db.provides.port",
+        &["`65536`", "1 to 65535"],
+    );
+    for check in [
+        "udp",
+        "{ http: health }",
+        "{ http: /a b }",
+        "{ grpc: /x }",
+        "{ http: /x, tcp: 1 }",
+    ] {
+        assert_problem(
+            &with(&format!("{{ service: db, port: 5432, check: {check} }}")),
+            "steps.db.provides.check",
+            &["check: tcp", "http: /PATH"],
+        );
+    }
+    assert_problem(
+        &with("{ service: Bad_Name, port: 5432 }"),
+        "steps.db.provides.service",
+        &["a service's name"],
+    );
+    assert!(parse(&with("{ service: db, port: 65535, check: tcp }")).is_ok());
+    assert_problem(
+        "name: x\nsteps:\n  db:\n    run: noop\n    provides: { service: db, port: 5432 }\n",
+        "steps.db.provides",
+        &["with.hosts"],
+    );
+}
+
+#[test]
+fn a_bad_requires_names_its_field() {
+    let with = |requires: &str| {
+        format!("name: x\nsteps:\n  lb:\n    run: noop\n    requires: {requires}\n")
+    };
+    assert_problem(
+        &with("[{ service: app, count: 0 }]"),
+        "steps.lb.requires[0].count",
+        &["at least 1"],
+    );
+    assert_problem(
+        &with("[{ service: app, timeout: soon }]"),
+        "steps.lb.requires[0].timeout",
+        &["soon"],
+    );
+    assert_problem(
+        &with("[{ service: app, timeout: 0s }]"),
+        "steps.lb.requires[0].timeout",
+        &["0s"],
+    );
+    assert_problem(
+        &with("[{ service: app }, { service: app, count: 2 }]"),
+        "steps.lb.requires[1].service",
+        &["required twice"],
+    );
+    assert_problem(
+        &with("[{ service: Bad_Name }]"),
+        "steps.lb.requires[0].service",
+        &["a service's name"],
+    );
+}
+
+#[test]
+fn a_bad_watch_entry_names_its_field() {
+    let with = |watch: &str| format!("name: x\nsteps:\n  lb:\n    run: noop\n    watch: {watch}\n");
+    assert_problem(
+        &with("[app, app]"),
+        "steps.lb.watch[1]",
+        &["`app` is listed twice"],
+    );
+    assert_problem(
+        &with("[app, Bad_Name]"),
+        "steps.lb.watch[1]",
+        &["a service's name"],
+    );
+    assert!(parse(&with("[app, db]")).is_ok());
+}

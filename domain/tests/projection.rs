@@ -482,3 +482,125 @@ fn the_steps_records_may_change_are_named_without_decoding_them() {
     assert_eq!(named, ["a", "b", "c"]);
     assert!(steps_of(&records[..1]).is_empty());
 }
+
+/// A step waiting for services shows as awaiting; a re-run of a watching step puts a succeeded
+/// deployment back to running with that step pending, and nothing else.
+#[test]
+fn a_step_awaiting_services_and_a_rerun_of_a_watching_step_show_in_the_views() {
+    let id = DeploymentId::from_uuid(Uuid::now_v7());
+    let blueprint = parse(
+        "name: app\nsteps:\n  a: { run: noop }\n  b: { run: noop, requires: [{ service: web }], watch: [web] }\n",
+    )
+    .expect("valid")
+    .snapshot;
+    let members = |list: &[&str]| list.iter().map(|m| (*m).to_owned()).collect::<Vec<_>>();
+    let scheduled = |step: &str, attempt| E::StepScheduled {
+        step: step.into(),
+        attempt,
+        not_before: at(0),
+    };
+    let started = |step: &str, attempt| E::StepStarted {
+        step: step.into(),
+        attempt,
+        sandbox: "s".into(),
+        lease_until: None,
+    };
+    let succeeded = |step: &str, attempt| E::StepSucceeded {
+        step: step.into(),
+        attempt,
+        outputs: BTreeMap::new(),
+        duration_ms: 5,
+    };
+    let awaiting = vec![
+        E::DeploymentRequested {
+            triggered_by: None,
+            tenant: "acme".into(),
+            requested_by: "u".into(),
+            trigger: "cli".into(),
+            source: "f".into(),
+            blueprint,
+            blueprint_hash: "h".into(),
+            params: BTreeMap::new(),
+            cloud: None,
+        },
+        scheduled("a", 1),
+        E::StepAwaitingServices {
+            step: "b".into(),
+            waiting_for: vec![overture_events::ServiceShortfall {
+                service: "web".into(),
+                count: 1,
+                registered: 0,
+            }],
+            deadline: at(600),
+        },
+    ];
+    let rerun = vec![
+        E::ServicesResolved {
+            step: "b".into(),
+            services: [("web".to_owned(), members(&["10.0.0.1:80"]))].into(),
+        },
+        scheduled("b", 1),
+        started("a", 1),
+        started("b", 1),
+        succeeded("a", 1),
+        succeeded("b", 1),
+        E::SecretsPurged {},
+        E::DeploymentSucceeded {},
+        E::StepRerunRequested {
+            step: "b".into(),
+            service: "web".into(),
+            from: members(&["10.0.0.1:80"]),
+            to: members(&["10.0.0.1:80", "10.0.0.2:80"]),
+        },
+    ];
+    let records: Vec<Envelope> = awaiting
+        .into_iter()
+        .chain(rerun)
+        .enumerate()
+        .map(|(i, e)| envelope(id, "acme", i as u64, e))
+        .collect();
+
+    let mut whole = ReadModels::default();
+    let mut lean = ReadModels::default();
+    let mut touched = Touched::new();
+    for (i, record) in records.iter().enumerate() {
+        whole.apply(record).expect("folds");
+        let decoded = Change::decode(&record.event_type, &record.data.to_string())
+            .expect("decodes only what the views need");
+        lean.apply_change(
+            Folding {
+                deployment: id,
+                revision: record.revision,
+                at: record.metadata.recorded_at,
+                change: decoded,
+            },
+            &mut touched,
+        );
+        assert_eq!(lean, whole, "after {}", record.event_type);
+        let view = &whole.deployments[&id];
+        match i {
+            2 => {
+                assert_eq!(view.steps["b"].status, StepStatus::Awaiting);
+                assert_eq!(view.status, DeploymentStatus::Running);
+            }
+            10 => assert_eq!(view.status, DeploymentStatus::Succeeded),
+            _ => {}
+        }
+    }
+    let view = &whole.deployments[&id];
+    assert_eq!(view.status, DeploymentStatus::Running, "back to running");
+    assert_eq!(view.finished_at, None);
+    assert_eq!(view.reason, None);
+    assert_eq!(view.steps["b"].status, StepStatus::Pending);
+    assert_eq!(
+        view.steps["a"].status,
+        StepStatus::Succeeded,
+        "nothing else runs again"
+    );
+    let acme = &whole.tenants["acme"];
+    assert_eq!(
+        (acme.running, acme.succeeded, acme.failed, acme.total),
+        (1, 0, 0, 1),
+        "the tenant counts it running again"
+    );
+}
