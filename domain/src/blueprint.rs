@@ -355,6 +355,13 @@ pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
                 );
                 continue;
             };
+            if class == ErrorClass::ServiceTimeout {
+                problem(
+                    field(&format!(".retry.{class_name}")),
+                    "a wait for services is not retried, since the step never ran: give a longer `timeout` under `requires`, or redrive the deployment".into(),
+                );
+                continue;
+            }
             let wait_ms = match &rule.wait {
                 None => 0,
                 Some(text) => parse_duration(text).map(duration_ms).unwrap_or_else(|| {

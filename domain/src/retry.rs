@@ -52,7 +52,13 @@ pub const fn default_rule(class: ErrorClass) -> RetryRule {
 }
 
 /// The rule that applies to a step's failures of one class.
+///
+/// A `service-timeout` is never retried, whatever the step says: the step never ran, and a
+/// retry would start it without the services it waited for.
 pub fn rule_for(step: &StepSpec, class: ErrorClass) -> RetryRule {
+    if class == ErrorClass::ServiceTimeout {
+        return default_rule(class);
+    }
     step.retry
         .get(&class)
         .copied()
