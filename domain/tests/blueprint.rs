@@ -936,6 +936,11 @@ fn a_bad_requires_names_its_field() {
         "steps.lb.requires[0].service",
         &["a service's name"],
     );
+    assert_problem(
+        "name: x\nsteps:\n  lb:\n    run: noop\n    requires: [{ service: app }]\n    retry: { service-timeout: { times: 2 } }\n",
+        "steps.lb.retry.service-timeout",
+        &["not retried", "`timeout` under `requires`"],
+    );
 }
 
 #[test]

@@ -807,3 +807,39 @@ fn given_a_rerun_that_fails_for_good_when_advancing_then_the_deployment_fails_an
         }])
     );
 }
+
+#[test]
+fn given_a_retry_rule_for_service_timeout_when_the_wait_times_out_then_the_step_still_fails() {
+    // A blueprint recorded with a retry rule for the class (validation refuses one now): the
+    // step never ran, so a retry would start it without the services it waits for.
+    let mut retried = blueprint();
+    for step in &mut retried.steps {
+        step.retry.insert(
+            ErrorClass::ServiceTimeout,
+            overture_events::RetryRule {
+                times: 2,
+                wait_ms: 1_000,
+            },
+        );
+    }
+    let mut history = db_running();
+    if let Some(E::DeploymentRequested { blueprint, .. }) = history.first_mut() {
+        *blueprint = retried;
+    }
+    let events = given(history).when(observe(60, vec![])).expect("observed");
+    assert_eq!(
+        events.first(),
+        Some(&E::StepFailed {
+            step: "app".into(),
+            attempts: 0,
+            error_class: ErrorClass::ServiceTimeout,
+        }),
+        "{events:#?}"
+    );
+    assert!(
+        !events
+            .iter()
+            .any(|event| matches!(event, E::StepRetryScheduled { .. })),
+        "{events:#?}"
+    );
+}
