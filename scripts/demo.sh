@@ -2,7 +2,9 @@
 # Brings a local cloud up and deploys the HelloWorld service onto two servers behind a bastion,
 # with a user's token, showing the status, the audit trail (the pinned host keys and each step's
 # network policy among it), the grants ledger and each web
-# server's answer; brings the cloud down again. Then runs the hello-world example (status, a
+# server's answer. On the same cloud, the haproxy cluster: services registered once they answer
+# their checks, steps waiting for them at run time, and a scale-out that re-runs only the
+# watching haproxy step, then its destroy; brings the cloud down again. Then runs the hello-world example (status, a
 # step's log, the audit trail) and deploys the Terraform example and tears it down.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,6 +49,59 @@ if grep -rqF "$(cat "$data/token")" "$data" --exclude-dir=cloud --exclude=token;
     exit 1
 fi
 echo "(the token appears nowhere in the data directory)"
+
+# What the first haproxy-cluster deployment's load balancer answers, asked N times from its bastion.
+ask_haproxy() {
+    local bastion_ns lb
+    read -r bastion_ns lb < <(python3 - "$cloud" "$($overture --data-dir "$data" status "$first" --json)" <<'PY'
+import json, subprocess, sys
+outputs = json.loads(sys.argv[2])["steps"]["servers"]["outputs"]
+cloud = json.loads(subprocess.run(["target/release/overture", "cloud", "status", "--dir", sys.argv[1], "--json"],
+                                  check=True, capture_output=True, text=True).stdout)
+namespace = {s["address"]: s["namespace"] for p in cloud["projects"] for s in p["servers"]}
+print(namespace[outputs["bastion"]], outputs["lb-1"])
+PY
+)
+    for _ in $(seq "$1"); do
+        ip netns exec "$bastion_ns" curl -sS --max-time 5 "http://$lb:8080/"
+        echo
+    done
+}
+
+echo
+echo "== overture deploy examples/haproxy-cluster/blueprint.yaml (a database, two application servers and haproxy; steps wait for services at run time)"
+$overture --data-dir "$data" deploy examples/haproxy-cluster/blueprint.yaml --token-file "$data/token"
+first=$(newest)
+echo
+echo "== what haproxy answered the deployment's two checks (round robin over both application servers)"
+$overture --data-dir "$data" status "$first" --json \
+    | python3 -c 'import json,sys; s=json.load(sys.stdin)["steps"]; [print(c, s[c]["outputs"]) for c in ("check-1","check-2")]'
+echo
+echo "== the db and app-install steps ran side by side; app waited for the db's registration"
+$overture --data-dir "$data" events "$first" --type StepStarted,StepSucceeded,StepAwaitingServices,ServiceRegistered | grep -E "db|app" || true
+echo
+echo "== overture services (the tenant's registry: instances that answered their checks)"
+$overture --data-dir "$data" services
+echo
+echo "== overture deploy examples/haproxy-cluster/scale-out.yaml (a third application server, in a second deployment)"
+$overture --data-dir "$data" deploy examples/haproxy-cluster/scale-out.yaml --token-file "$data/token"
+second=$(newest)
+echo
+echo "== overture events $first --type StepRerunRequested,ServicesResolved (only lb ran again, and why)"
+$overture --data-dir "$data" events "$first" --type StepRerunRequested,ServicesResolved
+echo
+echo "== haproxy now answers from three application servers (asked six times)"
+ask_haproxy 6
+echo
+echo "== overture destroy $second (its instance is deregistered; lb runs again with two)"
+$overture --data-dir "$data" destroy "$second"
+echo
+echo "== overture services"
+$overture --data-dir "$data" services
+echo
+echo "== haproxy answers from two again (asked four times)"
+ask_haproxy 4
+
 echo
 echo "== overture cloud down"
 $overture cloud down --dir "$cloud"

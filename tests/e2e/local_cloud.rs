@@ -214,6 +214,24 @@ fn named(items: &Value, name: &str) -> Value {
         .unwrap_or_else(|| panic!("nothing named *{suffix} in {items}"))
 }
 
+impl LocalCloud {
+    /// A file of a server, at `path` as the server sees it under its own `/srv`.
+    pub fn server_srv_file(&self, project: &str, name: &str, path: &str) -> String {
+        let id = self.server(project, name)["id"]
+            .as_str()
+            .expect("id")
+            .to_owned();
+        let file = self
+            .dir
+            .path()
+            .join("servers")
+            .join(id)
+            .join("srv")
+            .join(path.trim_start_matches("/srv/"));
+        std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()))
+    }
+}
+
 /// Runs a command inside a network namespace of the cloud.
 pub fn in_namespace(namespace: &str, command: &[&str]) -> String {
     let output = Command::new("ip")

@@ -40,6 +40,9 @@
 //!   failure through the functions, with the histories they have embedded, and no secret stored.
 //! - [`leases`]: deployments of one tenant sharing one bastion, each holding a lease on the
 //!   engine's rule there; a rule deleted under an open lease.
+//! - [`cluster`]: services across hosts on a local cloud: the haproxy cluster with run-time
+//!   waits, registrations after checks, a scale-out that re-runs only the watched step, a
+//!   service that never appears (`service-timeout`) and one whose check fails.
 //! - [`cloud`]: the whole workflow through a bastion, against a local cloud of each test's own
 //!   ([`local_cloud`]): success, every failure path, a crash, isolation between tenants, tokens.
 
@@ -49,6 +52,7 @@ mod aws;
 mod cancel;
 mod client;
 mod cloud;
+mod cluster;
 mod concurrent;
 mod deploy;
 mod engine;

@@ -14,6 +14,12 @@
 //! queued, so a crash in between loses jobs, never decisions: a recovery pass with
 //! [`Since::Unknown`] (`overture resume`) queues every waiting attempt and deadline again.
 //!
+//! **Services.** A deployment whose steps require or watch services looks at the tenant's
+//! registry ([`ServiceDirectory`]) after each advance, so that waiting steps start once their
+//! services have enough members and watching steps run again when theirs change. When a
+//! deployment's records register or deregister an instance, every other deployment of the
+//! tenant that requires or watches the service is woken (a timer due now), to look again.
+//!
 //! [`queued`] carries [`QueueWork`] out on queues of the port `overture_kit::queue`. On AWS the
 //! triggers are [`stream`] (the events table's stream), [`timer`] (the timers queue) and
 //! [`dead_letters`] (the jobs' dead-letter queue).
@@ -31,6 +37,7 @@ pub use timer::on_timer_messages;
 use async_trait::async_trait;
 use overture_domain::deployment::BastionAccess;
 use overture_domain::deployment::{actions, actions_besides_attempts, attempt_action};
+use overture_domain::services::RegisteredInstance;
 use overture_domain::{Action, DeploymentCommand, DeploymentError, DeploymentState};
 use overture_events::{CloudAccount, DeploymentEvent, DeploymentId, Envelope, Timestamp};
 use overture_kit::{execute, execute_all, Cause, Clock, DeploymentLog, LogError};
@@ -63,6 +70,19 @@ pub trait QueueWork: Send + Sync {
         at: Timestamp,
         cause: uuid::Uuid,
     ) -> Result<(), WorkError>;
+}
+
+/// The tenant's registry of services, as moving deployments on needs it. It must show every
+/// record appended before the call: a wait decided on an older view could miss the instance
+/// whose registration woke it.
+#[async_trait]
+pub trait ServiceDirectory: Send + Sync {
+    /// Every instance registered for the tenant, by any of its deployments.
+    async fn instances(&self, tenant: &str) -> Result<Vec<RegisteredInstance>, WorkError>;
+    /// The tenant's deployments that may wait for or watch the service: each is woken when
+    /// the service's members change (a few too many is harmless).
+    async fn interested(&self, tenant: &str, service: &str)
+        -> Result<Vec<DeploymentId>, WorkError>;
 }
 
 /// An attempt waiting to start.
@@ -158,6 +178,8 @@ pub struct OrchestratorPorts<'a> {
     pub secrets: &'a dyn PurgeSecrets,
     /// The bastions.
     pub access: &'a dyn RevokeAccess,
+    /// The tenant's registry of services.
+    pub services: &'a dyn ServiceDirectory,
     /// The time.
     pub clock: &'a dyn Clock,
 }
@@ -203,6 +225,8 @@ pub enum Since<'a> {
 struct Decided {
     attempts: Vec<(String, u32)>,
     deadlines: Vec<Timestamp>,
+    /// Services whose members the events changed.
+    services: std::collections::BTreeSet<String>,
 }
 
 impl Decided {
@@ -215,8 +239,13 @@ impl Decided {
                     next_attempt: attempt,
                     ..
                 } => self.attempts.push((step.clone(), *attempt)),
-                DeploymentEvent::FailureGracePeriodStarted { deadline, .. } => {
+                DeploymentEvent::FailureGracePeriodStarted { deadline, .. }
+                | DeploymentEvent::StepAwaitingServices { deadline, .. } => {
                     self.deadlines.push(*deadline);
+                }
+                DeploymentEvent::ServiceRegistered { service, .. }
+                | DeploymentEvent::ServiceDeregistered { service, .. } => {
+                    self.services.insert(service.clone());
                 }
                 _ => {}
             }
@@ -226,6 +255,17 @@ impl Decided {
     /// Notes what others' records decided; `false` when one cannot be read, and so what was
     /// decided is not known.
     fn note_records(&mut self, deployment: DeploymentId, records: &[Envelope]) -> bool {
+        for record in records {
+            // Registrations are news to other deployments whoever recorded them.
+            if matches!(
+                record.event_type.as_str(),
+                "ServiceRegistered" | "ServiceDeregistered"
+            ) {
+                if let Some(service) = record.data.get("service").and_then(|s| s.as_str()) {
+                    self.services.insert(service.to_owned());
+                }
+            }
+        }
         for record in records.iter().filter(|r| r.metadata.actor != ACTOR) {
             match DeploymentEvent::from_parts(&record.event_type, record.data.clone()) {
                 Ok(event) => self.note(std::slice::from_ref(&event)),
@@ -285,9 +325,15 @@ pub async fn orchestrate(
         .await?
         .map_err(refused)?;
         decided.note(&advanced.events);
-        let state = advanced.state;
+        let mut state = advanced.state;
         // Closing the bastion or purging lets the deployment go on: advance once more.
         let mut again = false;
+        if state.looks_at_services() {
+            let (observed, moved) = observe_services(deployment, &state, &cause, ports).await?;
+            decided.note(&observed.events);
+            again |= moved;
+            state = observed.state;
+        }
         let mut waiting = Vec::new();
         for action in decided.actions(&state, everything) {
             match action {
@@ -338,6 +384,7 @@ pub async fn orchestrate(
                 .await
                 .map_err(work)?;
         }
+        wake_the_interested(deployment, &state, &decided, &cause, ports).await?;
         // Queued once: a later pass of this loop must not queue them again.
         decided = Decided::default();
         everything = false;
@@ -345,6 +392,73 @@ pub async fn orchestrate(
             return Ok(state);
         }
     }
+}
+
+/// Has the deployment look at the tenant's registry; returns what it recorded, and whether that
+/// calls for another advance (a step runs again, or a wait timed out).
+async fn observe_services(
+    deployment: DeploymentId,
+    state: &DeploymentState,
+    cause: &Cause,
+    ports: &OrchestratorPorts<'_>,
+) -> Result<(overture_kit::Executed, bool), OrchestratorError> {
+    let refused = |source| OrchestratorError::Refused { deployment, source };
+    let work = |source| OrchestratorError::Work { deployment, source };
+    let others: Vec<_> = ports
+        .services
+        .instances(&state.tenant)
+        .await
+        .map_err(work)?
+        .into_iter()
+        .filter(|registered| registered.deployment != deployment)
+        .map(|registered| registered.instance)
+        .collect();
+    let now = ports.clock.now();
+    let observed = execute(ports.log, deployment, "", cause, |_| {
+        DeploymentCommand::ObserveServices {
+            now,
+            others: others.clone(),
+        }
+    })
+    .await?
+    .map_err(refused)?;
+    let moved = observed.events.iter().any(|event| {
+        matches!(
+            event,
+            DeploymentEvent::StepRerunRequested { .. } | DeploymentEvent::StepFailed { .. }
+        )
+    });
+    Ok((observed, moved))
+}
+
+/// Wakes the tenant's other deployments that wait for or watch a service whose members the
+/// deployment's events changed.
+async fn wake_the_interested(
+    deployment: DeploymentId,
+    state: &DeploymentState,
+    decided: &Decided,
+    cause: &Cause,
+    ports: &OrchestratorPorts<'_>,
+) -> Result<(), OrchestratorError> {
+    let work = |source| OrchestratorError::Work { deployment, source };
+    let mut woken = std::collections::BTreeSet::new();
+    for service in &decided.services {
+        let interested = ports
+            .services
+            .interested(&state.tenant, service)
+            .await
+            .map_err(work)?;
+        woken.extend(interested.into_iter().filter(|id| *id != deployment));
+    }
+    for other in woken {
+        tracing::debug!(%deployment, %other, "services changed; waking a deployment that needs them");
+        ports
+            .work
+            .wake_at(other, ports.clock.now(), cause.causation_id)
+            .await
+            .map_err(work)?;
+    }
+    Ok(())
 }
 
 /// Closes the deployment's lease on the engine's rule on the bastion (deleting the rule if it

@@ -64,6 +64,7 @@ async fn a_dead_lettered_attempt_is_recorded_and_its_retry_queued_once() {
         work: &work,
         secrets: &Nothing,
         access: &Nothing,
+        services: &Nothing,
         clock: &FixedClock(at("10:05")),
     };
     let response = on_dead_letters(&batch(), &ports)
@@ -130,6 +131,7 @@ async fn a_dead_letter_of_a_running_attempt_waits_for_its_lease_and_no_job_is_lo
         work: &work,
         secrets: &Nothing,
         access: &Nothing,
+        services: &Nothing,
         clock: &FixedClock(at("10:05")),
     };
     let records = batch().records;
@@ -154,6 +156,7 @@ async fn a_dead_letter_of_a_running_attempt_waits_for_its_lease_and_no_job_is_lo
     assert!(recorded(&log).is_empty());
 
     let late = OrchestratorPorts {
+        services: &Nothing,
         clock: &FixedClock(at("11:00")),
         ..ports
     };

@@ -70,6 +70,21 @@ impl QueueWork for RecordingQueue {
 
 struct Nothing;
 
+/// A registry in which nothing is registered and nobody waits.
+#[async_trait]
+impl overture_orchestrator::ServiceDirectory for Nothing {
+    async fn instances(
+        &self,
+        _: &str,
+    ) -> Result<Vec<overture_domain::services::RegisteredInstance>, WorkError> {
+        Ok(vec![])
+    }
+
+    async fn interested(&self, _: &str, _: &str) -> Result<Vec<DeploymentId>, WorkError> {
+        Ok(vec![])
+    }
+}
+
 #[async_trait]
 impl PurgeSecrets for Nothing {
     async fn purge(&self, _: DeploymentId) -> Result<(), WorkError> {
@@ -162,6 +177,7 @@ impl Fixture {
             work: &self.queue,
             secrets: &Nothing,
             access: &Nothing,
+            services: &Nothing,
             clock: &self.clock,
         };
         orchestrate(self.deployment, uuid::Uuid::now_v7(), since, &ports)

@@ -155,6 +155,7 @@ async fn the_first_deployment_to_end_keeps_the_rule_for_the_other_and_the_last_d
         work: &work,
         secrets: &Nothing,
         access: &bastion,
+        services: &Nothing,
         clock: &FixedClock(at("10:00")),
     };
     let state = orchestrate(shorter, uuid::Uuid::now_v7(), Since::Unknown, &ports)

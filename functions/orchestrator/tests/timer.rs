@@ -86,6 +86,7 @@ async fn a_due_timer_moves_its_deployment_on_and_an_early_one_is_sent_on_for_the
         work: &work,
         secrets: &Nothing,
         access: &Nothing,
+        services: &Nothing,
         clock: &FixedClock(at("10:05")),
     };
     let response = on_timer_messages(&batch(), &ports, &timers)
@@ -123,6 +124,7 @@ async fn a_timer_delivered_twice_moves_its_deployment_on_once() {
         work: &work,
         secrets: &Nothing,
         access: &Nothing,
+        services: &Nothing,
         clock: &FixedClock(at("10:05")),
     };
     let due = &batch().records[0];
@@ -146,6 +148,7 @@ async fn what_cannot_be_handled_says_whether_handling_it_again_may_help() {
         work: &work,
         secrets: &Nothing,
         access: &Nothing,
+        services: &Nothing,
         clock: &FixedClock(at("10:05")),
     };
     let records = batch().records;

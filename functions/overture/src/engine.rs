@@ -714,7 +714,24 @@ impl Engine {
                     let records = fed.streams.get(id).map_or(&[][..], Vec::as_slice);
                     orchestrate(*id, *cause, Since::Records(records), &ports)
                 });
-                let moved = try_join_all(moved).await.map_err(function_error)?;
+                let mut moved = try_join_all(moved).await.map_err(function_error)?;
+                // Deployments whose services changed are moved on now, and driven until they
+                // end again, when they are not driven already: a watching step runs again.
+                // (Driving every deployment, the drive gets their timers from the queue.)
+                let woken = handoff.take_woken();
+                if !matches!(scope, Scope::Every) {
+                    for id in woken.into_iter().filter(|id| !driven.contains(id)) {
+                        let state = orchestrate(id, Uuid::now_v7(), Since::Records(&[]), &ports)
+                            .await
+                            .map_err(function_error)?;
+                        if !state.is_finished() {
+                            driven.push(id);
+                            states.push((id, state.clone()));
+                            causes.push((id, Uuid::nil()));
+                            moved.push(state);
+                        }
+                    }
+                }
                 let handed = handoff.take();
                 let started = !handed.is_empty();
                 self.start(&mut running, handed, &unfolded);

@@ -1206,6 +1206,10 @@ fn read_blueprint(file: &Path) -> Result<(String, blueprint::ParsedBlueprint), F
         .map_err(|e| unreadable(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
     let bad = |problems| Failure::BadInput(problems_in(file, &problems));
     let mut parsed = blueprint::parse(&text).map_err(bad)?;
+    // Allowed, and shown: the user may have meant otherwise.
+    for warning in &parsed.warnings {
+        eprintln!("warning: {}: {warning}", shown(file));
+    }
     let files = bundle::read_files(file, &parsed.snapshot).map_err(bad)?;
     blueprint::attach_files(&mut parsed, files).map_err(bad)?;
     Ok((text, parsed))

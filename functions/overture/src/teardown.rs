@@ -3,6 +3,9 @@
 //! The runner's [`destroy`](overture_runner::destroy::destroy) does the work; this takes the
 //! locks, shows the deployment's events as they are recorded, turns a refusal into a message
 //! that says what to do (exit code 2, nothing recorded), and prints the status at the end.
+//! A destroy deregisters the deployment's service instances: it then drives what that calls
+//! for, the purge of a seal the deployment kept while it watched services, and the tenant's
+//! deployments that watch those services running their watching steps again.
 
 use std::future::Future;
 use std::path::Path;
@@ -19,6 +22,8 @@ use crate::{no_such_deployment, parse_id, read_secrets, Failure};
 
 /// How many log entries one read for progress takes.
 const BATCH: usize = 1_000;
+/// How many attempts the drive after a destroy runs at once: the watching steps it re-runs.
+const AFTER_DESTROY_PARALLELISM: usize = 4;
 
 /// Destroys what the deployment's Terraform steps made.
 pub async fn destroy(
@@ -52,6 +57,19 @@ pub async fn destroy(
     let outcome = showing_progress(&engine, id, from, engine.destroy(&request))
         .await??
         .map_err(|refused| refusal(id, refused))?;
+    let shown = engine
+        .log
+        .head_position()
+        .await
+        .context("reading the log")?;
+    // From before the destroy, so the orchestrator sees its records; shown from after them.
+    let mut progress = Later {
+        after: shown,
+        progress: Progress::new(),
+    };
+    engine
+        .drive(Some(id), AFTER_DESTROY_PARALLELISM, &mut progress, from)
+        .await?;
 
     engine.project().await?;
     crate::print_status(
@@ -66,6 +84,24 @@ pub async fn destroy(
         DestroyOutcome::Failed { step } => Err(Failure::Unsuccessful(format!(
             "destroying step `{step}` failed; once its cause is fixed, `overture destroy {id}` carries on from it"
         ))),
+    }
+}
+
+/// Progress from a position on: what came before was shown already.
+struct Later {
+    after: u64,
+    progress: Progress,
+}
+
+impl Watch for Later {
+    fn entry(&mut self, entry: &overture_events::LogEntry) {
+        if entry.position > self.after {
+            self.progress.entry(entry);
+        }
+    }
+
+    fn tick(&mut self, state: &overture_domain::DeploymentState) {
+        self.progress.tick(state);
     }
 }
 

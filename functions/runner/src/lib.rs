@@ -29,6 +29,7 @@ pub mod network;
 pub mod sandbox;
 pub mod script;
 pub mod servers;
+pub mod service_check;
 pub mod sqs;
 pub mod step;
 pub mod terraform;
@@ -409,19 +410,34 @@ pub async fn run_attempt(
         )
         .await?
         .map(|()| AttemptReport::Interrupted),
-        Outcome::Success { outputs, duration } => {
-            let commands = [
-                DeploymentCommand::RecordSuccess {
+        Outcome::Success {
+            outputs,
+            duration,
+            registrations,
+        } => {
+            // The instances are registered with the success, in its commit: a service that
+            // answered its check runs, and steps waiting for it may start.
+            let register =
+                (!registrations.is_empty()).then(|| DeploymentCommand::RegisterServices {
                     step: step.clone(),
                     attempt,
-                    outputs,
-                    duration_ms: millis(duration),
-                },
-                DeploymentCommand::Advance {
-                    now: ports.clock.now(),
-                },
-            ];
-            execute_all(ports.log, deployment, "", &cause, |_| commands.to_vec())
+                    instances: registrations,
+                });
+            let commands: Vec<DeploymentCommand> = register
+                .into_iter()
+                .chain([
+                    DeploymentCommand::RecordSuccess {
+                        step: step.clone(),
+                        attempt,
+                        outputs,
+                        duration_ms: millis(duration),
+                    },
+                    DeploymentCommand::Advance {
+                        now: ports.clock.now(),
+                    },
+                ])
+                .collect();
+            execute_all(ports.log, deployment, "", &cause, |_| commands.clone())
                 .await?
                 .map(|_| AttemptReport::Succeeded)
         }
@@ -452,6 +468,8 @@ enum Outcome {
     Success {
         outputs: std::collections::BTreeMap<String, String>,
         duration: Duration,
+        /// The instances of the service the step provides, which answered its check.
+        registrations: Vec<overture_domain::services::ServiceInstance>,
     },
     Failure {
         class: ErrorClass,
@@ -590,7 +608,7 @@ async fn run_in_sandbox(
         record_network_policy(&input, allowed, ports, &masker).await?;
     }
     let mut job = step::sandbox_job(sandbox_id, prepared, &input, name, log, &masker);
-    job.network_policy = network_policy;
+    job.network_policy = network_policy.clone();
 
     let lost_job = std::sync::atomic::AtomicBool::new(false);
     let attempt_lease = state.steps.get(&spec.name).and_then(|s| s.lease_until);
@@ -646,6 +664,7 @@ async fn run_in_sandbox(
                 Ok(outputs) => Outcome::Success {
                     outputs,
                     duration: result.duration,
+                    registrations: Vec::new(),
                 },
                 Err(headline) => failure(ErrorClass::StepFailed, Some(code), headline),
             },
@@ -675,10 +694,99 @@ async fn run_in_sandbox(
             failure(ErrorClass::StepFailed, None, limit.to_string())
         }
     };
+    let outcome = match (outcome, &spec.provides) {
+        (success @ Outcome::Success { .. }, Some(provision)) => {
+            check_service(success, &input, provision, network_policy, ports, &masker).await?
+        }
+        (outcome, _) => outcome,
+    };
     Ok(match bastion_access {
         Some(access) => blame_a_lost_bastion(outcome, state, deployment, &access, ports).await,
         None => outcome,
     })
+}
+
+/// After a providing step succeeded: checks its service answers on every host
+/// ([`service_check`]) in a sandbox of its own, with the attempt's network policy. The success
+/// then carries the instances to register; a host that did not answer fails the attempt, and
+/// nothing is registered.
+async fn check_service(
+    success: Outcome,
+    input: &StepInput<'_>,
+    provision: &overture_events::ServiceProvision,
+    network_policy: Option<Vec<overture_domain::egress::Destination>>,
+    ports: &RunnerPorts<'_>,
+    masker: &Masker,
+) -> Result<Outcome, RunnerError> {
+    let Outcome::Success {
+        outputs, duration, ..
+    } = success
+    else {
+        return Ok(success);
+    };
+    let failed = |message: String, more: Duration| Outcome::Failure {
+        class: ErrorClass::StepFailed,
+        exit_code: None,
+        message: masker.mask(&message),
+        duration: duration + more,
+    };
+    let prepared = match service_check::prepare(input, provision) {
+        Ok(prepared) => prepared,
+        Err(problem) => return Ok(failed(problem, Duration::ZERO)),
+    };
+    let id = format!(
+        "{}-check",
+        sandbox_id(
+            input.deployment,
+            &input.spec.name,
+            logs::LogName::Attempt(input.attempt)
+        )
+    );
+    let mut job = step::sandbox_job(
+        id,
+        prepared,
+        input,
+        logs::LogName::Attempt(input.attempt),
+        Box::new(std::io::sink()),
+        masker,
+    );
+    job.log = None;
+    job.timeout = service_check::CHECK_WITHIN + Duration::from_secs(15);
+    job.network_policy = Some(match network_policy {
+        Some(policy) => policy,
+        None => network::policy(input).await,
+    });
+    let result = match ports
+        .sandbox
+        .run(job, Box::pin(std::future::pending()))
+        .await
+    {
+        Ok(result) => result,
+        Err(RunError::Unrunnable(refused)) => {
+            return Ok(failed(refused.to_string(), Duration::ZERO))
+        }
+        Err(RunError::Failed(error)) => return Err(error.into()),
+    };
+    let code = match result.exit {
+        SandboxExit::Code(code) => code,
+        _ => -1,
+    };
+    let output = masker.mask_bytes(&result.output);
+    Ok(
+        match service_check::conclude(input, provision, code, &result.collected) {
+            Ok(registrations) => Outcome::Success {
+                outputs,
+                duration: duration + result.duration,
+                registrations,
+            },
+            Err(headline) => Outcome::Failure {
+                class: ErrorClass::StepFailed,
+                exit_code: Some(code),
+                message: with_tail(masker.mask(&headline), &output),
+                duration: duration + result.duration,
+            },
+        },
+    )
 }
 
 /// A step through the bastion that could not connect fails as `bastion-access-lost` when the

@@ -67,8 +67,20 @@ pub async fn policy(input: &StepInput<'_>) -> Vec<Destination> {
                 .map(|(host, port)| (host, Some(port))),
         );
     }
-    if let Ok(Some(jump)) = input.bastion() {
-        wanted.push((jump.address.host, Some(jump.address.port)));
+    let jump = input.bastion().ok().flatten();
+    if let Some(jump) = &jump {
+        wanted.push((jump.address.host.clone(), Some(jump.address.port)));
+    }
+    // The check of a service the step provides connects to each host's service port, unless
+    // it goes through the bastion.
+    if let (Some(provides), None) = (&input.spec.provides, &jump) {
+        if let Ok(hosts) = input.ssh_addresses() {
+            wanted.extend(
+                hosts
+                    .into_iter()
+                    .map(|host| (host.host, Some(provides.port))),
+            );
+        }
     }
     // The hosts of kinds that have them (wait-ssh, ansible); a kind without any has none.
     if let Ok(hosts) = input.ssh_addresses() {

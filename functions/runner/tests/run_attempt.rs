@@ -702,3 +702,88 @@ async fn an_attempt_runs_within_its_step_s_limits_and_one_that_reaches_them_fail
         )
     );
 }
+
+/// `build` waits for SSH on one host, and provides the service `app` there.
+fn providing() -> BlueprintSnapshot {
+    parse(
+        "name: x\nsteps:\n  build:\n    run: wait-ssh\n    with: { hosts: ['10.0.0.5:22'] }\n    provides: { service: app, port: 8000, check: tcp }\n",
+    )
+    .expect("valid")
+    .snapshot
+}
+
+/// What the wait for SSH heard from the host.
+fn banner() -> (&'static str, String) {
+    (
+        "answers.tsv",
+        "10.0.0.5:22\t12\tSSH-2.0-OpenSSH_9.2\n".into(),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_step_that_provides_a_service_registers_each_host_that_answered_its_check_with_its_success(
+) {
+    let answered = (
+        "service-answers.tsv",
+        "10.0.0.5\taccepted a connection\n".to_owned(),
+    );
+    let fixture = Fixture::with(
+        Sandbox::Leaves(0, "", vec![banner(), answered]),
+        providing(),
+        MemoryPayloads::default(),
+    )
+    .await;
+    assert_eq!(fixture.run().await, AttemptReport::Succeeded);
+    assert_eq!(
+        fixture.sandbox.runs.load(Ordering::SeqCst),
+        2,
+        "the step, then its service's check in a sandbox of its own"
+    );
+    assert_eq!(
+        fixture.types()[2..6],
+        [
+            "StepStarted",
+            "StepNetworkPolicyApplied",
+            "ServiceRegistered",
+            "StepSucceeded"
+        ]
+    );
+    let events = fixture.events();
+    assert!(
+        matches!(&events[3], E::StepNetworkPolicyApplied { allowed, .. }
+            if allowed.contains(&"10.0.0.5:8000".to_owned())),
+        "with no bastion, the check reaches the service's port directly: {events:?}"
+    );
+    assert!(
+        matches!(&events[4], E::ServiceRegistered { service, step, host, address, port: 8000 }
+            if service == "app" && step == "build" && host == "10.0.0.5:22" && address == "10.0.0.5"),
+        "{events:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_service_that_does_not_answer_its_check_is_not_registered_and_fails_the_attempt() {
+    // The step's run succeeds; its check leaves no answer.
+    let fixture = Fixture::with(
+        Sandbox::Leaves(0, "", vec![banner()]),
+        providing(),
+        MemoryPayloads::default(),
+    )
+    .await;
+    assert_eq!(
+        fixture.run().await,
+        AttemptReport::Failed(ErrorClass::StepFailed)
+    );
+    let events = fixture.events();
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, E::ServiceRegistered { .. })),
+        "{events:?}"
+    );
+    assert!(
+        events.iter().any(|e| matches!(e, E::StepAttemptFailed { message, .. }
+            if message.contains("service `app` did not answer its check (tcp) within 30s on 10.0.0.5:8000"))),
+        "{events:?}"
+    );
+}

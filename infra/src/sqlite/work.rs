@@ -56,6 +56,7 @@ pub struct Handoff {
     workers: Arc<Semaphore>,
     lease: Duration,
     handed: Mutex<Vec<HandedJob>>,
+    woken: Mutex<Vec<DeploymentId>>,
 }
 
 impl Handoff {
@@ -66,7 +67,14 @@ impl Handoff {
             workers,
             lease,
             handed: Mutex::new(Vec::new()),
+            woken: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The deployments woken for now since the last call (another deployment's services
+    /// changed): the engine may move them on at once rather than when it receives their timer.
+    pub fn take_woken(&self) -> Vec<DeploymentId> {
+        std::mem::take(&mut *self.woken.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// The jobs handed over since the last call, each with its worker's permit.
@@ -122,6 +130,14 @@ impl QueueWork for Handoff {
         at: Timestamp,
         cause: Uuid,
     ) -> Result<(), WorkError> {
-        self.queue.wake_at(deployment, at, cause).await
+        // Queued all the same: should this engine die first, whoever resumes wakes it.
+        self.queue.wake_at(deployment, at, cause).await?;
+        if at <= chrono::Utc::now() {
+            let mut woken = self.woken.lock().unwrap_or_else(PoisonError::into_inner);
+            if !woken.contains(&deployment) {
+                woken.push(deployment);
+            }
+        }
+        Ok(())
     }
 }

@@ -74,6 +74,21 @@ impl RevokeAccess for Nothing {
     }
 }
 
+/// A registry in which nothing is registered and nobody waits.
+#[async_trait]
+impl overture_orchestrator::ServiceDirectory for Nothing {
+    async fn instances(
+        &self,
+        _: &str,
+    ) -> Result<Vec<overture_domain::services::RegisteredInstance>, WorkError> {
+        Ok(vec![])
+    }
+
+    async fn interested(&self, _: &str, _: &str) -> Result<Vec<DeploymentId>, WorkError> {
+        Ok(vec![])
+    }
+}
+
 /// A clock stopped at one instant.
 pub struct FixedClock(pub Timestamp);
 

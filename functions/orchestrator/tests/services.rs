@@ -1,0 +1,304 @@
+//! The orchestrator and the tenant's registry of services, on in-memory fakes of its ports: a
+//! waiting step starts once other deployments' instances meet its count, a wait is a durable
+//! timer, and a deployment's registrations wake the deployments that need the service.
+
+mod support;
+
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use overture_domain::services::{RegisteredInstance, ServiceInstance};
+use overture_events::{DeploymentEvent, DeploymentId, Envelope, Metadata, Timestamp};
+use overture_kit::memory::MemoryLog;
+use overture_kit::{Cause, DeploymentLog};
+use overture_orchestrator::{
+    orchestrate, OrchestratorPorts, QueueWork, ServiceDirectory, Since, WaitingAttempt, WorkError,
+};
+use support::{at, FixedClock, Nothing};
+
+const BALANCER: &str = "name: balancer
+steps:
+  lb:
+    run: script
+    requires: [{ service: app, count: 2, timeout: 5m }]
+    with: { command: 'echo {{ services.app.addresses }}' }
+";
+
+fn ours() -> DeploymentId {
+    "01a20800-0000-7000-8000-000000000001"
+        .parse()
+        .expect("an id")
+}
+
+fn theirs() -> DeploymentId {
+    "01a20800-0000-7000-8000-000000000002"
+        .parse()
+        .expect("an id")
+}
+
+/// A registry holding these instances, and these deployments waiting for any service.
+#[derive(Default)]
+struct Registry {
+    instances: Mutex<Vec<RegisteredInstance>>,
+    interested: Vec<DeploymentId>,
+}
+
+impl Registry {
+    fn register(&self, deployment: DeploymentId, address: &str) {
+        self.instances
+            .lock()
+            .expect("registry")
+            .push(RegisteredInstance {
+                deployment,
+                instance: ServiceInstance {
+                    service: "app".into(),
+                    step: "app".into(),
+                    host: address.into(),
+                    address: address.into(),
+                    port: 8000,
+                },
+                registered_at: at("10:00"),
+            });
+    }
+}
+
+#[async_trait]
+impl ServiceDirectory for Registry {
+    async fn instances(&self, tenant: &str) -> Result<Vec<RegisteredInstance>, WorkError> {
+        assert_eq!(tenant, "acme", "only the deployment's own tenant is asked");
+        Ok(self.instances.lock().expect("registry").clone())
+    }
+
+    async fn interested(&self, tenant: &str, _: &str) -> Result<Vec<DeploymentId>, WorkError> {
+        assert_eq!(tenant, "acme");
+        Ok(self.interested.clone())
+    }
+}
+
+/// The queue: attempts queued, and timers set.
+#[derive(Default)]
+struct Queued {
+    attempts: Mutex<Vec<WaitingAttempt>>,
+    timers: Mutex<Vec<(DeploymentId, Timestamp)>>,
+}
+
+#[async_trait]
+impl QueueWork for Queued {
+    async fn run_attempts(
+        &self,
+        _: DeploymentId,
+        attempts: &[WaitingAttempt],
+        _: uuid::Uuid,
+    ) -> Result<(), WorkError> {
+        self.attempts
+            .lock()
+            .expect("queue")
+            .extend_from_slice(attempts);
+        Ok(())
+    }
+
+    async fn wake_at(
+        &self,
+        deployment: DeploymentId,
+        at: Timestamp,
+        _: uuid::Uuid,
+    ) -> Result<(), WorkError> {
+        self.timers.lock().expect("queue").push((deployment, at));
+        Ok(())
+    }
+}
+
+async fn requested(log: &MemoryLog, id: DeploymentId, blueprint: &str) {
+    let blueprint = overture_domain::blueprint::parse(blueprint)
+        .expect("valid")
+        .snapshot;
+    let requested = DeploymentEvent::DeploymentRequested {
+        triggered_by: None,
+        tenant: "acme".into(),
+        requested_by: "ada".into(),
+        trigger: "cli".into(),
+        source: "b.yaml".into(),
+        blueprint,
+        blueprint_hash: "h".into(),
+        params: Default::default(),
+        cloud: None,
+    };
+    let cause = Cause::new("test", id, uuid::Uuid::now_v7());
+    log.append(id, "acme", None, vec![requested], &cause)
+        .await
+        .expect("requested");
+}
+
+fn types(log: &MemoryLog, id: DeploymentId) -> Vec<&'static str> {
+    log.events(id)
+        .iter()
+        .map(DeploymentEvent::event_type)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_step_waits_on_a_timer_until_other_deployments_register_enough_instances() {
+    let log = MemoryLog::new(at("10:00"));
+    requested(&log, ours(), BALANCER).await;
+    let registry = Registry::default();
+    registry.register(theirs(), "10.0.0.7");
+    let queued = Queued::default();
+    let ports = |clock| OrchestratorPorts {
+        log: &log,
+        work: &queued,
+        secrets: &Nothing,
+        access: &Nothing,
+        services: &registry,
+        clock,
+    };
+
+    let clock_1001 = FixedClock(at("10:01"));
+    orchestrate(
+        ours(),
+        uuid::Uuid::now_v7(),
+        Since::Unknown,
+        &ports(&clock_1001),
+    )
+    .await
+    .expect("moved on");
+    assert_eq!(
+        types(&log, ours()),
+        ["DeploymentRequested", "StepAwaitingServices"]
+    );
+    assert!(
+        queued.attempts.lock().expect("queue").is_empty(),
+        "one of two is not enough"
+    );
+    assert_eq!(
+        *queued.timers.lock().expect("queue"),
+        [(ours(), at("10:06"))],
+        "the wait's deadline is a durable timer"
+    );
+
+    registry.register(theirs(), "10.0.0.8");
+    let clock_1002 = FixedClock(at("10:02"));
+    orchestrate(
+        ours(),
+        uuid::Uuid::now_v7(),
+        Since::Records(&[]),
+        &ports(&clock_1002),
+    )
+    .await
+    .expect("moved on");
+    let events = log.events(ours());
+    let resolved = events.iter().find_map(|event| match event {
+        DeploymentEvent::ServicesResolved { step, services } => Some((step, services)),
+        _ => None,
+    });
+    let (step, services) = resolved.expect("the members the step sees are recorded");
+    assert_eq!(step, "lb");
+    assert_eq!(services["app"], ["10.0.0.7:8000", "10.0.0.8:8000"]);
+    assert_eq!(types(&log, ours()).last(), Some(&"StepScheduled"));
+    let attempts = queued.attempts.lock().expect("queue");
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(attempts[0].step, "lb");
+}
+
+#[tokio::test]
+async fn a_wait_past_its_deadline_fails_the_deployment_as_service_timeout() {
+    let log = MemoryLog::new(at("10:00"));
+    requested(&log, ours(), BALANCER).await;
+    let registry = Registry::default();
+    let queued = Queued::default();
+    let ports = |clock| OrchestratorPorts {
+        log: &log,
+        work: &queued,
+        secrets: &Nothing,
+        access: &Nothing,
+        services: &registry,
+        clock,
+    };
+    let clock_1001 = FixedClock(at("10:01"));
+    orchestrate(
+        ours(),
+        uuid::Uuid::now_v7(),
+        Since::Unknown,
+        &ports(&clock_1001),
+    )
+    .await
+    .expect("moved on");
+    // The timer, at the deadline.
+    let clock_1006 = FixedClock(at("10:06"));
+    let state = orchestrate(
+        ours(),
+        uuid::Uuid::now_v7(),
+        Since::Records(&[]),
+        &ports(&clock_1006),
+    )
+    .await
+    .expect("moved on");
+
+    assert!(state.is_finished());
+    let events = log.events(ours());
+    assert!(events.iter().any(|event| matches!(
+        event,
+        DeploymentEvent::StepFailed { step, error_class: overture_events::ErrorClass::ServiceTimeout, .. } if step == "lb"
+    )), "{events:?}");
+    let reason = events.iter().find_map(|event| match event {
+        DeploymentEvent::DeploymentFailed { reason } => Some(reason.clone()),
+        _ => None,
+    });
+    assert_eq!(
+        reason.as_deref(),
+        Some("step `lb` timed out waiting for service `app` (0 of 2 registered) (service-timeout)")
+    );
+    assert!(
+        queued.attempts.lock().expect("queue").is_empty(),
+        "the step never ran"
+    );
+}
+
+#[tokio::test]
+async fn a_registration_wakes_the_tenants_other_deployments_that_need_the_service() {
+    let log = MemoryLog::new(at("10:00"));
+    requested(&log, theirs(), "name: apps\nsteps:\n  app: { run: noop }\n").await;
+    let registry = Registry {
+        interested: vec![ours(), theirs()],
+        ..Registry::default()
+    };
+    let queued = Queued::default();
+    let ports = OrchestratorPorts {
+        log: &log,
+        work: &queued,
+        secrets: &Nothing,
+        access: &Nothing,
+        services: &registry,
+        clock: &FixedClock(at("10:03")),
+    };
+    let registered = DeploymentEvent::ServiceRegistered {
+        service: "app".into(),
+        step: "app".into(),
+        host: "app-1".into(),
+        address: "10.0.0.7".into(),
+        port: 8000,
+    };
+    let record = Envelope {
+        stream: theirs().stream(),
+        revision: 1,
+        id: uuid::Uuid::now_v7(),
+        event_type: registered.event_type().into(),
+        data: registered.data(),
+        metadata: Metadata {
+            tenant: "acme".into(),
+            actor: "runner".into(),
+            correlation_id: uuid::Uuid::now_v7(),
+            causation_id: uuid::Uuid::now_v7(),
+            recorded_at: at("10:03"),
+        },
+    };
+
+    orchestrate(theirs(), record.id, Since::Records(&[record]), &ports)
+        .await
+        .expect("moved on");
+
+    assert_eq!(
+        *queued.timers.lock().expect("queue"),
+        [(ours(), at("10:03"))],
+        "the other deployment is woken now; the registering one is not woken by its own news"
+    );
+}
