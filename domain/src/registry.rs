@@ -143,7 +143,13 @@ impl Registry {
     }
 
     /// Records a deployment's interest in a service; watching it wins over requiring it.
-    pub fn interest(&mut self, tenant: &str, deployment: DeploymentId, service: &str, watched: bool) {
+    pub fn interest(
+        &mut self,
+        tenant: &str,
+        deployment: DeploymentId,
+        service: &str,
+        watched: bool,
+    ) {
         let key = InterestKey {
             tenant: tenant.to_owned(),
             service: service.to_owned(),

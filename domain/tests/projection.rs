@@ -725,12 +725,24 @@ fn the_service_registry_is_folded_from_registrations_and_the_blueprint() {
         .interests
         .iter()
         .filter(|(key, _)| key.tenant == "acme")
-        .map(|(InterestKey { service, deployment, .. }, watched)| {
-            assert_eq!(*deployment, id);
-            (service.clone(), *watched)
-        })
+        .map(
+            |(
+                InterestKey {
+                    service,
+                    deployment,
+                    ..
+                },
+                watched,
+            )| {
+                assert_eq!(*deployment, id);
+                (service.clone(), *watched)
+            },
+        )
         .collect();
-    assert_eq!(interests, [("app".to_owned(), true), ("db".to_owned(), false)]);
+    assert_eq!(
+        interests,
+        [("app".to_owned(), true), ("db".to_owned(), false)]
+    );
     assert_eq!(
         models.registry.interested("acme", "db").collect::<Vec<_>>(),
         [(id, false)]
@@ -744,18 +756,19 @@ fn the_service_registry_is_folded_from_registrations_and_the_blueprint() {
         models.apply(record).expect("folds");
         assert_eq!(models, folded, "after {} again", record.event_type);
     }
-    let mut again = overture_domain::projection::project(
-        Some(folded.deployments[&id].clone()),
-        &records,
-    )
-    .expect("folds");
+    let mut again =
+        overture_domain::projection::project(Some(folded.deployments[&id].clone()), &records)
+            .expect("folds");
     assert_eq!(again.applied, 0);
     assert!(again.registry.is_empty());
 
     // Folded stream by stream, as the projector does, the records give the same registry
     // rows, and which instance to delete.
     again = overture_domain::projection::project(None, &records).expect("folds");
-    assert_eq!(again.registry.service_instances("acme"), folded.registry.service_instances("acme"));
+    assert_eq!(
+        again.registry.service_instances("acme"),
+        folded.registry.service_instances("acme")
+    );
     assert_eq!(again.registry.removed.len(), 1);
 
     // The rebuild's fold, from the records decoded only as far as the read models need,

@@ -4,8 +4,8 @@
 
 use async_trait::async_trait;
 use overture_domain::projection::{DeploymentView, TenantView};
-use overture_events::{DeploymentId, Envelope};
 use overture_domain::services::RegisteredInstance;
+use overture_events::{DeploymentId, Envelope};
 use overture_kit::query::{AttemptLog, DeploymentFilter, QueryDeployments, QueryError};
 use overture_kit::registry::ReadServiceRegistry;
 use overture_projector::StoreError;

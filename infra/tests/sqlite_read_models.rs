@@ -22,10 +22,10 @@ mod rebuild {
     use overture_domain::projection::DeploymentStatus;
     use overture_events::{DeploymentEvent, DeploymentId, Metadata, Timestamp};
     use overture_infra::sqlite::read_models::LogChanges;
-    use overture_kit::registry::ReadServiceRegistry;
     use overture_infra::sqlite::{
         Database, EventLog, ExpectedRevision, ListFilter, NewEvent, SqliteReadModels,
     };
+    use overture_kit::registry::ReadServiceRegistry;
     use uuid::Uuid;
 
     fn new_event(tenant: &str, seconds: i64, event: DeploymentEvent) -> NewEvent {
@@ -304,7 +304,10 @@ mod rebuild {
             assert_eq!(instances.len(), 2, "{tenant}");
             assert_eq!(
                 instances,
-                engine.service_instances(tenant).await.expect("the registry")
+                engine
+                    .service_instances(tenant)
+                    .await
+                    .expect("the registry")
             );
             // Every deployment watches `app`; those that succeeded and the running none.
             assert_eq!(

@@ -171,7 +171,10 @@ fn registered_instances_are_listed_per_tenant_and_service_and_rebuilt_by_a_repla
         "{shown}"
     );
     assert!(rows[3].trim_start().starts_with("10.0.0.9:8000"), "{shown}");
-    assert!(!shown.contains("10.0.0.11"), "the instance that left: {shown}");
+    assert!(
+        !shown.contains("10.0.0.11"),
+        "the instance that left: {shown}"
+    );
     assert!(shown.contains("tenant globex"), "{shown}");
     // A host name is user text: its control characters are shown escaped, never sent.
     assert!(shown.contains("host edge\\u{1b}[31m"), "{shown}");

@@ -53,9 +53,9 @@ pub mod query;
 #[cfg(feature = "query-contract")]
 pub mod query_contract;
 pub mod queue;
-pub mod registry;
 #[cfg(feature = "queue-contract")]
 pub mod queue_contract;
+pub mod registry;
 #[cfg(feature = "sqs-messages")]
 pub mod sqs_message;
 #[cfg(feature = "stream-records")]

@@ -29,8 +29,10 @@ impl RegistryError {
 pub trait ReadServiceRegistry: Send + Sync {
     /// The tenant's registered instances, by service, then address, then port (then the
     /// deployment that registered them).
-    async fn service_instances(&self, tenant: &str)
-        -> Result<Vec<RegisteredInstance>, RegistryError>;
+    async fn service_instances(
+        &self,
+        tenant: &str,
+    ) -> Result<Vec<RegisteredInstance>, RegistryError>;
 
     /// The tenant's deployments that still care about `service`'s members
     /// ([`overture_domain::registry::still_interested`]): those with a step that requires or

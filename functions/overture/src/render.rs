@@ -264,7 +264,11 @@ pub fn services(registry: &[TenantRegistry], asked: Option<&str>) -> String {
     if registry.iter().all(|(_, instances)| instances.is_empty()) {
         match asked {
             Some(tenant) => {
-                let _ = writeln!(out, "no service is registered for tenant {}", escaped(tenant));
+                let _ = writeln!(
+                    out,
+                    "no service is registered for tenant {}",
+                    escaped(tenant)
+                );
             }
             None => out.push_str("no service is registered\n"),
         }

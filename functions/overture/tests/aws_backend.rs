@@ -228,8 +228,7 @@ async fn the_aws_backend_prints_what_the_embedded_engine_prints_for_the_same_eve
     let services = overture(&["services", "--json"], &settings, dir.path());
     let services: serde_json::Value = serde_json::from_slice(&services.stdout).expect("JSON");
     assert_eq!(
-        services["tenants"][0]["services"][0]["instances"][0]["member"],
-        "10.0.0.9:8000",
+        services["tenants"][0]["services"][0]["instances"][0]["member"], "10.0.0.9:8000",
         "{services}"
     );
 

@@ -354,7 +354,10 @@ impl<S: Store> DeploymentViews for Racing<S> {
         steps: &BTreeSet<String>,
         registry: &Registry,
     ) -> Result<(), ViewError> {
-        let saved = self.inner.save(view, loaded_at, delta, steps, registry).await;
+        let saved = self
+            .inner
+            .save(view, loaded_at, delta, steps, registry)
+            .await;
         if matches!(saved, Err(ViewError::Conflict { .. })) {
             self.lost.fetch_add(1, Ordering::SeqCst);
         }
@@ -475,8 +478,8 @@ pub async fn saving_one_step_leaves_the_other_steps_as_they_were<S: Store>(a: &S
         &only("a"),
         &Registry::default(),
     )
-        .await
-        .expect("saved");
+    .await
+    .expect("saved");
     let stored = view(b, &records).await.expect("a view");
     assert_eq!(stored.revision, 2);
     assert_eq!(names(&stored), ["a", "b"]);
@@ -503,8 +506,8 @@ pub async fn saving_one_step_leaves_the_other_steps_as_they_were<S: Store>(a: &S
         &only("b"),
         &Registry::default(),
     )
-        .await
-        .expect("saved");
+    .await
+    .expect("saved");
     let stored = view(a, &records).await.expect("a view");
     assert_eq!(stored.revision, 3);
     assert_eq!(names(&stored), ["a", "b"]);
@@ -582,13 +585,7 @@ async fn instances<S: Store>(store: &S, tenant: &str) -> Vec<Listed> {
         .collect()
 }
 
-fn listed(
-    service: &str,
-    address: &str,
-    port: u16,
-    records: &Records,
-    revision: usize,
-) -> Listed {
+fn listed(service: &str, address: &str, port: u16, records: &Records, revision: usize) -> Listed {
     (
         service.into(),
         address.into(),
@@ -659,10 +656,7 @@ pub async fn the_registry_holds_each_registered_instance_until_it_is_deregistere
 /// A stream's registrations delivered again, alone or with the stream, by the same projector
 /// or another, change nothing; a deregistration is not undone by its registration delivered
 /// again; registrations after a gap are written once the gap is filled, and not before.
-pub async fn registrations_delivered_again_or_after_a_gap_are_written_once<S: Store>(
-    a: &S,
-    b: &S,
-) {
+pub async fn registrations_delivered_again_or_after_a_gap_are_written_once<S: Store>(a: &S, b: &S) {
     let tenant = new_tenant();
     let records = deployment_of(
         &tenant,
@@ -707,7 +701,11 @@ pub async fn registrations_delivered_again_or_after_a_gap_are_written_once<S: St
             .await
             .expect("a replay is not an error");
         assert_eq!(applied, 0, "replaying {revisions:?}");
-        assert_eq!(instances(b, &tenant).await, expected, "replaying {revisions:?}");
+        assert_eq!(
+            instances(b, &tenant).await,
+            expected,
+            "replaying {revisions:?}"
+        );
     }
     assert_eq!(
         a.interested_deployments(&tenant, "app")

@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use overture_domain::projection::{DeploymentView, TenantDelta, TenantView};
-use overture_events::{DeploymentId, Envelope, Metadata, Timestamp};
 use overture_domain::registry::{still_interested, Registry};
 use overture_domain::services::RegisteredInstance;
+use overture_events::{DeploymentId, Envelope, Metadata, Timestamp};
 use overture_kit::registry::{ReadServiceRegistry, RegistryError};
 use overture_kit::{LogError, ReadStream};
 use overture_projector::{project_stream, DeploymentViews, StreamProjectionError, ViewError};

@@ -49,13 +49,13 @@ use std::collections::{BTreeSet, HashMap};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::Delete;
 use aws_sdk_dynamodb::types::{
     AttributeValue, ConditionCheck, KeysAndAttributes, Put, TransactWriteItem, Update,
 };
 use aws_sdk_dynamodb::Client;
 use chrono::SecondsFormat;
 use indexmap::IndexMap;
-use aws_sdk_dynamodb::types::Delete;
 use overture_domain::projection::{DeploymentView, Header, StepView, TenantDelta, TenantView};
 use overture_domain::registry::{still_interested, InstanceKey, InterestKey, Registry};
 use overture_domain::services::{RegisteredInstance, ServiceInstance};
@@ -839,7 +839,8 @@ impl DynamoReadModels {
         revision: u64,
         registry: &Registry,
     ) -> Result<Vec<TransactWriteItem>, ViewError> {
-        let build_failed = |operation, e| unavailable(Self::call_failed(&self.deployments, operation, e));
+        let build_failed =
+            |operation, e| unavailable(Self::call_failed(&self.deployments, operation, e));
         let not_later = "attribute_not_exists(#id) OR #r <= :r";
         let mut writes = Vec::new();
         for key in &registry.removed {
@@ -864,7 +865,10 @@ impl DynamoReadModels {
                 .item(ADDRESS, AttributeValue::S(key.address.clone()))
                 .item(PORT, AttributeValue::N(key.port.to_string()))
                 .item(DEPLOYMENT, AttributeValue::S(key.deployment.to_string()))
-                .item(STEP_NAME, AttributeValue::S(registered.instance.step.clone()))
+                .item(
+                    STEP_NAME,
+                    AttributeValue::S(registered.instance.step.clone()),
+                )
                 .item(HOST, AttributeValue::S(registered.instance.host.clone()))
                 .item(
                     REGISTERED_AT,
@@ -879,7 +883,15 @@ impl DynamoReadModels {
                 .map_err(|e| build_failed("Put", e))?;
             writes.push(TransactWriteItem::builder().put(put).build());
         }
-        for (InterestKey { tenant, service, deployment }, watched) in &registry.interests {
+        for (
+            InterestKey {
+                tenant,
+                service,
+                deployment,
+            },
+            watched,
+        ) in &registry.interests
+        {
             let update = Update::builder()
                 .table_name(&self.deployments)
                 .key(ID, AttributeValue::S(registry_partition(tenant)))
@@ -1007,11 +1019,23 @@ impl DynamoReadModels {
     }
 
     /// The tenant's deployments interested in `service` that still care about it.
-    async fn interested(&self, tenant: &str, service: &str) -> Result<Vec<DeploymentId>, ViewError> {
+    async fn interested(
+        &self,
+        tenant: &str,
+        service: &str,
+    ) -> Result<Vec<DeploymentId>, ViewError> {
         let mut rows = Vec::new();
-        for item in self.query_registry(tenant, &interest_prefix(service)).await? {
+        for item in self
+            .query_registry(tenant, &interest_prefix(service))
+            .await?
+        {
             // A prefix could match a longer name with `#` in it: the attribute says for sure.
-            if item.get(SERVICE).and_then(|v| v.as_s().ok()).map(String::as_str) != Some(service) {
+            if item
+                .get(SERVICE)
+                .and_then(|v| v.as_s().ok())
+                .map(String::as_str)
+                != Some(service)
+            {
                 continue;
             }
             let bad = |reason: String| self.registry_item_error(tenant, reason);
@@ -1026,7 +1050,11 @@ impl DynamoReadModels {
                 .get(WATCHED)
                 .and_then(|v| v.as_bool().ok())
                 .copied()
-                .ok_or_else(|| bad(format!("an interest whose `{WATCHED}` is not true or false")))?;
+                .ok_or_else(|| {
+                    bad(format!(
+                        "an interest whose `{WATCHED}` is not true or false"
+                    ))
+                })?;
             rows.push((deployment, watched));
         }
         let keys = rows

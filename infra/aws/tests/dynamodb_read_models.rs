@@ -99,7 +99,13 @@ async fn a_view_beyond_one_item_is_refused_and_stores_nothing() {
     let store = client().await;
     let view = large_view("acme", MAX_ITEM_BYTES);
     let refused = store
-        .save(&view, None, &TenantDelta::default(), &all_steps(&view), &Registry::default())
+        .save(
+            &view,
+            None,
+            &TenantDelta::default(),
+            &all_steps(&view),
+            &Registry::default(),
+        )
         .await;
     assert!(
         matches!(&refused, Err(error @ ViewError::TooLarge { .. }) if !error.is_retryable()),
@@ -143,7 +149,13 @@ async fn a_tenants_list_holds_all_its_deployments_newest_first_and_no_one_elses(
     }
     let other = view(&neighbour, 5);
     store
-        .save(&other, None, &delta, &all_steps(&other), &Registry::default())
+        .save(
+            &other,
+            None,
+            &delta,
+            &all_steps(&other),
+            &Registry::default(),
+        )
         .await
         .expect("saved");
 
@@ -207,7 +219,13 @@ async fn a_deployment_of_many_steps_is_saved_in_order_and_one_step_at_a_time() {
     // serde_json's map keeps keys sorted: give the steps an order that is not the names'.
     view.steps.reverse();
     store
-        .save(&view, None, &TenantDelta::default(), &all_steps(&view), &Registry::default())
+        .save(
+            &view,
+            None,
+            &TenantDelta::default(),
+            &all_steps(&view),
+            &Registry::default(),
+        )
         .await
         .expect("saved");
     assert_eq!(
@@ -221,7 +239,13 @@ async fn a_deployment_of_many_steps_is_saved_in_order_and_one_step_at_a_time() {
     changed.steps[&name].attempts = 1;
     let one = BTreeSet::from([name.clone()]);
     store
-        .save(&changed, Some(0), &TenantDelta::default(), &one, &Registry::default())
+        .save(
+            &changed,
+            Some(0),
+            &TenantDelta::default(),
+            &one,
+            &Registry::default(),
+        )
         .await
         .expect("saved");
     let partial = store
