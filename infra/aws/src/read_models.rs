@@ -883,15 +883,18 @@ impl DynamoReadModels {
                 .map_err(|e| build_failed("Put", e))?;
             writes.push(TransactWriteItem::builder().put(put).build());
         }
-        for (
-            InterestKey {
+        for (key, watched) in &registry.interests {
+            let InterestKey {
                 tenant,
                 service,
                 deployment,
-            },
-            watched,
-        ) in &registry.interests
-        {
+            } = key;
+            // Watching wins over requiring: `true` is always written, `false` only on a new row.
+            let watching = if *watched {
+                "#w = :w"
+            } else {
+                "#w = if_not_exists(#w, :w)"
+            };
             let update = Update::builder()
                 .table_name(&self.deployments)
                 .key(ID, AttributeValue::S(registry_partition(tenant)))
@@ -899,19 +902,13 @@ impl DynamoReadModels {
                     ITEM,
                     AttributeValue::S(format!("{}{deployment}", interest_prefix(service))),
                 )
-                .update_expression("SET #s = :s, #d = :d, #w = if_not_exists(#w, :w)")
+                .update_expression(format!("SET #s = :s, #d = :d, {watching}"))
                 .expression_attribute_names("#s", SERVICE)
                 .expression_attribute_names("#d", DEPLOYMENT)
                 .expression_attribute_names("#w", WATCHED)
                 .expression_attribute_values(":s", AttributeValue::S(service.clone()))
                 .expression_attribute_values(":d", AttributeValue::S(deployment.to_string()))
                 .expression_attribute_values(":w", AttributeValue::Bool(*watched));
-            // Watching wins over requiring: `true` is always written, `false` only on a new row.
-            let update = if *watched {
-                update.update_expression("SET #s = :s, #d = :d, #w = :w")
-            } else {
-                update
-            };
             let update = update.build().map_err(|e| build_failed("Update", e))?;
             writes.push(TransactWriteItem::builder().update(update).build());
         }
