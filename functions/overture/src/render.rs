@@ -223,39 +223,59 @@ fn member_count(instances: &[&RegisteredInstance]) -> usize {
 
 /// `services --json`: `{"tenants": [{"tenant", "services": [{"service", "count",
 /// "instances": [{"host", "address", "port", "member", "deployment", "step",
-/// "registered_at"}]}]}]}`, where `count` is the service's members.
+/// "registered_at"}]}]}]}`, where `count` is the service's members; keys in that order.
 pub fn services_json(registry: &[TenantRegistry]) -> String {
-    let tenants: Vec<serde_json::Value> = registry
+    #[derive(Serialize)]
+    struct Registry<'a> {
+        tenants: Vec<Tenant<'a>>,
+    }
+    #[derive(Serialize)]
+    struct Tenant<'a> {
+        tenant: &'a str,
+        services: Vec<Service<'a>>,
+    }
+    #[derive(Serialize)]
+    struct Service<'a> {
+        service: &'a str,
+        count: usize,
+        instances: Vec<Instance<'a>>,
+    }
+    #[derive(Serialize)]
+    struct Instance<'a> {
+        host: &'a str,
+        address: &'a str,
+        port: u16,
+        member: String,
+        deployment: overture_events::DeploymentId,
+        step: &'a str,
+        registered_at: overture_events::Timestamp,
+    }
+    let tenants = registry
         .iter()
-        .map(|(tenant, instances)| {
-            let services: Vec<serde_json::Value> = by_service(instances)
+        .map(|(tenant, instances)| Tenant {
+            tenant,
+            services: by_service(instances)
                 .into_iter()
-                .map(|(service, members)| {
-                    let rows: Vec<serde_json::Value> = members
+                .map(|(service, members)| Service {
+                    service,
+                    count: member_count(&members),
+                    instances: members
                         .iter()
-                        .map(|r| {
-                            serde_json::json!({
-                                "host": r.instance.host,
-                                "address": r.instance.address,
-                                "port": r.instance.port,
-                                "member": r.instance.member(),
-                                "deployment": r.deployment,
-                                "step": r.instance.step,
-                                "registered_at": r.registered_at,
-                            })
+                        .map(|r| Instance {
+                            host: &r.instance.host,
+                            address: &r.instance.address,
+                            port: r.instance.port,
+                            member: r.instance.member(),
+                            deployment: r.deployment,
+                            step: &r.instance.step,
+                            registered_at: r.registered_at,
                         })
-                        .collect();
-                    serde_json::json!({
-                        "service": service,
-                        "count": member_count(&members),
-                        "instances": rows,
-                    })
+                        .collect(),
                 })
-                .collect();
-            serde_json::json!({ "tenant": tenant, "services": services })
+                .collect(),
         })
         .collect();
-    json(&serde_json::json!({ "tenants": tenants }))
+    json(&Registry { tenants })
 }
 
 /// `services` for people: a block per tenant, in it each service with its members.
