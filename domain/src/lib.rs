@@ -8,7 +8,8 @@
 //! - [`deployment`]: the Deployment aggregate (commands, events, state) and the [`deployment::actions`]
 //!   its state calls for; its steps ([`deployment::Steps`]) are kept in `steps`, shared between
 //!   clones and indexed so that no command looks at every step.
-//! - [`projection`]: the read models as folds over the log.
+//! - [`projection`]: the read models as folds over the log; [`registry`]: the tenants' service
+//!   registry, folded with them.
 //! - [`history`]: a deployment's past from its log alone (a stream as it stood at a revision or
 //!   an instant), and the check that folding a stream is deterministic.
 //! - [`secret`]: secret values and masking them.
@@ -30,6 +31,7 @@ pub mod host_keys;
 pub mod kinds;
 pub mod limits;
 pub mod projection;
+pub mod registry;
 pub mod retry;
 pub mod secret;
 pub mod servers;

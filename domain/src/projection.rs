@@ -11,6 +11,11 @@
 //! loads only those. [`Change`] is an event decoded only as far as the views need
 //! ([`Change::decode`] reads it straight from the log's text), which a rebuild folds with
 //! [`ReadModels::apply_change`].
+//!
+//! The tenants' service registry ([`crate::registry`]) is folded in the same pass: what the
+//! records register, deregister and take an interest in comes out as [`Projected::registry`]
+//! (and [`ReadModels::registry`]), under the same revision rule, so a store writes it with the
+//! view, once.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -20,6 +25,7 @@ use overture_events::{DeploymentEvent, DeploymentId, Envelope, ErrorClass, Times
 use serde::{Deserialize, Serialize};
 
 use crate::deployment::StepStatus;
+use crate::registry::Registry;
 
 /// A deployment's overall status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -385,6 +391,8 @@ pub struct Projected {
     /// The steps whose views the folded records changed (every step of a view they started):
     /// with the header, all a store has to write.
     pub steps: BTreeSet<String>,
+    /// What the folded records set in the tenant's service registry.
+    pub registry: Registry,
 }
 
 /// Folds records of one deployment's stream into its view: only a record whose revision is
@@ -409,6 +417,7 @@ impl Projected {
             applied: 0,
             gap: false,
             steps: BTreeSet::new(),
+            registry: Registry::default(),
         }
     }
 }
@@ -458,10 +467,14 @@ fn fold_record(
             tenant,
             blueprint,
             steps,
+            services,
         } = change
         else {
             return Ok(false);
         };
+        for (service, watched) in &services {
+            projected.registry.interest(&tenant, id, service, *watched);
+        }
         let steps: IndexMap<String, StepView> = steps
             .into_iter()
             .map(|name| {
@@ -499,6 +512,7 @@ fn fold_record(
     };
     view.revision = revision;
     let before = view.status;
+    projected.registry.fold(&view.tenant, id, &change, at);
     fold(view, change, at, Some(&mut projected.steps));
     if view.status != before {
         *projected.delta.counter(before) -= 1;
@@ -542,6 +556,8 @@ pub enum Change {
         blueprint: String,
         /// The blueprint's steps, in order.
         steps: Vec<String>,
+        /// The services its steps require or watch: whether some step watches each.
+        services: BTreeMap<String, bool>,
     },
     /// `StepScheduled`.
     StepScheduled {
@@ -651,6 +667,28 @@ pub enum Change {
     },
     /// `SecretsPurged`.
     SecretsPurged,
+    /// `ServiceRegistered`: an instance joins the tenant's registry.
+    ServiceRegistered {
+        /// The service.
+        service: String,
+        /// The step that configured the host.
+        step: String,
+        /// The server.
+        host: String,
+        /// Where the service answers.
+        address: String,
+        /// Its port.
+        port: u16,
+    },
+    /// `ServiceDeregistered`: an instance leaves it.
+    ServiceDeregistered {
+        /// The service.
+        service: String,
+        /// Where it answered.
+        address: String,
+        /// Its port.
+        port: u16,
+    },
     /// An event that changes no view.
     Nothing,
 }
@@ -663,6 +701,12 @@ impl From<DeploymentEvent> for Change {
                 tenant, blueprint, ..
             } => Change::Requested {
                 tenant,
+                services: services_of(blueprint.steps.iter().map(|s| {
+                    (
+                        s.requires.iter().map(|need| need.service.as_str()),
+                        s.watch.iter().map(String::as_str),
+                    )
+                })),
                 steps: blueprint.steps.into_iter().map(|s| s.name).collect(),
                 blueprint: blueprint.name,
             },
@@ -711,6 +755,29 @@ impl From<DeploymentEvent> for Change {
             },
             E::BastionAccessRevoked { kept_for, .. } => Change::BastionAccessRevoked { kept_for },
             E::SecretsPurged {} => Change::SecretsPurged,
+            E::ServiceRegistered {
+                service,
+                step,
+                host,
+                address,
+                port,
+            } => Change::ServiceRegistered {
+                service,
+                step,
+                host,
+                address,
+                port,
+            },
+            E::ServiceDeregistered {
+                service,
+                address,
+                port,
+                ..
+            } => Change::ServiceDeregistered {
+                service,
+                address,
+                port,
+            },
             // The attempt's failure, which follows, is what the view shows.
             E::StepJobDeadLettered { .. }
             | E::HostKeysPinned { .. }
@@ -718,10 +785,8 @@ impl From<DeploymentEvent> for Change {
             | E::StepDestroyed { .. }
             | E::FailureGracePeriodStarted { .. }
             | E::CancellationRequested { .. }
-            // The services' registry is a read model of its own.
-            | E::ServicesResolved { .. }
-            | E::ServiceRegistered { .. }
-            | E::ServiceDeregistered { .. } => Change::Nothing,
+            // The members a step's attempt saw: the registry's own records say what changed.
+            | E::ServicesResolved { .. } => Change::Nothing,
         }
     }
 }
@@ -742,6 +807,50 @@ struct BlueprintFields {
 #[derive(Deserialize)]
 struct StepName {
     name: String,
+    #[serde(default)]
+    requires: Vec<ServiceField>,
+    #[serde(default)]
+    watch: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct ServiceField {
+    service: String,
+}
+
+#[derive(Deserialize)]
+struct RegisteredFields {
+    service: String,
+    step: String,
+    host: String,
+    address: String,
+    port: u16,
+}
+
+#[derive(Deserialize)]
+struct DeregisteredFields {
+    service: String,
+    address: String,
+    port: u16,
+}
+
+/// The services steps require or watch (each step's required and watched names): whether
+/// some step watches each.
+fn services_of<'a, R, W>(steps: impl Iterator<Item = (R, W)>) -> BTreeMap<String, bool>
+where
+    R: Iterator<Item = &'a str>,
+    W: Iterator<Item = &'a str>,
+{
+    let mut services = BTreeMap::new();
+    for (requires, watch) in steps {
+        for service in requires {
+            services.entry(service.to_owned()).or_insert(false);
+        }
+        for service in watch {
+            services.insert(service.to_owned(), true);
+        }
+    }
+    services
 }
 
 #[derive(Deserialize)]
@@ -838,8 +947,15 @@ impl Change {
         let change = match event_type {
             "DeploymentRequested" => {
                 let fields: RequestedFields = read(event_type, data)?;
+                let steps = &fields.blueprint.steps;
                 Change::Requested {
                     tenant: fields.tenant,
+                    services: services_of(steps.iter().map(|s| {
+                        (
+                            s.requires.iter().map(|need| need.service.as_str()),
+                            s.watch.iter().map(String::as_str),
+                        )
+                    })),
                     blueprint: fields.blueprint.name,
                     steps: fields.blueprint.steps.into_iter().map(|s| s.name).collect(),
                 }
@@ -924,15 +1040,31 @@ impl Change {
                 kept_for: read::<RevokedFields>(event_type, data)?.kept_for,
             },
             "SecretsPurged" => Change::SecretsPurged,
+            "ServiceRegistered" => {
+                let fields: RegisteredFields = read(event_type, data)?;
+                Change::ServiceRegistered {
+                    service: fields.service,
+                    step: fields.step,
+                    host: fields.host,
+                    address: fields.address,
+                    port: fields.port,
+                }
+            }
+            "ServiceDeregistered" => {
+                let fields: DeregisteredFields = read(event_type, data)?;
+                Change::ServiceDeregistered {
+                    service: fields.service,
+                    address: fields.address,
+                    port: fields.port,
+                }
+            }
             "StepJobDeadLettered"
             | "HostKeysPinned"
             | "StepNetworkPolicyApplied"
             | "StepDestroyed"
             | "FailureGracePeriodStarted"
             | "CancellationRequested"
-            | "ServicesResolved"
-            | "ServiceRegistered"
-            | "ServiceDeregistered" => Change::Nothing,
+            | "ServicesResolved" => Change::Nothing,
             // Not a type this build knows: the whole decoding says why.
             _ => {
                 let data = read::<serde_json::Value>(event_type, data)?;
@@ -986,6 +1118,9 @@ pub struct ReadModels {
     pub deployments: BTreeMap<DeploymentId, DeploymentView>,
     /// Tenant views by tenant.
     pub tenants: BTreeMap<String, TenantView>,
+    /// The service registry rows the folds set (in a rebuild's batch: what it writes; folded
+    /// from the whole log: the whole registry).
+    pub registry: Registry,
 }
 
 impl ReadModels {
@@ -1027,6 +1162,7 @@ impl ReadModels {
         }
         view.revision = revision;
         let before = view.status;
+        self.registry.fold(&view.tenant, deployment, &change, at);
         let changed = touched.entry(deployment).or_default();
         let named = (!changed.all).then_some(&mut changed.named);
         fold(view, change, at, named);
@@ -1060,6 +1196,7 @@ impl ReadModels {
             }
             self.deployments.insert(id, view);
         }
+        self.registry.merge(projected.registry);
         folded.map(|()| projected.steps)
     }
 }
@@ -1202,7 +1339,10 @@ fn fold(
             close_grants(view, GrantKind::closed_by_revocation, at);
         }
         Change::SecretsPurged => close_grants(view, |kind| !kind.closed_by_revocation(), at),
-        Change::Requested { .. } | Change::Nothing => {}
+        Change::Requested { .. }
+        | Change::ServiceRegistered { .. }
+        | Change::ServiceDeregistered { .. }
+        | Change::Nothing => {}
     }
 }
 

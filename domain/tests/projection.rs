@@ -604,3 +604,191 @@ fn a_step_awaiting_services_and_a_rerun_of_a_watching_step_show_in_the_views() {
         "the tenant counts it running again"
     );
 }
+
+/// A blueprint (the instances of `app` come from elsewhere) whose step `web` requires `db`
+/// and watches `app`, and whose step `cron` requires `app` and `db`.
+fn services_blueprint() -> overture_events::BlueprintSnapshot {
+    parse(
+        "name: svc
+steps:
+  app: { run: noop }
+  web: { run: noop, requires: [{ service: db }], watch: [app] }
+  cron: { run: noop, requires: [{ service: app, count: 2 }, { service: db }] }
+",
+    )
+    .expect("valid")
+    .snapshot
+}
+
+fn registered(address: &str, port: u16) -> E {
+    E::ServiceRegistered {
+        service: "app".into(),
+        step: "app".into(),
+        host: format!("app-{address}"),
+        address: address.into(),
+        port,
+    }
+}
+
+/// The registry folded from a deployment's records: each registration adds an instance with
+/// the deployment's tenant and the time recorded, a deregistration removes the one with its
+/// deployment, service, address and port, and the blueprint's `requires` and `watch` give
+/// one interest row per service, watched when some step watches it. Folding the records
+/// again, one by one or all, changes nothing, in memory and through the rebuild's fold.
+#[test]
+fn the_service_registry_is_folded_from_registrations_and_the_blueprint() {
+    use overture_domain::registry::{still_interested, InterestKey};
+    let id = DeploymentId::from_uuid(Uuid::new_v4());
+    let other = DeploymentId::from_uuid(Uuid::new_v4());
+    let requested = |tenant: &str| E::DeploymentRequested {
+        triggered_by: None,
+        tenant: tenant.into(),
+        requested_by: "u".into(),
+        trigger: "cli".into(),
+        source: "f".into(),
+        blueprint: services_blueprint(),
+        blueprint_hash: "h".into(),
+        params: BTreeMap::new(),
+        cloud: None,
+    };
+    let events = vec![
+        requested("acme"),
+        registered("10.0.0.9", 8000),
+        registered("10.0.0.10", 8000),
+        registered("10.0.0.9", 7000),
+        E::ServiceDeregistered {
+            service: "app".into(),
+            step: "app".into(),
+            host: "app-10.0.0.9".into(),
+            address: "10.0.0.9".into(),
+            port: 8000,
+            reason: "destroyed".into(),
+        },
+    ];
+    let records: Vec<Envelope> = (0..)
+        .zip(events)
+        .map(|(revision, event)| envelope(id, "acme", revision, event))
+        .collect();
+    // Another tenant's deployment registers the same address: a registry of its own.
+    let theirs = [
+        envelope(other, "globex", 0, requested("globex")),
+        envelope(other, "globex", 1, registered("10.0.0.9", 8000)),
+    ];
+
+    let mut models = ReadModels::default();
+    for record in records.iter().chain(&theirs) {
+        models.apply(record).expect("folds");
+    }
+    let listed: Vec<(String, u16, String, String, DateTime<Utc>)> = models
+        .registry
+        .service_instances("acme")
+        .into_iter()
+        .map(|r| {
+            assert_eq!(r.deployment, id);
+            assert_eq!(r.instance.service, "app");
+            assert_eq!(r.instance.step, "app");
+            let member = r.instance.member();
+            (
+                r.instance.address,
+                r.instance.port,
+                r.instance.host,
+                member,
+                r.registered_at,
+            )
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            (
+                "10.0.0.10".to_owned(),
+                8000,
+                "app-10.0.0.10".to_owned(),
+                "10.0.0.10:8000".to_owned(),
+                at(2)
+            ),
+            (
+                "10.0.0.9".to_owned(),
+                7000,
+                "app-10.0.0.9".to_owned(),
+                "10.0.0.9:7000".to_owned(),
+                at(3)
+            ),
+        ]
+    );
+    let globex = models.registry.service_instances("globex");
+    assert_eq!(globex.len(), 1);
+    assert_eq!(globex[0].deployment, other);
+
+    let interests: Vec<(String, bool)> = models
+        .registry
+        .interests
+        .iter()
+        .filter(|(key, _)| key.tenant == "acme")
+        .map(
+            |(
+                InterestKey {
+                    service,
+                    deployment,
+                    ..
+                },
+                watched,
+            )| {
+                assert_eq!(*deployment, id);
+                (service.clone(), *watched)
+            },
+        )
+        .collect();
+    assert_eq!(
+        interests,
+        [("app".to_owned(), true), ("db".to_owned(), false)]
+    );
+    assert_eq!(
+        models.registry.interested("acme", "db").collect::<Vec<_>>(),
+        [(id, false)]
+    );
+    let view = &models.deployments[&id];
+    assert!(still_interested(view.status, None, false));
+
+    // Every record again, alone and all at once: nothing changes.
+    let folded = models.clone();
+    for record in &records {
+        models.apply(record).expect("folds");
+        assert_eq!(models, folded, "after {} again", record.event_type);
+    }
+    let mut again =
+        overture_domain::projection::project(Some(folded.deployments[&id].clone()), &records)
+            .expect("folds");
+    assert_eq!(again.applied, 0);
+    assert!(again.registry.is_empty());
+
+    // Folded stream by stream, as the projector does, the records give the same registry
+    // rows, and which instance to delete.
+    again = overture_domain::projection::project(None, &records).expect("folds");
+    assert_eq!(
+        again.registry.service_instances("acme"),
+        folded.registry.service_instances("acme")
+    );
+    assert_eq!(again.registry.removed.len(), 1);
+
+    // The rebuild's fold, from the records decoded only as far as the read models need,
+    // agrees.
+    let mut lean = ReadModels::default();
+    let mut touched = Touched::new();
+    for record in records.iter().chain(&theirs).chain(&records) {
+        let deployment = DeploymentId::from_stream(&record.stream).expect("a deployment stream");
+        let change = Change::decode(&record.event_type, &record.data.to_string()).expect("decodes");
+        let whole = E::from_parts(&record.event_type, record.data.clone()).expect("decodes");
+        assert_eq!(change, Change::from(whole), "{}", record.event_type);
+        lean.apply_change(
+            Folding {
+                deployment,
+                revision: record.revision,
+                at: record.metadata.recorded_at,
+                change,
+            },
+            &mut touched,
+        );
+    }
+    assert_eq!(lean, folded);
+}

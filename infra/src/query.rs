@@ -4,8 +4,10 @@
 
 use async_trait::async_trait;
 use overture_domain::projection::{DeploymentView, TenantView};
+use overture_domain::services::RegisteredInstance;
 use overture_events::{DeploymentId, Envelope};
 use overture_kit::query::{AttemptLog, DeploymentFilter, QueryDeployments, QueryError};
+use overture_kit::registry::ReadServiceRegistry;
 use overture_projector::StoreError;
 use overture_runner::logs::LogName;
 
@@ -82,5 +84,9 @@ impl QueryDeployments for EmbeddedQueries {
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(error) => Err(QueryError::Unavailable(Box::new(error))),
         }
+    }
+
+    async fn service_instances(&self, tenant: &str) -> Result<Vec<RegisteredInstance>, QueryError> {
+        Ok(self.read_models.service_instances(tenant).await?)
     }
 }

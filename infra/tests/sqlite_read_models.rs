@@ -25,6 +25,7 @@ mod rebuild {
     use overture_infra::sqlite::{
         Database, EventLog, ExpectedRevision, ListFilter, NewEvent, SqliteReadModels,
     };
+    use overture_kit::registry::ReadServiceRegistry;
     use uuid::Uuid;
 
     fn new_event(tenant: &str, seconds: i64, event: DeploymentEvent) -> NewEvent {
@@ -44,7 +45,7 @@ mod rebuild {
 
     fn events(tenant: &str, succeeds: bool) -> Vec<DeploymentEvent> {
         let blueprint = blueprint::parse(
-            "name: app\nsteps:\n  c: { run: noop }\n  a: { run: noop }\n  b: { run: noop }\n",
+            "name: app\nsteps:\n  c: { run: noop }\n  a: { run: noop, requires: [{ service: db }] }\n  b: { run: noop, watch: [app] }\n",
         )
         .map(|parsed| parsed.snapshot)
         .unwrap_or_else(|problems| panic!("a valid blueprint: {problems}"));
@@ -102,6 +103,33 @@ mod rebuild {
                 outputs: [("k".to_owned(), step.to_owned())].into(),
                 duration_ms: 1,
             });
+            // Step `c` registers two instances of `app`; once `a` succeeded, one leaves.
+            let instance = |address: &str| (address.to_owned(), format!("c-{address}"));
+            match step {
+                "c" => {
+                    for (address, host) in [instance("10.0.0.1"), instance("10.0.0.2")] {
+                        events.push(DeploymentEvent::ServiceRegistered {
+                            service: "app".into(),
+                            step: "c".into(),
+                            host,
+                            address,
+                            port: 8000,
+                        });
+                    }
+                }
+                "a" => {
+                    let (address, host) = instance("10.0.0.1");
+                    events.push(DeploymentEvent::ServiceDeregistered {
+                        service: "app".into(),
+                        step: "c".into(),
+                        host,
+                        address,
+                        port: 8000,
+                        reason: "replaced".into(),
+                    });
+                }
+                _ => {}
+            }
         }
         events.push(if succeeds {
             DeploymentEvent::DeploymentSucceeded {}
@@ -189,6 +217,21 @@ mod rebuild {
             .map(|t| (t.tenant.as_str(), t.total, t.succeeded))
             .collect();
         assert_eq!(totals, [("acme", 3, 3), ("globex", 2, 1)]);
+        // The service registry was rebuilt too: one instance left of each deployment.
+        let members = |tenant| {
+            let store = store.clone();
+            async move {
+                store
+                    .service_instances(tenant)
+                    .await
+                    .expect("the registry")
+                    .into_iter()
+                    .map(|r| r.instance.member())
+                    .collect::<Vec<_>>()
+            }
+        };
+        assert_eq!(members("acme").await, ["10.0.0.2:8000"; 3]);
+        assert_eq!(members("globex").await, ["10.0.0.2:8000"; 2]);
     }
 
     /// Always empty: records are delivered in order, so the projector never asks for more.
@@ -255,6 +298,37 @@ mod rebuild {
         assert_eq!(
             store.tenants().await.expect("tenants"),
             engine.tenants().await.expect("tenants")
+        );
+        for tenant in ["acme", "globex"] {
+            let instances = store.service_instances(tenant).await.expect("the registry");
+            assert_eq!(instances.len(), 2, "{tenant}");
+            assert_eq!(
+                instances,
+                engine
+                    .service_instances(tenant)
+                    .await
+                    .expect("the registry")
+            );
+            // Every deployment watches `app`; those that succeeded and the running none.
+            assert_eq!(
+                store
+                    .interested_deployments(tenant, "app")
+                    .await
+                    .expect("the registry"),
+                engine
+                    .interested_deployments(tenant, "app")
+                    .await
+                    .expect("the registry"),
+            );
+        }
+        assert_eq!(
+            store
+                .interested_deployments("globex", "app")
+                .await
+                .expect("the registry")
+                .len(),
+            1,
+            "the one that succeeded"
         );
         let retried = rebuilt
             .iter()

@@ -36,6 +36,7 @@
 //!   secrets) and `overture destroy`.
 //! - [`wait_ssh`]: `wait-ssh` steps against a real sshd, and a port that never answers.
 //! - [`servers`]: real servers on loopback for steps to talk to (sshd).
+//! - [`services`]: `overture services`, the tenants' service registry, from an imported log.
 //! - [`aws`]: the AWS form on this machine (`scripts/local-aws.sh`): hello-world and a retried
 //!   failure through the functions, with the histories they have embedded, and no secret stored.
 //! - [`leases`]: deployments of one tenant sharing one bastion, each holding a lease on the
@@ -73,6 +74,7 @@ mod sandbox;
 mod secrets;
 mod serve;
 mod servers;
+mod services;
 mod support;
 mod terraform;
 mod triggers;

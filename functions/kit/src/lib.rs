@@ -14,6 +14,8 @@
 //! - [`query`]: the query port ([`query::QueryDeployments`]): views, lists, tenants, the audit
 //!   trail and attempts' output, read the same on every backend; `query_contract` (feature
 //!   `query-contract`) the answers every query adapter must give.
+//! - [`registry`]: the service registry's read port ([`registry::ReadServiceRegistry`]): a
+//!   tenant's registered instances, and the deployments interested in a service.
 //! - [`queue`]: the job queue's port ([`queue::SendJobs`], [`queue::ReceiveJobs`]) and its
 //!   contract: at least once, unordered, not before due, delays bounded.
 //! - `queue_contract` (feature `queue-contract`): the tests every queue adapter must pass, so
@@ -53,6 +55,7 @@ pub mod query_contract;
 pub mod queue;
 #[cfg(feature = "queue-contract")]
 pub mod queue_contract;
+pub mod registry;
 #[cfg(feature = "sqs-messages")]
 pub mod sqs_message;
 #[cfg(feature = "stream-records")]

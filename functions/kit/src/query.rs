@@ -1,5 +1,5 @@
 //! The query port: what people read about deployments (`overture status`, `list`, `tenants`,
-//! `events`, `grants`, `logs`), answered the same from the embedded engine's SQLite read
+//! `events`, `grants`, `logs`, `services`), answered the same from the embedded engine's SQLite read
 //! models and from DynamoDB, served by the HTTP API of `overture serve`, and answered by that API
 //! for `overture --server URL`.
 //!
@@ -8,6 +8,7 @@
 
 use async_trait::async_trait;
 use overture_domain::projection::{DeploymentStatus, DeploymentView, TenantView};
+use overture_domain::services::RegisteredInstance;
 use overture_events::{DeploymentId, Envelope};
 
 /// Which deployments a list holds.
@@ -83,4 +84,23 @@ pub trait QueryDeployments: Send + Sync {
         step: &str,
         log: AttemptLog,
     ) -> Result<Option<Vec<u8>>, QueryError>;
+
+    /// The tenant's service registry: its registered instances, by service, then address,
+    /// then port (`overture services`).
+    async fn service_instances(&self, tenant: &str) -> Result<Vec<RegisteredInstance>, QueryError> {
+        let _ = tenant;
+        Err(QueryError::NotAvailable(
+            "the service registry is read from the data directory or from AWS, not through this backend",
+        ))
+    }
+}
+
+impl From<crate::registry::RegistryError> for QueryError {
+    fn from(error: crate::registry::RegistryError) -> Self {
+        use crate::registry::RegistryError;
+        match error {
+            RegistryError::Unavailable(source) => QueryError::Unavailable(source),
+            RegistryError::Corrupt(source) => QueryError::Corrupt(source),
+        }
+    }
 }

@@ -402,6 +402,10 @@ pub async fn check(queries: &DynamoQueries) -> Result<Vec<String>, Failure> {
         if fresh.tenants.get(name) != stored {
             differences.push(format!("tenant {name}"));
         }
+        // The registry's instances too (its interest rows are not read through the query port).
+        if fresh.registry.service_instances(name) != queries.service_instances(name).await? {
+            differences.push(format!("service registry of tenant {name}"));
+        }
     }
     Ok(differences)
 }

@@ -26,7 +26,7 @@
 //!   function).
 //! - [`client`]: `--server URL`, the commands through the HTTP API of an `overture serve`.
 //!
-//! The reading commands (`status`, `list`, `tenants`, `events`, `grants`, `graph ID`, and `logs`
+//! The reading commands (`status`, `list`, `tenants`, `services`, `events`, `grants`, `graph ID`, and `logs`
 //! but on the embedded backend) go through the query port ([`QueryDeployments`]), so one code
 //! path prints for every backend and for the HTTP API.
 
@@ -200,6 +200,14 @@ enum Command {
     },
     /// Summarise deployments per tenant.
     Tenants {
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the service registry: per tenant, each service's registered instances.
+    Services {
+        /// Only this tenant's services.
+        #[arg(long)]
+        tenant: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -592,6 +600,7 @@ fn through_server(cli: &Cli, url: &str) -> Result<Backend, Failure> {
         | Command::Graph { .. }
         | Command::Validate { .. }
         | Command::Redrive { .. } => None,
+        Command::Services { .. } => Some("services"),
         Command::Logs { follow: true, .. } => Some("logs --follow"),
         Command::Logs { .. } => None,
         Command::Cancel {
@@ -773,6 +782,32 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 outln!("{}", render::json(&tenants));
             } else {
                 out!("{}", render::tenants(&tenants));
+            }
+            Ok(())
+        }
+        Command::Services { tenant, json } => {
+            let queries = queries(backend, &data_dir).await?;
+            let tenants = match &tenant {
+                Some(tenant) => vec![tenant.clone()],
+                None => queries
+                    .tenants()
+                    .await?
+                    .into_iter()
+                    .map(|view| view.tenant)
+                    .collect(),
+            };
+            let mut registry = Vec::with_capacity(tenants.len());
+            for name in tenants {
+                let instances = queries.service_instances(&name).await?;
+                // The tenant asked for is listed whatever it holds; of all, those with some.
+                if tenant.is_some() || !instances.is_empty() {
+                    registry.push((name, instances));
+                }
+            }
+            if json {
+                outln!("{}", render::services_json(&registry));
+            } else {
+                out!("{}", render::services(&registry, tenant.as_deref()));
             }
             Ok(())
         }

@@ -1,12 +1,14 @@
 //! What the read commands print: tables for people, JSON for scripts.
 //!
 //! The JSON shapes are a stable interface: `status --json` is the deployment view, `list --json`
-//! an array of them without steps, `tenants --json` an array of tenant views, and
-//! `events --json` one envelope per line.
+//! an array of them without steps, `tenants --json` an array of tenant views, `services
+//! --json` the registry by tenant and service, and `events --json` one envelope per line.
 
 use std::fmt::Write;
 
 use overture_domain::projection::{DeploymentView, TenantView};
+use overture_domain::services::RegisteredInstance;
+use overture_domain::text::escaped;
 use serde::Serialize;
 
 use crate::progress::human;
@@ -190,6 +192,133 @@ pub fn tenants(views: &[TenantView]) -> String {
             "{:<16} {:>8} {:>10} {:>7} {:>6}  {last}",
             view.tenant, view.running, view.succeeded, view.failed, view.total
         );
+    }
+    out
+}
+
+/// A tenant's registered instances, in the registry's order (by service, address, port).
+pub type TenantRegistry = (String, Vec<RegisteredInstance>);
+
+/// A tenant's instances grouped by service, in order.
+fn by_service(instances: &[RegisteredInstance]) -> Vec<(&str, Vec<&RegisteredInstance>)> {
+    let mut services: Vec<(&str, Vec<&RegisteredInstance>)> = Vec::new();
+    for registered in instances {
+        match services.last_mut() {
+            Some((service, members)) if *service == registered.instance.service => {
+                members.push(registered)
+            }
+            _ => services.push((&registered.instance.service, vec![registered])),
+        }
+    }
+    services
+}
+
+/// How many members the instances make: an address and port registered by two deployments
+/// is one member, as a step that requires the service counts it.
+fn member_count(instances: &[&RegisteredInstance]) -> usize {
+    let members: std::collections::BTreeSet<String> =
+        instances.iter().map(|r| r.instance.member()).collect();
+    members.len()
+}
+
+/// `services --json`: `{"tenants": [{"tenant", "services": [{"service", "count",
+/// "instances": [{"host", "address", "port", "member", "deployment", "step",
+/// "registered_at"}]}]}]}`, where `count` is the service's members; keys in that order.
+pub fn services_json(registry: &[TenantRegistry]) -> String {
+    #[derive(Serialize)]
+    struct Registry<'a> {
+        tenants: Vec<Tenant<'a>>,
+    }
+    #[derive(Serialize)]
+    struct Tenant<'a> {
+        tenant: &'a str,
+        services: Vec<Service<'a>>,
+    }
+    #[derive(Serialize)]
+    struct Service<'a> {
+        service: &'a str,
+        count: usize,
+        instances: Vec<Instance<'a>>,
+    }
+    #[derive(Serialize)]
+    struct Instance<'a> {
+        host: &'a str,
+        address: &'a str,
+        port: u16,
+        member: String,
+        deployment: overture_events::DeploymentId,
+        step: &'a str,
+        registered_at: overture_events::Timestamp,
+    }
+    let tenants = registry
+        .iter()
+        .map(|(tenant, instances)| Tenant {
+            tenant,
+            services: by_service(instances)
+                .into_iter()
+                .map(|(service, members)| Service {
+                    service,
+                    count: member_count(&members),
+                    instances: members
+                        .iter()
+                        .map(|r| Instance {
+                            host: &r.instance.host,
+                            address: &r.instance.address,
+                            port: r.instance.port,
+                            member: r.instance.member(),
+                            deployment: r.deployment,
+                            step: &r.instance.step,
+                            registered_at: r.registered_at,
+                        })
+                        .collect(),
+                })
+                .collect(),
+        })
+        .collect();
+    json(&Registry { tenants })
+}
+
+/// `services` for people: a block per tenant, in it each service with its members.
+pub fn services(registry: &[TenantRegistry], asked: Option<&str>) -> String {
+    let mut out = String::new();
+    if registry.iter().all(|(_, instances)| instances.is_empty()) {
+        match asked {
+            Some(tenant) => {
+                let _ = writeln!(
+                    out,
+                    "no service is registered for tenant {}",
+                    escaped(tenant)
+                );
+            }
+            None => out.push_str("no service is registered\n"),
+        }
+        return out;
+    }
+    for (i, (tenant, instances)) in registry.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        let _ = writeln!(out, "tenant {}", escaped(tenant));
+        for (service, members) in by_service(instances) {
+            let count = member_count(&members);
+            let _ = writeln!(
+                out,
+                "  {}  {count} member{}",
+                escaped(service),
+                if count == 1 { "" } else { "s" }
+            );
+            for r in members {
+                let _ = writeln!(
+                    out,
+                    "    {:<22} host {}  deployment {}  step {}  since {}",
+                    escaped(&r.instance.member()),
+                    escaped(&r.instance.host),
+                    r.deployment,
+                    escaped(&r.instance.step),
+                    r.registered_at.format("%Y-%m-%d %H:%M:%S")
+                );
+            }
+        }
     }
     out
 }

@@ -1,7 +1,8 @@
 //! `overture --backend aws` reads the serverless form's tables and prints exactly what the
 //! embedded engine prints for the same events: the events are written to DynamoDB in the local
 //! AWS emulator and folded there by the projector's handler, the very same envelopes are written
-//! to an embedded data directory, and the two programs' outputs are compared.
+//! to an embedded data directory, and the two programs' outputs are compared (the service
+//! registry's among them).
 
 #[path = "../../../infra/aws/tests/support/mod.rs"]
 mod support;
@@ -85,7 +86,19 @@ async fn the_same_deployments_on_both(data_dir: &Path) -> [DeploymentId; 2] {
     let mut ids = Vec::new();
     for (tenant, events) in [
         ("acme", succeeded("acme")),
-        ("globex", vec![requested("globex")]),
+        (
+            "globex",
+            vec![
+                requested("globex"),
+                DeploymentEvent::ServiceRegistered {
+                    service: "app".into(),
+                    step: "build".into(),
+                    host: "app-1".into(),
+                    address: "10.0.0.9".into(),
+                    port: 8000,
+                },
+            ],
+        ),
     ] {
         let id = DeploymentId::from_uuid(uuid::Uuid::now_v7());
         let cause = Cause::new("ada", id, id.uuid());
@@ -184,6 +197,9 @@ async fn the_aws_backend_prints_what_the_embedded_engine_prints_for_the_same_eve
         vec!["events", &ended, "--json"],
         vec!["events", &ended],
         vec!["grants", "--json"],
+        vec!["services", "--json"],
+        vec!["services"],
+        vec!["services", "--tenant", "globex"],
         vec!["replay", "--check"],
     ];
     for args in commands {
@@ -208,6 +224,13 @@ async fn the_aws_backend_prints_what_the_embedded_engine_prints_for_the_same_eve
             "{args:?}: the backends differ"
         );
     }
+
+    let services = overture(&["services", "--json"], &settings, dir.path());
+    let services: serde_json::Value = serde_json::from_slice(&services.stdout).expect("JSON");
+    assert_eq!(
+        services["tenants"][0]["services"][0]["instances"][0]["member"], "10.0.0.9:8000",
+        "{services}"
+    );
 
     // Time travel folds the log, so it agrees with the stored view at the last revision and
     // refuses a revision past it alike on both.

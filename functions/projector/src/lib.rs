@@ -21,6 +21,10 @@
 //! ([`ReadModels::apply_change`], the same pure fold), and stores the headers and changed steps
 //! together with the new checkpoint in one write, while the next batch is read.
 //! [`check`] folds the whole log afresh and compares.
+//!
+//! The tenants' service registry ([`overture_domain::registry`]) is folded in the same pass:
+//! each save and each batch writes what the folded records set in it with the views, under the
+//! same condition, so a record's registration is written once, and a rebuild rebuilds it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -29,6 +33,7 @@ use overture_domain::projection::{
     project, steps_of, Change, DeploymentView, Folding, ProjectionError, ReadModels, TenantDelta,
     TenantView, Touched,
 };
+use overture_domain::registry::Registry;
 use overture_events::{DeploymentId, Envelope, LogEntry};
 use overture_kit::{LogError, ReadStream};
 
@@ -53,15 +58,17 @@ pub trait DeploymentViews: Send + Sync {
         steps: &BTreeSet<String>,
     ) -> Result<Option<DeploymentView>, ViewError>;
     /// Stores `view`'s header and its steps named in `steps` (every step of a new view), if the
-    /// stored view is still at `loaded_at` (`None`: no view stored), and adds `delta` to its
-    /// tenant's summary, all or nothing. Steps not named stay as they are stored, whether or
-    /// not `view` holds them.
+    /// stored view is still at `loaded_at` (`None`: no view stored), adds `delta` to its
+    /// tenant's summary, and writes what `registry` sets in the tenant's service registry
+    /// (puts its instances and interests, deletes its removed instances), all or nothing.
+    /// Steps not named stay as they are stored, whether or not `view` holds them.
     async fn save(
         &self,
         view: &DeploymentView,
         loaded_at: Option<u64>,
         delta: &TenantDelta,
         steps: &BTreeSet<String>,
+        registry: &Registry,
     ) -> Result<(), ViewError>;
     /// The tenant's summary, if it has one.
     async fn tenant(&self, tenant: &str) -> Result<Option<TenantView>, ViewError>;
@@ -192,6 +199,9 @@ pub async fn project_stream(
             more.applied += projected.applied;
             more.delta = sum(&projected.delta, &more.delta);
             more.steps.extend(projected.steps);
+            // The missing records come after those folded first: their registry writes win.
+            projected.registry.merge(std::mem::take(&mut more.registry));
+            more.registry = projected.registry;
             projected = more;
             let delivered_up_to = records.iter().map(|r| r.revision + 1).max().unwrap_or(0);
             if projected.next < delivered_up_to {
@@ -207,7 +217,13 @@ pub async fn project_stream(
             return Ok(0);
         };
         match views
-            .save(&view, loaded_at, &projected.delta, &projected.steps)
+            .save(
+                &view,
+                loaded_at,
+                &projected.delta,
+                &projected.steps,
+                &projected.registry,
+            )
             .await
         {
             Ok(()) => return Ok(projected.applied),
@@ -301,16 +317,19 @@ pub trait ReadModelStore: Send + Sync {
         tenants: &BTreeSet<String>,
     ) -> Result<ReadModels, StoreError>;
     /// Stores the headers of these views, their steps named in `touched`, their tenants'
-    /// summaries and the new checkpoint, all or nothing. Steps not named stay as they are.
+    /// summaries, what `models.registry` sets in the service registry (its instances and
+    /// interests put, its removed instances deleted) and the new checkpoint, all or nothing.
+    /// Steps not named stay as they are. (`load` leaves the registry empty: its writes are
+    /// keyed in full, so a batch needs nothing of it loaded.)
     async fn save(
         &self,
         models: &ReadModels,
         touched: &Touched,
         checkpoint: u64,
     ) -> Result<(), StoreError>;
-    /// Every stored view, whole.
+    /// Every stored view, whole, and the whole service registry.
     async fn load_all(&self) -> Result<ReadModels, StoreError>;
-    /// Deletes every view and resets the checkpoint.
+    /// Deletes every view and the service registry, and resets the checkpoint.
     async fn clear(&self) -> Result<(), StoreError>;
 }
 
@@ -466,6 +485,22 @@ pub async fn check(
     for tenant in tenants {
         if fresh.tenants.get(tenant) != stored.tenants.get(tenant) {
             differences.push(format!("tenant {tenant}"));
+        }
+    }
+    let registries = fresh.registry.tenants();
+    for tenant in registries.union(&stored.registry.tenants()) {
+        let interests = |registry: &Registry| {
+            registry
+                .interests
+                .iter()
+                .filter(|(key, _)| key.tenant == *tenant)
+                .map(|(key, watched)| (key.clone(), *watched))
+                .collect::<Vec<_>>()
+        };
+        if fresh.registry.service_instances(tenant) != stored.registry.service_instances(tenant)
+            || interests(&fresh.registry) != interests(&stored.registry)
+        {
+            differences.push(format!("service registry of tenant {tenant}"));
         }
     }
     Ok(differences)

@@ -7,7 +7,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use overture_domain::projection::{DeploymentView, TenantDelta, TenantView};
+use overture_domain::registry::{still_interested, Registry};
+use overture_domain::services::RegisteredInstance;
 use overture_events::{DeploymentId, Envelope, Metadata, Timestamp};
+use overture_kit::registry::{ReadServiceRegistry, RegistryError};
 use overture_kit::{LogError, ReadStream};
 use overture_projector::{project_stream, DeploymentViews, StreamProjectionError, ViewError};
 use uuid::Uuid;
@@ -17,6 +20,7 @@ use uuid::Uuid;
 struct MemoryViews {
     views: Arc<Mutex<HashMap<DeploymentId, DeploymentView>>>,
     tenants: Arc<Mutex<HashMap<String, TenantView>>>,
+    registry: Arc<Mutex<Registry>>,
 }
 
 #[async_trait]
@@ -45,10 +49,12 @@ impl DeploymentViews for MemoryViews {
         loaded_at: Option<u64>,
         delta: &TenantDelta,
         steps: &BTreeSet<String>,
+        written: &Registry,
     ) -> Result<(), ViewError> {
-        // Both locks, views first, held together: the save is all or nothing.
+        // Every lock, views first, held together: the save is all or nothing.
         let mut views = self.views.lock().unwrap_or_else(PoisonError::into_inner);
         let mut tenants = self.tenants.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut registry = self.registry.lock().unwrap_or_else(PoisonError::into_inner);
         if views.get(&view.id).map(|v| v.revision) != loaded_at {
             return Err(ViewError::Conflict {
                 deployment: view.id,
@@ -64,12 +70,43 @@ impl DeploymentViews for MemoryViews {
         views.insert(view.id, stored);
         let summary = delta.apply_to(tenants.remove(&view.tenant), &view.tenant);
         tenants.insert(view.tenant.clone(), summary);
+        registry.merge(written.clone());
         Ok(())
     }
 
     async fn tenant(&self, tenant: &str) -> Result<Option<TenantView>, ViewError> {
         let tenants = self.tenants.lock().unwrap_or_else(PoisonError::into_inner);
         Ok(tenants.get(tenant).cloned())
+    }
+}
+
+#[async_trait]
+impl ReadServiceRegistry for MemoryViews {
+    async fn service_instances(
+        &self,
+        tenant: &str,
+    ) -> Result<Vec<RegisteredInstance>, RegistryError> {
+        let registry = self.registry.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(registry.service_instances(tenant))
+    }
+
+    async fn interested_deployments(
+        &self,
+        tenant: &str,
+        service: &str,
+    ) -> Result<Vec<DeploymentId>, RegistryError> {
+        let registry = self.registry.lock().unwrap_or_else(PoisonError::into_inner);
+        let views = self.views.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(registry
+            .interested(tenant, service)
+            .filter(|(id, watched)| {
+                views.get(id).is_some_and(|view| {
+                    let destroy = view.destroy.as_ref().map(|d| d.status);
+                    still_interested(view.status, destroy, *watched)
+                })
+            })
+            .map(|(id, _)| id)
+            .collect())
     }
 }
 
@@ -105,6 +142,7 @@ impl DeploymentViews for AlwaysRaced {
         loaded_at: Option<u64>,
         _: &TenantDelta,
         _: &BTreeSet<String>,
+        _: &overture_domain::registry::Registry,
     ) -> Result<(), ViewError> {
         self.saves.fetch_add(1, Ordering::SeqCst);
         Err(ViewError::Conflict {

@@ -73,6 +73,7 @@ impl DeploymentViews for MemoryViews {
         loaded_at: Option<u64>,
         delta: &TenantDelta,
         steps: &BTreeSet<String>,
+        _: &overture_domain::registry::Registry,
     ) -> Result<(), ViewError> {
         if self.broken == Some(view.id) {
             return Err(ViewError::Unavailable(Box::new(Throttled)));

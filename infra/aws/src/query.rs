@@ -1,12 +1,15 @@
 //! The query port on DynamoDB: the views from the read-model tables (a deployment's with what
 //! the events table recorded since the projector folded it), the audit trail from the events
 //! table, every read strongly consistent; and attempts' output from the runner's S3
-//! attempt logs (`logs/<deployment>/<step>/<attempt>.log` in the payloads bucket).
+//! attempt logs (`logs/<deployment>/<step>/<attempt>.log` in the payloads bucket); the
+//! service registry from the read models' registry partitions.
 
 use async_trait::async_trait;
 use overture_domain::projection::{project, DeploymentView, TenantView};
+use overture_domain::services::RegisteredInstance;
 use overture_events::{DeploymentId, Envelope};
 use overture_kit::query::{AttemptLog, DeploymentFilter, QueryDeployments, QueryError};
+use overture_kit::registry::ReadServiceRegistry;
 use overture_kit::{LogError, ReadStream};
 use overture_projector::{DeploymentViews, ViewError};
 
@@ -112,5 +115,9 @@ impl QueryDeployments for DynamoQueries {
              (`make local-aws` writes it to .overture/local-aws.env)",
         ))?;
         outputs.read(id, step, name).await.map_err(from_logs)
+    }
+
+    async fn service_instances(&self, tenant: &str) -> Result<Vec<RegisteredInstance>, QueryError> {
+        Ok(self.views.service_instances(tenant).await?)
     }
 }

@@ -30,6 +30,17 @@
 //!   read by its key. The index is
 //!   eventually consistent: a deployment projected a moment ago may be missing from its
 //!   tenant's list for that moment (never from `status`, which reads its view by key).
+//! - **The service registry** ([`overture_domain::registry`]) is kept in the deployments
+//!   table too, one partition per tenant (`id` = `registry#TENANT`, which no deployment id can
+//!   be, and which has no header, so no view is read from it): an item per registered
+//!   instance (`item` = `instance#SERVICE#ADDRESS#PORT#DEPLOYMENT`, with `service`, `address`,
+//!   `port`, `deployment`, `step`, `host`, `registered_at` and the `revision` of the record
+//!   that wrote it) and one per interest (`item` = `interest#SERVICE#DEPLOYMENT`, with
+//!   `service`, `deployment` and `watched`). A save writes what its records set in it in the
+//!   same transactions as the view, each instance's put or delete conditional on the item not
+//!   having been written at a later revision, as steps are; reading a tenant's registry is a
+//!   query of its partition. Keeping it here rather than in a table of its own leaves the stack
+//!   as it is.
 //! - **Reads** are strongly consistent (but the index's); [`DynamoReadModels::tenants`] and
 //!   [`DynamoReadModels::deployments`] follow `LastEvaluatedKey` to the last page.
 
@@ -38,6 +49,7 @@ use std::collections::{BTreeSet, HashMap};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::Delete;
 use aws_sdk_dynamodb::types::{
     AttributeValue, ConditionCheck, KeysAndAttributes, Put, TransactWriteItem, Update,
 };
@@ -45,7 +57,10 @@ use aws_sdk_dynamodb::Client;
 use chrono::SecondsFormat;
 use indexmap::IndexMap;
 use overture_domain::projection::{DeploymentView, Header, StepView, TenantDelta, TenantView};
+use overture_domain::registry::{still_interested, InstanceKey, InterestKey, Registry};
+use overture_domain::services::{RegisteredInstance, ServiceInstance};
 use overture_events::{DeploymentId, Timestamp};
+use overture_kit::registry::{ReadServiceRegistry, RegistryError};
 use overture_projector::{DeploymentViews, ViewError};
 
 use crate::dynamodb::{create_sorted_table_with_index, create_table_keyed_by, KeysIndex};
@@ -65,6 +80,20 @@ const STARTED_AT: &str = "started_at";
 const REVISION: &str = "revision";
 const VIEW: &str = "view";
 const LAST_DEPLOYMENT_AT: &str = "last_deployment_at";
+/// The partition key prefix of a tenant's service registry.
+const REGISTRY: &str = "registry#";
+/// The sort key prefix of a registered instance.
+const INSTANCE: &str = "instance#";
+/// The sort key prefix of an interest in a service.
+const INTEREST: &str = "interest#";
+const SERVICE: &str = "service";
+const ADDRESS: &str = "address";
+const PORT: &str = "port";
+const DEPLOYMENT: &str = "deployment";
+const STEP_NAME: &str = "step";
+const HOST: &str = "host";
+const REGISTERED_AT: &str = "registered_at";
+const WATCHED: &str = "watched";
 /// The deployments table's index of each tenant's deployments by start (keys only).
 pub const BY_TENANT: &str = "by-tenant";
 /// The most keys one `BatchGetItem` asks for.
@@ -243,13 +272,25 @@ impl DynamoReadModels {
         id: &str,
         sort_keys: Vec<String>,
     ) -> Result<Vec<HashMap<String, AttributeValue>>, ViewError> {
-        let mut items = Vec::with_capacity(sort_keys.len());
-        for chunk in sort_keys.chunks(BATCH_GET_KEYS) {
+        let keys = sort_keys
+            .into_iter()
+            .map(|sort| (id.to_owned(), sort))
+            .collect();
+        self.get_keys(keys).await
+    }
+
+    /// The deployments table's items with these keys (`id`, `item`), as [`Self::get_items`].
+    async fn get_keys(
+        &self,
+        keys: Vec<(String, String)>,
+    ) -> Result<Vec<HashMap<String, AttributeValue>>, ViewError> {
+        let mut items = Vec::with_capacity(keys.len());
+        for chunk in keys.chunks(BATCH_GET_KEYS) {
             let keys = chunk
                 .iter()
-                .map(|sort| {
+                .map(|(id, sort)| {
                     HashMap::from([
-                        (ID.to_owned(), AttributeValue::S(id.to_owned())),
+                        (ID.to_owned(), AttributeValue::S(id.clone())),
                         (ITEM.to_owned(), AttributeValue::S(sort.clone())),
                     ])
                 })
@@ -669,6 +710,7 @@ impl DeploymentViews for DynamoReadModels {
         loaded_at: Option<u64>,
         delta: &TenantDelta,
         steps: &BTreeSet<String>,
+        registry: &Registry,
     ) -> Result<(), ViewError> {
         let too_large = |bytes: usize| ViewError::TooLarge {
             deployment: view.id,
@@ -694,6 +736,9 @@ impl DeploymentViews for DynamoReadModels {
                 step_writes.push(self.put_step(view, position, name, json)?);
             }
         }
+        // The registry's writes go with the steps': beside the header, or before it with the
+        // check that it is still as loaded.
+        step_writes.extend(self.registry_writes(view.revision, registry)?);
         let moved = || ViewError::Conflict {
             deployment: view.id,
             loaded_at,
@@ -759,6 +804,300 @@ impl DynamoReadModels {
                 "cancelled {TRANSACTION_CONFLICT_TRIES} times by concurrent transactions"
             ),
         })
+    }
+}
+
+/// The partition of a tenant's service registry.
+fn registry_partition(tenant: &str) -> String {
+    format!("{REGISTRY}{tenant}")
+}
+
+fn instance_sort_key(key: &InstanceKey) -> String {
+    // The port at a fixed width, so that the partition lists in the registry's order.
+    format!(
+        "{INSTANCE}{}#{}#{:05}#{}",
+        key.service, key.address, key.port, key.deployment
+    )
+}
+
+fn interest_prefix(service: &str) -> String {
+    format!("{INTEREST}{service}#")
+}
+
+fn from_view(error: ViewError) -> RegistryError {
+    match error {
+        ViewError::Unavailable(source) => RegistryError::Unavailable(source),
+        other => RegistryError::Corrupt(Box::new(other)),
+    }
+}
+
+impl DynamoReadModels {
+    /// The writes of what `registry` sets, by records up to `revision`: instances deleted and
+    /// put unless written at a later revision, interests put (watching wins).
+    fn registry_writes(
+        &self,
+        revision: u64,
+        registry: &Registry,
+    ) -> Result<Vec<TransactWriteItem>, ViewError> {
+        let build_failed =
+            |operation, e| unavailable(Self::call_failed(&self.deployments, operation, e));
+        let not_later = "attribute_not_exists(#id) OR #r <= :r";
+        let mut writes = Vec::new();
+        for key in &registry.removed {
+            let delete = Delete::builder()
+                .table_name(&self.deployments)
+                .key(ID, AttributeValue::S(registry_partition(&key.tenant)))
+                .key(ITEM, AttributeValue::S(instance_sort_key(key)))
+                .condition_expression(not_later)
+                .expression_attribute_names("#id", ID)
+                .expression_attribute_names("#r", REVISION)
+                .expression_attribute_values(":r", AttributeValue::N(revision.to_string()))
+                .build()
+                .map_err(|e| build_failed("Delete", e))?;
+            writes.push(TransactWriteItem::builder().delete(delete).build());
+        }
+        for (key, registered) in &registry.instances {
+            let put = Put::builder()
+                .table_name(&self.deployments)
+                .item(ID, AttributeValue::S(registry_partition(&key.tenant)))
+                .item(ITEM, AttributeValue::S(instance_sort_key(key)))
+                .item(SERVICE, AttributeValue::S(key.service.clone()))
+                .item(ADDRESS, AttributeValue::S(key.address.clone()))
+                .item(PORT, AttributeValue::N(key.port.to_string()))
+                .item(DEPLOYMENT, AttributeValue::S(key.deployment.to_string()))
+                .item(
+                    STEP_NAME,
+                    AttributeValue::S(registered.instance.step.clone()),
+                )
+                .item(HOST, AttributeValue::S(registered.instance.host.clone()))
+                .item(
+                    REGISTERED_AT,
+                    AttributeValue::S(timestamp(registered.registered_at)),
+                )
+                .item(REVISION, AttributeValue::N(revision.to_string()))
+                .condition_expression(not_later)
+                .expression_attribute_names("#id", ID)
+                .expression_attribute_names("#r", REVISION)
+                .expression_attribute_values(":r", AttributeValue::N(revision.to_string()))
+                .build()
+                .map_err(|e| build_failed("Put", e))?;
+            writes.push(TransactWriteItem::builder().put(put).build());
+        }
+        for (key, watched) in &registry.interests {
+            let InterestKey {
+                tenant,
+                service,
+                deployment,
+            } = key;
+            // Watching wins over requiring: `true` is always written, `false` only on a new row.
+            let watching = if *watched {
+                "#w = :w"
+            } else {
+                "#w = if_not_exists(#w, :w)"
+            };
+            let update = Update::builder()
+                .table_name(&self.deployments)
+                .key(ID, AttributeValue::S(registry_partition(tenant)))
+                .key(
+                    ITEM,
+                    AttributeValue::S(format!("{}{deployment}", interest_prefix(service))),
+                )
+                .update_expression(format!("SET #s = :s, #d = :d, {watching}"))
+                .expression_attribute_names("#s", SERVICE)
+                .expression_attribute_names("#d", DEPLOYMENT)
+                .expression_attribute_names("#w", WATCHED)
+                .expression_attribute_values(":s", AttributeValue::S(service.clone()))
+                .expression_attribute_values(":d", AttributeValue::S(deployment.to_string()))
+                .expression_attribute_values(":w", AttributeValue::Bool(*watched));
+            let update = update.build().map_err(|e| build_failed("Update", e))?;
+            writes.push(TransactWriteItem::builder().update(update).build());
+        }
+        Ok(writes)
+    }
+
+    /// Every item of a tenant's registry partition whose sort key starts with `prefix`,
+    /// strongly consistent, page after page.
+    async fn query_registry(
+        &self,
+        tenant: &str,
+        prefix: &str,
+    ) -> Result<Vec<HashMap<String, AttributeValue>>, ViewError> {
+        let mut items = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.deployments)
+                .consistent_read(true)
+                .key_condition_expression("#id = :id AND begins_with(#item, :prefix)")
+                .expression_attribute_names("#id", ID)
+                .expression_attribute_names("#item", ITEM)
+                .expression_attribute_values(":id", AttributeValue::S(registry_partition(tenant)))
+                .expression_attribute_values(":prefix", AttributeValue::S(prefix.to_owned()))
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| unavailable(Self::call_failed(&self.deployments, "Query", e)))?;
+            items.extend(page.items().iter().cloned());
+            match page.last_evaluated_key() {
+                Some(key) if !key.is_empty() => start = Some(key.clone()),
+                _ => return Ok(items),
+            }
+        }
+    }
+
+    fn registry_item_error(&self, tenant: &str, reason: String) -> ViewError {
+        corrupt(DynamoError::CorruptView {
+            table: self.deployments.clone(),
+            key: registry_partition(tenant),
+            reason,
+        })
+    }
+
+    /// A registered instance from its item.
+    fn instance_of(
+        &self,
+        tenant: &str,
+        item: &HashMap<String, AttributeValue>,
+    ) -> Result<(InstanceKey, RegisteredInstance), ViewError> {
+        let bad = |reason: String| self.registry_item_error(tenant, reason);
+        let text = |name: &str| {
+            item.get(name)
+                .and_then(|v| v.as_s().ok())
+                .cloned()
+                .ok_or_else(|| bad(format!("an instance without the text attribute `{name}`")))
+        };
+        let port = item
+            .get(PORT)
+            .and_then(|v| v.as_n().ok())
+            .and_then(|n| n.parse::<u16>().ok())
+            .ok_or_else(|| bad(format!("an instance whose `{PORT}` is not a port")))?;
+        let deployment = text(DEPLOYMENT)?;
+        let deployment: DeploymentId = deployment
+            .parse()
+            .map_err(|e| bad(format!("`{deployment}`, not a deployment id: {e}")))?;
+        let registered_at = text(REGISTERED_AT)?;
+        let registered_at = chrono::DateTime::parse_from_rfc3339(&registered_at)
+            .map_err(|e| bad(format!("`{REGISTERED_AT}`: {e}")))?
+            .with_timezone(&chrono::Utc);
+        let key = InstanceKey {
+            tenant: tenant.to_owned(),
+            service: text(SERVICE)?,
+            address: text(ADDRESS)?,
+            port,
+            deployment,
+        };
+        let registered = RegisteredInstance {
+            deployment,
+            instance: ServiceInstance {
+                service: key.service.clone(),
+                step: text(STEP_NAME)?,
+                host: text(HOST)?,
+                address: key.address.clone(),
+                port,
+            },
+            registered_at,
+        };
+        Ok((key, registered))
+    }
+
+    /// The tenant's registered instances, in the registry's order.
+    async fn tenant_instances(&self, tenant: &str) -> Result<Vec<RegisteredInstance>, ViewError> {
+        let mut instances = self
+            .query_registry(tenant, INSTANCE)
+            .await?
+            .iter()
+            .map(|item| self.instance_of(tenant, item))
+            .collect::<Result<Vec<_>, _>>()?;
+        // The sort keys list them so already; the keys' own order says it for certain.
+        instances.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(instances.into_iter().map(|(_, r)| r).collect())
+    }
+
+    /// The tenant's deployments interested in `service` that still care about it.
+    async fn interested(
+        &self,
+        tenant: &str,
+        service: &str,
+    ) -> Result<Vec<DeploymentId>, ViewError> {
+        let mut rows = Vec::new();
+        for item in self
+            .query_registry(tenant, &interest_prefix(service))
+            .await?
+        {
+            // A prefix could match a longer name with `#` in it: the attribute says for sure.
+            if item
+                .get(SERVICE)
+                .and_then(|v| v.as_s().ok())
+                .map(String::as_str)
+                != Some(service)
+            {
+                continue;
+            }
+            let bad = |reason: String| self.registry_item_error(tenant, reason);
+            let deployment = item
+                .get(DEPLOYMENT)
+                .and_then(|v| v.as_s().ok())
+                .ok_or_else(|| bad(format!("an interest without `{DEPLOYMENT}`")))?;
+            let deployment: DeploymentId = deployment
+                .parse()
+                .map_err(|e| bad(format!("`{deployment}`, not a deployment id: {e}")))?;
+            let watched = item
+                .get(WATCHED)
+                .and_then(|v| v.as_bool().ok())
+                .copied()
+                .ok_or_else(|| {
+                    bad(format!(
+                        "an interest whose `{WATCHED}` is not true or false"
+                    ))
+                })?;
+            rows.push((deployment, watched));
+        }
+        let keys = rows
+            .iter()
+            .map(|(id, _)| (id.to_string(), HEADER.to_owned()))
+            .collect();
+        let mut headers = HashMap::new();
+        for item in self.get_keys(keys).await? {
+            let Some(id) = item.get(ID).and_then(|v| v.as_s().ok()).cloned() else {
+                continue;
+            };
+            if let Some(view) = self.assemble(&id, std::slice::from_ref(&item))? {
+                headers.insert(view.id, view);
+            }
+        }
+        let mut interested: Vec<DeploymentId> = rows
+            .into_iter()
+            .filter(|(id, watched)| {
+                headers.get(id).is_some_and(|view| {
+                    let destroy = view.destroy.as_ref().map(|d| d.status);
+                    still_interested(view.status, destroy, *watched)
+                })
+            })
+            .map(|(id, _)| id)
+            .collect();
+        interested.sort();
+        interested.dedup();
+        Ok(interested)
+    }
+}
+
+#[async_trait]
+impl ReadServiceRegistry for DynamoReadModels {
+    async fn service_instances(
+        &self,
+        tenant: &str,
+    ) -> Result<Vec<RegisteredInstance>, RegistryError> {
+        self.tenant_instances(tenant).await.map_err(from_view)
+    }
+
+    async fn interested_deployments(
+        &self,
+        tenant: &str,
+        service: &str,
+    ) -> Result<Vec<DeploymentId>, RegistryError> {
+        self.interested(tenant, service).await.map_err(from_view)
     }
 }
 

@@ -9,6 +9,7 @@ use aws_sdk_dynamodb::Client;
 use overture_aws::dynamodb::MAX_ITEM_BYTES;
 use overture_aws::read_models::{create_read_model_tables, DynamoReadModels};
 use overture_domain::projection::{DeploymentView, TenantDelta};
+use overture_domain::registry::Registry;
 use overture_events::DeploymentId;
 use overture_projector::{DeploymentViews, ViewError};
 
@@ -69,7 +70,7 @@ async fn deployments_over_a_megabyte_list_whole_and_their_tenant_counts_them() {
     for _ in 0..14 {
         let view = large_view(&tenant, 100 * 1024);
         store
-            .save(&view, None, &delta, &all_steps(&view))
+            .save(&view, None, &delta, &all_steps(&view), &Registry::default())
             .await
             .expect("saved");
         saved.push(view.id);
@@ -98,7 +99,13 @@ async fn a_view_beyond_one_item_is_refused_and_stores_nothing() {
     let store = client().await;
     let view = large_view("acme", MAX_ITEM_BYTES);
     let refused = store
-        .save(&view, None, &TenantDelta::default(), &all_steps(&view))
+        .save(
+            &view,
+            None,
+            &TenantDelta::default(),
+            &all_steps(&view),
+            &Registry::default(),
+        )
         .await;
     assert!(
         matches!(&refused, Err(error @ ViewError::TooLarge { .. }) if !error.is_retryable()),
@@ -135,14 +142,20 @@ async fn a_tenants_list_holds_all_its_deployments_newest_first_and_no_one_elses(
     for n in 0..130u32 {
         let view = view(&tenant, (n * 37) % 130);
         store
-            .save(&view, None, &delta, &all_steps(&view))
+            .save(&view, None, &delta, &all_steps(&view), &Registry::default())
             .await
             .expect("saved");
         saved.push(view);
     }
     let other = view(&neighbour, 5);
     store
-        .save(&other, None, &delta, &all_steps(&other))
+        .save(
+            &other,
+            None,
+            &delta,
+            &all_steps(&other),
+            &Registry::default(),
+        )
         .await
         .expect("saved");
 
@@ -206,7 +219,13 @@ async fn a_deployment_of_many_steps_is_saved_in_order_and_one_step_at_a_time() {
     // serde_json's map keeps keys sorted: give the steps an order that is not the names'.
     view.steps.reverse();
     store
-        .save(&view, None, &TenantDelta::default(), &all_steps(&view))
+        .save(
+            &view,
+            None,
+            &TenantDelta::default(),
+            &all_steps(&view),
+            &Registry::default(),
+        )
         .await
         .expect("saved");
     assert_eq!(
@@ -220,7 +239,13 @@ async fn a_deployment_of_many_steps_is_saved_in_order_and_one_step_at_a_time() {
     changed.steps[&name].attempts = 1;
     let one = BTreeSet::from([name.clone()]);
     store
-        .save(&changed, Some(0), &TenantDelta::default(), &one)
+        .save(
+            &changed,
+            Some(0),
+            &TenantDelta::default(),
+            &one,
+            &Registry::default(),
+        )
         .await
         .expect("saved");
     let partial = store

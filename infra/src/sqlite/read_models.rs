@@ -14,6 +14,9 @@
 //! - [`ReadModelStore`] (the rebuild's): many headers and steps and the checkpoint in one write.
 //! - [`LogChanges`]: the log read as a rebuild folds it, decoding only what the views need, on
 //!   a connection of its own so that reading and writing run side by side.
+//! - `service_instances` and `service_interests` hold the tenants' service registry
+//!   ([`overture_domain::registry`]), written in the same write as the views the records
+//!   folded into (both ports), read through [`ReadServiceRegistry`].
 //! - [`SqliteReadModels::feed_position`]: how far the embedded engine has fed the log to the
 //!   projector; it only moves forward.
 
@@ -25,7 +28,10 @@ use overture_domain::projection::{
     Change, ChangedSteps, DeploymentView, Folding, Header, ReadModels, StepView, TenantDelta,
     TenantView, Touched,
 };
+use overture_domain::registry::{still_interested, InstanceKey, InterestKey, Registry};
+use overture_domain::services::{RegisteredInstance, ServiceInstance};
 use overture_events::{DeploymentId, ErrorClass, LogEntry, Timestamp};
+use overture_kit::registry::{ReadServiceRegistry, RegistryError};
 use overture_projector::{
     ChangeEntry, DeploymentViews, ProjectorError, ReadLog, ReadModelStore, StoreError, ViewError,
 };
@@ -313,6 +319,180 @@ fn put_tenant(c: &Connection, view: &TenantView) -> rusqlite::Result<()> {
     .map(|_| ())
 }
 
+/// Writes what `registry` sets: its removed instances deleted, its instances and interests
+/// put. Every row is keyed in full, so writing it again changes nothing.
+fn write_registry(c: &Connection, registry: &Registry) -> rusqlite::Result<()> {
+    if registry.is_empty() {
+        return Ok(());
+    }
+    let mut delete = c.prepare_cached(
+        "DELETE FROM service_instances
+         WHERE tenant = ?1 AND service = ?2 AND address = ?3 AND port = ?4 AND deployment = ?5",
+    )?;
+    for key in &registry.removed {
+        delete.execute(params![
+            key.tenant,
+            key.service,
+            key.address,
+            key.port,
+            key.deployment.to_string()
+        ])?;
+    }
+    let mut put = c.prepare_cached(
+        "INSERT INTO service_instances (tenant, service, address, port, deployment, step, host,
+             registered_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+         ON CONFLICT (tenant, service, address, port, deployment) DO UPDATE SET
+             step = excluded.step, host = excluded.host, registered_at = excluded.registered_at",
+    )?;
+    for (key, registered) in &registry.instances {
+        put.execute(params![
+            key.tenant,
+            key.service,
+            key.address,
+            key.port,
+            key.deployment.to_string(),
+            registered.instance.step,
+            registered.instance.host,
+            TimeColumn(Some(registered.registered_at)),
+        ])?;
+    }
+    let mut interest = c.prepare_cached(
+        "INSERT INTO service_interests (tenant, service, deployment, watched)
+         VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (tenant, service, deployment) DO UPDATE SET
+             watched = max(watched, excluded.watched)",
+    )?;
+    for (key, watched) in &registry.interests {
+        interest.execute(params![
+            key.tenant,
+            key.service,
+            key.deployment.to_string(),
+            watched
+        ])?;
+    }
+    Ok(())
+}
+
+fn deployment_column(row: &rusqlite::Row<'_>, index: usize) -> rusqlite::Result<DeploymentId> {
+    let text = row.get_ref(index)?.as_str()?;
+    text.parse()
+        .map_err(|e| bad_column(index, format!("`{text}`, not a deployment id: {e}")))
+}
+
+/// One row of `SELECT tenant, service, address, port, deployment, step, host, registered_at`.
+fn instance_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<(InstanceKey, RegisteredInstance)> {
+    let key = InstanceKey {
+        tenant: row.get(0)?,
+        service: row.get(1)?,
+        address: row.get(2)?,
+        port: row.get(3)?,
+        deployment: deployment_column(row, 4)?,
+    };
+    let registered_at =
+        time_column(row, 7)?.ok_or_else(|| bad_column(7, "no time of registration".into()))?;
+    let registered = RegisteredInstance {
+        deployment: key.deployment,
+        instance: ServiceInstance {
+            service: key.service.clone(),
+            step: row.get(5)?,
+            host: row.get(6)?,
+            address: key.address.clone(),
+            port: key.port,
+        },
+        registered_at,
+    };
+    Ok((key, registered))
+}
+
+const SELECT_INSTANCES: &str =
+    "SELECT tenant, service, address, port, deployment, step, host, registered_at
+     FROM service_instances";
+
+/// The whole registry, as [`ReadModelStore::load_all`] gives it.
+fn read_registry(c: &Connection) -> rusqlite::Result<Registry> {
+    let mut registry = Registry::default();
+    let mut select = c.prepare_cached(SELECT_INSTANCES)?;
+    let mut rows = select.query([])?;
+    while let Some(row) = rows.next()? {
+        let (key, registered) = instance_row(row)?;
+        registry.instances.insert(key, registered);
+    }
+    let mut select =
+        c.prepare_cached("SELECT tenant, service, deployment, watched FROM service_interests")?;
+    let mut rows = select.query([])?;
+    while let Some(row) = rows.next()? {
+        let key = InterestKey {
+            tenant: row.get(0)?,
+            service: row.get(1)?,
+            deployment: deployment_column(row, 2)?,
+        };
+        registry.interests.insert(key, row.get(3)?);
+    }
+    Ok(registry)
+}
+
+/// A stored row that does not decode is corrupt; any other failure may pass.
+fn registry_error(error: super::DbError) -> RegistryError {
+    match &error {
+        super::DbError::Sqlite {
+            source: rusqlite::Error::FromSqlConversionFailure(..),
+            ..
+        } => RegistryError::Corrupt(Box::new(error)),
+        _ => RegistryError::Unavailable(Box::new(error)),
+    }
+}
+
+#[async_trait]
+impl ReadServiceRegistry for SqliteReadModels {
+    async fn service_instances(
+        &self,
+        tenant: &str,
+    ) -> Result<Vec<RegisteredInstance>, RegistryError> {
+        let tenant = tenant.to_owned();
+        self.db
+            .read(move |c| {
+                let mut select = c.prepare_cached(&format!(
+                    "{SELECT_INSTANCES} WHERE tenant = ?1
+                     ORDER BY service, address, port, deployment"
+                ))?;
+                let rows = select.query_map([tenant], instance_row)?;
+                rows.map(|row| row.map(|(_, registered)| registered))
+                    .collect()
+            })
+            .await
+            .map_err(registry_error)
+    }
+
+    async fn interested_deployments(
+        &self,
+        tenant: &str,
+        service: &str,
+    ) -> Result<Vec<DeploymentId>, RegistryError> {
+        let (tenant, service) = (tenant.to_owned(), service.to_owned());
+        self.db
+            .read(move |c| {
+                let mut select = c.prepare_cached(
+                    "SELECT i.deployment, i.watched, d.view
+                     FROM service_interests AS i JOIN deployment_views AS d ON d.id = i.deployment
+                     WHERE i.tenant = ?1 AND i.service = ?2 ORDER BY i.deployment",
+                )?;
+                let mut rows = select.query(params![tenant, service])?;
+                let mut interested = Vec::new();
+                while let Some(row) = rows.next()? {
+                    let watched: bool = row.get(1)?;
+                    let head: Header = decode(row.get_ref(2)?.as_str()?)?;
+                    let destroy = head.destroy.as_ref().map(|d| d.status);
+                    if still_interested(head.status, destroy, watched) {
+                        interested.push(deployment_column(row, 0)?);
+                    }
+                }
+                Ok(interested)
+            })
+            .await
+            .map_err(registry_error)
+    }
+}
+
 impl SqliteReadModels {
     /// The read models in this database.
     pub fn new(db: Database) -> Self {
@@ -439,6 +619,7 @@ impl DeploymentViews for SqliteReadModels {
         loaded_at: Option<u64>,
         delta: &TenantDelta,
         steps: &BTreeSet<String>,
+        registry: &Registry,
     ) -> Result<(), ViewError> {
         let head = serde_json::to_string(&view.header()).map_err(corrupt)?;
         let id = view.id;
@@ -459,6 +640,7 @@ impl DeploymentViews for SqliteReadModels {
             }
         }
         let delta = delta.clone();
+        let registry = registry.clone();
         let saved = self
             .db
             .with_derived(move |c| {
@@ -516,6 +698,7 @@ impl DeploymentViews for SqliteReadModels {
                     };
                     put_tenant(&sp, &delta.apply_to(summary, &tenant))?;
                 }
+                write_registry(&sp, &registry)?;
                 sp.commit()?;
                 Ok(Ok(()))
             })
@@ -640,6 +823,7 @@ impl ReadModelStore for SqliteReadModels {
             .map(|view| Ok((view.tenant.clone(), serde_json::to_string(view)?)))
             .collect::<Result<_, serde_json::Error>>()
             .map_err(store_error)?;
+        let registry = models.registry.clone();
         self.db
             .with_derived(move |c| {
                 // No savepoint of its own: the writer runs each write in one, and an error
@@ -672,6 +856,7 @@ impl ReadModelStore for SqliteReadModels {
                     for (tenant, json) in &tenants {
                         put_tenant.execute(params![tenant, json])?;
                     }
+                    write_registry(c, &registry)?;
                     c.prepare_cached(
                         "INSERT INTO checkpoints (name, position) VALUES (?1, ?2)
                          ON CONFLICT (name) DO UPDATE SET position = excluded.position",
@@ -703,6 +888,7 @@ impl ReadModelStore for SqliteReadModels {
                     let view: TenantView = decode(&json?)?;
                     models.tenants.insert(view.tenant.clone(), view);
                 }
+                models.registry = read_registry(c)?;
                 Ok(models)
             })
             .await
@@ -714,7 +900,8 @@ impl ReadModelStore for SqliteReadModels {
             .with_derived(|c| {
                 let sp = c.savepoint()?;
                 sp.execute_batch(
-                    "DELETE FROM deployment_views; DELETE FROM step_views; DELETE FROM tenant_views;",
+                    "DELETE FROM deployment_views; DELETE FROM step_views; DELETE FROM tenant_views;
+                     DELETE FROM service_instances; DELETE FROM service_interests;",
                 )?;
                 sp.execute("DELETE FROM checkpoints WHERE name = ?1", [CHECKPOINT])?;
                 sp.commit()

@@ -121,6 +121,27 @@ const MIGRATIONS: &[&str] = &[
          FROM step_views;
      DROP TABLE step_views;
      ALTER TABLE step_columns RENAME TO step_views;",
+    // 8: the tenants' service registry: each registered instance, and each deployment's
+    // interest in a service its steps require or watch (`watched`: 1 when one watches it).
+    // Nothing recorded before this build registers a service, so there is nothing to fill in.
+    "CREATE TABLE service_instances (
+         tenant        TEXT    NOT NULL,
+         service       TEXT    NOT NULL,
+         address       TEXT    NOT NULL,
+         port          INTEGER NOT NULL,
+         deployment    TEXT    NOT NULL,
+         step          TEXT    NOT NULL,
+         host          TEXT    NOT NULL,
+         registered_at         NOT NULL, -- unix nanoseconds, or RFC 3339 text as step times
+         PRIMARY KEY (tenant, service, address, port, deployment)
+     ) WITHOUT ROWID;
+     CREATE TABLE service_interests (
+         tenant     TEXT    NOT NULL,
+         service    TEXT    NOT NULL,
+         deployment TEXT    NOT NULL,
+         watched    INTEGER NOT NULL,
+         PRIMARY KEY (tenant, service, deployment)
+     ) WITHOUT ROWID;",
 ];
 
 /// The schema version this build migrates files to.

@@ -269,4 +269,11 @@ impl QueryDeployments for FreshQueries {
     ) -> Result<Option<Vec<u8>>, QueryError> {
         self.0.queries().attempt_log(id, step, log).await
     }
+
+    async fn service_instances(
+        &self,
+        tenant: &str,
+    ) -> Result<Vec<overture_domain::services::RegisteredInstance>, QueryError> {
+        self.fresh().await?.service_instances(tenant).await
+    }
 }
