@@ -93,8 +93,8 @@ echo
 echo "== haproxy now answers from three application servers (asked six times)"
 ask_haproxy 6
 echo
-echo "== overture destroy $second (its instance is deregistered; lb runs again with two)"
-$overture --data-dir "$data" destroy "$second"
+echo "== overture destroy $second --token-file (its instance is deregistered; lb runs again with two)"
+$overture --data-dir "$data" destroy "$second" --token-file "$data/token"
 echo
 echo "== overture services"
 $overture --data-dir "$data" services

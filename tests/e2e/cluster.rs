@@ -94,7 +94,13 @@ fn answering(cloud: &LocalCloud, tenant: &str, bastion: &str, count: usize) -> B
         .map(|_| {
             let body = in_namespace(
                 namespace,
-                &["curl", "-sS", "--max-time", "5", &format!("http://{lb}:8080/")],
+                &[
+                    "curl",
+                    "-sS",
+                    "--max-time",
+                    "5",
+                    &format!("http://{lb}:8080/"),
+                ],
             );
             let answer: Value = serde_json::from_str(&body).expect("the application's JSON");
             answer["app"].as_str().expect("app").to_owned()
@@ -203,7 +209,8 @@ fn a_scale_out_reruns_only_the_watching_step_and_its_destroy_takes_the_member_ou
     assert_eq!(again[0]["data"]["attempt"], 2, "a new attempt");
     let trail = text(&o.run(&["events", &first]).stdout);
     assert!(
-        trail.contains("step rerun requested: lb") && trail.contains("service app changed its members"),
+        trail.contains("step rerun requested: lb")
+            && trail.contains("service app changed its members"),
         "{trail}"
     );
 
@@ -217,7 +224,12 @@ fn a_scale_out_reruns_only_the_watching_step_and_its_destroy_takes_the_member_ou
     );
 
     // Destroying the scale-out deregisters its instance; lb runs again with two members.
-    let destroyed = o.run(&["destroy", &second, "--json"]);
+    let destroyed = o
+        .command(&["destroy", &second, "--json", "--token-file"])
+        .arg(&token_file)
+        .env("OS_AUTH_URL", &cloud.auth_url)
+        .output()
+        .expect("run overture destroy");
     assert!(destroyed.status.success(), "{}", text(&destroyed.stderr));
     let deregistered = of_type(&o, &second, "ServiceDeregistered");
     assert_eq!(deregistered.len(), 1, "{deregistered:?}");
@@ -285,7 +297,9 @@ fn a_service_whose_check_fails_is_not_registered() {
     assert!(message.contains("not 2xx"), "{message}");
     let registered: Vec<Value> = of_type(&o, &id, "ServiceRegistered");
     assert!(
-        registered.iter().all(|event| event["data"]["service"] == "db"),
+        registered
+            .iter()
+            .all(|event| event["data"]["service"] == "db"),
         "only the database answered its check: {registered:?}"
     );
     assert!(!registered.is_empty());

@@ -85,6 +85,40 @@ pub trait ServiceDirectory: Send + Sync {
         -> Result<Vec<DeploymentId>, WorkError>;
 }
 
+/// The registry's read model as a directory, as fresh as the store is: on AWS the projector
+/// writes it from the same stream that triggers the orchestrator, moments later at most.
+pub struct RegistryDirectory<R>(pub R);
+
+/// A registry read that failed, as the orchestrator's ports say it.
+pub fn registry_error(error: overture_kit::registry::RegistryError) -> WorkError {
+    if error.is_retryable() {
+        WorkError::unavailable(error)
+    } else {
+        WorkError::refused(error)
+    }
+}
+
+#[async_trait]
+impl<R: overture_kit::registry::ReadServiceRegistry> ServiceDirectory for RegistryDirectory<R> {
+    async fn instances(&self, tenant: &str) -> Result<Vec<RegisteredInstance>, WorkError> {
+        self.0
+            .service_instances(tenant)
+            .await
+            .map_err(registry_error)
+    }
+
+    async fn interested(
+        &self,
+        tenant: &str,
+        service: &str,
+    ) -> Result<Vec<DeploymentId>, WorkError> {
+        self.0
+            .interested_deployments(tenant, service)
+            .await
+            .map_err(registry_error)
+    }
+}
+
 /// An attempt waiting to start.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WaitingAttempt {

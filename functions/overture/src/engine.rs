@@ -16,8 +16,9 @@ use async_trait::async_trait;
 use futures_util::future::try_join_all;
 use overture_domain::deployment::Interruption;
 use overture_domain::projection::DeploymentView;
+use overture_domain::services::RegisteredInstance;
 use overture_domain::{DeploymentCommand, DeploymentError, DeploymentState};
-use overture_events::{DeploymentId, Envelope, LogEntry, Timestamp};
+use overture_events::{CloudAccount, DeploymentId, Envelope, LogEntry, Timestamp};
 use overture_infra::keystore::LocalKeyStore;
 use overture_infra::logs::LogFiles;
 use overture_infra::payloads::DirPayloads;
@@ -29,7 +30,9 @@ use overture_infra::sqlite::{
 use overture_kit::SystemClock;
 use overture_kit::{execute, Cause, Clock, DeploymentLog};
 use overture_openstack::CloudAccess;
-use overture_orchestrator::{orchestrate, OrchestratorPorts, Since};
+use overture_orchestrator::{
+    orchestrate, OrchestratorPorts, RegistryDirectory, ServiceDirectory, Since, WorkError,
+};
 use overture_runner::destroy::{DestroyOutcome, DestroyPorts, DestroyRefused, DestroyRequest};
 use overture_runner::{run_attempt, AttemptReport, KeepAlive, PortError, RunnerPorts};
 use overture_sandbox::Bubblewrap;
@@ -214,6 +217,36 @@ impl Unfolded {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .is_empty()
+    }
+}
+
+/// The users' tokens a drive was given, with the cloud account each is for.
+#[derive(Default)]
+struct Lendable(Vec<(CloudAccount, overture_domain::secret::SecretString)>);
+
+impl Lendable {
+    /// Notes the tokens the process holds for these deployments.
+    fn note(&mut self, custody: &SessionTokens, states: &[(DeploymentId, DeploymentState)]) {
+        for (id, state) in states {
+            if let (Some(account), Some(token)) = (&state.cloud, custody.token(*id)) {
+                self.0.push((account.clone(), token));
+            }
+        }
+    }
+
+    /// The tokens given for the same user of the same project of the same cloud.
+    fn tokens_of<'a>(
+        &'a self,
+        account: &'a CloudAccount,
+    ) -> impl Iterator<Item = &'a overture_domain::secret::SecretString> {
+        self.0
+            .iter()
+            .filter(move |(given, _)| {
+                given.auth_url == account.auth_url
+                    && given.project_id == account.project_id
+                    && given.user == account.user
+            })
+            .map(|(_, token)| token)
     }
 }
 
@@ -593,6 +626,7 @@ impl Engine {
             work: &self.queue,
             secrets: &self.keys,
             access: &self.access,
+            services: self,
             clock: self.clock.as_ref(),
         }
     }
@@ -661,6 +695,11 @@ impl Engine {
         for id in &driven {
             states.push((*id, self.state(*id).await?));
         }
+        // The users' tokens this drive was given, by cloud account: a deployment it wakes (a
+        // watching step runs again) may run here only with a token of its own account that
+        // opens its seal. Taken now, as a deployment's end lets go of its token.
+        let mut lendable = Lendable::default();
+        lendable.note(&self.custody, &states);
         let mut target: Option<DeploymentState> = None;
         let mut closed = !matches!(scope, Scope::Joined(_));
         let mut unfolded = Unfolded::new(position);
@@ -680,7 +719,10 @@ impl Engine {
                     .map(|id| orchestrate(*id, Uuid::now_v7(), Since::Unknown, &ports));
                 let recovered = try_join_all(recovered).await.map_err(function_error)?;
                 driven.extend(&joined);
-                states.extend(joined.into_iter().zip(recovered));
+                let joined: Vec<(DeploymentId, DeploymentState)> =
+                    joined.into_iter().zip(recovered).collect();
+                lendable.note(&self.custody, &joined);
+                states.extend(joined);
             }
 
             // Feed: every new entry moves its deployment on and reaches the read models.
@@ -720,11 +762,14 @@ impl Engine {
                 // (Driving every deployment, the drive gets their timers from the queue.)
                 let woken = handoff.take_woken();
                 if !matches!(scope, Scope::Every) {
-                    for id in woken.into_iter().filter(|id| !driven.contains(id)) {
+                    for id in woken {
+                        if driven.contains(&id) {
+                            continue;
+                        }
                         let state = orchestrate(id, Uuid::now_v7(), Since::Records(&[]), &ports)
                             .await
                             .map_err(function_error)?;
-                        if !state.is_finished() {
+                        if !state.is_finished() && self.lend_a_token(id, &state, &lendable) {
                             driven.push(id);
                             states.push((id, state.clone()));
                             causes.push((id, Uuid::nil()));
@@ -835,6 +880,35 @@ impl Engine {
             };
             if quiet && folding {
                 self.fold_unfolded(&mut unfolded, position).await?;
+            }
+        }
+    }
+
+    /// Whether this process can run the woken deployment `id`: it needs no token, holds its
+    /// own, or was given a token of its cloud account that opens its seal, which it then lends
+    /// it. Otherwise whoever holds its user's token runs it (`overture resume --token-file`).
+    fn lend_a_token(&self, id: DeploymentId, state: &DeploymentState, lendable: &Lendable) -> bool {
+        let Some(account) = &state.cloud else {
+            return true;
+        };
+        if self.custody.token(id).is_some() {
+            return true;
+        }
+        let opens = |token: &overture_domain::secret::SecretString| {
+            state.seal.is_none()
+                || self
+                    .keys
+                    .open_values(id, &state.tenant, Some(token))
+                    .is_ok()
+        };
+        match lendable.tokens_of(account).find(|token| opens(token)) {
+            Some(token) => {
+                self.custody.remember(id, token.clone());
+                true
+            }
+            None => {
+                tracing::warn!(deployment = %id, "a watching step of this deployment runs again, but this process holds no token of its user that opens its seal; `overture resume --token-file` runs it");
+                false
             }
         }
     }
@@ -961,6 +1035,30 @@ impl Engine {
             }
         };
         finished
+    }
+}
+
+/// The engine is the tenants' service registry as the orchestrator needs it: the read models,
+/// brought up to the log's end before each read, so a registration appended a moment ago (by
+/// this process or another) counts, whether or not a drive has folded it yet.
+#[async_trait]
+impl ServiceDirectory for Engine {
+    async fn instances(&self, tenant: &str) -> Result<Vec<RegisteredInstance>, WorkError> {
+        self.project().await.map_err(WorkError::unavailable)?;
+        RegistryDirectory(self.read_models.clone())
+            .instances(tenant)
+            .await
+    }
+
+    async fn interested(
+        &self,
+        tenant: &str,
+        service: &str,
+    ) -> Result<Vec<DeploymentId>, WorkError> {
+        self.project().await.map_err(WorkError::unavailable)?;
+        RegistryDirectory(self.read_models.clone())
+            .interested(tenant, service)
+            .await
     }
 }
 

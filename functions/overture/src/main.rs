@@ -293,6 +293,10 @@ enum Command {
         /// Print the final status as JSON on stdout.
         #[arg(long)]
         json: bool,
+        /// The user's token: with it, the deployments of its project that watch the services
+        /// this one deregisters run their watching steps again now, in this process.
+        #[command(flatten)]
+        token: token::TokenArgs,
     },
     /// Cancel a running deployment: kill its running steps, start no other, close its bastion,
     /// purge its secrets. Works from any process, and also when no engine runs it any more.
@@ -661,6 +665,7 @@ fn through_server(cli: &Cli, url: &str) -> Result<Backend, Failure> {
 fn own_token_files(command: &Command) -> Option<&[PathBuf]> {
     match command {
         Command::Deploy { token, .. }
+        | Command::Destroy { token, .. }
         | Command::Cancel { token, .. }
         | Command::Resume { token, .. } => Some(&token.token_files),
         Command::Redrive { again, .. } | Command::Redeploy { again, .. } => {
@@ -680,7 +685,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     if backend != Backend::Server && !cli.token_files.is_empty() && unused {
         return Err(Failure::BadInput(
             "--token-file: without --server, give it after a command that acts with a token \
-             (deploy, cancel, redrive, redeploy, resume)"
+             (deploy, destroy, cancel, redrive, redeploy, resume)"
                 .into(),
         ));
     }
@@ -889,9 +894,12 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             Backend::Aws => redrive::redeploy_on_aws(again.for_deployment(&id)).await,
             _ => redrive::redeploy(&data_dir, again.for_deployment(&id)).await,
         },
-        Command::Destroy { id, secrets, json } => {
-            teardown::destroy(&data_dir, &id, &secrets, json).await
-        }
+        Command::Destroy {
+            id,
+            secrets,
+            json,
+            token,
+        } => teardown::destroy(&data_dir, &id, &secrets, &token, json).await,
         Command::Export { tenant, since } => {
             let engine = Engine::open(&data_dir).await?;
             portable::export(&engine.log, tenant.as_deref(), since).await?;

@@ -30,12 +30,18 @@ pub async fn destroy(
     data_dir: &Path,
     id: &str,
     secrets: &[String],
+    token: &crate::token::TokenArgs,
     json: bool,
 ) -> Result<(), Failure> {
     let id = parse_id(id)?;
     // Used in memory only: the deployment's own sealed secrets were purged when it ended.
     let secrets = read_secrets(secrets)?;
+    let tokens = token.check().await?;
     let engine = Engine::open(data_dir).await?;
+    // Lent by the drive below to the deployments of its project whose watching steps run again.
+    if let Some(checked) = tokens.into_iter().next() {
+        engine.custody.remember(id, checked.token);
+    }
     // Shared, as `deploy` takes it: `resume` takes it exclusively and kills every sandbox.
     let _engine =
         EngineLock::take(data_dir, false).map_err(|e| Failure::BadInput(e.to_string()))?;

@@ -650,6 +650,18 @@ impl RunnerStack {
             KeptStates::new(s3.clone(), PAYLOADS),
         );
         let work = QueueOn::one(SqsQueue::new(sqs.clone(), &queue, clock.clone()));
+        create_read_model_tables(
+            &dynamodb,
+            "smoke-runner-deployments",
+            "smoke-runner-tenants",
+        )
+        .await
+        .expect("tables");
+        let registry = overture_orchestrator::RegistryDirectory(DynamoReadModels::new(
+            dynamodb.clone(),
+            "smoke-runner-deployments",
+            "smoke-runner-tenants",
+        ));
         let ports = OrchestratorPorts {
             log: &log,
             work: &work,
@@ -658,6 +670,7 @@ impl RunnerStack {
                 custody,
                 Arc::new(DynamoLeases::new(dynamodb.clone(), "smoke-leases")),
             ),
+            services: &registry,
             clock: clock.as_ref(),
         };
         orchestrate(deployment, uuid::Uuid::now_v7(), Since::Unknown, &ports)

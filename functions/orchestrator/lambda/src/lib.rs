@@ -16,12 +16,13 @@ use overture_aws::function::setting;
 pub use overture_aws::function::{diagnostic, init_tracing};
 use overture_aws::kept::KeptStates;
 use overture_aws::leases::DynamoLeases;
+use overture_aws::read_models::DynamoReadModels;
 use overture_aws::seals::KmsSeals;
 use overture_aws::sqs::{SqsQueue, SqsWork};
 use overture_kit::SystemClock;
 use overture_openstack::CloudAccess;
 use overture_orchestrator::queued::QueueOn;
-use overture_orchestrator::OrchestratorPorts;
+use overture_orchestrator::{OrchestratorPorts, RegistryDirectory};
 
 /// The adapters, built once per execution environment.
 pub struct Adapters {
@@ -29,16 +30,18 @@ pub struct Adapters {
     work: SqsWork,
     seals: KmsSeals,
     access: CloudAccess,
+    registry: RegistryDirectory<DynamoReadModels>,
     clock: SystemClock,
 }
 
 impl Adapters {
-    /// The adapters named by the environment: the events, custody and seals tables, the KMS
-    /// key, the jobs and the timers queues.
+    /// The adapters named by the environment: the events, custody and seals tables, the read
+    /// models' tables (the service registry), the KMS key, the jobs and the timers queues.
     pub async fn from_env() -> Result<Self, lambda_runtime::Error> {
         let config = overture_aws::config::from_env().await;
         let dynamodb = aws_sdk_dynamodb::Client::new(&config);
         let dynamodb_leases = dynamodb.clone();
+        let dynamodb_registry = dynamodb.clone();
         let kms = aws_sdk_kms::Client::new(&config);
         let sqs = aws_sdk_sqs::Client::new(&config);
         let clock = Arc::new(SystemClock);
@@ -79,6 +82,11 @@ impl Adapters {
                     setting("OVERTURE_LEASES_TABLE")?,
                 )),
             ),
+            registry: RegistryDirectory(DynamoReadModels::new(
+                dynamodb_registry,
+                setting("OVERTURE_DEPLOYMENTS_TABLE")?,
+                setting("OVERTURE_TENANTS_TABLE")?,
+            )),
             clock: SystemClock,
         })
     }
@@ -90,6 +98,7 @@ impl Adapters {
             work: &self.work,
             secrets: &self.seals,
             access: &self.access,
+            services: &self.registry,
             clock: &self.clock,
         }
     }
