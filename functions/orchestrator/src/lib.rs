@@ -85,8 +85,10 @@ pub trait ServiceDirectory: Send + Sync {
         -> Result<Vec<DeploymentId>, WorkError>;
 }
 
-/// The registry's read model as a directory, as fresh as the store is: on AWS the projector
-/// writes it from the same stream that triggers the orchestrator, moments later at most.
+/// The registry's read model as a directory, only as fresh as the store: on AWS the projector
+/// folds the registry from the same stream that triggers the orchestrator, so a deployment
+/// woken by a registration may look before the projector has folded it, and see no change.
+/// (The embedded engine folds the log before it reads; see its `ServiceDirectory`.)
 pub struct RegistryDirectory<R>(pub R);
 
 /// A registry read that failed, as the orchestrator's ports say it.

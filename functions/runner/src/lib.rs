@@ -724,15 +724,15 @@ async fn check_service(
     else {
         return Ok(success);
     };
-    let failed = |message: String, more: Duration| Outcome::Failure {
+    let failed = |message: String| Outcome::Failure {
         class: ErrorClass::StepFailed,
         exit_code: None,
         message: masker.mask(&message),
-        duration: duration + more,
+        duration,
     };
     let prepared = match service_check::prepare(input, provision) {
         Ok(prepared) => prepared,
-        Err(problem) => return Ok(failed(problem, Duration::ZERO)),
+        Err(problem) => return Ok(failed(problem)),
     };
     let id = format!(
         "{}-check",
@@ -742,6 +742,8 @@ async fn check_service(
             logs::LogName::Attempt(input.attempt)
         )
     );
+    // The attempt's log was written once, by the step; the check's output goes into the
+    // failure's message when it fails.
     let mut job = step::sandbox_job(
         id,
         prepared,
@@ -762,9 +764,7 @@ async fn check_service(
         .await
     {
         Ok(result) => result,
-        Err(RunError::Unrunnable(refused)) => {
-            return Ok(failed(refused.to_string(), Duration::ZERO))
-        }
+        Err(RunError::Unrunnable(refused)) => return Ok(failed(refused.to_string())),
         Err(RunError::Failed(error)) => return Err(error.into()),
     };
     let code = match result.exit {
