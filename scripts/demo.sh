@@ -78,7 +78,8 @@ $overture --data-dir "$data" status "$first" --json \
     | python3 -c 'import json,sys; s=json.load(sys.stdin)["steps"]; [print(c, s[c]["outputs"]) for c in ("check-1","check-2")]'
 echo
 echo "== the db and app-install steps ran side by side; app waited for the db's registration"
-$overture --data-dir "$data" events "$first" --type StepStarted,StepSucceeded,StepAwaitingServices,ServiceRegistered | grep -E "db|app" || true
+$overture --data-dir "$data" events "$first" --type StepStarted,StepSucceeded,StepAwaitingServices,ServiceRegistered \
+    | grep -E "(started|succeeded): (db|app)|awaiting services: app|needs: service db|registered: db" || true
 echo
 echo "== overture services (the tenant's registry: instances that answered their checks)"
 $overture --data-dir "$data" services

@@ -20,6 +20,9 @@ pub struct Progress {
     started: Instant,
     last_line: Instant,
     to: Sink,
+    /// The stream of the deployment followed: the first one seen. Lines of others (those whose
+    /// watching steps it set off) name theirs.
+    own: Option<String>,
 }
 
 /// Where progress lines go.
@@ -43,7 +46,14 @@ impl Progress {
             started: Instant::now(),
             last_line: Instant::now(),
             to: Sink::Stderr,
+            own: None,
         }
+    }
+
+    /// Follows `deployment`: lines of other deployments name theirs.
+    pub fn following(mut self, deployment: overture_events::DeploymentId) -> Self {
+        self.own = Some(deployment.stream());
+        self
     }
 
     /// Starts the clock; each line (ending in a newline) is sent to `lines`.
@@ -79,6 +89,8 @@ impl Watch for Progress {
         else {
             return;
         };
+        let stream = &entry.envelope.stream;
+        let other = self.own.get_or_insert_with(|| stream.clone()) != stream;
         let text = match event {
             DeploymentEvent::DeploymentRequested {
                 blueprint, tenant, ..
@@ -291,7 +303,12 @@ impl Watch for Progress {
                 }
             ),
         };
-        self.line(text);
+        if other {
+            let id = stream.strip_prefix("deployment-").unwrap_or(stream);
+            self.line(format!("[{id}] {text}"));
+        } else {
+            self.line(text);
+        }
     }
 
     fn tick(&mut self, state: &DeploymentState) {
@@ -331,5 +348,57 @@ pub fn human(ms: u64) -> String {
         ms if ms < 1_000 => format!("{ms}ms"),
         ms if ms < 60_000 => format!("{:.1}s", ms as f64 / 1_000.0),
         ms => format!("{}m{:02}s", ms / 60_000, (ms % 60_000) / 1_000),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use overture_events::{DeploymentId, Envelope, Metadata};
+
+    fn entry(deployment: DeploymentId, event: DeploymentEvent) -> LogEntry {
+        LogEntry {
+            position: 1,
+            envelope: Envelope {
+                stream: deployment.stream(),
+                revision: 0,
+                id: uuid::Uuid::now_v7(),
+                event_type: event.event_type().into(),
+                data: event.data(),
+                metadata: Metadata {
+                    tenant: "acme".into(),
+                    actor: "orchestrator".into(),
+                    correlation_id: uuid::Uuid::now_v7(),
+                    causation_id: uuid::Uuid::now_v7(),
+                    recorded_at: chrono::Utc::now(),
+                },
+            },
+        }
+    }
+
+    #[test]
+    fn a_line_of_another_deployment_than_the_one_followed_names_it() {
+        let (lines, mut received) = tokio::sync::mpsc::unbounded_channel();
+        let followed = DeploymentId::from_uuid(uuid::Uuid::now_v7());
+        let woken = DeploymentId::from_uuid(uuid::Uuid::now_v7());
+        let mut progress = Progress::sending(lines).following(followed);
+        let rerun = DeploymentEvent::StepRerunRequested {
+            step: "lb".into(),
+            service: "app".into(),
+            from: vec!["10.0.0.5:8000".into()],
+            to: vec!["10.0.0.5:8000".into(), "10.0.0.6:8000".into()],
+        };
+        progress.entry(&entry(woken, rerun.clone()));
+        progress.entry(&entry(followed, rerun));
+        let theirs = received.try_recv().expect("a line");
+        let ours = received.try_recv().expect("a line");
+        assert!(
+            theirs.contains(&format!("[{woken}] lb")) && theirs.contains("from 1 to 2 member(s)"),
+            "{theirs}"
+        );
+        assert!(
+            !ours.contains(&followed.to_string()) && ours.contains("s] lb"),
+            "{ours}"
+        );
     }
 }

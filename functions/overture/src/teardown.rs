@@ -71,7 +71,7 @@ pub async fn destroy(
     // From before the destroy, so the orchestrator sees its records; shown from after them.
     let mut progress = Later {
         after: shown,
-        progress: Progress::new(),
+        progress: Progress::new().following(id),
     };
     engine
         .drive(Some(id), AFTER_DESTROY_PARALLELISM, &mut progress, from)
