@@ -4,7 +4,8 @@
 //! `cargo build --release -p overture -p overture-bench && target/release/overture-bench`.
 //! It needs the `overture` binary beside its own, `bwrap` for the script steps, and for the
 //! cluster (8) root, `ip netns` and `/usr/sbin/haproxy`. Everything happens in temporary
-//! directories that are removed afterwards; a run takes a few minutes on two cores. It prints a table, then the same figures as one JSON object on the last line.
+//! directories that are removed afterwards; a run takes a few minutes on two cores. It prints a
+//! table, then the same figures as one JSON object on the last line.
 //!
 //! What it measures, always with the engine's durability settings (WAL, `synchronous=FULL`):
 //! 1. [`log_rate::log_appends`]: appends per second through `EventLog::append` with an exact
