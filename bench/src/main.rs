@@ -2,9 +2,10 @@
 //!
 //! Run it with `make bench`, that is
 //! `cargo build --release -p overture -p overture-bench && target/release/overture-bench`.
-//! It needs the `overture` binary beside its own, and `bwrap` for the script steps. Everything
-//! happens in temporary directories that are removed afterwards; a run takes about a minute on
-//! two cores. It prints a table, then the same figures as one JSON object on the last line.
+//! It needs the `overture` binary beside its own, `bwrap` for the script steps, and for the
+//! cluster (8) root, `ip netns` and `/usr/sbin/haproxy`. Everything happens in temporary
+//! directories that are removed afterwards; a run takes a few minutes on two cores. It prints a
+//! table, then the same figures as one JSON object on the last line.
 //!
 //! What it measures, always with the engine's durability settings (WAL, `synchronous=FULL`):
 //! 1. [`log_rate::log_appends`]: appends per second through `EventLog::append` with an exact
@@ -25,15 +26,23 @@
 //!    (`scripts/local-aws.sh`): the Lambda invocations, DynamoDB request units, SQS, KMS and S3
 //!    requests per deployment and per step, and what 1,000 deployments cost on AWS.
 //!
-//! 8. [`speed`]: the engine's speed goals (a chain of 200 steps, the cost per step from 10 to
+//! 8. [`cluster::cluster`]: `examples/haproxy-cluster` on the local cloud (`overture cloud up`),
+//!    its steps waiting for services at run time, beside the same workflow forced into a strict
+//!    sequence (every step after the one before it), alternately from the same run: the wall
+//!    time each way, the gain, and how long `db` and `app-install` ran side by side. It needs
+//!    root, `ip netns` and haproxy; `overture-bench cluster` runs it alone.
+//!
+//! 9. [`speed`]: the engine's speed goals (a chain of 200 steps, the cost per step from 10 to
 //!    10,000 steps, 200 deployments 16 at a time, and the replay above), printed by [`goals`]
 //!    beside their targets and limits. `overture-bench goals` measures these alone.
 //!
 //! [`fixtures`] builds the events and blueprints; [`report`] prints the figures.
 //!
-//! `overture-bench replay` runs the replay alone (3) and prints its figure.
+//! `overture-bench replay` runs the replay alone (3) and prints its figure; `overture-bench
+//! cluster` runs the cluster alone (8) and prints its figures, then them as JSON.
 
 mod aws_costs;
+mod cluster;
 mod deploy;
 mod dynamodb;
 mod fixtures;
@@ -90,13 +99,17 @@ async fn run() -> anyhow::Result<()> {
     let only_goals = match std::env::args().nth(1).as_deref() {
         None => false,
         Some("replay") => return replay_alone().await,
+        Some("cluster") => return cluster_alone().await,
         Some("goals") => true,
         Some(other) => anyhow::bail!(
-            "no section `{other}`: run `overture-bench` for every figure, `overture-bench goals` for the speed goals alone, or `overture-bench replay` for the replay alone"
+            "no section `{other}`: run `overture-bench` for every figure, `overture-bench goals` for the speed goals alone, `overture-bench replay` for the replay alone, or `overture-bench cluster` for the haproxy cluster on the local cloud alone"
         ),
     };
     // Before anything slow: a missing binary should fail at once.
     let overture = deploy::overture_binary()?;
+    if !only_goals {
+        cluster::check_prerequisites()?;
+    }
     let speed = speed_goals(&overture).await?;
     if only_goals {
         println!();
@@ -142,6 +155,8 @@ async fn run() -> anyhow::Result<()> {
     );
     let aws = aws_costs::aws_costs(&overture).await?;
 
+    let cluster = cluster_section(&overture).await?;
+
     let figures = Figures {
         nproc,
         log_1,
@@ -154,6 +169,7 @@ async fn run() -> anyhow::Result<()> {
         start_up,
         dynamodb,
         aws,
+        cluster,
     };
     println!();
     print!("{}", report::table(&figures));
@@ -200,5 +216,27 @@ async fn replay_section() -> anyhow::Result<replay::Replay> {
 async fn replay_alone() -> anyhow::Result<()> {
     let replay = replay_section().await?;
     println!("{}", report::replay_line(&replay));
+    Ok(())
+}
+
+async fn cluster_section(overture: &std::path::Path) -> anyhow::Result<cluster::Cluster> {
+    eprintln!(
+        "the haproxy cluster on the local cloud: run-time waits and a strict sequence, alternately, {} times each",
+        cluster::RUNS
+    );
+    cluster::cluster(overture).await
+}
+
+async fn cluster_alone() -> anyhow::Result<()> {
+    let overture = deploy::overture_binary()?;
+    cluster::check_prerequisites()?;
+    let cluster = cluster_section(&overture).await?;
+    println!();
+    print!("{}", report::cluster_table(&cluster));
+    println!();
+    println!(
+        "{}",
+        serde_json::json!({ "cluster": report::cluster_json(&cluster) })
+    );
     Ok(())
 }

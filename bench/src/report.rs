@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use crate::aws_costs::{AwsCosts, STEPS};
+use crate::cluster::Cluster;
 use crate::deploy::Deployed;
 use crate::dynamodb::DynamoFigures;
 use crate::log_rate::CommitRate;
@@ -34,6 +35,8 @@ pub struct Figures {
     pub dynamodb: DynamoFigures,
     /// hello-world through the local AWS form.
     pub aws: AwsCosts,
+    /// The haproxy cluster on the local cloud, with run-time waits and in a strict sequence.
+    pub cluster: Cluster,
 }
 
 fn per_sec(value: f64) -> u64 {
@@ -76,7 +79,7 @@ pub fn replay_line(replay: &Replay) -> String {
 
 /// The figures as an aligned table: figure, value, unit, and the limit to compare with.
 pub fn table(f: &Figures) -> String {
-    let rows: Vec<[String; 4]> = vec![
+    let mut rows: Vec<[String; 4]> = vec![
         [
             format!("log appends, {} event each", f.log_1.per_commit),
             per_sec(f.log_1.commits_per_sec()).to_string(),
@@ -267,14 +270,84 @@ pub fn table(f: &Figures) -> String {
             "s".into(),
             "emulator, cargo lambda watch and the poller on this machine".into(),
         ],
-        [
-            "CPUs (nproc)".into(),
-            f.nproc.to_string(),
-            String::new(),
-            String::new(),
-        ],
     ];
+    rows.extend(cluster_rows(&f.cluster));
+    rows.push([
+        "CPUs (nproc)".into(),
+        f.nproc.to_string(),
+        String::new(),
+        String::new(),
+    ]);
     aligned(["figure", "value", "unit", "limit / note"], &rows, &[1])
+}
+
+/// Seconds, two decimals each, in the order run.
+fn each_secs(values: &[std::time::Duration]) -> String {
+    values
+        .iter()
+        .map(|value| format!("{:.2}", value.as_secs_f64()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The cluster's rows: each variant's wall time, the gain, and the overlap behind it.
+fn cluster_rows(c: &Cluster) -> Vec<[String; 4]> {
+    vec![
+        [
+            "haproxy cluster, run-time waits (median)".into(),
+            format!("{:.2}", c.waits_secs()),
+            "s".into(),
+            format!("each run: {} s", each_secs(&c.waits)),
+        ],
+        [
+            "haproxy cluster, strict sequence (median)".into(),
+            format!("{:.2}", c.sequence_secs()),
+            "s".into(),
+            format!("each run: {} s", each_secs(&c.sequence)),
+        ],
+        [
+            "haproxy cluster, gain of run-time waits".into(),
+            format!("{:.2}", c.gain_secs()),
+            "s".into(),
+            format!("{:.0}% of the strict sequence", c.gain_percent()),
+        ],
+        [
+            "haproxy cluster, db and app-install side by side".into(),
+            format!("{:.2}", c.overlap_secs()),
+            "s".into(),
+            format!("each run-time-waits run: {} s", each_secs(&c.overlap)),
+        ],
+    ]
+}
+
+/// The cluster's figures alone, as `overture-bench cluster` prints them.
+pub fn cluster_table(c: &Cluster) -> String {
+    aligned(
+        ["figure", "value", "unit", "limit / note"],
+        &cluster_rows(c),
+        &[1],
+    )
+}
+
+/// The cluster's figures as JSON, with stable keys.
+pub fn cluster_json(c: &Cluster) -> serde_json::Value {
+    let secs = |values: &[std::time::Duration]| -> Vec<f64> {
+        values
+            .iter()
+            .map(|value| two_decimals(value.as_secs_f64()))
+            .collect()
+    };
+    serde_json::json!({
+        "runs": c.waits.len(),
+        "waits_seconds": two_decimals(c.waits_secs()),
+        "sequence_seconds": two_decimals(c.sequence_secs()),
+        "gain_seconds": two_decimals(c.gain_secs()),
+        "gain_percent": two_decimals(c.gain_percent()),
+        "overlap_seconds": two_decimals(c.overlap_secs()),
+        "waits_seconds_each": secs(&c.waits),
+        "sequence_seconds_each": secs(&c.sequence),
+        "overlap_seconds_each": secs(&c.overlap),
+    })
 }
 
 /// Rows under a header, each column as wide as its widest cell, two spaces apart; the columns
@@ -322,7 +395,7 @@ fn limit(raw: f64, unit: &str, engine: f64) -> String {
 /// transaction) of N events or rows each, so they compare one to one; `log_events_per_sec_10`
 /// and `raw_sqlite_rows_per_sec_10` count the events and rows themselves.
 pub fn json(f: &Figures) -> serde_json::Value {
-    serde_json::json!({
+    let mut json = serde_json::json!({
         "nproc": f.nproc,
         "log_appends_per_sec_1": per_sec(f.log_1.commits_per_sec()),
         "log_appends_per_sec_10": per_sec(f.log_10.commits_per_sec()),
@@ -364,5 +437,7 @@ pub fn json(f: &Figures) -> serde_json::Value {
         "aws_fargate_steps_per_1000_deployments": two_decimals(f.aws.steps_per_thousand()),
         "step_functions_transitions_per_1000_deployments": two_decimals(f.aws.step_functions_per_thousand()),
         "aws_seconds_per_deployment_locally": two_decimals(f.aws.wall.as_secs_f64()),
-    })
+    });
+    json["cluster"] = cluster_json(&f.cluster);
+    json
 }
