@@ -1032,14 +1032,7 @@ impl Deployment {
                     let reason = match (error_class, awaited) {
                         (ErrorClass::ServiceTimeout, Some(waiting_for)) => format!(
                             "step `{step}` timed out waiting for {} ({error_class})",
-                            waiting_for
-                                .iter()
-                                .map(|short| format!(
-                                    "service `{}` ({} of {} registered)",
-                                    short.service, short.registered, short.count
-                                ))
-                                .collect::<Vec<_>>()
-                                .join(", ")
+                            services::shortfalls_text(&waiting_for)
                         ),
                         _ => format!(
                             "step `{step}` failed after {attempts} attempt(s) ({error_class})"

@@ -95,6 +95,20 @@ pub fn shortfalls(requires: &[ServiceRequirement], members: &Members) -> Vec<Ser
         .collect()
 }
 
+/// What a step waits for, as people read it: "service `app` (1 of 2 registered), ...".
+pub fn shortfalls_text(shortfalls: &[ServiceShortfall]) -> String {
+    shortfalls
+        .iter()
+        .map(|short| {
+            format!(
+                "service `{}` ({} of {} registered)",
+                short.service, short.registered, short.count
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The services a step's templates refer to, in its settings.
 pub fn referenced_services(spec: &StepSpec) -> BTreeSet<String> {
     spec.with

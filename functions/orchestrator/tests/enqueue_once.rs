@@ -1,6 +1,8 @@
 //! The orchestrator queues each attempt once, when a decision made it wait, and a recovery pass
 //! queues every waiting attempt: on the in-memory log, with a queue that records what it is given.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
@@ -69,21 +71,6 @@ impl QueueWork for RecordingQueue {
 }
 
 struct Nothing;
-
-/// A registry in which nothing is registered and nobody waits.
-#[async_trait]
-impl overture_orchestrator::ServiceDirectory for Nothing {
-    async fn instances(
-        &self,
-        _: &str,
-    ) -> Result<Vec<overture_domain::services::RegisteredInstance>, WorkError> {
-        Ok(vec![])
-    }
-
-    async fn interested(&self, _: &str, _: &str) -> Result<Vec<DeploymentId>, WorkError> {
-        Ok(vec![])
-    }
-}
 
 #[async_trait]
 impl PurgeSecrets for Nothing {
@@ -177,7 +164,7 @@ impl Fixture {
             work: &self.queue,
             secrets: &Nothing,
             access: &Nothing,
-            services: &Nothing,
+            services: &support::Nothing,
             clock: &self.clock,
         };
         orchestrate(self.deployment, uuid::Uuid::now_v7(), since, &ports)

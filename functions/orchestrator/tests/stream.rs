@@ -1,6 +1,8 @@
 //! The orchestrator's trigger on AWS, `on_stream_records`, fed a DynamoDB stream batch from a
 //! JSON fixture in the shape AWS delivers, on in-memory fakes of its ports.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
@@ -51,21 +53,6 @@ impl QueueWork for Queued {
 }
 
 struct Nothing;
-
-/// A registry in which nothing is registered and nobody waits.
-#[async_trait]
-impl overture_orchestrator::ServiceDirectory for Nothing {
-    async fn instances(
-        &self,
-        _: &str,
-    ) -> Result<Vec<overture_domain::services::RegisteredInstance>, WorkError> {
-        Ok(vec![])
-    }
-
-    async fn interested(&self, _: &str, _: &str) -> Result<Vec<DeploymentId>, WorkError> {
-        Ok(vec![])
-    }
-}
 
 #[async_trait]
 impl PurgeSecrets for Nothing {
@@ -148,7 +135,7 @@ async fn each_deployment_of_a_batch_is_moved_on_once_caused_by_its_last_event() 
         work: &queued,
         secrets: &Nothing,
         access: &Nothing,
-        services: &Nothing,
+        services: &support::Nothing,
         clock: &Nothing,
     };
     let response = on_stream_records(&batch(), &ports)
@@ -181,7 +168,7 @@ async fn a_batch_whose_every_deployment_cannot_be_moved_on_fails_its_invocation_
         work: &Queued::default(),
         secrets: &Nothing,
         access: &Nothing,
-        services: &Nothing,
+        services: &support::Nothing,
         clock: &Nothing,
     };
     // The batch's one deployment failed (its foreign item is no deployment's, left alone): the

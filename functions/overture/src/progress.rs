@@ -259,14 +259,7 @@ impl Watch for Progress {
                 step, waiting_for, ..
             } => format!(
                 "{step:<20} waiting for {}",
-                waiting_for
-                    .iter()
-                    .map(|short| format!(
-                        "service `{}` ({} of {} registered)",
-                        short.service, short.registered, short.count
-                    ))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                overture_domain::services::shortfalls_text(&waiting_for)
             ),
             // The members are in the audit trail; the schedule that follows is the news.
             DeploymentEvent::ServicesResolved { .. } => return,
