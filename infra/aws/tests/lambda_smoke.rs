@@ -223,11 +223,16 @@ async fn the_orchestrator_lambda_moves_a_deployment_on_from_a_stream_record() {
     create_payloads_bucket(&overture_aws::s3::client(&config), PAYLOADS)
         .await
         .expect("bucket");
+    create_read_model_tables(&dynamodb, ORCHESTRATOR_VIEWS, ORCHESTRATOR_TENANTS)
+        .await
+        .expect("tables");
     let key = support::kms_key(&kms).await;
     let (deployment, first) = requested(&log).await;
 
     let watch = watch(&[
         ("OVERTURE_EVENTS_TABLE", EVENTS),
+        ("OVERTURE_DEPLOYMENTS_TABLE", ORCHESTRATOR_VIEWS),
+        ("OVERTURE_TENANTS_TABLE", ORCHESTRATOR_TENANTS),
         ("OVERTURE_CUSTODY_TABLE", "smoke-custody"),
         ("OVERTURE_LEASES_TABLE", "smoke-leases"),
         ("OVERTURE_SEALS_TABLE", "smoke-seals"),
@@ -398,6 +403,10 @@ fn sqs_batch(queue: &str, body: &str, receives: u32) -> Value {
     })
 }
 
+/// The read models' tables the orchestrator's functions read the service registry from.
+const ORCHESTRATOR_VIEWS: &str = "smoke-orchestrator-deployments";
+const ORCHESTRATOR_TENANTS: &str = "smoke-orchestrator-tenants";
+
 /// The tables, queues and key the orchestrator's functions are given, and their settings.
 struct OrchestratorStack {
     log: DynamoDeployments,
@@ -434,6 +443,9 @@ impl OrchestratorStack {
         create_payloads_bucket(&overture_aws::s3::client(&config), PAYLOADS)
             .await
             .expect("bucket");
+        create_read_model_tables(&dynamodb, ORCHESTRATOR_VIEWS, ORCHESTRATOR_TENANTS)
+            .await
+            .expect("tables");
         let key = support::kms_key(&kms).await;
         Self {
             log,
@@ -447,6 +459,8 @@ impl OrchestratorStack {
     fn watch(&self) -> Watch {
         watch(&[
             ("OVERTURE_EVENTS_TABLE", EVENTS),
+            ("OVERTURE_DEPLOYMENTS_TABLE", ORCHESTRATOR_VIEWS),
+            ("OVERTURE_TENANTS_TABLE", ORCHESTRATOR_TENANTS),
             ("OVERTURE_CUSTODY_TABLE", "smoke-custody"),
             ("OVERTURE_LEASES_TABLE", "smoke-leases"),
             ("OVERTURE_SEALS_TABLE", "smoke-seals"),
