@@ -85,10 +85,11 @@ pub trait ServiceDirectory: Send + Sync {
         -> Result<Vec<DeploymentId>, WorkError>;
 }
 
-/// The registry's read model as a directory, only as fresh as the store: on AWS the projector
-/// folds the registry from the same stream that triggers the orchestrator, so a deployment
-/// woken by a registration may look before the projector has folded it, and see no change.
-/// (The embedded engine folds the log before it reads; see its `ServiceDirectory`.)
+/// The registry's read model as a directory, only as fresh as the store. On AWS the projector
+/// folds the registry from the same stream that triggers the orchestrator, so the wake the
+/// orchestrator sends may be looked at before the registration is folded; the projector wakes
+/// the same deployments again once it has folded it (`overture_projector::stream`). The
+/// embedded engine folds the log before it reads (its `ServiceDirectory`).
 pub struct RegistryDirectory<R>(pub R);
 
 /// A registry read that failed, as the orchestrator's ports say it.

@@ -138,6 +138,10 @@ pub enum StreamProjectionError {
         /// The revision the view needs next.
         missing: u64,
     },
+    /// The view was saved, but the deployments that need a service it changed could not be
+    /// woken: delivering the records again wakes them (the fold itself changes nothing).
+    #[error(transparent)]
+    Wake(crate::stream::WakeError),
     /// Other projectors kept saving first, round after round.
     #[error(
         "deployment {deployment}: other projectors saved its view first {rounds} times in a row"
@@ -157,6 +161,7 @@ impl StreamProjectionError {
             StreamProjectionError::Views(error) => error.is_retryable(),
             StreamProjectionError::Log(error) => error.is_retryable(),
             StreamProjectionError::Projection { .. } => false,
+            StreamProjectionError::Wake(error) => error.is_retryable(),
             StreamProjectionError::Gap { .. } | StreamProjectionError::Contended { .. } => true,
         }
     }

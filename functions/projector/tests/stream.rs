@@ -104,6 +104,52 @@ impl DeploymentViews for MemoryViews {
     }
 }
 
+/// A registry in which nobody waits for a service, and a queue that takes nothing: the
+/// fixture's records register no service.
+struct Nobody;
+
+#[async_trait]
+impl overture_kit::registry::ReadServiceRegistry for Nobody {
+    async fn service_instances(
+        &self,
+        _: &str,
+    ) -> Result<
+        Vec<overture_domain::services::RegisteredInstance>,
+        overture_kit::registry::RegistryError,
+    > {
+        Ok(vec![])
+    }
+
+    async fn interested_deployments(
+        &self,
+        _: &str,
+        _: &str,
+    ) -> Result<Vec<DeploymentId>, overture_kit::registry::RegistryError> {
+        Ok(vec![])
+    }
+}
+
+#[async_trait]
+impl overture_kit::queue::SendJobs for Nobody {
+    fn max_delay(&self) -> Option<std::time::Duration> {
+        None
+    }
+
+    async fn send(
+        &self,
+        jobs: Vec<overture_kit::queue::Job>,
+    ) -> Result<(), overture_kit::queue::QueueError> {
+        assert!(jobs.is_empty(), "nobody is woken: {jobs:?}");
+        Ok(())
+    }
+}
+
+const NOBODY_WAITS: overture_projector::stream::Wakes<'static> =
+    overture_projector::stream::Wakes {
+        registry: &Nobody,
+        timers: &Nobody,
+    };
+
 /// The log: the batch holds every record, so nothing is read from it.
 struct NoLog;
 
@@ -117,7 +163,7 @@ impl ReadStream for NoLog {
 #[tokio::test]
 async fn a_batch_folds_into_each_deployments_view_and_the_tenants_summary() {
     let views = MemoryViews::default();
-    let response = on_stream_records(&batch(), &NoLog, &views).await;
+    let response = on_stream_records(&batch(), &NoLog, &views, &NOBODY_WAITS).await;
     assert!(failed(&response).is_empty(), "{response:?}");
 
     let first = views
@@ -144,14 +190,14 @@ async fn a_batch_folds_into_each_deployments_view_and_the_tenants_summary() {
 #[tokio::test]
 async fn a_batch_delivered_again_changes_nothing() {
     let views = MemoryViews::default();
-    let first = on_stream_records(&batch(), &NoLog, &views).await;
+    let first = on_stream_records(&batch(), &NoLog, &views, &NOBODY_WAITS).await;
     assert!(failed(&first).is_empty(), "{first:?}");
     let before = (
         views.view(deployment(1)).await.expect("loads"),
         views.view(deployment(2)).await.expect("loads"),
         views.tenant("acme").await.expect("loads"),
     );
-    let response = on_stream_records(&batch(), &NoLog, &views).await;
+    let response = on_stream_records(&batch(), &NoLog, &views, &NOBODY_WAITS).await;
     assert!(failed(&response).is_empty(), "{response:?}");
     let after = (
         views.view(deployment(1)).await.expect("loads"),
@@ -167,7 +213,7 @@ async fn a_deployment_whose_view_cannot_be_saved_is_delivered_again_from_its_fir
         broken: Some(deployment(1)),
         ..MemoryViews::default()
     };
-    let response = on_stream_records(&batch(), &NoLog, &views).await;
+    let response = on_stream_records(&batch(), &NoLog, &views, &NOBODY_WAITS).await;
     assert_eq!(
         failed(&response),
         ["222200000000000000000001"],
@@ -185,7 +231,7 @@ async fn a_batch_none_of_whose_deployments_can_be_folded_fails_its_invocation_as
         broken: Some(deployment(1)),
         ..MemoryViews::default()
     };
-    let outcome = on_stream_records(&one, &NoLog, &views).await;
+    let outcome = on_stream_records(&one, &NoLog, &views, &NOBODY_WAITS).await;
     let failed = outcome.expect_err("no deployment of the batch was folded");
     assert_eq!(failed.error_type(), "Retryable", "{failed}");
 }
@@ -218,7 +264,7 @@ async fn a_record_the_trigger_cannot_read_is_folded_from_the_log() {
         serde_dynamo::AttributeValue::S("{\"step\":".into()),
     );
     let views = MemoryViews::default();
-    let response = on_stream_records(&garbled, &FixtureLog, &views).await;
+    let response = on_stream_records(&garbled, &FixtureLog, &views, &NOBODY_WAITS).await;
     assert!(failed(&response).is_empty(), "{response:?}");
     let first = views
         .view(deployment(1))

@@ -278,12 +278,18 @@ async fn the_projector_lambda_folds_a_stream_record_into_the_read_models() {
     create_read_model_tables(&dynamodb, "smoke-deployments", "smoke-tenants")
         .await
         .expect("tables");
+    // Where it would wake deployments that need a service; this record registers none.
+    let sqs = aws_sdk_sqs::Client::new(&config);
+    let timers = create_queue(&sqs, "smoke-projector-timers")
+        .await
+        .expect("queue");
     let (deployment, first) = requested(&log).await;
 
     let watch = watch(&[
         ("OVERTURE_EVENTS_TABLE", EVENTS),
         ("OVERTURE_DEPLOYMENTS_TABLE", "smoke-deployments"),
         ("OVERTURE_TENANTS_TABLE", "smoke-tenants"),
+        ("OVERTURE_TIMERS_QUEUE_URL", &timers),
     ]);
     let batch = stream_batch(&first);
     let answer = invoke(&watch, "projector", &batch).await;
