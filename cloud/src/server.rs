@@ -241,10 +241,33 @@ Subsystem sftp internal-sftp
         args
     }
 
-    /// Starts sshd and returns once it listens on the server's address.
+    /// Starts sshd and returns once it listens on the server's address; `record` is told of
+    /// each process started.
+    ///
+    /// bubblewrap copies the machine's whole mount table to bind `/` read-only; a mount another
+    /// process removes meanwhile (a step sandbox's, ending) fails the copy, and sshd's start with
+    /// it. That start is tried again, a few times: the next copy does not meet the mount.
     pub async fn start_sshd(
         &self,
-        record: impl FnOnce(ProcessId) -> Result<(), crate::journal::JournalError>,
+        record: impl Fn(ProcessId) -> Result<(), crate::journal::JournalError>,
+    ) -> Result<Sshd, ServerError> {
+        let mut tries = 1;
+        loop {
+            match self.start_sshd_once(&record).await {
+                Err(ServerError::Exited { log, .. })
+                    if lost_a_mount(&log) && tries < MOUNT_RACE_TRIES =>
+                {
+                    tracing::debug!(server = %self.hostname, %log, "a mount vanished while sshd's sandbox was made; starting it again");
+                    tries += 1;
+                }
+                started => return started,
+            }
+        }
+    }
+
+    async fn start_sshd_once(
+        &self,
+        record: &impl Fn(ProcessId) -> Result<(), crate::journal::JournalError>,
     ) -> Result<Sshd, ServerError> {
         let log = OpenOptions::new()
             .create(true)
@@ -313,6 +336,15 @@ Subsystem sftp internal-sftp
             log: tail.into_iter().rev().collect::<Vec<_>>().join(" / "),
         }
     }
+}
+
+/// How many times a server's sshd is started when mounts vanish under bubblewrap.
+const MOUNT_RACE_TRIES: u32 = 3;
+
+/// Whether sshd's start failed because a mount vanished while bubblewrap copied the mount
+/// table (its words: "Can't bind mount /oldroot/... No such file or directory").
+fn lost_a_mount(log: &str) -> bool {
+    log.contains("bwrap: Can't bind mount /oldroot/") && log.contains("No such file or directory")
 }
 
 impl Sshd {
@@ -387,6 +419,19 @@ fn listens(table: &str, address: Ipv4Addr, port: u16) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mount_vanishing_under_bubblewrap_is_told_from_other_failures() {
+        let raced = "bwrap: Can't bind mount /oldroot/ on /newroot/: Unable to apply mount flags: \
+             remount \"/newroot/tmp/x/data/sandboxes/a-call-4\": No such file or directory";
+        assert!(lost_a_mount(raced));
+        assert!(!lost_a_mount(
+            "/run/overture/sshd_config: No such file or directory"
+        ));
+        assert!(!lost_a_mount(
+            "bwrap: Can't bind mount /oldroot/ on /newroot/: Permission denied"
+        ));
+    }
 
     fn spec(bastion: bool) -> ServerSpec {
         ServerSpec {
