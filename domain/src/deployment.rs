@@ -288,9 +288,7 @@ impl DeploymentState {
 
     /// Whether a step watches services: the deployment then runs it again when they change.
     pub fn watches(&self) -> bool {
-        self.blueprint
-            .as_ref()
-            .is_some_and(|b| b.steps.iter().any(|step| !step.watch.is_empty()))
+        self.steps.watch_services()
     }
 
     /// Whether the deployment keeps watching the services its steps watch: it has not failed,

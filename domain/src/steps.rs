@@ -37,6 +37,9 @@ struct Graph {
     /// Whether each step sees services (requires, watches, or names them in templates): such a
     /// step is scheduled only with the registry in view.
     sees_services: Vec<bool>,
+    /// Whether any step sees services, and whether any watches one: asked on every pass.
+    any_sees_services: bool,
+    any_watches: bool,
 }
 
 impl Graph {
@@ -62,6 +65,8 @@ impl Graph {
             }
             graph.needs[at] = u32::try_from(spec.needs.len()).unwrap_or(u32::MAX);
             graph.sees_services[at] = !crate::services::seen_services(spec).is_empty();
+            graph.any_sees_services |= graph.sees_services[at];
+            graph.any_watches |= !spec.watch.is_empty();
             for need in &spec.needs {
                 if let Some(&of) = graph.positions.get(need) {
                     graph.dependents[of].push(at);
@@ -174,9 +179,14 @@ impl Steps {
         self.at(&self.awaiting)
     }
 
+    /// Whether a step watches a service.
+    pub fn watch_services(&self) -> bool {
+        self.graph.any_watches
+    }
+
     /// Whether any step sees services: the deployment then looks at the tenant's registry.
     pub fn see_services(&self) -> bool {
-        self.graph.sees_services.contains(&true)
+        self.graph.any_sees_services
     }
 
     /// Steps whose attempt waits to start, in blueprint order.

@@ -756,7 +756,7 @@ impl Engine {
                     let records = fed.streams.get(id).map_or(&[][..], Vec::as_slice);
                     orchestrate(*id, *cause, Since::Records(records), &ports)
                 });
-                let mut moved = try_join_all(moved).await.map_err(function_error)?;
+                let moved = try_join_all(moved).await.map_err(function_error)?;
                 // Deployments whose services changed are moved on now, and driven until they
                 // end again, when they are not driven already: a watching step runs again.
                 // (Driving every deployment, the drive gets their timers from the queue.)
@@ -771,9 +771,7 @@ impl Engine {
                             .map_err(function_error)?;
                         if !state.is_finished() && self.lend_a_token(id, &state, &lendable) {
                             driven.push(id);
-                            states.push((id, state.clone()));
-                            causes.push((id, Uuid::nil()));
-                            moved.push(state);
+                            states.push((id, state));
                         }
                     }
                 }

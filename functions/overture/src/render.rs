@@ -216,9 +216,10 @@ fn by_service(instances: &[RegisteredInstance]) -> Vec<(&str, Vec<&RegisteredIns
 /// How many members the instances make: an address and port registered by two deployments
 /// is one member, as a step that requires the service counts it.
 fn member_count(instances: &[&RegisteredInstance]) -> usize {
-    let members: std::collections::BTreeSet<String> =
-        instances.iter().map(|r| r.instance.member()).collect();
-    members.len()
+    overture_domain::services::members(instances.iter().map(|r| &r.instance))
+        .values()
+        .map(std::collections::BTreeSet::len)
+        .sum()
 }
 
 /// `services --json`: `{"tenants": [{"tenant", "services": [{"service", "count",

@@ -102,7 +102,11 @@ impl StepInput<'_> {
     /// The text with every reference replaced by its value, secrets included: only for what the
     /// step alone sees (its files and environment), never for anything recorded.
     pub fn render(&self, text: &str) -> Result<String, String> {
-        let template = Template::parse(text).map_err(|e| e.to_string())?;
+        self.render_template(&Template::parse(text).map_err(|e| e.to_string())?)
+    }
+
+    /// [`render`](Self::render), of a template already parsed.
+    fn render_template(&self, template: &Template) -> Result<String, String> {
         template.render(|reference| {
             self.lookup(reference).map(|resolved| match resolved {
                 Resolved::Plain(value) => value.into_owned(),
@@ -135,21 +139,20 @@ impl StepInput<'_> {
     /// reference to a service's members becomes the list of them.
     pub fn render_value(&self, value: &Value) -> Result<Value, String> {
         Ok(match value {
-            Value::String(text) => match Template::parse(text)
-                .ok()
-                .as_ref()
-                .and_then(Template::sole_reference)
-            {
-                Some(Reference::Service { service, field }) => {
-                    match self.service_value(service, *field)? {
-                        ServiceValue::List(members) => {
-                            Value::Array(members.into_iter().map(Value::String).collect())
+            Value::String(text) => {
+                let template = Template::parse(text).map_err(|e| e.to_string())?;
+                match template.sole_reference() {
+                    Some(Reference::Service { service, field }) => {
+                        match self.service_value(service, *field)? {
+                            ServiceValue::List(members) => {
+                                Value::Array(members.into_iter().map(Value::String).collect())
+                            }
+                            ServiceValue::Text(text) => Value::String(text),
                         }
-                        ServiceValue::Text(text) => Value::String(text),
                     }
+                    _ => Value::String(self.render_template(&template)?),
                 }
-                _ => Value::String(self.render(text)?),
-            },
+            }
             Value::Array(items) => Value::Array(
                 items
                     .iter()

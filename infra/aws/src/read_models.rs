@@ -242,17 +242,34 @@ impl DynamoReadModels {
         &self,
         id: &str,
     ) -> Result<Vec<HashMap<String, AttributeValue>>, ViewError> {
+        self.query_partition(id, None).await
+    }
+
+    /// Every item of one partition of the deployments table, those whose sort key starts with
+    /// `prefix` when one is given, strongly consistent, page after page.
+    async fn query_partition(
+        &self,
+        partition: &str,
+        prefix: Option<&str>,
+    ) -> Result<Vec<HashMap<String, AttributeValue>>, ViewError> {
         let mut items = Vec::new();
         let mut start = None;
         loop {
-            let page = self
+            let query = self
                 .client
                 .query()
                 .table_name(&self.deployments)
                 .consistent_read(true)
-                .key_condition_expression("#id = :id")
                 .expression_attribute_names("#id", ID)
-                .expression_attribute_values(":id", AttributeValue::S(id.to_owned()))
+                .expression_attribute_values(":id", AttributeValue::S(partition.to_owned()));
+            let query = match prefix {
+                None => query.key_condition_expression("#id = :id"),
+                Some(prefix) => query
+                    .key_condition_expression("#id = :id AND begins_with(#item, :prefix)")
+                    .expression_attribute_names("#item", ITEM)
+                    .expression_attribute_values(":prefix", AttributeValue::S(prefix.to_owned())),
+            };
+            let page = query
                 .set_exclusive_start_key(start)
                 .send()
                 .await
@@ -922,29 +939,8 @@ impl DynamoReadModels {
         tenant: &str,
         prefix: &str,
     ) -> Result<Vec<HashMap<String, AttributeValue>>, ViewError> {
-        let mut items = Vec::new();
-        let mut start = None;
-        loop {
-            let page = self
-                .client
-                .query()
-                .table_name(&self.deployments)
-                .consistent_read(true)
-                .key_condition_expression("#id = :id AND begins_with(#item, :prefix)")
-                .expression_attribute_names("#id", ID)
-                .expression_attribute_names("#item", ITEM)
-                .expression_attribute_values(":id", AttributeValue::S(registry_partition(tenant)))
-                .expression_attribute_values(":prefix", AttributeValue::S(prefix.to_owned()))
-                .set_exclusive_start_key(start)
-                .send()
-                .await
-                .map_err(|e| unavailable(Self::call_failed(&self.deployments, "Query", e)))?;
-            items.extend(page.items().iter().cloned());
-            match page.last_evaluated_key() {
-                Some(key) if !key.is_empty() => start = Some(key.clone()),
-                _ => return Ok(items),
-            }
-        }
+        self.query_partition(&registry_partition(tenant), Some(prefix))
+            .await
     }
 
     fn registry_item_error(&self, tenant: &str, reason: String) -> ViewError {
