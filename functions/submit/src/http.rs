@@ -15,25 +15,33 @@
 //! echoed (a malformed body is answered with the place of the fault only, as serde's messages
 //! quote the value they stumbled on), and the ports' errors hold none.
 //!
-//! The cloud account is never taken from the client: a token sent with the request is checked
-//! with the cloud's identity service ([`CheckToken`]), which says the account, its project (the
-//! tenant) and its user (the requester). Without an identity service configured, a request with
-//! a token is refused.
+//! - `403 {"error": "forbidden", "message"}`: the request carries no caller identity that AWS
+//!   verified; nothing was read or recorded.
+//!
+//! Nobody is taken at their word. The function URL takes `AWS_IAM` auth: AWS checks the
+//! request's SigV4 signature and hands the function the signer in the request context
+//! (`requestContext.authorizer.iam`); a request without that identity is refused with 403 before
+//! its body is read, so the function refuses it even where the door in front does not check
+//! (`cargo lambda watch`). The tenant and the requester come from that identity (the signer's
+//! account and ARN), or, when the request brings a cloud token, from the cloud's identity service
+//! ([`CheckToken`]), which says the account, its project (the tenant) and its user (the
+//! requester). A body that names a `tenant` or a `requested_by` is refused (400): no request
+//! chooses whom it acts as. Without an identity service configured, a request with a token is
+//! refused.
 
 use std::collections::BTreeMap;
 
 use lambda_http::http::{Method, StatusCode};
-use lambda_http::{Body, Request, Response};
+use lambda_http::request::RequestContext;
+use lambda_http::{Body, Request, RequestExt, Response};
 use overture_domain::blueprint::{BlueprintError, BlueprintProblem};
 use overture_domain::secret::{SecretString, SecretValues};
 use overture_domain::text::escaped;
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::{submit, CheckToken, CloudSession, Submission, SubmitError, SubmitPorts, TokenError};
-
-/// The tenant of a request that names none and brings no token, as on the command line.
-const DEFAULT_TENANT: &str = "default";
 
 /// What the endpoint reads: a deployment request as JSON.
 ///
@@ -46,12 +54,12 @@ pub struct SubmitRequest {
     pub source: String,
     /// The blueprint's YAML text.
     pub blueprint: String,
-    /// The tenant deploying; with a token, the token's project is the tenant.
+    /// Refused when present: the tenant is the signer's account or the token's project.
     #[serde(default)]
-    pub tenant: Option<String>,
-    /// Who asks; with a token, whom the cloud says it was issued to.
+    pub tenant: Option<IgnoredAny>,
+    /// Refused when present: the requester is the signer or the token's user.
     #[serde(default)]
-    pub requested_by: Option<String>,
+    pub requested_by: Option<IgnoredAny>,
     /// Parameter values, by name.
     #[serde(default)]
     pub params: BTreeMap<String, String>,
@@ -96,8 +104,46 @@ pub struct HttpPorts<'a> {
     pub tokens: Option<&'a dyn CheckToken>,
 }
 
+/// What a request without a verified caller is told.
+const UNSIGNED: &str = "the submit function takes only requests signed with AWS credentials \
+     (its function URL's auth type is AWS_IAM): sign the request with SigV4 for the `lambda` \
+     service, as `overture --backend aws deploy` does";
+
+/// Who signed a request, as AWS verified it: the function URL's `AWS_IAM` auth puts the signer
+/// in the request context, where the client cannot write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// The signer's AWS account: the tenant of a request that brings no cloud token.
+    pub account: String,
+    /// The signer's ARN: the requester of a request that brings no cloud token.
+    pub arn: String,
+}
+
+impl Caller {
+    /// The verified signer of `request`, if the request context holds one with both an account
+    /// and an ARN; an empty field counts as none.
+    pub fn of(request: &Request) -> Option<Self> {
+        let RequestContext::ApiGatewayV2(context) = request.request_context_ref()? else {
+            return None;
+        };
+        let iam = context.authorizer.as_ref()?.iam.as_ref()?;
+        let present = |text: &Option<String>| text.clone().filter(|t| !t.trim().is_empty());
+        Some(Self {
+            account: present(&iam.account_id)?,
+            arn: present(&iam.user_arn)?,
+        })
+    }
+}
+
 /// Answers one HTTP request to the submit endpoint.
 pub async fn on_request(request: Request, ports: &HttpPorts<'_>) -> Response<Body> {
+    // Before anything else: an unsigned caller learns nothing, not even the method to use.
+    let Some(caller) = Caller::of(&request) else {
+        return answer(
+            StatusCode::FORBIDDEN,
+            &json!({"error": "forbidden", "message": UNSIGNED}),
+        );
+    };
     if request.method() != Method::POST {
         return answer(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -115,7 +161,7 @@ pub async fn on_request(request: Request, ports: &HttpPorts<'_>) -> Response<Bod
         Err(error) => return malformed(&error),
     };
     let source = parsed.source.clone();
-    match submission(parsed, ports.tokens).await {
+    match submission(parsed, &caller, ports.tokens).await {
         Ok(submission) => match submit(submission, &ports.submit).await {
             Ok(deployment) => answer(
                 StatusCode::CREATED,
@@ -142,12 +188,28 @@ fn problem(field: &str, problem: impl Into<String>) -> Refusal {
     }]))
 }
 
-/// The submission a request makes, its token checked with the cloud: with a token, the tenant
-/// and the requester are whom the cloud says, never what the client says.
+/// The submission a request makes, its token checked with the cloud: the tenant and the
+/// requester are whom the cloud says the token is for or, without a token, who signed the
+/// request; never what the client says.
 async fn submission(
     request: SubmitRequest,
+    caller: &Caller,
     tokens: Option<&dyn CheckToken>,
 ) -> Result<Submission, Refusal> {
+    if request.tenant.is_some() {
+        return Err(problem(
+            "tenant",
+            "a request cannot choose its tenant: it is the account that signed the request, or \
+             the cloud token's project; leave `tenant` out",
+        ));
+    }
+    if request.requested_by.is_some() {
+        return Err(problem(
+            "requested_by",
+            "a request cannot choose who asks: it is whoever signed the request, or the cloud \
+             token's user; leave `requested_by` out",
+        ));
+    }
     let cloud =
         match (request.token, tokens) {
             (None, _) => None,
@@ -166,39 +228,11 @@ async fn submission(
             },
         };
     let (tenant, requested_by) = match &cloud {
-        Some(session) => {
-            if let Some(tenant) = request
-                .tenant
-                .as_ref()
-                .filter(|t| **t != session.account.project)
-            {
-                return Err(problem(
-                    "tenant",
-                    format!(
-                        "`{}`: the token is for project `{}`, and a deployment's tenant is its \
-                         token's project; leave out the tenant",
-                        escaped(tenant),
-                        escaped(&session.account.project)
-                    ),
-                ));
-            }
-            (
-                session.account.project.clone(),
-                session.account.user.clone(),
-            )
-        }
-        None => {
-            let Some(requested_by) = request.requested_by.filter(|r| !r.trim().is_empty()) else {
-                return Err(problem(
-                    "requested_by",
-                    "say who asks for the deployment (or send a cloud token, whose user is the requester)",
-                ));
-            };
-            (
-                request.tenant.unwrap_or_else(|| DEFAULT_TENANT.into()),
-                requested_by,
-            )
-        }
+        Some(session) => (
+            session.account.project.clone(),
+            session.account.user.clone(),
+        ),
+        None => (caller.account.clone(), caller.arn.clone()),
     };
     Ok(Submission {
         triggered_by: None,
@@ -254,8 +288,8 @@ fn malformed(error: &serde_json::Error) -> Response<Body> {
         serde_json::error::Category::Syntax => "the request body is not JSON",
         serde_json::error::Category::Data => {
             "the request body is not a deployment request (`source` and `blueprint` are \
-             required; `params`, `secrets` and `files` map names to text; `tenant`, \
-             `requested_by` and `token` are text; nothing else is read)"
+             required; `params`, `secrets` and `files` map names to text; `token` is text; \
+             nothing else is read)"
         }
     };
     let message = format!("{what}, at line {} column {}", error.line(), error.column());

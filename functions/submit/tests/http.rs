@@ -1,13 +1,15 @@
 //! The submit function over HTTP, called with request values on in-memory ports: what each
-//! kind of request is answered, whose account a token acts for, and that no secret's value or
-//! token ever comes back.
+//! kind of request is answered, whose account a token acts for, that only a request AWS verified
+//! the signer of is read, that no request chooses its tenant or requester, and that no secret's
+//! value or token ever comes back.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
 use lambda_http::http::StatusCode;
-use lambda_http::{Body, Request, Response};
+use lambda_http::request::RequestContext;
+use lambda_http::{Body, Request, RequestExt, Response};
 use overture_domain::secret::{SecretString, SecretValues};
 use overture_domain::DeploymentState;
 use overture_events::{CloudAccount, DeploymentEvent, DeploymentId, Timestamp};
@@ -138,13 +140,44 @@ impl CheckToken for FakeIdentity {
             auth_url: "http://127.0.0.1:5000/v3".into(),
             project_id: "p-1".into(),
             project: "acme".into(),
+            domain: "Default".into(),
             user: "grace".into(),
             endpoints: vec![],
         })
     }
 }
 
-fn post(body: &Value) -> Request {
+/// The account and the ARN of the signer AWS verified, as the function URL's `AWS_IAM` auth
+/// hands them to the function.
+const ACCOUNT: &str = "123456789012";
+const SIGNER: &str = "arn:aws:iam::123456789012:user/ada";
+
+/// The request context of a function URL with `AWS_IAM` auth, as Lambda sends it (its JSON).
+fn signed_context() -> RequestContext {
+    serde_json::from_value(json!({
+        "accountId": "anonymous",
+        "apiId": "abcdefgh",
+        "domainName": "abcdefgh.lambda-url.eu-west-1.on.aws",
+        "domainPrefix": "abcdefgh",
+        "http": { "method": "POST", "path": "/deployments", "protocol": "HTTP/1.1",
+                  "sourceIp": "192.0.2.1", "userAgent": "overture" },
+        "requestId": "r-1",
+        "routeKey": "$default",
+        "stage": "$default",
+        "time": "01/Jan/2030:00:00:00 +0000",
+        "timeEpoch": 1_893_456_000_000_u64,
+        "authorizer": { "iam": {
+            "accessKey": "AKIAEXAMPLE", "accountId": ACCOUNT, "callerId": "AIDAEXAMPLE",
+            "cognitoIdentity": null, "principalOrgId": null,
+            "userArn": SIGNER, "userId": "AIDAEXAMPLE"
+        } }
+    }))
+    .expect("a function URL's request context")
+}
+
+/// A POST of `body` without a verified signer: what `cargo lambda watch` hands the function, or
+/// a function URL whose auth type is NONE.
+fn unsigned(body: &Value) -> Request {
     lambda_http::http::Request::builder()
         .method("POST")
         .uri("/deployments")
@@ -152,12 +185,15 @@ fn post(body: &Value) -> Request {
         .expect("a request")
 }
 
+/// A POST of `body` signed by [`SIGNER`], as the function URL hands it on.
+fn post(body: &Value) -> Request {
+    unsigned(body).with_request_context(signed_context())
+}
+
 fn request(blueprint: &str) -> Value {
     json!({
         "source": "examples/hello/blueprint.yaml",
         "blueprint": blueprint,
-        "tenant": "acme",
-        "requested_by": "ada",
         "params": {},
         "secrets": { "api_token": SECRET },
         "files": {},
@@ -234,7 +270,7 @@ async fn a_valid_request_is_recorded_and_answered_201_with_the_deployment_id() {
     };
     assert_eq!(
         (tenant.as_str(), requested_by.as_str(), trigger.as_str()),
-        ("acme", "ada", "http")
+        (ACCOUNT, SIGNER, "http")
     );
     assert_eq!(source, "examples/hello/blueprint.yaml");
     let recorded =
@@ -297,7 +333,8 @@ async fn a_malformed_body_is_answered_400_without_quoting_it() {
     let not_json = lambda_http::http::Request::builder()
         .method("POST")
         .body(Body::from(format!("{{\"secrets\": {SECRET}")))
-        .expect("request");
+        .expect("request")
+        .with_request_context(signed_context());
     let log = MemoryLog::new(Timestamp::UNIX_EPOCH);
     let seal = FakeSeal::new(Sealing::Works);
     let payloads = MemoryPayloads::default();
@@ -331,7 +368,8 @@ async fn only_post_submits() {
     let get = lambda_http::http::Request::builder()
         .method("GET")
         .body(Body::Empty)
-        .expect("request");
+        .expect("request")
+        .with_request_context(signed_context());
     let (status, _) = read(&on_request(get, &ports).await);
     assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
 }
@@ -392,8 +430,6 @@ async fn with_a_token_the_cloud_says_the_tenant_and_the_requester() {
     let identity = FakeIdentity { up: true };
     let mut body = request(IN_A_CLOUD);
     body["secrets"] = json!({});
-    body["tenant"] = Value::Null;
-    body["requested_by"] = json!("mallory");
     body["token"] = json!(TOKEN);
     let (status, answer) = answer_on(
         &body,
@@ -448,7 +484,6 @@ type TokenCase<'a> = (
 async fn a_token_is_refused_unless_the_cloud_vouches_for_it() {
     let mut with_token = request(IN_A_CLOUD);
     with_token["secrets"] = json!({});
-    with_token["tenant"] = Value::Null;
     with_token["token"] = json!(TOKEN);
     let mut other_tenant = with_token.clone();
     other_tenant["tenant"] = json!("globex");
@@ -518,4 +553,124 @@ fn the_request_type_never_needs_printing() {
     let values: BTreeMap<String, SecretString> =
         [("api_token".to_owned(), SecretString::from(SECRET))].into();
     assert!(!format!("{values:?}").contains(SECRET));
+}
+
+/// Answers `request` on a working seal and an empty log; the log and the seal, to look at.
+async fn answer_request(request: Request) -> (StatusCode, Value, MemoryLog, FakeSeal) {
+    let log = MemoryLog::new(Timestamp::UNIX_EPOCH);
+    let seal = FakeSeal::new(Sealing::Works);
+    let payloads = MemoryPayloads::default();
+    let identity = FakeIdentity { up: true };
+    let ports = HttpPorts {
+        submit: SubmitPorts {
+            log: &log,
+            seals: &seal,
+            payloads: &payloads,
+            clock: &FixedClock(Timestamp::UNIX_EPOCH),
+        },
+        tokens: Some(&identity),
+    };
+    let (status, body) = read(&on_request(request, &ports).await);
+    (status, body, log, seal)
+}
+
+#[tokio::test]
+async fn a_request_without_a_verified_signer_is_refused_403_and_nothing_is_recorded() {
+    let mut with_token = request(IN_A_CLOUD);
+    with_token["secrets"] = json!({});
+    with_token["token"] = json!(TOKEN);
+    let mut no_arn = signed_context();
+    if let RequestContext::ApiGatewayV2(context) = &mut no_arn {
+        if let Some(iam) = context
+            .authorizer
+            .as_mut()
+            .and_then(|authorizer| authorizer.iam.as_mut())
+        {
+            iam.user_arn = Some(String::new());
+        }
+    }
+    let get = lambda_http::http::Request::builder()
+        .method("GET")
+        .body(Body::Empty)
+        .expect("request");
+    let cases = [
+        ("a valid request", unsigned(&request(HELLO))),
+        // A token vouches for a cloud account, not for the caller of this door.
+        ("a valid cloud token", unsigned(&with_token)),
+        ("a malformed body", unsigned(&json!("nonsense"))),
+        ("another method", get),
+        (
+            "a signer without an ARN",
+            unsigned(&request(HELLO)).with_request_context(no_arn),
+        ),
+    ];
+    for (case, request) in cases {
+        let (status, body, log, seal) = answer_request(request).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{case}: {body}");
+        assert_eq!(body["error"], "forbidden", "{case}: {body}");
+        assert!(
+            body["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("AWS_IAM") && m.contains("SigV4")),
+            "{case}: the answer says how to be let in: {body}"
+        );
+        assert_eq!(log.appends(), 0, "{case}: nothing recorded");
+        assert!(
+            seal.sealed.lock().expect("lock").is_empty(),
+            "{case}: nothing sealed"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_body_cannot_choose_its_tenant_or_its_requester() {
+    let mut with_token = request(IN_A_CLOUD);
+    with_token["secrets"] = json!({});
+    with_token["token"] = json!(TOKEN);
+    let cases = [
+        ("a tenant", request(HELLO), "tenant", json!("globex")),
+        (
+            "a requester",
+            request(HELLO),
+            "requested_by",
+            json!("mallory"),
+        ),
+        // Even the tenant the signer would get, or another type: naming it is refused.
+        ("its own tenant", request(HELLO), "tenant", json!(ACCOUNT)),
+        (
+            "a tenant of another type",
+            request(HELLO),
+            "tenant",
+            json!(7),
+        ),
+        (
+            "a requester beside a token",
+            with_token.clone(),
+            "requested_by",
+            json!("mallory"),
+        ),
+        (
+            "a tenant beside a token",
+            with_token,
+            "tenant",
+            json!("acme"),
+        ),
+    ];
+    for (case, mut body, field, value) in cases {
+        body[field] = value;
+        let (status, answer, log, seal) = answer_request(post(&body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{case}: {answer}");
+        assert_eq!(answer["problems"][0]["field"], field, "{case}: {answer}");
+        assert!(
+            answer["problems"][0]["problem"]
+                .as_str()
+                .is_some_and(|p| p.contains(&format!("leave `{field}` out"))),
+            "{case}: the fix is named: {answer}"
+        );
+        assert_eq!(log.appends(), 0, "{case}: nothing recorded");
+        assert!(
+            seal.sealed.lock().expect("lock").is_empty(),
+            "{case}: nothing sealed"
+        );
+    }
 }
