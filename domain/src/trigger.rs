@@ -2,8 +2,12 @@
 //!
 //! - [`parse`] reads and checks a trigger file (YAML, a `triggers:` list) into a [`TriggerFile`],
 //!   reporting every problem like a blueprint does: the field and the fix.
-//! - [`IncomingEvent::from_json`] reads an event: CloudEvents 1.0 JSON, or the EventBridge shape
-//!   (`detail-type`, `detail`) mapped onto the same form.
+//! - [`IncomingEvent::from_json`] reads a caller's event: CloudEvents 1.0 JSON, or the
+//!   EventBridge shape (`detail-type`, `detail`) mapped onto the same form. A caller's event never
+//!   speaks for Overture: the source [`OVERTURE_SOURCE`] is refused
+//!   ([`EventError::ReservedSource`]), so no caller can forge or pre-empt a deployment's end.
+//!   [`IncomingEvent::from_published_json`] reads what the engine published back, for a
+//!   receiver that checks an end against the log before it believes it.
 //! - [`Trigger::evaluate`] decides what a trigger does with an event: deploy (with its params
 //!   rendered from `{{ event.PATH }}` templates), not match (naming the condition that failed),
 //!   or refuse (a chain past [`MAX_CHAIN_DEPTH`], a template the event cannot fill).
@@ -156,11 +160,28 @@ pub enum EventError {
     /// The depth extension is not a whole number.
     #[error("`overturedepth` must be a whole number (the chain's depth)")]
     Depth,
+    /// A caller's event under the source only the engine publishes under.
+    #[error(
+        "`source` is `overture`, which only the engine publishes under (a deployment's end); \
+         send your event under a source of your own"
+    )]
+    ReservedSource,
 }
 
 impl IncomingEvent {
-    /// Reads a CloudEvent, or an EventBridge event mapped onto one.
+    /// Reads a caller's event: a CloudEvent, or an EventBridge event mapped onto one. The
+    /// source [`OVERTURE_SOURCE`] is refused: a deployment's end is delivered by the engine only.
     pub fn from_json(value: Value) -> Result<Self, EventError> {
+        let event = Self::from_published_json(value)?;
+        if event.source == OVERTURE_SOURCE {
+            return Err(EventError::ReservedSource);
+        }
+        Ok(event)
+    }
+
+    /// Reads an event as [`IncomingEvent::from_json`] does, the engine's own source included:
+    /// for a receiver of what the engine published, which checks an end against the log.
+    pub fn from_published_json(value: Value) -> Result<Self, EventError> {
         let Value::Object(object) = value else {
             return Err(EventError::NotAnObject);
         };
@@ -696,6 +717,32 @@ triggers:
         assert_eq!(
             IncomingEvent::from_json(json!([])),
             Err(EventError::NotAnObject)
+        );
+    }
+
+    #[test]
+    fn a_callers_event_cannot_speak_for_overture() {
+        let forged = json!({
+            "specversion": "1.0", "id": "d1.succeeded", "source": OVERTURE_SOURCE,
+            "type": "deployment.succeeded", "data": { "id": "d1" }
+        });
+        assert_eq!(
+            IncomingEvent::from_json(forged.clone()),
+            Err(EventError::ReservedSource)
+        );
+        let bridged = json!({
+            "id": "d1.succeeded", "source": OVERTURE_SOURCE,
+            "detail-type": "deployment.succeeded", "detail": {}
+        });
+        assert_eq!(
+            IncomingEvent::from_json(bridged),
+            Err(EventError::ReservedSource)
+        );
+        assert!(EventError::ReservedSource.to_string().contains("`source`"));
+        let published = IncomingEvent::deployment_ended("d1", "acme", "b", "succeeded", 0);
+        assert_eq!(
+            IncomingEvent::from_published_json(published.document.clone()),
+            Ok(published)
         );
     }
 

@@ -7,10 +7,17 @@
 //! on the trigger events queue ([`PublishEvents`]), where the triggers function receives them
 //! like any other event. An end delivered twice is published twice with the same event id,
 //! which the trigger ledger claims once.
+//!
+//! Anyone who may put a message on that queue could write an `overture` end too, so the
+//! triggers function believes none as written: [`recorded_end`] reads the deployment it names
+//! from the log and dispatches the end the engine makes of that record, or nothing when the log
+//! holds no such end (a forged end of a deployment still running can never pre-empt the real
+//! one).
 
 use async_trait::async_trait;
 use aws_lambda_events::event::dynamodb::Event;
 use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
+use overture_domain::deployment::{Outcome, Phase};
 use overture_domain::trigger::IncomingEvent;
 use overture_domain::DeploymentState;
 use overture_events::DeploymentId;
@@ -80,6 +87,71 @@ pub fn ending_status(event_type: &str) -> Option<&'static str> {
         "DeploymentCancelled" => Some("cancelled"),
         _ => None,
     }
+}
+
+/// The status an outcome is published with: `succeeded`, `failed` or `cancelled`.
+pub const fn status_of(outcome: Outcome) -> &'static str {
+    match outcome {
+        Outcome::Succeeded => "succeeded",
+        Outcome::Failed => "failed",
+        Outcome::Cancelled => "cancelled",
+    }
+}
+
+/// Why an `overture` end read from the queue was not believed.
+#[derive(Debug, thiserror::Error)]
+pub enum UnrecordedEnd {
+    /// The log holds no such end: the deployment is unknown, still running, or ended otherwise.
+    #[error(
+        "`source` is `overture`, but the log holds no such end ({0}); only the engine publishes \
+         under that source"
+    )]
+    NotInTheLog(String),
+    /// It came from a caller (delivered for a tenant, through the API), not from the engine.
+    #[error("`source` is `overture`, which only the engine publishes under; a caller sent this")]
+    FromACaller,
+    /// The log could not be read.
+    #[error(transparent)]
+    Log(#[from] LogError),
+}
+
+impl UnrecordedEnd {
+    /// Whether reading the log again later may succeed.
+    pub const fn is_retryable(&self) -> bool {
+        match self {
+            UnrecordedEnd::NotInTheLog(_) | UnrecordedEnd::FromACaller => false,
+            UnrecordedEnd::Log(error) => error.is_retryable(),
+        }
+    }
+}
+
+/// The end the engine made of the deployment `event` names, as the log records it. Nothing of
+/// `event` is trusted but the deployment's id and the status it claims, which must be the
+/// recorded ones; tenant, blueprint and depth come from the log.
+pub async fn recorded_end(
+    event: &IncomingEvent,
+    log: &dyn DeploymentLog,
+) -> Result<IncomingEvent, UnrecordedEnd> {
+    let not_in_the_log = |why: &str| UnrecordedEnd::NotInTheLog(why.to_owned());
+    let deployment: DeploymentId = event
+        .lookup("data.id")
+        .and_then(serde_json::Value::as_str)
+        .and_then(|id| id.parse().ok())
+        .ok_or_else(|| not_in_the_log("data.id names no deployment"))?;
+    let state = log.load(deployment).await?.state;
+    let Phase::Finished(outcome) = state.phase else {
+        return Err(not_in_the_log(&format!(
+            "deployment {deployment} has not ended"
+        )));
+    };
+    let ended = end_of(deployment, &state, status_of(outcome));
+    if ended.id != event.id || ended.event_type != event.event_type {
+        return Err(not_in_the_log(&format!(
+            "deployment {deployment} ended {}",
+            status_of(outcome)
+        )));
+    }
+    Ok(ended)
 }
 
 /// The event a deployment's end publishes.

@@ -11,12 +11,17 @@
 //! The message attribute [`TENANT_ATTRIBUTE`], when present, is the tenant the event was
 //! delivered for (the HTTP API sets it to the caller's tenant): triggers of other tenants refuse
 //! it. Events put on the queue by the operator's own sources carry none.
+//!
+//! An event under the engine's own source (`overture`, a deployment's end) is believed only as
+//! the log records it ([`recorded_end`]): one the log does not hold, or one delivered for a
+//! tenant (a caller's, through the API), is given back as not the engine's and starts nothing.
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
-use overture_domain::trigger::{IncomingEvent, TriggerFile};
+use overture_domain::trigger::{IncomingEvent, TriggerFile, OVERTURE_SOURCE};
 use overture_kit::batch::{BatchFailed, BatchTally};
 
 use crate::bundle::LoadBundle;
+use crate::ends::{recorded_end, UnrecordedEnd};
 use crate::{
     dispatch, DispatchError, FindBlueprints, SecretVariables, TriggerLedger, TriggerPorts,
 };
@@ -51,6 +56,14 @@ pub enum MessageError {
         /// What is wrong with it.
         reason: String,
     },
+    /// An `overture` end the log does not hold, or one a caller sent: nothing was dispatched.
+    #[error("message {message_id} is not the engine's: {reason}")]
+    NotTheEngines {
+        /// The message's id.
+        message_id: String,
+        /// Why it was not believed.
+        reason: UnrecordedEnd,
+    },
     /// The event could not be wholly dispatched.
     #[error(transparent)]
     Dispatch(#[from] DispatchError),
@@ -61,6 +74,7 @@ impl MessageError {
     pub fn is_retryable(&self) -> bool {
         match self {
             MessageError::NotAnEvent { .. } => false,
+            MessageError::NotTheEngines { reason, .. } => reason.is_retryable(),
             MessageError::Dispatch(error) => error.is_retryable(),
         }
     }
@@ -138,11 +152,26 @@ async fn on_event_message(
     };
     let body = message.body.as_deref().unwrap_or("");
     let value = serde_json::from_str(body).map_err(|e| not_an_event(format!("not JSON: {e}")))?;
-    let event = IncomingEvent::from_json(value).map_err(|e| not_an_event(e.to_string()))?;
+    let event =
+        IncomingEvent::from_published_json(value).map_err(|e| not_an_event(e.to_string()))?;
     let caller = message
         .message_attributes
         .get(TENANT_ATTRIBUTE)
         .and_then(|attribute| attribute.string_value.as_deref());
+    let event = if event.source == OVERTURE_SOURCE {
+        let not_the_engines = |reason| MessageError::NotTheEngines {
+            message_id: message.message_id.clone().unwrap_or_default(),
+            reason,
+        };
+        if caller.is_some() {
+            return Err(not_the_engines(UnrecordedEnd::FromACaller));
+        }
+        recorded_end(&event, ports.submit.log)
+            .await
+            .map_err(not_the_engines)?
+    } else {
+        event
+    };
     let dispatched = dispatch(file, &event, caller, ports).await?;
     for decision in &dispatched.decisions {
         tracing::info!(

@@ -635,3 +635,69 @@ fn stream_record(envelope: &overture_events::Envelope) -> serde_json::Value {
         },
     })
 }
+
+#[tokio::test]
+async fn a_forged_end_on_the_queue_starts_nothing_and_the_real_end_still_chains() {
+    use overture_kit::Cause;
+
+    let world = World::new();
+    let published = Published(Some(world.bundle.clone()));
+    let id = world.send(&release("r-1", "stable"), None).await.started[0].id;
+    // Written by hand while the deployment still runs, as anyone who may send to the queue could.
+    let forged = serde_json::json!({
+        "specversion": "1.0", "id": format!("{id}.succeeded"), "source": "overture",
+        "type": "deployment.succeeded", "overturedepth": 0,
+        "data": { "id": id.to_string(), "tenant": "acme", "blueprint": "app", "status": "succeeded" },
+    })
+    .to_string();
+    let before = world.verdicts();
+    let answer = on_event_messages(
+        &batch(vec![
+            message("m-forged", &forged, None),
+            message("m-caller", &forged, Some("acme")),
+        ]),
+        &world.queue_ports(&published),
+    )
+    .await;
+    assert!(
+        matches!(&answer, Err(failed) if !failed.retryable),
+        "{answer:?}"
+    );
+    assert_eq!(
+        world.verdicts(),
+        before,
+        "nothing recorded for a forged end"
+    );
+
+    let cause = Cause::new("orchestrator", id, id.uuid());
+    let loaded = world.log.load(id).await.expect("loaded");
+    world
+        .log
+        .append(
+            id,
+            "acme",
+            loaded.revision,
+            vec![DeploymentEvent::DeploymentSucceeded {}],
+            &cause,
+        )
+        .await
+        .expect("appended");
+    let genuine = end_of(
+        id,
+        &world.log.load(id).await.expect("loaded").state,
+        "succeeded",
+    );
+    let answer = on_event_messages(
+        &batch(vec![message("m-end", &genuine.document.to_string(), None)]),
+        &world.queue_ports(&published),
+    )
+    .await
+    .expect("answered");
+    assert!(answer.batch_item_failures.is_empty());
+    let chained = world.verdicts();
+    assert_eq!(
+        chained.last(),
+        Some(&("smoke-after-app".to_owned(), Verdict::Deployed)),
+        "{chained:?}"
+    );
+}

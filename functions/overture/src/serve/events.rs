@@ -11,9 +11,9 @@ use overture_api::{DeliverError, DeliverEvents};
 use overture_triggers::DispatchError;
 use serde_json::{json, Value};
 
-use overture_domain::deployment::{Outcome, Phase};
+use overture_domain::deployment::Phase;
 use overture_events::DeploymentId;
-use overture_triggers::ends::end_of;
+use overture_triggers::ends::{end_of, status_of};
 
 use crate::engine::Engine;
 use crate::triggers::{read_event, Dispatcher};
@@ -99,13 +99,8 @@ async fn carry_on_chain(
         let _ = tokio::time::timeout(LOOK_AGAIN, notified).await;
     };
     let (state, outcome) = outcome;
-    let status = match outcome {
-        Outcome::Succeeded => "succeeded",
-        Outcome::Failed => "failed",
-        Outcome::Cancelled => "cancelled",
-    };
     let tenant = state.tenant.clone();
-    let ended = end_of(id, &state, status);
+    let ended = end_of(id, &state, status_of(outcome));
     let started = dispatcher.dispatch(&ended, Some(&tenant)).await?.started;
     dispatcher.follow(started, Some(&tenant), false).await?;
     Ok(())
