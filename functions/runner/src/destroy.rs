@@ -22,8 +22,8 @@ use overture_kit::{execute, Cause, DeploymentLog};
 use crate::logs::{AttemptLogs, LogName};
 use crate::step::{collected, sandbox_job, StepInput};
 use crate::{
-    fetch_files, millis, sandbox_id, terraform, with_tail, KeepStepState, RunError, RunSandboxed,
-    RunnerError, SandboxExit, ACTOR,
+    fetch_files, millis, sandbox_id, shown_output, terraform, with_tail, KeepStepState, RunError,
+    RunSandboxed, RunnerError, SandboxExit, ACTOR,
 };
 
 /// The ports [`destroy`] uses.
@@ -313,7 +313,10 @@ async fn destroy_step(
     };
     Ok(StepEnd::Failed {
         exit_code,
-        message: with_tail(masker.mask(&headline), &masker.mask_bytes(&result.output)),
+        message: with_tail(
+            masker.mask(&headline),
+            &shown_output(masker, &result.output),
+        ),
         duration: result.duration,
     })
 }

@@ -651,7 +651,7 @@ async fn run_in_sandbox(
         let _ = execute(ports.log, deployment, "", &cause, |_| command.clone()).await?;
     }
 
-    let output = masker.mask_bytes(&result.output);
+    let output = shown_output(&masker, &result.output);
     let failure = |class, exit_code, headline: String| Outcome::Failure {
         class,
         exit_code,
@@ -771,7 +771,7 @@ async fn check_service(
         SandboxExit::Code(code) => code,
         _ => -1,
     };
-    let output = masker.mask_bytes(&result.output);
+    let output = shown_output(&masker, &result.output);
     Ok(
         match service_check::conclude(input, provision, code, &result.collected) {
             Ok(registrations) => Outcome::Success {
@@ -1038,6 +1038,16 @@ async fn watch_for_abandonment(
                 tracing::warn!(%deployment, %error, "could not check whether the attempt is still wanted")
             }
         }
+    }
+}
+
+/// A sandbox's output tail as a message may show it: masked, and, when its start may have been
+/// cut away, without the first bytes, which could be the end of a secret whose start was cut.
+fn shown_output(masker: &Masker, output: &[u8]) -> String {
+    if output.len() >= OUTPUT_LIMIT {
+        masker.mask_tail(output)
+    } else {
+        masker.mask_bytes(output)
     }
 }
 

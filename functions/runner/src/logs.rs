@@ -37,14 +37,16 @@ pub trait AttemptLogs: Send + Sync {
     ) -> Result<Box<dyn Write + Send + Sync>, PortError>;
 }
 
-/// The longest line held back while waiting for its end; a longer one is masked and written in
-/// pieces, and a secret split across two pieces could then slip through.
+/// The most of one line held back while waiting for its end; of a longer one, all but its last
+/// [`Masker::hold_back`] bytes is masked and written, so that no secret is split.
 const MAX_HELD: usize = 64 * 1024;
 
 /// Writes output line by line with every secret value replaced by `***`.
 ///
 /// A secret may arrive split across two reads of the pipe, so nothing is written before its
-/// line is complete (or [`MAX_HELD`] bytes long); [`flush`](Write::flush) writes what is held.
+/// line is complete; of a line longer than [`MAX_HELD`] bytes, what [`Masker::releasable`] lets
+/// go is written, and the last bytes, which may begin a secret, wait for what follows.
+/// [`flush`](Write::flush) means the output has ended: it writes all that is held.
 pub struct MaskingWriter<W: Write> {
     inner: W,
     masker: Masker,
@@ -75,7 +77,8 @@ impl<W: Write> Write for MaskingWriter<W> {
             self.write_held(end + 1)?;
         }
         if self.held.len() >= MAX_HELD {
-            self.write_held(self.held.len())?;
+            let cut = self.masker.releasable(&self.held);
+            self.write_held(cut)?;
         }
         Ok(bytes.len())
     }
@@ -108,6 +111,56 @@ mod tests {
         assert_eq!(
             String::from_utf8(out).expect("utf-8"),
             "login: ***\nnext line ***"
+        );
+    }
+
+    /// What `text`, written in pieces of `piece` bytes and flushed, leaves in the log.
+    fn logged(masker: &Masker, text: &[u8], piece: usize) -> String {
+        let mut out = Vec::new();
+        {
+            let mut writer = MaskingWriter::new(&mut out, masker.clone());
+            for chunk in text.chunks(piece) {
+                writer.write_all(chunk).expect("written");
+            }
+            writer.flush().expect("flushed");
+        }
+        String::from_utf8(out).expect("utf-8")
+    }
+
+    #[test]
+    fn a_secret_anywhere_around_the_held_limit_of_one_long_line_is_masked() {
+        let secret = "s3cr3t-at-the-boundary";
+        let masker = Masker::new([&SecretString::from(secret)]);
+        // The pipe is read 16 KiB at a time; 4093 is prime, so its boundaries fall everywhere.
+        for piece in [16 * 1024, 4093] {
+            for offset in MAX_HELD - 2 * secret.len()..MAX_HELD + 2 * secret.len() {
+                let mut line = "a".repeat(offset) + secret;
+                line.push_str(&"b".repeat(3 * MAX_HELD - line.len()));
+                let out = logged(&masker, line.as_bytes(), piece);
+                assert!(
+                    !out.contains(&secret[..secret.len() / 2])
+                        && !out.contains(&secret[secret.len() / 2..]),
+                    "secret at byte {offset}, written {piece} bytes at a time"
+                );
+                assert_eq!(
+                    out.len(),
+                    line.len() - secret.len() + 3,
+                    "nothing else changes"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_long_line_is_written_before_it_ends() {
+        let mut out = Vec::new();
+        let mut writer = MaskingWriter::new(&mut out, Masker::new([&SecretString::from("abcd")]));
+        writer.write_all(&vec![b'x'; MAX_HELD]).expect("written");
+        drop(writer);
+        assert_eq!(
+            out.len(),
+            MAX_HELD - 3,
+            "all but the 3 bytes a secret could start in"
         );
     }
 

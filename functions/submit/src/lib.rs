@@ -34,7 +34,9 @@ use async_trait::async_trait;
 use overture_domain::blueprint::SERVERS_KIND;
 use overture_domain::blueprint::{self, BlueprintError, BlueprintProblem};
 use overture_domain::deployment::SealedCredentials;
-use overture_domain::secret::{SecretString, SecretValues, SSH_KEY_SECRET, TOKEN_SECRET};
+use overture_domain::secret::{
+    too_short, SecretString, SecretValues, MIN_SECRET, SSH_KEY_SECRET, TOKEN_SECRET,
+};
 use overture_domain::text::{check_name, check_project_name};
 use overture_domain::{DeploymentCommand, DeploymentError};
 use overture_events::{BlueprintSnapshot, CloudAccount, DeploymentId, StoredFile, TriggeredBy};
@@ -401,6 +403,16 @@ pub(crate) fn check_secrets(
         problems.push(BlueprintProblem {
             field: format!("--secret {name}"),
             problem: "the blueprint declares no such secret; list it under `secrets`".into(),
+        });
+    }
+    for name in too_short(given) {
+        problems.push(BlueprintProblem {
+            field: format!("secrets.{name}"),
+            problem: format!(
+                "the value is shorter than {MIN_SECRET} bytes, too short to be masked in the logs \
+                 without turning ordinary output into `***`; give a value of at least \
+                 {MIN_SECRET} bytes"
+            ),
         });
     }
     if problems.is_empty() {
