@@ -353,6 +353,10 @@ async fn with_the_functions_code_the_whole_template_is_created() {
         submit_url.starts_with("https://") && submit_url.contains(".lambda-url."),
         "{submit_url}"
     );
+    assert!(
+        outputs.contains_key("SubmitCallersPolicy"),
+        "the policy that lets a deployer sign in is an output: {outputs:?}"
+    );
     let api_url = outputs.get("ApiUrl").expect("the API's URL is an output");
     assert!(
         api_url.starts_with("https://") && api_url.contains(".lambda-url."),
@@ -377,8 +381,7 @@ async fn with_the_functions_code_the_whole_template_is_created() {
     for (logical, kind) in [
         ("SubmitFunction", "AWS::Lambda::Function"),
         ("SubmitUrl", "AWS::Lambda::Url"),
-        ("SubmitUrlInvoke", "AWS::Lambda::Permission"),
-        ("SubmitUrlFunctionInvoke", "AWS::Lambda::Permission"),
+        ("SubmitCallersPolicy", "AWS::IAM::ManagedPolicy"),
         ("ApiFunction", "AWS::Lambda::Function"),
         ("ApiUrl", "AWS::Lambda::Url"),
         ("ApiUrlInvoke", "AWS::Lambda::Permission"),
@@ -483,6 +486,66 @@ async fn with_the_functions_code_the_whole_template_is_created() {
             mapping.function_response_types(),
             [aws_sdk_lambda::types::FunctionResponseType::ReportBatchItemFailures],
             "{function} reports partial batch failures"
+        );
+    }
+}
+
+/// The template's resources, as YAML (CloudFormation's `!Ref` and `!GetAtt` as tagged values).
+fn template_resources() -> serde_yaml_ng::Mapping {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/template.yaml"))
+        .expect("infra/aws/template.yaml");
+    let template: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).expect("YAML");
+    template["Resources"]
+        .as_mapping()
+        .expect("the template's Resources")
+        .clone()
+}
+
+#[test]
+fn the_submit_url_takes_only_signed_requests_and_no_one_else_is_let_in() {
+    let resources = template_resources();
+    let submit_url = &resources["SubmitUrl"]["Properties"];
+    assert_eq!(
+        submit_url["AuthType"].as_str(),
+        Some("AWS_IAM"),
+        "Lambda checks the SigV4 signature of every request to the submit URL"
+    );
+    // No resource policy opens the submit function to anyone: its callers are let in by the
+    // identity policy their account attaches to them.
+    let submit_names = |value: &serde_yaml_ng::Value| {
+        serde_yaml_ng::to_string(value)
+            .expect("YAML")
+            .contains("SubmitFunction")
+    };
+    for (name, resource) in &resources {
+        if resource["Type"].as_str() == Some("AWS::Lambda::Permission")
+            && submit_names(&resource["Properties"]["FunctionName"])
+        {
+            panic!(
+                "{name:?} grants the submit function to {:?}",
+                resource["Properties"]["Principal"]
+            );
+        }
+    }
+    // The other function URL checks every caller's cloud token itself (the api function's
+    // routes); it is the only one left without AWS_IAM.
+    let open: Vec<String> = resources
+        .iter()
+        .filter(|(_, r)| r["Type"].as_str() == Some("AWS::Lambda::Url"))
+        .filter(|(_, r)| r["Properties"]["AuthType"].as_str() != Some("AWS_IAM"))
+        .filter_map(|(name, _)| name.as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(open, ["ApiUrl"], "function URLs without AWS_IAM auth");
+    let policy = serde_yaml_ng::to_string(&resources["SubmitCallersPolicy"]).expect("YAML");
+    for granted in [
+        "lambda:InvokeFunctionUrl",
+        "lambda:FunctionUrlAuthType: AWS_IAM",
+        "lambda:InvokeFunction",
+        "lambda:InvokedViaFunctionUrl",
+    ] {
+        assert!(
+            policy.contains(granted),
+            "the callers' policy says {granted}: {policy}"
         );
     }
 }
