@@ -253,6 +253,12 @@ pub struct SealedCredentials {
 }
 
 impl DeploymentState {
+    /// The tenant the read models and the service registry key it on: its project's id
+    /// ([`crate::tenancy::tenant_of`]). `tenant` stays as recorded, since seals are bound to it.
+    pub fn tenant_id(&self) -> &str {
+        crate::tenancy::tenant_of(&self.tenant, self.cloud.as_ref())
+    }
+
     /// Whether the deployment has ended.
     pub fn is_finished(&self) -> bool {
         matches!(self.phase, Phase::Finished(_))

@@ -13,6 +13,7 @@
 //! - [`history`]: a deployment's past from its log alone (a stream as it stood at a revision or
 //!   an instant), and the check that folding a stream is deterministic.
 //! - [`secret`]: secret values and masking them.
+//! - [`tenancy`]: whose a deployment is: the tenant is the cloud project's id.
 //! - [`shell`]: where a `script` command's references stand in the shell's quoting, and the
 //!   command text that gives each its exact value.
 //! - [`servers`]: the settings of a `servers` step (the groups and servers it makes), read and checked.
@@ -42,6 +43,7 @@ mod steps;
 pub mod template;
 pub mod text;
 pub mod trigger;
+pub mod tenancy;
 
 pub use deployment::{
     Action, Deployment, DeploymentCommand, DeploymentError, DeploymentState, StepStatus,

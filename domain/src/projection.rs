@@ -21,11 +21,15 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use indexmap::IndexMap;
 use overture_events::deployment::SchemaError;
-use overture_events::{DeploymentEvent, DeploymentId, Envelope, ErrorClass, Timestamp};
+use overture_events::{
+    CloudAccount, DeploymentEvent, DeploymentId, Envelope, ErrorClass, Timestamp,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::deployment::StepStatus;
 use crate::registry::Registry;
+use crate::tenancy::tenant_of;
+pub use crate::tenancy::ProjectLabel;
 
 /// A deployment's overall status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -79,8 +83,12 @@ pub struct StepView {
 pub struct DeploymentView {
     /// The deployment id.
     pub id: DeploymentId,
-    /// Its tenant.
+    /// Its tenant: the cloud project's id ([`crate::tenancy`]), or the name a deployment made
+    /// without a token was given.
     pub tenant: String,
+    /// The project the tenant id stands for, for people; none without a cloud account.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<ProjectLabel>,
     /// The blueprint's name.
     pub blueprint: String,
     /// Overall status.
@@ -110,8 +118,12 @@ pub struct DeploymentView {
 pub struct Header {
     /// The deployment id.
     pub id: DeploymentId,
-    /// Its tenant.
+    /// Its tenant: the cloud project's id ([`crate::tenancy`]), or the name a deployment made
+    /// without a token was given.
     pub tenant: String,
+    /// The project the tenant id stands for, for people; none without a cloud account.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<ProjectLabel>,
     /// The blueprint's name.
     pub blueprint: String,
     /// Overall status.
@@ -139,6 +151,7 @@ impl Header {
         DeploymentView {
             id: self.id,
             tenant: self.tenant,
+            project: self.project,
             blueprint: self.blueprint,
             status: self.status,
             steps,
@@ -158,6 +171,7 @@ impl DeploymentView {
         Header {
             id: self.id,
             tenant: self.tenant.clone(),
+            project: self.project.clone(),
             blueprint: self.blueprint.clone(),
             status: self.status,
             started_at: self.started_at,
@@ -465,6 +479,7 @@ fn fold_record(
     let Some(view) = projected.view.as_mut() else {
         let Change::Requested {
             tenant,
+            project,
             blueprint,
             steps,
             services,
@@ -493,6 +508,7 @@ fn fold_record(
         projected.view = Some(DeploymentView {
             id,
             tenant,
+            project,
             blueprint,
             status: DeploymentStatus::Running,
             steps,
@@ -550,8 +566,11 @@ pub fn steps_of(records: &[Envelope]) -> BTreeSet<String> {
 pub enum Change {
     /// `DeploymentRequested`: the view starts, its steps pending.
     Requested {
-        /// The tenant.
+        /// The tenant: the project's id when the record has a cloud account
+        /// ([`crate::tenancy::tenant_of`]).
         tenant: String,
+        /// The project, for people.
+        project: Option<ProjectLabel>,
         /// The blueprint's name.
         blueprint: String,
         /// The blueprint's steps, in order.
@@ -698,9 +717,13 @@ impl From<DeploymentEvent> for Change {
         use DeploymentEvent as E;
         match event {
             E::DeploymentRequested {
-                tenant, blueprint, ..
-            } => Change::Requested {
                 tenant,
+                blueprint,
+                cloud,
+                ..
+            } => Change::Requested {
+                tenant: tenant_of(&tenant, cloud.as_ref()).to_owned(),
+                project: ProjectLabel::of(cloud.as_ref()),
                 services: services_of(blueprint.steps.iter().map(|s| {
                     (
                         s.requires.iter().map(|need| need.service.as_str()),
@@ -795,6 +818,8 @@ impl From<DeploymentEvent> for Change {
 #[derive(Deserialize)]
 struct RequestedFields {
     tenant: String,
+    #[serde(default)]
+    cloud: Option<CloudAccount>,
     blueprint: BlueprintFields,
 }
 
@@ -949,7 +974,8 @@ impl Change {
                 let fields: RequestedFields = read(event_type, data)?;
                 let steps = &fields.blueprint.steps;
                 Change::Requested {
-                    tenant: fields.tenant,
+                    tenant: tenant_of(&fields.tenant, fields.cloud.as_ref()).to_owned(),
+                    project: ProjectLabel::of(fields.cloud.as_ref()),
                     services: services_of(steps.iter().map(|s| {
                         (
                             s.requires.iter().map(|need| need.service.as_str()),

@@ -18,7 +18,9 @@ use crate::template::{Reference, ServiceField, Template};
 pub const DEFAULT_SERVICE_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// One registered instance of a service: a host of a step that answered the service's check.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct ServiceInstance {
     /// The service.
     pub service: String,
@@ -43,8 +45,9 @@ impl ServiceInstance {
     }
 }
 
-/// An instance in the tenant's registry, with the deployment that registered it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// An instance in the tenant's registry, with the deployment that registered it (as
+/// `GET /v1/services` answers it).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RegisteredInstance {
     /// The deployment whose step registered it.
     pub deployment: overture_events::DeploymentId,

@@ -312,10 +312,15 @@ pub struct PinnedHostKey {
 pub struct CloudAccount {
     /// The identity endpoint the token was checked against (`OS_AUTH_URL`).
     pub auth_url: String,
-    /// The project's id in the cloud.
+    /// The project's id in the cloud: the deployment's tenant (ids are never reused; names are
+    /// unique only within a domain, and a project deleted and made again keeps its name).
     pub project_id: String,
-    /// The project's name: the deployment's tenant.
+    /// The project's name, for people.
     pub project: String,
+    /// The name of the project's Keystone domain, for people. Empty in accounts recorded before
+    /// it was kept.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub domain: String,
     /// The user the token was issued to.
     pub user: String,
     /// The `host:port` of each public endpoint in the token's service catalog (Nova, Neutron,
@@ -560,6 +565,7 @@ mod tests {
         });
         let account: CloudAccount = serde_json::from_value(old.clone()).expect("the old shape");
         assert!(account.endpoints.is_empty());
+        assert!(account.domain.is_empty());
         assert_eq!(serde_json::to_value(&account).expect("json"), old);
 
         let now = CloudAccount {

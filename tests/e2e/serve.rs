@@ -432,6 +432,7 @@ async fn the_openapi_document_lists_every_route() {
             "GET /v1/deployments/{id}/events",
             "GET /v1/deployments/{id}/logs/{step}",
             "GET /v1/grants",
+            "GET /v1/services",
             "GET /v1/tenant",
             "POST /v1/deployments",
             "POST /v1/deployments/{id}/cancel",

@@ -1,5 +1,6 @@
 //! Who is asking: the `X-Auth-Token` header, checked with the cloud's identity service on every
-//! request. The tenant is the token's project; nothing the client says overrides it.
+//! request. The tenant is the token's project *id* (names are unique only within a Keystone
+//! domain, and come back when a project is made again); nothing the client says overrides it.
 
 use axum::extract::{Request, State};
 use axum::middleware::Next;
@@ -20,16 +21,21 @@ const MAX_TOKEN: usize = 16 * 1024;
 /// The caller of an authenticated request.
 #[derive(Clone)]
 pub struct Caller {
-    /// Whom the cloud says the token belongs to; `project` is the tenant.
+    /// Whom the cloud says the token belongs to; `project_id` is the tenant.
     pub account: CloudAccount,
     /// The token, for deployments the caller starts (they act with it).
     pub token: SecretString,
 }
 
 impl Caller {
-    /// The caller's tenant.
+    /// The caller's tenant: its token's project id.
     pub fn tenant(&self) -> &str {
-        &self.account.project
+        &self.account.project_id
+    }
+
+    /// Whether a record of `tenant` is the caller's ([`overture_domain::tenancy::owns`]).
+    pub fn owns(&self, tenant: &str) -> bool {
+        overture_domain::tenancy::owns(self.tenant(), tenant)
     }
 }
 

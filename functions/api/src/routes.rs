@@ -18,6 +18,7 @@ use axum::{middleware, Extension, Json, Router};
 use overture_domain::history::{self, Moment};
 use overture_domain::projection::{project, DeploymentStatus, DeploymentView, TenantView};
 use overture_domain::secret::{SecretString, SecretValues};
+use overture_domain::services::RegisteredInstance;
 use overture_domain::text::escaped;
 use overture_domain::DeploymentError;
 use overture_events::{DeploymentId, Envelope};
@@ -43,7 +44,8 @@ use crate::{Api, RunError};
     info(
         title = "Overture",
         description = "Deployments of blueprints, per tenant. Authenticate with your cloud token \
-                       in X-Auth-Token; your tenant is the token's project."
+                       in X-Auth-Token; your tenant is the token's project (by id: two \
+                       projects named alike in two domains are two tenants)."
     ),
     modifiers(&TokenHeader),
     components(schemas(ErrorBody, Problem))
@@ -75,6 +77,7 @@ fn described() -> (OpenApiRouter<Api>, OpenApiRouter<Api>) {
         .routes(routes!(redrive_deployment))
         .routes(routes!(tenant))
         .routes(routes!(grants))
+        .routes(routes!(services))
         .routes(routes!(crate::events::post_event));
     let open = OpenApiRouter::new()
         .routes(routes!(healthz))
@@ -337,7 +340,7 @@ async fn owned_view(api: &Api, caller: &Caller, id: &str) -> Result<DeploymentVi
         return Err(ApiError::no_deployment(id));
     };
     match api.queries.deployment(parsed).await? {
-        Some(view) if view.tenant == caller.tenant() => Ok(view),
+        Some(view) if caller.owns(&view.tenant) => Ok(view),
         _ => Err(ApiError::no_deployment(id)),
     }
 }
@@ -737,7 +740,7 @@ async fn tenant(
     Ok(Json(
         tenants
             .into_iter()
-            .find(|t| t.tenant == caller.tenant())
+            .find(|t| caller.owns(&t.tenant))
             .unwrap_or_else(|| TenantView::new(caller.tenant())),
     ))
 }
@@ -787,6 +790,24 @@ async fn grants(
     responses((status = 200, description = "It answers", body = Object))
 )]
 async fn healthz() -> Json<Value> {
+/// The caller's service registry: the instances its deployments registered, by service, then
+/// address, then port. Another tenant's, even one whose project has the same name, is not shown.
+#[utoipa::path(
+    get,
+    path = "/v1/services",
+    security(("token" = [])),
+    responses(
+        (status = 200, description = "The registered instances", body = [Object]),
+        (status = 401, body = ErrorBody),
+    )
+)]
+async fn services(
+    State(api): State<Api>,
+    Extension(caller): Extension<Caller>,
+) -> Result<Json<Vec<RegisteredInstance>>, ApiError> {
+    Ok(Json(api.queries.service_instances(caller.tenant()).await?))
+}
+
     Json(json!({"status": "ok"}))
 }
 

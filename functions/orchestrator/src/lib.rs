@@ -443,7 +443,7 @@ async fn observe_services(
     let work = |source| OrchestratorError::Work { deployment, source };
     let others: Vec<_> = ports
         .services
-        .instances(&state.tenant)
+        .instances(state.tenant_id())
         .await
         .map_err(work)?
         .into_iter()
@@ -482,7 +482,7 @@ async fn wake_the_interested(
     for service in &decided.services {
         let interested = ports
             .services
-            .interested(&state.tenant, service)
+            .interested(state.tenant_id(), service)
             .await
             .map_err(work)?;
         woken.extend(interested.into_iter().filter(|id| *id != deployment));

@@ -25,6 +25,7 @@ fn cloud() -> CloudAccount {
         auth_url: "http://127.0.0.1:5000/identity/v3".into(),
         project_id: "p-acme".into(),
         project: "acme".into(),
+        domain: "Default".into(),
         user: "ada".into(),
         endpoints: vec![],
     }

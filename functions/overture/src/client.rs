@@ -2,7 +2,7 @@
 //! of the user's cloud token.
 //!
 //! [`Remote`] is the query port ([`QueryDeployments`]) over the API's read routes, so `status`,
-//! `list`, `events`, `logs`, `grants`, `tenants` and `graph` print with the very code they print
+//! `list`, `events`, `logs`, `grants`, `tenants`, `services` and `graph` print with the very code they print
 //! with on a data directory. The server answers only for the token's tenant: another tenant's deployment
 //! answers 404, which reads here as "no such deployment", as it would locally.
 //! [`Remote::act`] posts the commands the API carries out (`cancel`, `redrive`).
@@ -295,6 +295,21 @@ impl QueryDeployments for Remote {
     async fn tenants(&self) -> Result<Vec<TenantView>, QueryError> {
         let tenant: Option<TenantView> = self.get(&["v1", "tenant"], &[]).await?;
         Ok(tenant.into_iter().collect())
+    }
+
+    async fn service_instances(
+        &self,
+        tenant: &str,
+    ) -> Result<Vec<overture_domain::services::RegisteredInstance>, QueryError> {
+        // The server answers with the token's tenant's registry only: another's is empty here,
+        // as another tenant's deployment is "no such deployment".
+        let own = self.tenants().await?;
+        if !own.iter().any(|view| view.tenant == tenant) {
+            return Ok(Vec::new());
+        }
+        let instances: Option<Vec<overture_domain::services::RegisteredInstance>> =
+            self.get(&["v1", "services"], &[]).await?;
+        Ok(instances.unwrap_or_default())
     }
 
     async fn events(&self, id: DeploymentId) -> Result<Vec<Envelope>, QueryError> {

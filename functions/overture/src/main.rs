@@ -121,8 +121,8 @@ struct Cli {
     )]
     backend: Backend,
     /// Go through the HTTP API of an `overture serve` at this URL, as the tenant of your cloud
-    /// token (OS_TOKEN or --token-file): status, list, events, logs, grants, tenants, graph,
-    /// cancel and redrive; the server's tenant boundary applies. Given before the command
+    /// token (OS_TOKEN or --token-file): status, list, events, logs, grants, tenants, services,
+    /// graph, cancel and redrive; the server's tenant boundary applies. Given before the command
     /// (`overture --server URL status ID`), apart from `cloud fault`'s own `--server NAME`.
     #[arg(long, env = "OVERTURE_SERVER", value_name = "URL")]
     server: Option<String>,
@@ -156,7 +156,7 @@ enum Command {
         /// The blueprint file (YAML); several deploy each, driven by this one process.
         #[arg(required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
-        /// The tenant deploying; with a cloud token, the token's project is the tenant.
+        /// The tenant deploying; with a cloud token, the token's project id is the tenant.
         #[arg(long, env = "OVERTURE_TENANT")]
         tenant: Option<String>,
         #[command(flatten)]
@@ -1139,16 +1139,22 @@ async fn deploy(
         ));
     }
     let checked = tokens.pop();
+    // With a token the tenant is its project's id: names repeat across domains and come back
+    // when a project is made again. The id is what --tenant must then say, if anything.
     let tenant = match (&checked, tenant) {
-        (Some(checked), Some(tenant)) if tenant != checked.info.project => {
+        // The project's name is taken too: it says the same project as the token.
+        (Some(checked), Some(tenant))
+            if tenant != checked.info.project_id && tenant != checked.info.project =>
+        {
             return Err(Failure::BadInput(format!(
-                "--tenant {}: the token is for project `{}`, and a deployment's tenant is \
-                 its token's project; leave out --tenant",
+                "--tenant {}: the token is for project `{}` (id {}), and a deployment's tenant \
+                 is its token's project; leave out --tenant",
                 escaped(&tenant),
-                escaped(&checked.info.project)
+                escaped(&checked.info.project),
+                escaped(&checked.info.project_id)
             )))
         }
-        (Some(checked), _) => checked.info.project.clone(),
+        (Some(checked), _) => checked.info.project_id.clone(),
         (None, tenant) => tenant.unwrap_or_else(|| "default".into()),
     };
     // Acting with a token, the requester is whom the cloud says the token belongs to.

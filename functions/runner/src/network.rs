@@ -209,6 +209,7 @@ steps:
             auth_url: "http://127.0.0.1:5000/identity/v3".into(),
             project_id: "p1".into(),
             project: "tenant-b".into(),
+            domain: "Default".into(),
             user: "tenant-b".into(),
             endpoints: vec![],
         });
@@ -259,6 +260,7 @@ steps:
             auth_url: "http://127.0.0.1:5000/identity/v3".into(),
             project_id: "p1".into(),
             project: "tenant-b".into(),
+            domain: "Default".into(),
             user: "tenant-b".into(),
             endpoints: vec![
                 "127.0.0.1:5000".into(),

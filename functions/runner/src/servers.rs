@@ -338,6 +338,7 @@ steps:
             auth_url: "http://127.0.0.1:5000/identity/v3".into(),
             project_id: "p1".into(),
             project: "tenant-a".into(),
+            domain: "Default".into(),
             user: "tenant-a".into(),
             endpoints: vec![],
         }

@@ -733,6 +733,7 @@ Host key verification failed.\r\n";
                 auth_url: "http://127.0.0.1:5000/identity/v3".into(),
                 project_id: "p".into(),
                 project: "acme".into(),
+                domain: "Default".into(),
                 user: "acme".into(),
                 endpoints: vec![],
             });

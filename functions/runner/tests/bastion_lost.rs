@@ -139,6 +139,7 @@ async fn wait_fails_with_the_rule(rule_exists: bool) -> (AttemptReport, E) {
                 auth_url: "http://127.0.0.1:5000/identity/v3".into(),
                 project_id: "p".into(),
                 project: "acme".into(),
+                domain: "Default".into(),
                 user: "ada".into(),
                 endpoints: vec![],
             }),

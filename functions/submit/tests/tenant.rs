@@ -145,6 +145,7 @@ async fn a_cloud_project_is_a_tenant_when_it_is_safe_to_show() {
                 auth_url: "http://127.0.0.1:1/identity/v3".into(),
                 project_id: "p1".into(),
                 project: project.into(),
+                domain: "Default".into(),
                 user: "ada".into(),
                 endpoints: vec![],
             },

@@ -312,6 +312,7 @@ mod tests {
             auth_url: "http://127.0.0.1:9/identity/v3".into(),
             project_id: "p".into(),
             project: "tenant-a".into(),
+            domain: "Default".into(),
             user: "tenant-a".into(),
             endpoints: vec![],
         };

@@ -14,10 +14,12 @@ use super::error::CloudError;
 pub struct TokenInfo {
     /// The identity endpoint the token was validated against (`OS_AUTH_URL`).
     pub auth_url: String,
-    /// The project the token is scoped to: its id.
+    /// The project the token is scoped to: its id, the tenant.
     pub project_id: String,
-    /// The project's name: the tenant.
+    /// The project's name, for people (unique only within its domain).
     pub project: String,
+    /// The name of the project's domain, for people (empty when Keystone did not say).
+    pub domain: String,
     /// The user the token was issued to.
     pub user: String,
     /// When the token stops working.
@@ -33,6 +35,7 @@ impl TokenInfo {
             auth_url: self.auth_url.clone(),
             project_id: self.project_id.clone(),
             project: self.project.clone(),
+            domain: self.domain.clone(),
             user: self.user.clone(),
             endpoints: self.endpoints.clone(),
         }
@@ -72,6 +75,15 @@ struct Named {
 #[derive(Deserialize)]
 struct Project {
     id: String,
+    name: String,
+    /// Keystone always names it; a cloud that does not leaves the domain unshown.
+    #[serde(default)]
+    domain: Option<Domain>,
+}
+
+#[derive(Deserialize)]
+struct Domain {
+    #[serde(default)]
     name: String,
 }
 
@@ -122,6 +134,7 @@ impl TokenBody {
             auth_url: auth_url.to_owned(),
             project_id: project.id,
             project: project.name,
+            domain: project.domain.map(|d| d.name).unwrap_or_default(),
             user: token.user.name,
             expires_at: token.expires_at,
             endpoints: public_host_ports(&token.catalog),
@@ -192,6 +205,7 @@ mod tests {
                 auth_url: "http://h/identity/v3".into(),
                 project_id: "p1".into(),
                 project: "tenant-a".into(),
+                domain: "Default".into(),
                 user: "tenant-a".into(),
                 endpoints: vec!["h:80".into(), "h:9696".into()],
             }

@@ -338,6 +338,7 @@ mod tests {
                 auth_url: "http://h/identity/v3".into(),
                 project_id: "p".into(),
                 project: "tenant-a".into(),
+                domain: "Default".into(),
                 user: "tenant-a".into(),
                 expires_at: chrono::DateTime::UNIX_EPOCH,
                 endpoints: vec![],

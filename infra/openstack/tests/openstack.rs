@@ -549,6 +549,7 @@ async fn a_plan_made_twice_makes_everything_once_and_the_bastion_opens_for_the_e
         auth_url: cloud.auth_url(),
         project_id: info.project_id.clone(),
         project: info.project.clone(),
+        domain: "Default".into(),
         user: info.user.clone(),
         endpoints: vec![],
     };

@@ -142,6 +142,12 @@ const MIGRATIONS: &[&str] = &[
          watched    INTEGER NOT NULL,
          PRIMARY KEY (tenant, service, deployment)
      ) WITHOUT ROWID;",
+    // 9: the tenant is the cloud project's id, no longer its name (names repeat across
+    // Keystone domains). The read models are emptied and their checkpoint dropped, so they are
+    // folded again from the log, where a record made with a token keeps its project's id.
+    "DELETE FROM deployment_views; DELETE FROM step_views; DELETE FROM tenant_views;
+     DELETE FROM service_instances; DELETE FROM service_interests;
+     DELETE FROM checkpoints WHERE name = 'read-models';",
 ];
 
 /// The schema version this build migrates files to.
@@ -208,7 +214,10 @@ mod tests {
             )
             .expect("an old view");
 
-        assert_eq!(migrate(&mut connection).expect("migrated"), 4);
+        // Up to 8 only: 9 empties the read models, to be folded again from the log.
+        for step in &MIGRATIONS[4..8] {
+            connection.execute_batch(step).expect("migrated");
+        }
 
         let (revision, header): (i64, String) = connection
             .query_row("SELECT revision, view FROM deployment_views", [], |row| {
@@ -278,5 +287,35 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    // Views folded when the tenant was the project's name are folded again from the log, where
+    // the project's id is kept: the log stays, the read models and their checkpoint go.
+    #[test]
+    fn the_read_models_are_folded_again_once_the_tenant_is_the_project_id() {
+        let mut connection = Connection::open_in_memory().expect("in-memory database");
+        migrate_to(&connection, 8).expect("version 8");
+        connection
+            .execute_batch(
+                "INSERT INTO events (stream, revision, id, type, data, metadata)
+                     VALUES ('deployment-x', 0, 'e1', 'DeploymentRequested', '{}', '{}');
+                 INSERT INTO deployment_views (id, tenant, status, started_at, view)
+                     VALUES ('x', 'acme', 'running', 'x', '{}');
+                 INSERT INTO tenant_views (tenant, view) VALUES ('acme', '{}');
+                 INSERT INTO checkpoints (name, position) VALUES ('read-models', 1);",
+            )
+            .expect("an old file");
+        assert_eq!(migrate(&mut connection).expect("migrated"), 8);
+        let count = |table: &str| -> i64 {
+            connection
+                .query_row(&format!("SELECT count(*) FROM {table}"), [], |row| {
+                    row.get(0)
+                })
+                .expect("count")
+        };
+        assert_eq!(count("events"), 1, "the log is kept");
+        assert_eq!(count("deployment_views"), 0);
+        assert_eq!(count("tenant_views"), 0);
+        assert_eq!(count("checkpoints"), 0);
     }
 }

@@ -169,6 +169,7 @@ mod tests {
                     auth_url: "http://127.0.0.1:5000/v3".into(),
                     project_id: "p1".into(),
                     project: "acme".into(),
+                    domain: "Default".into(),
                     user: "ana".into(),
                     endpoints: Vec::new(),
                 },
