@@ -39,6 +39,10 @@ async fn a_tenant_deploys_over_http_and_another_tenant_sees_nothing_of_it() {
     let cloud = LocalCloud::up();
     let (_, token_a) = cloud.token("acme");
     let (_, token_b) = cloud.token("globex");
+    let acme = cloud.project("acme")["id"]
+        .as_str()
+        .expect("acme's id")
+        .to_owned();
     let o = Overture::new();
     let server = Server::start(&o, &cloud.auth_url);
     let (a, b) = (Client::new(&token_a), Client::new(&token_b));
@@ -61,8 +65,13 @@ async fn a_tenant_deploys_over_http_and_another_tenant_sees_nothing_of_it() {
     let id = created["id"].as_str().expect("an id").to_owned();
     assert_eq!(location, format!("/v1/deployments/{id}"));
     assert_eq!(
-        created["tenant"], "acme",
-        "the tenant is the token's project"
+        created["tenant"], acme,
+        "the tenant is the token's project id"
+    );
+    assert_eq!(
+        created["project"],
+        json!({"name": "acme", "domain": "Default"}),
+        "its name and domain beside it"
     );
 
     // Followed to its end through the stream, then read.
@@ -140,7 +149,7 @@ async fn a_tenant_deploys_over_http_and_another_tenant_sees_nothing_of_it() {
     let summary = parsed(&body);
     assert_eq!(
         (summary["tenant"].clone(), summary["succeeded"].clone()),
-        (json!("acme"), json!(1))
+        (json!(acme), json!(1))
     );
     let (status, body) = a.get(&server.at("/v1/grants")).await;
     assert_eq!(status, StatusCode::OK, "{body}");
@@ -148,7 +157,7 @@ async fn a_tenant_deploys_over_http_and_another_tenant_sees_nothing_of_it() {
         .as_array()
         .expect("grants")
         .iter()
-        .all(|g| g["tenant"] == "acme"));
+        .all(|g| g["tenant"] == acme.as_str()));
     answers.push(body);
 
     let (status, body) = a

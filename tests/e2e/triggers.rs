@@ -255,13 +255,19 @@ fn a_malformed_event_exits_2_and_says_what_is_wrong() {
 async fn events_over_http_deploy_only_into_the_callers_tenant_and_only_once() {
     let cloud = crate::local_cloud::LocalCloud::up();
     let (_, token) = cloud.token("acme");
+    // Over the API the tenant is the token's project id: the trigger file names acme by it.
+    let acme = cloud.project("acme")["id"]
+        .as_str()
+        .expect("acme's id")
+        .to_owned();
     let overture = Overture::new();
     overture.blueprint("release.yaml", RELEASE_BLUEPRINT);
     let triggers = overture.blueprint(
         "triggers.yaml",
         &format!(
-            "{TRIGGERS}  - name: into-globex\n    on: {{ source: artifacts, type: release.published }}\n    \
-             deploy: release.yaml\n    tenant: globex\n"
+            "{}  - name: into-globex\n    on: {{ source: artifacts, type: release.published }}\n    \
+             deploy: release.yaml\n    tenant: globex\n",
+            TRIGGERS.replace("tenant: acme", &format!("tenant: {acme}"))
         ),
     );
     let server = Server::with_triggers(&overture, &cloud.auth_url, &triggers);
@@ -317,7 +323,7 @@ async fn events_over_http_deploy_only_into_the_callers_tenant_and_only_once() {
     );
     assert!(first["decisions"][1]["reason"]
         .as_str()
-        .is_some_and(|r| r.contains("caller's tenant `acme`")));
+        .is_some_and(|r| r.contains(&format!("caller's tenant `{acme}`"))));
     assert_eq!(
         decided(&again),
         pairs(&[
@@ -330,7 +336,7 @@ async fn events_over_http_deploy_only_into_the_callers_tenant_and_only_once() {
     drop(server);
     let ids = overture.deployment_ids();
     assert_eq!(ids.len(), 1);
-    assert_eq!(overture.events(&ids[0])[0]["data"]["tenant"], "acme");
+    assert_eq!(overture.events(&ids[0])[0]["data"]["tenant"], acme);
 }
 
 /// A chain whose first deployment takes a while, then a quick second one on its success.
@@ -350,13 +356,20 @@ const SLOW_CHAIN: &str = r#"triggers:
 async fn a_restarted_server_carries_on_the_chains_of_the_deployments_it_resumes() {
     let cloud = crate::local_cloud::LocalCloud::up();
     let (_, token) = cloud.token("acme");
+    let acme = cloud.project("acme")["id"]
+        .as_str()
+        .expect("acme's id")
+        .to_owned();
     let overture = Overture::new();
     overture.blueprint(
         "slow.yaml",
         "name: slow\nsteps:\n  wait:\n    run: script\n    with: { command: sleep 8 }\n",
     );
     overture.blueprint("quick.yaml", "name: quick\nsteps:\n  done: { run: noop }\n");
-    let triggers = overture.blueprint("triggers.yaml", SLOW_CHAIN);
+    let triggers = overture.blueprint(
+        "triggers.yaml",
+        &SLOW_CHAIN.replace("tenant: acme", &format!("tenant: {acme}")),
+    );
     let server = Server::with_triggers(&overture, &cloud.auth_url, &triggers);
     let answer: Value = reqwest::Client::new()
         .post(format!("{}/v1/events", server.url))

@@ -54,7 +54,7 @@ pub struct SubmitRequest {
     pub source: String,
     /// The blueprint's YAML text.
     pub blueprint: String,
-    /// Refused when present: the tenant is the signer's account or the token's project.
+    /// Refused when present: the tenant is the signer's account or the token's project id.
     #[serde(default)]
     pub tenant: Option<IgnoredAny>,
     /// Refused when present: the requester is the signer or the token's user.
@@ -228,8 +228,9 @@ async fn submission(
             },
         };
     let (tenant, requested_by) = match &cloud {
+        // The project's id: names repeat across Keystone domains (docs/security/tenant-ids.md).
         Some(session) => (
-            session.account.project.clone(),
+            session.account.project_id.clone(),
             session.account.user.clone(),
         ),
         None => (caller.account.clone(), caller.arn.clone()),

@@ -454,11 +454,12 @@ async fn with_a_token_the_cloud_says_the_tenant_and_the_requester() {
     else {
         panic!("requested");
     };
-    assert_eq!((tenant.as_str(), requested_by.as_str()), ("acme", "grace"));
+    // The tenant is the project's id, not its name: names repeat across domains.
+    assert_eq!((tenant.as_str(), requested_by.as_str()), ("p-1", "grace"));
     assert_eq!(cloud.expect("the account").project_id, "p-1");
     assert_eq!(
         seal.sealed.lock().expect("lock").as_slice(),
-        [("acme".to_owned(), Some(TOKEN.to_owned()))],
+        [("p-1".to_owned(), Some(TOKEN.to_owned()))],
         "the token is sealed for the token's project"
     );
     let recorded = serde_json::to_string(
