@@ -35,6 +35,8 @@
 //! - [`stack`]: the CloudFormation stack (`infra/aws/template.yaml`) made in the local emulator
 //!   ([`stack::deploy_local`]), as the tests and the local set-up use it.
 //! - [`function`]: what every function binary does as it starts (its log, its settings).
+//! - [`signing`]: SigV4 for the submit function's URL (`AWS_IAM` auth): callers sign, the local
+//!   stand-in of Lambda's door checks.
 //! - [`recording`]: the adapters deployments are recorded with ([`recording::Recording`]),
 //!   shared by the submit and api functions and `overture --backend aws`.
 //! - `emulator` (feature `emulator`): the local AWS emulator as a child process, and the
@@ -55,6 +57,7 @@ pub mod read_models;
 pub mod recording;
 pub mod s3;
 pub mod seals;
+pub mod signing;
 pub mod sqs;
 pub mod stack;
 pub mod step_task;
