@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::duration::parse_duration;
+use crate::duration::{read_duration, DurationError};
 use crate::template::Template;
 
 /// One `with` setting of a kind.
@@ -142,8 +142,9 @@ pub fn check_with(
                 .then(|| "must be a map of variable names to values".to_owned()),
             ("ansible", "user") => text(value).err(),
             ("ansible" | "wait-ssh", "hosts") => host_list(value, hosts).err(),
-            ("wait-ssh", "timeout") => match value.as_str().map(parse_duration) {
-                Some(Some(wait)) if !wait.is_zero() => None,
+            ("wait-ssh", "timeout") => match value.as_str().map(read_duration) {
+                Some(Ok(wait)) if !wait.is_zero() => None,
+                Some(Err(long @ DurationError::TooLong(_))) => Some(long.to_string()),
                 _ => Some(format!(
                     "`{}` is not a duration; write it like 30s or 2m",
                     plain(value)
@@ -362,17 +363,17 @@ fn text(value: &Value) -> Result<&str, String> {
     value.as_str().ok_or_else(|| "must be text".to_owned())
 }
 
-/// A plain path inside the blueprint's folder, without templates.
+/// A plain path inside the blueprint's folder, without templates ([`crate::inputs::path_problem`];
+/// a folder may end in one '/').
 fn relative_path(value: &Value) -> Result<&str, String> {
     let path = text(value)?;
     let templated = Template::parse(path).map_or(true, |t| t.references().next().is_some());
-    if path.is_empty()
-        || path.starts_with('/')
-        || path.split('/').any(|part| part == ".." || part == ".")
-        || templated
-    {
+    let plain = path.strip_suffix('/').unwrap_or(path);
+    if templated || crate::inputs::path_problem(plain).is_some() {
         return Err(format!(
-            "`{path}` must be a plain path inside the blueprint's folder, like `infra` or `site.yml`"
+            "`{}` must be a plain path inside the blueprint's folder, like `infra` or `site.yml` \
+             (relative, without `..`, `.` or empty parts)",
+            crate::text::escaped(path)
         ));
     }
     Ok(path)

@@ -2,6 +2,7 @@
 //!
 //! - [`blueprint`]: reading and validating blueprints ([`duration`] and [`template`] help;
 //!   [`shape`] checks the text's size, depth and duplicate keys before it is read).
+//! - [`inputs`]: what the engine needs of every input (plain relative paths, no NUL byte).
 //! - [`text`]: the name rule (blueprints, steps, tenants) and escaping user text for display.
 //! - [`graph`]: the workflow DAG: cycles, ancestry, drawings.
 //! - [`retry`]: the retry policy per error class.
@@ -12,8 +13,8 @@
 //!   registry, folded with them.
 //! - [`history`]: a deployment's past from its log alone (a stream as it stood at a revision or
 //!   an instant), and the check that folding a stream is deterministic.
-//! - [`secret`]: secret values and masking them.
 //! - [`tenancy`]: whose a deployment is: the tenant is the cloud project's id.
+//! - [`secret`]: secret values and masking them.
 //! - [`shell`]: where a `script` command's references stand in the shell's quoting, and the
 //!   command text that gives each its exact value.
 //! - [`servers`]: the settings of a `servers` step (the groups and servers it makes), read and checked.
@@ -29,6 +30,7 @@ pub mod egress;
 pub mod graph;
 pub mod history;
 pub mod host_keys;
+pub mod inputs;
 pub mod kinds;
 pub mod limits;
 pub mod projection;
@@ -41,9 +43,9 @@ pub mod shape;
 pub mod shell;
 mod steps;
 pub mod template;
+pub mod tenancy;
 pub mod text;
 pub mod trigger;
-pub mod tenancy;
 
 pub use deployment::{
     Action, Deployment, DeploymentCommand, DeploymentError, DeploymentState, StepStatus,

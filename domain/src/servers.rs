@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::duration::parse_duration;
+use crate::duration::{read_duration, DurationError};
 use crate::kinds::plain;
 
 /// How long a `servers` step waits for its servers to be `ACTIVE`, unless it says.
@@ -170,8 +170,12 @@ pub fn read(with: &BTreeMap<String, Value>) -> Result<ServersSettings, Vec<(Stri
 
     let boot_wait = match with.get("timeout") {
         None => DEFAULT_BOOT_WAIT,
-        Some(value) => match value.as_str().and_then(parse_duration) {
-            Some(wait) if !wait.is_zero() => wait,
+        Some(value) => match value.as_str().map(read_duration) {
+            Some(Ok(wait)) if !wait.is_zero() => wait,
+            Some(Err(long @ DurationError::TooLong(_))) => {
+                problem(".timeout".into(), long.to_string());
+                DEFAULT_BOOT_WAIT
+            }
             _ => {
                 problem(
                     ".timeout".into(),

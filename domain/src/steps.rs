@@ -267,7 +267,7 @@ impl Steps {
                 let graph = Arc::clone(&self.graph);
                 for &dependent in graph.dependents.get(at).into_iter().flatten() {
                     if let Some(unmet) = self.unmet.get_mut(dependent) {
-                        *unmet += 1;
+                        *unmet = unmet.saturating_add(1);
                     }
                     self.ready.remove(&dependent);
                 }
