@@ -12,7 +12,7 @@ use std::path::Path;
 use secrecy::zeroize::Zeroizing;
 use secrecy::ExposeSecret;
 
-use super::request::{SandboxRequest, ENGINE_PROGRAM};
+use super::request::{SandboxRequest, ENGINE_PROGRAM, STEP_GID, STEP_UID};
 use super::workspace::{COMMAND_FILE, ETC_DIR, OUTPUTS_FILE, WORK_DIR};
 
 /// `PATH` inside the sandbox.
@@ -34,9 +34,8 @@ const HOSTNAME: &str = "sandbox";
 /// on older systems, real directories of system files.
 const SYSTEM_DIRS: [&str; 6] = ["bin", "sbin", "lib", "lib32", "lib64", "libx32"];
 
-/// What programs need from `/etc`, each bound read-only if it exists. Never all of /etc: the
-/// sandbox runs as uid 0, and without capabilities file permissions are all that would stand
-/// between it and /etc/shadow, /etc/ssh host keys or /etc/ssl/private.
+/// What programs need from `/etc`, each bound read-only if it exists. Never all of /etc: what a
+/// step cannot see it cannot probe, whatever its uid.
 const ETC_FILES: [&str; 18] = [
     "ld.so.cache",
     "ld.so.conf",
@@ -59,10 +58,22 @@ const ETC_FILES: [&str; 18] = [
     "ssh/ssh_config",
 ];
 
+/// Where util-linux's `setpriv` may be, merged /usr first. It is the sandbox's last step before
+/// the command: bubblewrap itself can change the uid only inside a user namespace, and one made
+/// by root maps the step to the host's uid 0, to which the kernel's global knobs (`/proc/sys`)
+/// stay open whatever the capabilities.
+const SETPRIV: [&str; 2] = ["/usr/bin/setpriv", "/bin/setpriv"];
+
+/// The capabilities `setpriv` needs to become the step's user and empty the bounding set; the
+/// step itself ends up with none of them (see [`step_user_args`]).
+const SWITCH_USER_CAPS: [&str; 3] = ["CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP"];
+
 /// The host's system directories as the sandbox sees them, worked out once.
 #[derive(Debug, Clone)]
 pub(super) struct SystemLayout {
     args: Vec<OsString>,
+    /// `setpriv`, when the host has it: without it no step can run (see [`Self::setpriv`]).
+    setpriv: Option<&'static str>,
 }
 
 impl SystemLayout {
@@ -70,6 +81,43 @@ impl SystemLayout {
     pub(super) fn detect() -> Self {
         let mut args = Vec::new();
         push(&mut args, ["--ro-bind", "/usr", "/usr"]);
+        // bubblewrap makes a missing parent of a mount point 0700, which the step's user could
+        // not pass through: every directory something is bound under is made first, 0755.
+        let etc = Path::new("/etc");
+        let mut dirs = vec![etc.to_owned()];
+        for name in ETC_FILES.iter().chain(["ssh/ssh_config.d"].iter()) {
+            let host = etc.join(name);
+            if host.exists() {
+                let parents = host.ancestors().skip(1).take_while(|dir| *dir != etc);
+                dirs.extend(parents.map(Path::to_owned));
+            }
+        }
+        if let Some(bin) = Path::new(ENGINE_PROGRAM).parent() {
+            dirs.extend(
+                bin.ancestors()
+                    .take_while(|dir| *dir != Path::new("/"))
+                    .map(Path::to_owned),
+            );
+        }
+        dirs.extend(
+            [SANDBOX_OUTPUTS, SANDBOX_COMMAND]
+                .iter()
+                .filter_map(|path| Path::new(path).parent())
+                .map(Path::to_owned),
+        );
+        dirs.sort();
+        dirs.dedup();
+        for dir in &dirs {
+            push(
+                &mut args,
+                [
+                    OsStr::new("--perms"),
+                    OsStr::new("0755"),
+                    OsStr::new("--dir"),
+                    dir.as_os_str(),
+                ],
+            );
+        }
         for name in SYSTEM_DIRS {
             let host = Path::new("/").join(name);
             let Ok(metadata) = fs::symlink_metadata(&host) else {
@@ -113,7 +161,14 @@ impl SystemLayout {
                 "/etc/ssh/ssh_config.d",
             ],
         );
-        Self { args }
+        let setpriv = SETPRIV.into_iter().find(|path| Path::new(path).is_file());
+        Self { args, setpriv }
+    }
+
+    /// `setpriv`, which drops the step to its own user; `None` when the host lacks util-linux's
+    /// `setpriv`, and then every run fails as [`SandboxError::Unusable`](super::SandboxError).
+    pub(super) fn setpriv(&self) -> Option<&'static str> {
+        self.setpriv
     }
 
     /// The bubblewrap arguments that mount them.
@@ -163,8 +218,13 @@ pub(super) fn command_line(
         push(&mut args, ["--unshare-net"]);
     }
     // As root, the sandbox would otherwise keep every capability and could remount /usr
-    // read-write; bubblewrap also sets no_new_privs, so no exec can win them back.
+    // read-write. Only what `setpriv` needs to become the step's user is kept, and only until
+    // it does (the sandbox's init keeps none); bubblewrap also sets no_new_privs, so no exec can
+    // win any back.
     push(&mut args, ["--cap-drop", "ALL"]);
+    for cap in SWITCH_USER_CAPS {
+        push(&mut args, ["--cap-add", cap]);
+    }
     push(
         &mut args,
         ["--die-with-parent", "--new-session", "--hostname", HOSTNAME],
@@ -183,9 +243,23 @@ pub(super) fn command_line(
             ],
         );
     }
+    push(&mut args, ["--proc", "/proc"]);
+    // The kernel's global knobs, read-only on top of the step's uid: bubblewrap covers
+    // /proc/irq and /proc/bus itself, not these. /proc/sys still shows the sandbox's own
+    // network namespace, since its net/ part follows the reader.
+    push(&mut args, ["--ro-bind", "/proc/sys", "/proc/sys"]);
     push(
         &mut args,
-        ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"],
+        [
+            "--ro-bind-try",
+            "/proc/sysrq-trigger",
+            "/proc/sysrq-trigger",
+        ],
+    );
+    // /tmp as everywhere: anyone's to write, each file its owner's (sticky).
+    push(
+        &mut args,
+        ["--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"],
     );
 
     let work = workspace.join(WORK_DIR);
@@ -233,12 +307,36 @@ pub(super) fn command_line(
     // Last of the mounts: after it, nothing more can be created in the root.
     push(&mut args, ["--remount-ro", "/"]);
 
+    args.extend(step_user_args(layout));
     if inline {
         push(&mut args, ["/bin/sh", "-c", &request.command]);
     } else {
         // The shell reads the file as it would the `-c` text; only `$0` differs.
         push(&mut args, ["/bin/sh", SANDBOX_COMMAND]);
     }
+    args
+}
+
+/// `setpriv` and its arguments: the command runs as [`STEP_UID`]:[`STEP_GID`] with no
+/// supplementary groups, no capabilities (a non-root uid loses its permitted and effective ones
+/// at the switch) and an empty bounding and inheritable set.
+fn step_user_args(layout: &SystemLayout) -> Vec<OsString> {
+    let uid = format!("--reuid={STEP_UID}");
+    let gid = format!("--regid={STEP_GID}");
+    let mut args = Vec::new();
+    // `run` refuses to start without setpriv; the bare name only keeps this total.
+    push(&mut args, [layout.setpriv.unwrap_or("setpriv")]);
+    push(
+        &mut args,
+        [
+            uid.as_str(),
+            gid.as_str(),
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--",
+        ],
+    );
     args
 }
 
@@ -343,7 +441,10 @@ mod tests {
     fn a_network_policy_gives_the_step_its_own_namespace() {
         let mut request = request(true);
         request.network_policy = Some(crate::NetworkPolicy::default());
-        let layout = SystemLayout { args: vec![] };
+        let layout = SystemLayout {
+            args: vec![],
+            setpriv: None,
+        };
         let fds = Fds {
             args: 3,
             status: 4,
@@ -395,6 +496,7 @@ mod tests {
             .map(|arg| arg.to_string_lossy().into_owned())
             .collect();
         assert_eq!(line[line.len() - 2..], ["/bin/sh", SANDBOX_COMMAND]);
+        assert_eq!(line[line.len() - 3], "--", "setpriv's arguments end first");
         let at = line
             .iter()
             .position(|arg| arg == SANDBOX_COMMAND)
@@ -410,6 +512,64 @@ mod tests {
         assert_eq!(short[short.len() - 3..], ["/bin/sh", "-c", "true"]);
         assert!(!short.iter().any(|arg| arg == SANDBOX_COMMAND));
         assert_eq!(command_file("true"), None);
+    }
+
+    #[test]
+    fn the_command_runs_as_the_step_user_with_no_capabilities() {
+        let line = line(false);
+        let setpriv = line
+            .iter()
+            .position(|arg| arg.ends_with("setpriv"))
+            .expect("setpriv runs the command");
+        assert_eq!(
+            &line[setpriv + 1..setpriv + 7],
+            [
+                "--reuid=65533",
+                "--regid=65533",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+                "--",
+            ]
+        );
+        assert_eq!(&line[setpriv + 7..], ["/bin/sh", "-c", "true"]);
+        let kept: Vec<_> = line
+            .windows(2)
+            .filter(|pair| pair[0] == "--cap-add")
+            .map(|pair| pair[1].as_str())
+            .collect();
+        assert_eq!(kept, SWITCH_USER_CAPS, "only what setpriv needs is kept");
+    }
+
+    #[test]
+    fn directories_above_mounts_are_made_open_to_the_step_first() {
+        let line = line(false);
+        let made = |dir: &str| {
+            line.windows(4)
+                .position(|w| w == ["--perms", "0755", "--dir", dir])
+                .unwrap_or_else(|| panic!("{dir} is not made: {line:?}"))
+        };
+        let first_bound = |under: &str| {
+            line.iter()
+                .position(|arg| arg.starts_with(under))
+                .expect("something is bound there")
+        };
+        assert!(made("/etc") < first_bound("/etc/"));
+        assert!(made("/run/overture") < first_bound("/run/overture/"));
+        assert!(made("/run") < made("/run/overture"));
+    }
+
+    #[test]
+    fn the_kernels_global_knobs_are_read_only() {
+        let line = line(false);
+        let proc = line.iter().position(|arg| arg == "--proc");
+        let sys = line
+            .windows(3)
+            .position(|w| w == ["--ro-bind", "/proc/sys", "/proc/sys"]);
+        assert!(
+            sys > proc,
+            "/proc/sys is covered after /proc is mounted: {line:?}"
+        );
     }
 
     #[test]

@@ -63,7 +63,7 @@ pub use network::{Destination, DestinationError, NetworkPolicy};
 pub use overture_runner::workspace::{MAX_COLLECTED_FILE, MAX_OUTPUTS_FILE};
 pub use request::{
     Exit, LimitReached, OutputLog, OutputsFile, SandboxOutcome, SandboxRequest, StepLimits,
-    ENGINE_PROGRAM,
+    ENGINE_PROGRAM, STEP_GID, STEP_UID,
 };
 
 use args::{Fds, SystemLayout};
@@ -83,6 +83,10 @@ pub const MAX_VARIABLE: usize = 128 * 1024 - 1;
 /// environment together is a quarter of the stack limit (2 MiB by default), and the inline
 /// command needs its share.
 pub const MAX_ENVIRONMENT: usize = 1024 * 1024;
+
+/// Why no sandbox runs on a host without `setpriv`.
+const NO_SETPRIV: &str =
+    "setpriv (util-linux) is missing, and no step may run as root: install util-linux";
 
 /// How long the sandbox's processes get to vanish once killed, and the output pipes to close,
 /// before `run` reports [`SandboxError::StillRunning`]. Dying takes milliseconds; this only
@@ -137,6 +141,11 @@ impl Bubblewrap {
         // The pidfd is how `run` makes sure a sandbox is gone (Linux 5.3).
         Pidfd::open(std::process::id())
             .map_err(|error| unusable(format!("pidfd_open failed: {error}")))?;
+        // Without setpriv no step could run as its own user.
+        let layout = SystemLayout::detect();
+        let Some(setpriv) = layout.setpriv() else {
+            return Err(unusable(NO_SETPRIV.to_owned()));
+        };
         // Without cgroups no step's limits could be kept.
         cgroup::Cgroups::detect("check")
             .map_err(|reason| unusable(format!("no cgroups to limit the steps with: {reason}")))?;
@@ -150,9 +159,15 @@ impl Bubblewrap {
                 "--unshare-net",
             ])
             .args(["--cap-drop", "ALL", "--die-with-parent", "--new-session"])
-            .args(SystemLayout::detect().args())
+            .args(["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"])
+            .args(layout.args())
             .args(["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/"])
-            .arg("/bin/true")
+            .arg(setpriv)
+            .args([
+                &format!("--reuid={STEP_UID}"),
+                &format!("--regid={STEP_GID}"),
+            ])
+            .args(["--clear-groups", "--", "/bin/true"])
             .env_clear()
             .stdin(Stdio::null())
             .kill_on_drop(true);
@@ -185,6 +200,12 @@ impl Bubblewrap {
         request.validate()?;
         if request.engine_program && self.engine_program.is_none() {
             return Err(SandboxError::NoEngineProgram);
+        }
+        if self.layout.setpriv().is_none() {
+            return Err(SandboxError::Unusable {
+                program: self.program.clone(),
+                reason: NO_SETPRIV.to_owned(),
+            });
         }
         let span = tracing::info_span!("sandbox", id = %request.id, network = request.network);
         async {

@@ -18,6 +18,12 @@ pub use overture_events::StepLimits;
 pub use overture_runner::limits::LimitReached;
 pub use overture_runner::{OutputsFile, ENGINE_PROGRAM};
 
+/// The uid every step runs as, on the host as in the sandbox: no account has it (Debian reserves
+/// 65000–65533 and never hands them out), so a step owns nothing outside its own workspace.
+pub const STEP_UID: u32 = 65533;
+/// The step's gid, likewise no group's.
+pub const STEP_GID: u32 = 65533;
+
 /// Variables the sandbox sets itself; a request may not set them too.
 pub(crate) const RESERVED_ENV: [&str; 3] = ["PATH", "HOME", "OVERTURE_OUTPUTS"];
 

@@ -8,12 +8,16 @@
 //! <id>/etc/       passwd and group for the sandbox (read-only)
 //! ```
 //!
+//! What the step may touch (`work/` and all in it, `outputs`, `command`) belongs to the step's
+//! user ([`STEP_UID`]); the rest stays root's. The step sees only what is bound into its sandbox,
+//! never `<id>` itself.
+//!
 //! `<id>` itself is a tmpfs of the step's workspace limit (see `limits`), unmounted before the
 //! directory is removed.
 
 use std::fs::{self, DirBuilder, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 pub(super) use overture_runner::workspace::read_inside;
@@ -21,6 +25,7 @@ use overture_runner::workspace::read_outputs_file;
 use overture_runner::OutputsFile;
 
 use super::error::SandboxError;
+use super::request::{STEP_GID, STEP_UID};
 
 /// The step's working directory, inside the workspace.
 pub(super) const WORK_DIR: &str = "work";
@@ -33,9 +38,10 @@ pub(super) const ETC_DIR: &str = "etc";
 
 // Made up rather than bound from the host, so the step learns nothing of the host's accounts,
 // while programs that look up their uid (ssh does) still find a user, with HOME at /work.
-const PASSWD: &str = "root:x:0:0:root:/work:/bin/sh\n\
+const PASSWD: &str = "root:x:0:0:root:/root:/usr/sbin/nologin\n\
+                      step:x:65533:65533:step:/work:/bin/sh\n\
                       nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
-const GROUP: &str = "root:x:0:\nnogroup:x:65534:\n";
+const GROUP: &str = "root:x:0:\nstep:x:65533:\nnogroup:x:65534:\n";
 
 /// A workspace directory that is removed when this is dropped, unless [`Workspace::remove`]
 /// removed it first.
@@ -220,42 +226,66 @@ fn create_blocking(
     })?;
 
     let work = workspace.dir.join(WORK_DIR);
-    private_dirs
+    // Searchable by others: bubblewrap enters it (`--chdir`) as root without capabilities,
+    // before the step's user takes over. Nothing but the sandbox ever sees it, and only through
+    // `<id>`, which is root's alone.
+    DirBuilder::new()
+        .mode(0o711)
         .create(&work)
         .map_err(failed("create", &work))?;
+    fs::set_permissions(&work, fs::Permissions::from_mode(0o711))
+        .map_err(failed("chmod", &work))?;
+    give_to_step(&work).map_err(failed("chown", &work))?;
     let etc = workspace.dir.join(ETC_DIR);
     private_dirs.create(&etc).map_err(failed("create", &etc))?;
-    for (name, content) in [
-        (OUTPUTS_FILE, ""),
-        ("etc/passwd", PASSWD),
-        ("etc/group", GROUP),
-    ] {
+    // Bound read-only; the step's user must read them, and they hold nothing of the host's.
+    for (name, content) in [("etc/passwd", PASSWD), ("etc/group", GROUP)] {
         let path = workspace.dir.join(name);
-        write_new(&path, content.as_bytes()).map_err(failed("write", &path))?;
+        write_new(&path, content.as_bytes(), 0o644).map_err(failed("write", &path))?;
     }
+    let mut steps_own = vec![(OUTPUTS_FILE, Vec::new())];
     if let Some(command) = command {
-        let path = workspace.dir.join(COMMAND_FILE);
-        write_new(&path, &command).map_err(failed("write", &path))?;
+        steps_own.push((COMMAND_FILE, command));
+    }
+    for (name, content) in steps_own {
+        let path = workspace.dir.join(name);
+        write_new(&path, &content, 0o600).map_err(failed("write", &path))?;
+        give_to_step(&path).map_err(failed("chown", &path))?;
     }
 
-    let mut parents = DirBuilder::new();
-    parents.recursive(true).mode(0o700);
     for (relative, content) in files {
         let path = work.join(relative);
-        if let Some(parent) = path.parent() {
-            parents.create(parent).map_err(failed("create", parent))?;
+        // Each directory made on the way is the step's, as /work is.
+        let mut missing = Vec::new();
+        let mut parent = path.parent();
+        while let Some(dir) = parent.filter(|dir| *dir != work && !dir.exists()) {
+            missing.push(dir);
+            parent = dir.parent();
         }
-        write_new(&path, content).map_err(failed("write", &path))?;
+        for dir in missing.into_iter().rev() {
+            private_dirs.create(dir).map_err(failed("create", dir))?;
+            give_to_step(dir).map_err(failed("chown", dir))?;
+        }
+        write_new(&path, content, 0o600).map_err(failed("write", &path))?;
+        give_to_step(&path).map_err(failed("chown", &path))?;
     }
     Ok(workspace)
 }
 
 /// Writes a file that must not exist yet, so nothing already there is followed or overwritten.
-fn write_new(path: &Path, content: &[u8]) -> io::Result<()> {
-    OpenOptions::new()
+fn write_new(path: &Path, content: &[u8], mode: u32) -> io::Result<()> {
+    let mut file = OpenOptions::new()
         .write(true)
         .create_new(true)
-        .mode(0o600)
-        .open(path)?
-        .write_all(content)
+        .mode(mode)
+        .open(path)?;
+    // The engine's umask may be narrower than the mode asked for; the mode is what is meant.
+    file.set_permissions(fs::Permissions::from_mode(mode))?;
+    file.write_all(content)
+}
+
+/// Hands a path the engine just made to the step's user. The step runs without capabilities, so
+/// what it reads or writes under /work must be its own.
+fn give_to_step(path: &Path) -> io::Result<()> {
+    std::os::unix::fs::lchown(path, Some(STEP_UID), Some(STEP_GID))
 }

@@ -811,3 +811,83 @@ async fn the_engine_program_is_shown_read_only_only_to_steps_that_ask_for_it() {
         "{refused:?}"
     );
 }
+
+/// What a hostile step tries first: the kernel's global knobs, capabilities, the init's secrets.
+const ROOT_PROBES: &str = r#"
+echo "uid=$(id -u) gid=$(id -g) groups=$(id -G)"
+grep -E '^Cap(Prm|Eff|Bnd|Amb):' /proc/self/status
+for knob in /proc/sys/vm/swappiness /proc/sys/kernel/core_pattern /proc/sysrq-trigger; do
+    if (cat "$knob" > "$knob") 2>/dev/null; then echo "WROTE $knob"; else echo "refused $knob"; fi
+done
+if cat /proc/1/environ >/dev/null 2>&1; then echo "READ init environ"; fi
+if mount -t tmpfs none /work 2>/dev/null; then echo "MOUNTED"; fi
+"#;
+
+fn assert_unprivileged(output: &str) {
+    assert!(
+        output.contains(&format!(
+            "uid={} gid={} groups={}",
+            overture_sandbox::STEP_UID,
+            overture_sandbox::STEP_GID,
+            overture_sandbox::STEP_GID
+        )),
+        "{output}"
+    );
+    for set in ["CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        assert!(
+            output.contains(&format!("{set}:\t0000000000000000")),
+            "{set} is not empty: {output}"
+        );
+    }
+    assert!(
+        output.contains("refused /proc/sys/vm/swappiness")
+            && output.contains("refused /proc/sys/kernel/core_pattern"),
+        "{output}"
+    );
+    for escape in ["WROTE", "READ init", "MOUNTED"] {
+        assert!(!output.contains(escape), "{escape}: {output}");
+    }
+}
+
+#[tokio::test]
+async fn a_step_runs_as_its_own_user_with_no_capabilities_and_cannot_touch_the_kernel() {
+    let (sandbox, _root) = sandbox();
+    let swappiness = std::fs::read_to_string("/proc/sys/vm/swappiness").expect("swappiness");
+    let outcome = run(&sandbox, request(&unique("root"), ROOT_PROBES)).await;
+    assert_eq!(outcome.exit, Exit::Code(0), "{}", text(&outcome.output));
+    assert_unprivileged(&text(&outcome.output));
+    assert_eq!(
+        std::fs::read_to_string("/proc/sys/vm/swappiness").expect("swappiness"),
+        swappiness
+    );
+}
+
+#[tokio::test]
+async fn a_networked_step_is_as_unprivileged_as_any() {
+    let (sandbox, _root) = sandbox();
+    let mut networked = request(&unique("root-net"), ROOT_PROBES);
+    networked.network = true;
+    networked.network_policy = Some(overture_sandbox::NetworkPolicy::default());
+    let outcome = run(&sandbox, networked).await;
+    assert_eq!(outcome.exit, Exit::Code(0), "{}", text(&outcome.output));
+    assert_unprivileged(&text(&outcome.output));
+}
+
+#[tokio::test]
+async fn the_steps_inputs_and_workspace_are_its_own() {
+    let (sandbox, _root) = sandbox();
+    let mut request = request(
+        &unique("own"),
+        "stat -c '%u %a %n' /work /work/keys/id /run/overture/outputs && cat /work/keys/id \
+         && mkdir /work/made && echo out > \"$OVERTURE_OUTPUTS\"",
+    );
+    request.files = vec![(PathBuf::from("keys/id"), b"key".to_vec())];
+    let outcome = run(&sandbox, request).await;
+    let output = text(&outcome.output);
+    assert_eq!(outcome.exit, Exit::Code(0), "{output}");
+    let uid = overture_sandbox::STEP_UID;
+    assert!(output.contains(&format!("{uid} 711 /work\n")), "{output}");
+    assert!(output.contains(&format!("{uid} 600 /work/keys/id\n")), "{output}");
+    assert!(output.contains(&format!("{uid} 600 /run/overture/outputs\n")), "{output}");
+    assert!(output.contains("key"), "{output}");
+}
