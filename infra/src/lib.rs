@@ -3,6 +3,7 @@
 //! - [`sqlite`]: the embedded event log (append-only, optimistic concurrency, global order),
 //!   the durable job queue, checkpoints and the read models, all in one SQLite file; and the
 //!   function ports implemented on them.
+//! - [`data_dir`]: the data directory's modes: 0700, every file in it 0600.
 //! - [`keystore`]: secret values (and what steps keep between attempts) sealed at rest in the
 //!   data directory.
 //! - [`logs`]: every attempt's output, as files in the data directory.
@@ -17,6 +18,7 @@
 //! `overture-openstack` (the cloud client and the bastion ports), `overture-aws`; the system
 //! clock is `overture_kit::SystemClock`.
 
+pub mod data_dir;
 pub mod keystore;
 pub mod logs;
 pub mod payloads;

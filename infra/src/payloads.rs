@@ -3,8 +3,9 @@
 //!
 //! A payload is written to a temporary file of its own beside its final name, synced, then
 //! renamed over it, so a reader sees all of it or nothing and two writers of the same bytes
-//! cannot tear each other's. Payloads are not secrets (a blueprint's files): readable by the
-//! engine's user and group, never writable by anyone else, whatever the umask.
+//! cannot tear each other's. Payloads are not secrets, but they are a tenant's (a blueprint's
+//! files): like all of the data directory, readable by the engine's user alone, whatever the
+//! umask.
 
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -13,10 +14,7 @@ use std::path::{Path, PathBuf};
 use async_trait::async_trait;
 use overture_kit::payload::{check_hash, payload_hash, verified, PayloadError, StorePayloads};
 
-/// The folder's mode: only the engine's user writes.
-const DIR_MODE: u32 = 0o755;
-/// A payload's mode.
-const FILE_MODE: u32 = 0o644;
+use crate::data_dir::{DIR_MODE, FILE_MODE};
 
 /// Payloads as files under one folder (`<data dir>/payloads`).
 #[derive(Clone, Debug)]
@@ -78,7 +76,7 @@ fn put_blocking(root: &Path, path: &Path, hash: &str, bytes: &[u8]) -> Result<()
             .create_new(true)
             .mode(FILE_MODE)
             .open(&temporary)?;
-        // `mode` is filtered by the umask; set it outright so the file is readable as intended.
+        // `mode` is filtered by the umask; set it outright so the file is as intended.
         file.set_permissions(std::fs::Permissions::from_mode(FILE_MODE))?;
         file.write_all(bytes)?;
         file.sync_all()?;

@@ -301,7 +301,8 @@ impl Engine {
             dir: data_dir.display().to_string(),
             reason,
         };
-        std::fs::create_dir_all(data_dir).map_err(|e| dir_error(e.to_string()))?;
+        // Every tenant's data is in it: the engine's user's alone, an older directory's too.
+        overture_infra::data_dir::make_private(data_dir).map_err(|e| dir_error(e.to_string()))?;
         let db = Database::open(data_dir.join("overture.db"))
             .await
             .map_err(|e| dir_error(e.to_string()))?;

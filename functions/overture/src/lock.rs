@@ -12,9 +12,11 @@
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
 
 use overture_events::DeploymentId;
+use overture_infra::data_dir::{DIR_MODE, FILE_MODE};
 
 /// A held lock; released when dropped (the kernel releases it if the process dies).
 #[derive(Debug)]
@@ -133,8 +135,13 @@ fn deployment_lock(
 ) -> Result<Option<File>, (String, std::io::Error)> {
     let dir = data_dir.join("locks");
     let io = |source| (dir.display().to_string(), source);
-    std::fs::create_dir_all(&dir).map_err(io)?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(DIR_MODE)
+        .create(&dir)
+        .map_err(io)?;
     let file = File::options()
+        .mode(FILE_MODE)
         .create(true)
         .truncate(false)
         .write(true)
@@ -171,6 +178,7 @@ fn lock_offset(deployment: DeploymentId) -> libc::off_t {
 /// another process holds a conflicting one.
 fn try_flock(path: &Path, mode: libc::c_int) -> std::io::Result<Option<File>> {
     let file = File::options()
+        .mode(FILE_MODE)
         .create(true)
         .truncate(false)
         .write(true)

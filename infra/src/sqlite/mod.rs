@@ -91,6 +91,15 @@ pub enum DbError {
         #[source]
         source: tokio::task::JoinError,
     },
+    /// The file, or its `-wal` or `-shm`, could not be created or set to 0600.
+    #[error("cannot make SQLite database {} readable by the engine's user alone (mode 0600): {source}", path.display())]
+    NotPrivate {
+        /// The database file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// The thread that writes to the file could not be started.
     #[error("cannot start the thread writing SQLite database {}: {source}", path.display())]
     WriterNotStarted {
@@ -237,6 +246,12 @@ fn open_blocking(path: &Path) -> Result<(Connection, Connection), DbError> {
         path: path.to_path_buf(),
         source,
     };
+    // Every tenant's data is in it. SQLite makes a new file with the umask's mode, and its -wal
+    // and -shm with the file's own: made 0600 first, all three are.
+    crate::data_dir::private_file(path).map_err(|source| DbError::NotPrivate {
+        path: path.to_path_buf(),
+        source,
+    })?;
     let mut connection = Connection::open(path).map_err(sqlite)?;
     configure_patiently(&connection).map_err(sqlite)?;
     let found = schema::migrate(&mut connection).map_err(sqlite)?;
