@@ -208,7 +208,8 @@ impl Watch for FromRevision<'_> {
     }
 }
 
-/// A deployment request, as the submit function reads it.
+/// A deployment request, as the submit function reads it. It names no tenant and no requester:
+/// the function takes them from whoever signed the request, or from the cloud token.
 pub struct Request<'a> {
     /// The blueprint file.
     pub file: &'a Path,
@@ -216,10 +217,6 @@ pub struct Request<'a> {
     pub text: String,
     /// The files its steps take.
     pub files: BTreeMap<String, String>,
-    /// The tenant asked for, if any.
-    pub tenant: Option<String>,
-    /// Who asks.
-    pub requested_by: String,
     /// Parameter values.
     pub params: BTreeMap<String, String>,
     /// Secret values.
@@ -228,10 +225,15 @@ pub struct Request<'a> {
     pub token: Option<secrecy::SecretString>,
 }
 
-/// Posts the request to the submit function (`OVERTURE_SUBMIT_URL`); the deployment's id.
+/// Posts the request to the submit function (`OVERTURE_SUBMIT_URL`), signed with SigV4 with the
+/// caller's AWS credentials (the URL's auth type is `AWS_IAM`); the deployment's id.
 pub async fn submit(request: Request<'_>) -> Result<DeploymentId, Failure> {
     let url = setting("OVERTURE_SUBMIT_URL")?;
     check_submit_url(&url)?;
+    let config = overture_aws::config::from_env().await;
+    let (credentials, region) = overture_aws::signing::caller(&config)
+        .await
+        .map_err(|e| Failure::BadInput(format!("--backend aws deploy: {e}")))?;
     let secrets: BTreeMap<&str, &str> = request
         .secrets
         .iter()
@@ -240,16 +242,31 @@ pub async fn submit(request: Request<'_>) -> Result<DeploymentId, Failure> {
     let body = json!({
         "source": request.file.display().to_string(),
         "blueprint": request.text,
-        "tenant": request.tenant,
-        "requested_by": request.requested_by,
         "params": request.params,
         "secrets": secrets,
         "files": request.files,
         "token": request.token.as_ref().map(|t| t.expose_secret()),
     });
-    let answer = reqwest::Client::new()
+    let body = serde_json::to_vec(&body).context("writing the request")?;
+    let content_type = ("content-type", "application/json");
+    let signed = overture_aws::signing::sign(
+        "POST",
+        &url,
+        &[content_type],
+        &body,
+        &credentials,
+        &region,
+        std::time::SystemTime::now(),
+    )
+    .with_context(|| format!("signing the request to the submit function at {url}"))?;
+    let mut post = reqwest::Client::new()
         .post(&url)
-        .json(&body)
+        .header(content_type.0, content_type.1)
+        .body(body);
+    for (name, value) in signed {
+        post = post.header(name, value);
+    }
+    let answer = post
         .send()
         .await
         .with_context(|| format!("posting the deployment to the submit function at {url}"))?;
@@ -269,6 +286,16 @@ pub async fn submit(request: Request<'_>) -> Result<DeploymentId, Failure> {
                 ))
             }),
         400 => Err(Failure::BadInput(problems(&answer).unwrap_or(message))),
+        403 => Err(Failure::BadInput(format!(
+            "the submit function at {url} refused the signed request (403): {}; the AWS \
+             credentials used must be allowed to call it (attach the stack's \
+             SubmitCallersPolicy to your user or role)",
+            if message.is_empty() {
+                "access denied"
+            } else {
+                message.as_str()
+            }
+        ))),
         _ => Err(Failure::Engine(anyhow::anyhow!(
             "the submit function answered {status}: {message}"
         ))),

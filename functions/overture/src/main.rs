@@ -1113,12 +1113,18 @@ async fn deploy(
                 "--token-file: a deployment acts with one token; give it once".into(),
             ));
         }
+        if let Some(tenant) = tenant {
+            return Err(Failure::BadInput(format!(
+                "--tenant {}: with --backend aws the tenant is not chosen: it is the AWS account \
+                 that signs the request, or the project of the cloud token given; leave out \
+                 --tenant",
+                escaped(&tenant)
+            )));
+        }
         let id = aws::submit(aws::Request {
             file,
             text,
             files,
-            tenant,
-            requested_by: cancel::local_user(),
             params,
             secrets: secret_values,
             token: given.pop(),

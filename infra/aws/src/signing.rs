@@ -97,6 +97,35 @@ fn signing(
     http_request::sign(request, &params).map_err(|e| SigningError(e.to_string()))
 }
 
+/// The credentials and the region a caller signs with, from the standard chain's configuration
+/// (`AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY`, a profile, a role).
+pub async fn caller(config: &aws_config::SdkConfig) -> Result<(Credentials, String), CallerError> {
+    use aws_credential_types::provider::ProvideCredentials;
+    let region = config
+        .region()
+        .map(|region| region.as_ref().to_owned())
+        .ok_or(CallerError::NoRegion)?;
+    let provider = config
+        .credentials_provider()
+        .ok_or_else(|| CallerError::NoCredentials("no credential provider is configured".into()))?;
+    let credentials = provider
+        .provide_credentials()
+        .await
+        .map_err(|e| CallerError::NoCredentials(e.to_string()))?;
+    Ok((credentials, region))
+}
+
+/// The caller has nothing to sign with.
+#[derive(Debug, thiserror::Error)]
+pub enum CallerError {
+    /// The standard chain found no credentials.
+    #[error("no AWS credentials were found to sign the request with ({0}); set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE")]
+    NoCredentials(String),
+    /// No region is set: the signature names the function URL's region.
+    #[error("no AWS region is set to sign the request for; set AWS_REGION to the stack's region")]
+    NoRegion,
+}
+
 /// Who signed a request the door let in.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Signer {
