@@ -368,6 +368,13 @@ pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
                     problem(
                         field(&format!(".retry.{class_name}.wait")),
                         bad_duration(text),
+            if class == ErrorClass::EgressRefused {
+                problem(
+                    field(&format!(".retry.{class_name}")),
+                    "a refused destination is not retried, since it would be refused again: declare it under `egress:` (and have the engine's operator allow the host's loopback), or call another address".into(),
+                );
+                continue;
+            }
                     );
                     0
                 }),

@@ -1,6 +1,12 @@
 //! Where a networked step may connect besides what its deployment needs: a [`Destination`], as
 //! a blueprint declares it under `egress:` (`ADDRESS`, `ADDRESS:PORT` or `ADDRESS/PREFIX`) and
 //! as a step attempt's network policy lists it.
+//!
+//! How much of the engine host's loopback a step may reach is the engine operator's choice
+//! ([`LoopbackEgress`]), applied to each wanted destination by where it came from ([`Origin`]):
+//! [`LoopbackEgress::admits`] decides what enters an attempt's policy, and
+//! [`LoopbackEgress::refusal`] why a step's own target is not in it, so that the attempt fails at
+//! once as `egress-refused` instead of timing out against the firewall.
 
 use std::fmt;
 use std::net::Ipv4Addr;
@@ -136,6 +142,149 @@ impl fmt::Display for Destination {
             (prefix, Some(port)) => write!(f, "{}/{prefix} port {port}", self.address),
             (prefix, None) => write!(f, "{}/{prefix}", self.address),
         }
+    }
+}
+
+impl Destination {
+    /// Whether a TCP connection to `address:port` falls within it.
+    pub fn covers(&self, address: Ipv4Addr, port: u16) -> bool {
+        let mask = mask(self.prefix);
+        u32::from(address) & mask == u32::from(self.address) & mask
+            && self.port.is_none_or(|allowed| allowed == port)
+    }
+}
+
+/// How much of the engine host's loopback the engine's operator lets steps reach. Link-local
+/// addresses (169.254.0.0/16) are never reachable, whatever it says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LoopbackEgress {
+    /// Nothing of it but the cloud endpoints of the deployment's token: an API engine's default
+    /// (`overture serve`), whose tenants must not read the host's own services.
+    #[default]
+    Refused,
+    /// The `127.0.0.1:PORT` entries the blueprint declares under `egress:`, and nothing else of
+    /// it (`overture serve --allow-loopback-egress`).
+    Declared,
+    /// The declared entries and the step's own targets there (its `url`, its hosts): the
+    /// operator's own commands (`overture deploy`, `engine`, `resume`, ...), whose blueprints are
+    /// the operator's and whose user may open the loopback anyway.
+    Operator,
+}
+
+/// Where a destination an attempt wants came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// The identity URL and service catalog of the deployment's token: the cloud's, checked by
+    /// the engine before the deployment was recorded.
+    Cloud,
+    /// The blueprint's `egress:`.
+    Declared,
+    /// Anything else the blueprint names or its steps made: the step's `url` and hosts, the
+    /// bastion, the deployment's servers.
+    Target,
+}
+
+/// Why a step may not connect to one of its own targets.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EgressRefusal {
+    /// The target is link-local, where clouds serve instance metadata.
+    #[error(
+        "{target} is link-local (169.254.0.0/16, where clouds serve instance metadata), \
+         which no step may reach"
+    )]
+    LinkLocal {
+        /// The target, as `host:port` and the address it resolved to.
+        target: String,
+    },
+    /// The target is on the host's loopback, and the engine's operator lets no step reach it.
+    #[error(
+        "{target} is on the engine host's loopback, which this engine lets no step reach \
+         (its operator can allow declared ports with `overture serve --allow-loopback-egress`)"
+    )]
+    LoopbackNotAllowed {
+        /// The target.
+        target: String,
+    },
+    /// The target is a port of the host's loopback that the blueprint does not declare.
+    #[error(
+        "{target} is on the engine host's loopback and not declared under the blueprint's \
+         `egress:`; declare \"127.0.0.1:{port}\" there to reach it"
+    )]
+    LoopbackNotDeclared {
+        /// The target.
+        target: String,
+        /// Its port.
+        port: u16,
+    },
+    /// The target is on the host's loopback but not `127.0.0.1`, whose ports alone can be
+    /// reached.
+    #[error(
+        "{target} is on the engine host's loopback, of which only 127.0.0.1:PORT can be reached"
+    )]
+    LoopbackAddress {
+        /// The target.
+        target: String,
+    },
+    /// The target is IPv6, which a step's network namespace does not have.
+    #[error("{target} is an IPv6 address; steps reach IPv4 destinations only")]
+    Ipv6 {
+        /// The target.
+        target: String,
+    },
+    /// The target is outside the attempt's policy for another reason.
+    #[error("{target} is not among the destinations the step may reach")]
+    NotAllowed {
+        /// The target.
+        target: String,
+    },
+}
+
+impl LoopbackEgress {
+    /// Whether a destination wanted from `origin` enters an attempt's policy: never one that
+    /// fails [`Destination::check`] (link-local, a loopback other than `127.0.0.1:PORT`); one on
+    /// the host's loopback only as this setting allows for its origin; any other one always.
+    pub fn admits(self, destination: &Destination, origin: Origin) -> bool {
+        if destination.check().is_err() {
+            return false;
+        }
+        if !destination.is_loopback() {
+            return true;
+        }
+        match origin {
+            Origin::Cloud => true,
+            Origin::Declared => self != LoopbackEgress::Refused,
+            Origin::Target => self == LoopbackEgress::Operator,
+        }
+    }
+
+    /// Why a step may not open a TCP connection to `address:port`, one of its own targets, when
+    /// its attempt's policy is `allowed`; `None` when it may. `target` names it in the answer
+    /// (`localhost:8080 (127.0.0.1)`).
+    pub fn refusal(
+        self,
+        target: &str,
+        address: Ipv4Addr,
+        port: u16,
+        allowed: &[Destination],
+    ) -> Option<EgressRefusal> {
+        if allowed
+            .iter()
+            .any(|destination| destination.covers(address, port))
+        {
+            return None;
+        }
+        let target = target.to_owned();
+        Some(if address.octets()[..2] == [169, 254] {
+            EgressRefusal::LinkLocal { target }
+        } else if !address.is_loopback() {
+            EgressRefusal::NotAllowed { target }
+        } else if address != Ipv4Addr::LOCALHOST {
+            EgressRefusal::LoopbackAddress { target }
+        } else if self == LoopbackEgress::Refused {
+            EgressRefusal::LoopbackNotAllowed { target }
+        } else {
+            EgressRefusal::LoopbackNotDeclared { target, port }
+        })
     }
 }
 

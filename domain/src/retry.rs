@@ -48,15 +48,24 @@ pub const fn default_rule(class: ErrorClass) -> RetryRule {
             times: 0,
             wait_ms: 0,
         },
+        // The step never ran: its target is outside what it may reach, and stays so.
+        ErrorClass::EgressRefused => RetryRule {
+            times: 0,
+            wait_ms: 0,
+        },
     }
 }
 
 /// The rule that applies to a step's failures of one class.
 ///
 /// A `service-timeout` is never retried, whatever the step says: the step never ran, and a
-/// retry would start it without the services it waited for.
+/// retry would start it without the services it waited for. Nor is an `egress-refused`: the
+/// step never ran either, and its target would be refused again.
 pub fn rule_for(step: &StepSpec, class: ErrorClass) -> RetryRule {
-    if class == ErrorClass::ServiceTimeout {
+    if matches!(
+        class,
+        ErrorClass::ServiceTimeout | ErrorClass::EgressRefused
+    ) {
         return default_rule(class);
     }
     step.retry

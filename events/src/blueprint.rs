@@ -192,11 +192,15 @@ pub enum ErrorClass {
     /// A required service did not have enough registered instances within the wait's timeout.
     /// Never retried: the step never ran.
     ServiceTimeout,
+    /// A step's own target (its `url`, its hosts) lies outside its network policy: the host's
+    /// loopback where the engine's operator or the blueprint does not allow it, or link-local.
+    /// Never retried: the step never ran, and it would be refused again.
+    EgressRefused,
 }
 
 impl ErrorClass {
     /// Every class, in the order the retry table lists them.
-    pub const ALL: [ErrorClass; 9] = [
+    pub const ALL: [ErrorClass; 10] = [
         ErrorClass::Terraform,
         ErrorClass::BackendUnreachable,
         ErrorClass::BootstrapTimeout,
@@ -206,6 +210,7 @@ impl ErrorClass {
         ErrorClass::HostKeyMismatch,
         ErrorClass::BastionAccessLost,
         ErrorClass::ServiceTimeout,
+        ErrorClass::EgressRefused,
     ];
 
     /// The name blueprints and events use.
@@ -220,6 +225,7 @@ impl ErrorClass {
             ErrorClass::HostKeyMismatch => "host-key-mismatch",
             ErrorClass::BastionAccessLost => "bastion-access-lost",
             ErrorClass::ServiceTimeout => "service-timeout",
+            ErrorClass::EgressRefused => "egress-refused",
         }
     }
 }

@@ -34,7 +34,9 @@ use overture_orchestrator::{
     orchestrate, OrchestratorPorts, RegistryDirectory, ServiceDirectory, Since, WorkError,
 };
 use overture_runner::destroy::{DestroyOutcome, DestroyPorts, DestroyRefused, DestroyRequest};
-use overture_runner::{run_attempt, AttemptReport, KeepAlive, PortError, RunnerPorts};
+use overture_runner::{
+    run_attempt, AttemptReport, KeepAlive, LoopbackEgress, PortError, RunnerPorts,
+};
 use overture_sandbox::Bubblewrap;
 use overture_submit::{submit, Submission, SubmitError, SubmitPorts};
 use tokio::sync::Semaphore;
@@ -283,6 +285,8 @@ pub struct Engine {
     pub payloads: DirPayloads,
     sandbox: Bubblewrap,
     clock: Arc<SystemClock>,
+    /// How much of the host's loopback its steps may reach.
+    loopback: LoopbackEgress,
 }
 
 impl Engine {
@@ -295,8 +299,19 @@ impl Engine {
         )
     }
 
-    /// Opens (creating if needed) the data directory and its database.
+    /// Opens (creating if needed) the data directory and its database, for the operator's own
+    /// commands: their steps reach the host's loopback where their blueprints say
+    /// ([`LoopbackEgress::Operator`]).
     pub async fn open(data_dir: &Path) -> Result<Arc<Self>, EngineError> {
+        Self::open_with_loopback(data_dir, LoopbackEgress::Operator).await
+    }
+
+    /// Opens the data directory as [`Engine::open`] does, its steps reaching as much of the
+    /// host's loopback as `loopback` allows (`overture serve` runs tenants' steps).
+    pub async fn open_with_loopback(
+        data_dir: &Path,
+        loopback: LoopbackEgress,
+    ) -> Result<Arc<Self>, EngineError> {
         let dir_error = |reason: String| EngineError::DataDir {
             dir: data_dir.display().to_string(),
             reason,
@@ -326,6 +341,7 @@ impl Engine {
             sandbox: Bubblewrap::new(data_dir.join("sandboxes"))
                 .with_engine_program(std::env::current_exe().map_err(function_error)?),
             clock,
+            loopback,
         }))
     }
 
@@ -1014,6 +1030,7 @@ impl Engine {
                     logs: &self.logs,
                     clock: self.clock.as_ref(),
                     payloads: &self.payloads,
+                    loopback: self.loopback,
                 };
                 match run_attempt(&attempt, &ports, &lease).await {
                     Ok(AttemptReport::NotYetDue(at) | AttemptReport::StillRunning(at)) => {

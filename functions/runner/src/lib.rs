@@ -42,6 +42,7 @@ pub mod wait_ssh;
 pub mod workspace;
 
 use std::future::Future;
+use std::io::Write as _;
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -57,6 +58,8 @@ use step::{StepInput, Verdict};
 
 /// The job: run this attempt of this step (its body on the queue is in `overture_events`).
 pub use overture_events::job::RunAttempt;
+/// How much of the host's loopback steps may reach, as [`RunnerPorts::loopback`] takes it.
+pub use overture_domain::egress::LoopbackEgress;
 pub use sandbox::{OutputsFile, RunError, Unrunnable};
 pub use sqs::{on_job_messages, ChangeVisibility, MessageError};
 
@@ -267,6 +270,8 @@ pub struct RunnerPorts<'a> {
     pub clock: &'a dyn Clock,
     /// The blueprint's files, by hash.
     pub payloads: &'a dyn StorePayloads,
+    /// How much of the host's loopback the engine's operator lets steps reach.
+    pub loopback: overture_domain::egress::LoopbackEgress,
 }
 
 /// What became of a job.
@@ -601,11 +606,25 @@ async fn run_in_sandbox(
     let name = logs::LogName::Attempt(attempt);
     let log = ports.logs.create(deployment, &spec.name, name)?;
     let network_policy = match prepared.network {
-        true => Some(network::policy(&input).await),
+        true => Some(network::policy(&input, ports.loopback).await),
         false => None,
     };
     if let Some(allowed) = &network_policy {
         record_network_policy(&input, allowed, ports, &masker).await?;
+        // Checked before the sandbox runs: the firewall would refuse the connection, and the
+        // step would read that as an unreachable backend and be retried.
+        if let Some(refused) = network::refused_target(&input, allowed, ports.loopback).await {
+            let message = masker.mask(&format!("egress refused: {refused}"));
+            // The attempt's log says why too; a log that cannot be written loses only that.
+            let mut log = log;
+            let _ = writeln!(log, "{message}");
+            return Ok(Outcome::Failure {
+                class: ErrorClass::EgressRefused,
+                exit_code: None,
+                message,
+                duration: Duration::ZERO,
+            });
+        }
     }
     let mut job = step::sandbox_job(sandbox_id, prepared, &input, name, log, &masker);
     job.network_policy = network_policy.clone();
@@ -756,7 +775,7 @@ async fn check_service(
     job.timeout = service_check::CHECK_WITHIN + Duration::from_secs(15);
     job.network_policy = Some(match network_policy {
         Some(policy) => policy,
-        None => network::policy(input).await,
+        None => network::policy(input, ports.loopback).await,
     });
     let result = match ports
         .sandbox

@@ -171,6 +171,7 @@ async fn wait_fails_with_the_rule(rule_exists: bool) -> (AttemptReport, E) {
         logs: &Quiet,
         clock: &Fixed,
         payloads: &MemoryPayloads::default(),
+        loopback: overture_domain::egress::LoopbackEgress::Operator,
     };
     let job = RunAttempt {
         deployment,

@@ -22,8 +22,9 @@ use overture_kit::memory::MemoryLog;
 use overture_kit::payload::{MemoryPayloads, PayloadError, StorePayloads};
 use overture_kit::{Cause, Clock, DeploymentLog, ReadStream};
 use overture_runner::{
-    run_attempt, AttemptReport, Cancel, KeepAlive, OutputsFile, PortError, RunAttempt, RunError,
-    RunSandboxed, RunnerPorts, SandboxExit, SandboxJob, SandboxResult, Unrunnable,
+    run_attempt, AttemptReport, Cancel, KeepAlive, LoopbackEgress, OutputsFile, PortError,
+    RunAttempt, RunError, RunSandboxed, RunnerPorts, SandboxExit, SandboxJob, SandboxResult,
+    Unrunnable,
 };
 
 fn t(seconds: i64) -> Timestamp {
@@ -212,6 +213,7 @@ impl Fixture {
             logs: &Quiet,
             clock: &self.clock,
             payloads: &self.payloads,
+            loopback: LoopbackEgress::Operator,
         };
         let job = RunAttempt {
             deployment: self.deployment,
@@ -552,6 +554,7 @@ async fn a_step_whose_files_cannot_be_fetched_now_leaves_the_job_to_be_retried()
         logs: &Quiet,
         clock: &fixture.clock,
         payloads: &Down,
+        loopback: LoopbackEgress::Operator,
     };
     let job = RunAttempt {
         deployment: fixture.deployment,
@@ -786,4 +789,112 @@ async fn a_service_that_does_not_answer_its_check_is_not_registered_and_fails_th
             if message.contains("service `app` did not answer its check (tcp) within 30s on 10.0.0.5:8000"))),
         "{events:?}"
     );
+}
+
+/// Runs `build`, an http step on `url`, with what the operator allows of the host's loopback:
+/// the report, and how many times the sandbox ran.
+async fn call(url: &str, egress: &str, loopback: LoopbackEgress) -> (AttemptReport, usize, Vec<E>) {
+    let blueprint = parse(&format!(
+        "name: x\negress: {egress}\nsteps:\n  build: {{ run: http, with: {{ url: \"{url}\" }} }}\n"
+    ))
+    .expect("valid")
+    .snapshot;
+    let fixture = Fixture::with(Sandbox::Exits(0, ""), blueprint, MemoryPayloads::default()).await;
+    let ports = RunnerPorts {
+        log: &fixture.log,
+        sandbox: &fixture.sandbox,
+        seals: &Quiet,
+        kept: &Quiet,
+        access: &Quiet,
+        logs: &Quiet,
+        clock: &fixture.clock,
+        payloads: &fixture.payloads,
+        loopback,
+    };
+    let job = RunAttempt {
+        deployment: fixture.deployment,
+        step: "build".into(),
+        attempt: 1,
+        cause: Some(fixture.cause),
+    };
+    let report = fixture.try_run(&ports, &job).await.expect("handled");
+    (
+        report,
+        fixture.sandbox.runs.load(Ordering::SeqCst),
+        fixture.events(),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_http_step_to_a_destination_outside_its_policy_fails_as_egress_refused_before_its_sandbox_runs(
+) {
+    for (url, egress, loopback, named) in [
+        (
+            "http://127.0.0.1:8080/",
+            "[]",
+            LoopbackEgress::Refused,
+            "127.0.0.1:8080 is on the engine host's loopback, which this engine lets no step reach",
+        ),
+        (
+            "http://127.0.0.1:8080/",
+            "[\"127.0.0.1:8080\"]",
+            LoopbackEgress::Refused,
+            "127.0.0.1:8080 is on the engine host's loopback, which this engine lets no step reach",
+        ),
+        (
+            "http://127.0.0.1:8080/",
+            "[]",
+            LoopbackEgress::Declared,
+            "declare \"127.0.0.1:8080\"",
+        ),
+        (
+            "http://169.254.169.254/latest/meta-data/",
+            "[]",
+            LoopbackEgress::Operator,
+            "169.254.169.254:80 is link-local",
+        ),
+    ] {
+        let (report, runs, events) = call(url, egress, loopback).await;
+        assert_eq!(
+            report,
+            AttemptReport::Failed(ErrorClass::EgressRefused),
+            "{url} {loopback:?}"
+        );
+        assert_eq!(runs, 0, "{url}: the sandbox never ran");
+        let failed = events.iter().find_map(|event| match event {
+            E::StepAttemptFailed {
+                error_class,
+                message,
+                ..
+            } => Some((*error_class, message.clone())),
+            _ => None,
+        });
+        let (class, message) = failed.expect("the attempt failed");
+        assert_eq!(class, ErrorClass::EgressRefused);
+        assert!(message.contains(named), "{message}");
+        assert!(
+            events.iter().any(|event| matches!(
+                event,
+                E::StepFailed {
+                    error_class: ErrorClass::EgressRefused,
+                    ..
+                }
+            )),
+            "failed for good, never retried: {events:?}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_http_step_to_a_declared_loopback_port_runs_where_the_operator_allows_it() {
+    for loopback in [LoopbackEgress::Declared, LoopbackEgress::Operator] {
+        let (report, runs, _) =
+            call("http://127.0.0.1:8080/", "[\"127.0.0.1:8080\"]", loopback).await;
+        assert_ne!(
+            report,
+            AttemptReport::Failed(ErrorClass::EgressRefused),
+            "{loopback:?}"
+        );
+        assert_eq!(runs, 1, "{loopback:?}");
+    }
 }

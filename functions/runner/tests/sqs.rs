@@ -217,6 +217,7 @@ fn ports<'a>(log: &'a dyn DeploymentLog, sandbox: &'a FakeSandbox) -> RunnerPort
         logs: &Quiet,
         clock: &FixedClock,
         payloads: &*NO_FILES,
+        loopback: overture_domain::egress::LoopbackEgress::Operator,
     }
 }
 

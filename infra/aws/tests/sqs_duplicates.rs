@@ -158,6 +158,7 @@ async fn handle(
         access: &Quiet,
         logs: &Quiet,
         payloads: &overture_kit::payload::MemoryPayloads::default(),
+        loopback: overture_domain::egress::LoopbackEgress::Refused,
         clock: &SystemTime,
     };
     run_attempt(&job, &ports, &Visibility { queue, delivery })

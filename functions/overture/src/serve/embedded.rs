@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use overture_domain::egress::LoopbackEgress;
 use overture_domain::projection::{DeploymentView, TenantView};
 use overture_domain::DeploymentError;
 use overture_events::{DeploymentId, Envelope};
@@ -48,9 +49,14 @@ fn engine_error(error: impl std::fmt::Display) -> RunError {
 }
 
 impl Embedded {
-    /// Opens the data directory and resumes its unfinished deployments.
-    pub async fn start(data_dir: &std::path::Path, parallelism: usize) -> Result<Self, Failure> {
-        let engine = Engine::open(data_dir).await?;
+    /// Opens the data directory and resumes its unfinished deployments; their steps reach as
+    /// much of the host's loopback as `loopback` allows.
+    pub async fn start(
+        data_dir: &std::path::Path,
+        parallelism: usize,
+        loopback: LoopbackEgress,
+    ) -> Result<Self, Failure> {
+        let engine = Engine::open_with_loopback(data_dir, loopback).await?;
         let exclusive = EngineLock::take(data_dir, true).map_err(|e| {
             Failure::BadInput(format!(
                 "{e}; stop it before starting `overture serve` on this data directory"

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Args;
 use overture_api::{routes, Api, DeliverEvents};
+use overture_domain::egress::LoopbackEgress;
 
 use crate::Failure;
 
@@ -37,6 +38,11 @@ pub struct ServeArgs {
     /// A trigger file: `POST /v1/events` evaluates it, deploying into the caller's tenant only.
     #[arg(long, value_name = "FILE")]
     pub triggers: Option<std::path::PathBuf>,
+    /// Let steps reach the ports of this host's 127.0.0.1 that their blueprints declare under
+    /// `egress:`. Without it no tenant's step reaches the host's loopback (but for the cloud's
+    /// own endpoints), whatever its blueprint says.
+    #[arg(long)]
+    pub allow_loopback_egress: bool,
 }
 
 /// `overture serve`: resumes what was unfinished, then serves until killed.
@@ -46,7 +52,11 @@ pub async fn run(data_dir: &Path, args: ServeArgs) -> Result<(), Failure> {
         Some(path) => Some((crate::triggers::read_trigger_file(path)?, path)),
         None => None,
     };
-    let engine = embedded::Embedded::start(data_dir, args.parallelism).await?;
+    let loopback = match args.allow_loopback_egress {
+        true => LoopbackEgress::Declared,
+        false => LoopbackEgress::Refused,
+    };
+    let engine = embedded::Embedded::start(data_dir, args.parallelism, loopback).await?;
     let triggers = match trigger_file {
         Some((file, path)) => {
             let dispatcher = Arc::new(

@@ -32,7 +32,7 @@ use overture_aws::seals::KmsSeals;
 use overture_aws::sqs::SqsQueue;
 use overture_kit::SystemClock;
 use overture_openstack::CloudAccess;
-use overture_runner::{on_job_messages, RunSandboxed, RunnerPorts};
+use overture_runner::{on_job_messages, LoopbackEgress, RunSandboxed, RunnerPorts};
 use overture_sandbox::Bubblewrap;
 
 /// The adapters, built once per execution environment.
@@ -58,6 +58,9 @@ impl Adapters {
             logs: &self.logs,
             clock: &self.clock,
             payloads: &self.payloads,
+            // The API's tenants deploy here: none reaches the host's loopback (on Fargate a
+            // task's loopback is its own, and a target there would not be the tenant's either).
+            loopback: LoopbackEgress::Refused,
         }
     }
 }
