@@ -16,7 +16,7 @@ use overture_events::{
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use crate::duration::{format_duration, parse_duration};
+use crate::duration::{self as durations, format_duration, read_duration};
 use crate::graph::{self, Cycle};
 use crate::kinds;
 use crate::shape;
@@ -241,10 +241,12 @@ pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
 
     let grace_ms = match raw.on_failure.as_ref().and_then(|f| f.grace.as_deref()) {
         None => duration_ms(DEFAULT_GRACE),
-        Some(text) => parse_duration(text).map(duration_ms).unwrap_or_else(|| {
-            problem("on_failure.grace".into(), bad_duration(text));
-            0
-        }),
+        Some(text) => read_duration(text)
+            .map(duration_ms)
+            .unwrap_or_else(|error| {
+                problem("on_failure.grace".into(), error.to_string());
+                0
+            }),
     };
 
     let mut hosts = BTreeMap::new();
@@ -310,10 +312,14 @@ pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
         }
         let timeout_ms = match &step.timeout {
             None => duration_ms(DEFAULT_TIMEOUT),
-            Some(text) => match parse_duration(text) {
-                Some(d) if !d.is_zero() => duration_ms(d),
-                _ => {
-                    problem(field(".timeout"), bad_duration(text));
+            Some(text) => match read_duration(text) {
+                Ok(d) if !d.is_zero() => duration_ms(d),
+                Ok(_) => {
+                    problem(field(".timeout"), zero_duration(text));
+                    0
+                }
+                Err(error) => {
+                    problem(field(".timeout"), error.to_string());
                     0
                 }
             },
@@ -329,7 +335,7 @@ pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
             let wait = with
                 .get("timeout")
                 .and_then(|v| v.as_str())
-                .and_then(parse_duration)
+                .and_then(|text| read_duration(text).ok())
                 .unwrap_or(default_wait);
             if timeout_ms > 0 && duration_ms(wait) >= timeout_ms {
                 problem(
@@ -362,12 +368,6 @@ pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
                 );
                 continue;
             }
-            let wait_ms = match &rule.wait {
-                None => 0,
-                Some(text) => parse_duration(text).map(duration_ms).unwrap_or_else(|| {
-                    problem(
-                        field(&format!(".retry.{class_name}.wait")),
-                        bad_duration(text),
             if class == ErrorClass::EgressRefused {
                 problem(
                     field(&format!(".retry.{class_name}")),
@@ -375,9 +375,17 @@ pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
                 );
                 continue;
             }
-                    );
-                    0
-                }),
+            let wait_ms = match &rule.wait {
+                None => 0,
+                Some(text) => read_duration(text)
+                    .map(duration_ms)
+                    .unwrap_or_else(|error| {
+                        problem(
+                            field(&format!(".retry.{class_name}.wait")),
+                            error.to_string(),
+                        );
+                        0
+                    }),
             };
             retry.insert(
                 class,
@@ -496,6 +504,13 @@ pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
     let warnings = service_warnings(&snapshot);
     problems.extend(bastion_problems(&snapshot));
     problems.extend(egress_problems(&snapshot.egress));
+    // What the engine needs of the result: mostly said above in the field's own words, so one
+    // problem per field is enough.
+    for found in recorded_problems(&snapshot) {
+        if !problems.iter().any(|known| known.field == found.field) {
+            problems.push(found);
+        }
+    }
 
     if problems.is_empty() {
         Ok(ParsedBlueprint {
@@ -506,6 +521,101 @@ pub fn parse(text: &str) -> Result<ParsedBlueprint, BlueprintError> {
     } else {
         Err(BlueprintError(problems))
     }
+}
+
+/// What the engine needs of a blueprint as it is recorded, checked again on the snapshot
+/// (whichever door it came through, and when a recorded deployment is run again): every
+/// duration at most [`durations::MAX_DURATION`], every file's path plain and inside the
+/// blueprint's folder, and no NUL byte in any text a step is given.
+pub fn recorded_problems(blueprint: &BlueprintSnapshot) -> Vec<BlueprintProblem> {
+    let mut problems = Vec::new();
+    let mut problem = |field: String, problem: String| {
+        problems.push(BlueprintProblem { field, problem });
+    };
+    let mut texts: Vec<(String, &str)> = vec![("name".into(), blueprint.name.as_str())];
+    if let Some(description) = &blueprint.description {
+        texts.push(("description".into(), description));
+    }
+    for param in &blueprint.params {
+        texts.push((format!("params.{}", param.name), &param.name));
+        if let Some(default) = &param.default {
+            texts.push((format!("params.{}.default", param.name), default));
+        }
+    }
+    for (i, name) in blueprint.secrets.iter().enumerate() {
+        texts.push((format!("secrets[{i}]"), name));
+    }
+    for (group, addresses) in &blueprint.hosts {
+        texts.push((format!("hosts.{group}"), group));
+        for (i, address) in addresses.iter().enumerate() {
+            texts.push((format!("hosts.{group}[{i}]"), address));
+        }
+    }
+    if let Some(bastion) = &blueprint.bastion {
+        texts.push(("bastion.host".into(), &bastion.host));
+        texts.push(("bastion.security_group".into(), &bastion.security_group));
+        texts.push(("bastion.user".into(), &bastion.user));
+    }
+    for (i, entry) in blueprint.egress.iter().enumerate() {
+        texts.push((format!("egress[{i}]"), entry));
+    }
+    if let Some(problem_text) = durations::recorded_problem(blueprint.grace_ms) {
+        problem("on_failure.grace".into(), problem_text);
+    }
+    for step in &blueprint.steps {
+        let field = |rest: &str| format!("steps.{}{rest}", step.name);
+        texts.push((field(""), &step.name));
+        texts.push((field(".run"), &step.kind));
+        for need in &step.needs {
+            texts.push((field(".needs"), need));
+        }
+        for (field, text) in
+            crate::inputs::nul_problems_in(&field(".with"), &serde_json::json!(step.with))
+        {
+            problem(field, text);
+        }
+        if let Some(problem_text) = durations::recorded_problem(step.timeout_ms) {
+            problem(field(".timeout"), problem_text);
+        }
+        for (class, rule) in &step.retry {
+            if let Some(problem_text) = durations::recorded_problem(rule.wait_ms) {
+                problem(field(&format!(".retry.{class}.wait")), problem_text);
+            }
+        }
+        for (i, need) in step.requires.iter().enumerate() {
+            texts.push((field(&format!(".requires[{i}].service")), &need.service));
+            if let Some(problem_text) = durations::recorded_problem(need.timeout_ms) {
+                problem(field(&format!(".requires[{i}].timeout")), problem_text);
+            }
+        }
+        if let Some(provides) = &step.provides {
+            texts.push((field(".provides.service"), &provides.service));
+            if let ServiceCheck::Http { path } = &provides.check {
+                texts.push((field(".provides.check"), path));
+            }
+        }
+        for (i, service) in step.watch.iter().enumerate() {
+            texts.push((field(&format!(".watch[{i}]")), service));
+        }
+        // The kinds that wait inside the attempt keep their wait as written.
+        let wait = step.with.get("timeout").and_then(serde_json::Value::as_str);
+        if let (Some(text), "wait-ssh" | SERVERS_KIND) = (wait, step.kind.as_str()) {
+            if let Err(long @ durations::DurationError::TooLong(_)) = read_duration(text) {
+                problem(field(".with.timeout"), long.to_string());
+            }
+        }
+    }
+    for (field, text) in texts {
+        if let Some(problem_text) = crate::inputs::nul_problem(text) {
+            problem(field, problem_text);
+        }
+    }
+    for path in blueprint.files.keys().chain(blueprint.stored_files.keys()) {
+        if let Some(problem_text) = crate::inputs::path_problem(path) {
+            problem("files".into(), problem_text);
+        }
+    }
+    problems
 }
 
 /// The `provides:` of a step, or `None` with its problems recorded.
@@ -590,10 +700,14 @@ fn requirements(
         }
         let timeout_ms = match &need.timeout {
             None => duration_ms(crate::services::DEFAULT_SERVICE_WAIT),
-            Some(text) => match parse_duration(text) {
-                Some(d) if !d.is_zero() => duration_ms(d),
-                _ => {
-                    problem(at(".timeout"), bad_duration(text));
+            Some(text) => match read_duration(text) {
+                Ok(d) if !d.is_zero() => duration_ms(d),
+                Ok(_) => {
+                    problem(at(".timeout"), zero_duration(text));
+                    0
+                }
+                Err(error) => {
+                    problem(at(".timeout"), error.to_string());
                     0
                 }
             },
@@ -939,7 +1053,14 @@ pub fn attach_files(
     parsed: &mut ParsedBlueprint,
     files: BTreeMap<String, String>,
 ) -> Result<(), BlueprintError> {
-    let mut problems = Vec::new();
+    let mut problems: Vec<BlueprintProblem> = files
+        .keys()
+        .filter_map(|path| crate::inputs::path_problem(path))
+        .map(|problem| BlueprintProblem {
+            field: "files".into(),
+            problem,
+        })
+        .collect();
     for step in &parsed.snapshot.steps {
         let missing = match step.kind.as_str() {
             "terraform" => {
@@ -1075,8 +1196,8 @@ fn scalar_text(value: &serde_yaml_ng::Value) -> Option<String> {
     }
 }
 
-fn bad_duration(text: &str) -> String {
-    format!("`{text}` is not a duration; write it like 500ms, 10s, 2m or 1h")
+fn zero_duration(text: &str) -> String {
+    format!("`{text}` is no time at all; give a duration like 30s or 10m")
 }
 
 fn duration_ms(duration: Duration) -> u64 {
@@ -1121,6 +1242,14 @@ pub fn resolve_params(
             });
         }
     }
+    for (name, value) in given {
+        if let Some(problem) = crate::inputs::nul_problem(value) {
+            problems.push(BlueprintProblem {
+                field: format!("params.{name}"),
+                problem: format!("the value {problem}"),
+            });
+        }
+    }
     let mut values = BTreeMap::new();
     for param in &blueprint.params {
         match given.get(&param.name).or(param.default.as_ref()) {
@@ -1138,6 +1267,40 @@ pub fn resolve_params(
     }
     if problems.is_empty() {
         Ok(values)
+    } else {
+        Err(BlueprintError(problems))
+    }
+}
+
+/// Checks the secrets given are exactly those the blueprint declares, and that each value can be
+/// given to a step. No message quotes a value.
+pub fn check_secrets(
+    declared: &[String],
+    given: &crate::secret::SecretValues,
+) -> Result<(), BlueprintError> {
+    use secrecy::ExposeSecret;
+    let mut problems = Vec::new();
+    for name in declared.iter().filter(|name| !given.contains_key(*name)) {
+        problems.push(BlueprintProblem {
+            field: format!("secrets.{name}"),
+            problem: format!("no value given; pass --secret {name}=ENV_VAR with the value in that environment variable"),
+        });
+    }
+    for (name, value) in given {
+        if !declared.contains(name) {
+            problems.push(BlueprintProblem {
+                field: format!("--secret {name}"),
+                problem: "the blueprint declares no such secret; list it under `secrets`".into(),
+            });
+        } else if let Some(problem) = crate::inputs::nul_problem(value.expose_secret()) {
+            problems.push(BlueprintProblem {
+                field: format!("secrets.{name}"),
+                problem: format!("the value {problem}"),
+            });
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
     } else {
         Err(BlueprintError(problems))
     }

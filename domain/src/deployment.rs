@@ -464,6 +464,11 @@ pub enum DeploymentError {
     /// Any other command before `Request`.
     #[error("no such deployment")]
     NotRequested,
+    /// `Request` of a blueprint or parameters the engine could not run (see
+    /// [`crate::blueprint::recorded_problems`]): every door checks them first, so this only
+    /// guards a door that forgot.
+    #[error("the deployment cannot be run as requested:\n{0}")]
+    Unrunnable(crate::blueprint::BlueprintError),
     /// The deployment has ended.
     #[error("the deployment has already ended")]
     AlreadyFinished,
@@ -674,6 +679,18 @@ impl Deployment {
                 sealed,
                 triggered_by,
             } => {
+                let mut problems = crate::blueprint::recorded_problems(&blueprint);
+                problems.extend(params.iter().filter_map(|(name, value)| {
+                    Some(crate::blueprint::BlueprintProblem {
+                        field: format!("params.{name}"),
+                        problem: format!("the value {}", crate::inputs::nul_problem(value)?),
+                    })
+                }));
+                if !problems.is_empty() {
+                    return Err(DeploymentError::Unrunnable(
+                        crate::blueprint::BlueprintError(problems),
+                    ));
+                }
                 let requested = DeploymentEvent::DeploymentRequested {
                     tenant,
                     requested_by,
@@ -997,7 +1014,7 @@ impl Deployment {
             E::StepRerunRequested { step, .. } => {
                 state.steps.update(&step, |s| {
                     s.status = StepStatus::Pending;
-                    s.first_attempt = s.attempt + 1;
+                    s.first_attempt = s.attempt.saturating_add(1);
                     s.not_before = None;
                     s.lease_until = None;
                 });
@@ -1094,7 +1111,7 @@ impl Deployment {
                 for name in &steps {
                     state.steps.update(name, |s| {
                         s.status = StepStatus::Pending;
-                        s.first_attempt = s.attempt + 1;
+                        s.first_attempt = s.attempt.saturating_add(1);
                         s.not_before = None;
                         s.lease_until = None;
                         s.outputs.clear();
@@ -1253,13 +1270,10 @@ fn observe_services(
             match &s.awaiting {
                 None => {
                     let wait_ms = spec.requires.iter().map(|need| need.timeout_ms).max();
-                    let wait = TimeDelta::milliseconds(
-                        i64::try_from(wait_ms.unwrap_or(0)).unwrap_or(i64::MAX),
-                    );
                     events.push(DeploymentEvent::StepAwaitingServices {
                         step: name.clone(),
                         waiting_for,
-                        deadline: now.checked_add_signed(wait).unwrap_or(now),
+                        deadline: later(now, wait_ms.unwrap_or(0)),
                     });
                 }
                 Some((deadline, before)) if now >= *deadline => {
@@ -1587,21 +1601,22 @@ fn after_failure(
     let spec = state.spec(step);
     // The policy counts the attempts of this run: a redriven step gets its retries again.
     let first = state.steps.get(step).map_or(1, |s| s.first_attempt);
-    let of_this_run = attempt.saturating_sub(first) + 1;
+    let of_this_run = attempt.saturating_sub(first).saturating_add(1);
     let decision = match (spec, &state.phase) {
         (Some(spec), Phase::Running) => retry::decide(spec, class, of_this_run),
         // A deployment that is already failing starts no new attempts.
         _ => RetryDecision::GiveUp,
     };
-    if let RetryDecision::Retry { wait, .. } = decision {
-        let next_attempt = attempt + 1;
+    // An attempt number past the last one there can be is no retry.
+    let next_attempt = attempt.checked_add(1);
+    if let (RetryDecision::Retry { wait, .. }, Some(next_attempt)) = (decision, next_attempt) {
         let delay_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
         return vec![DeploymentEvent::StepRetryScheduled {
             step: step.to_owned(),
             attempt,
             next_attempt,
             delay_ms,
-            not_before: now + TimeDelta::milliseconds(i64::try_from(delay_ms).unwrap_or(i64::MAX)),
+            not_before: later(now, delay_ms),
         }];
     }
     let mut events = vec![DeploymentEvent::StepFailed {
@@ -1630,10 +1645,23 @@ fn after_failure(
         let grace_ms = state.blueprint.as_ref().map_or(0, |b| b.grace_ms);
         events.push(DeploymentEvent::FailureGracePeriodStarted {
             failed_step: step.to_owned(),
-            deadline: now + TimeDelta::milliseconds(i64::try_from(grace_ms).unwrap_or(i64::MAX)),
+            deadline: later(now, grace_ms),
         });
     }
     events
+}
+
+/// The instant `ms` after `now`, never panicking on what was recorded. A wait longer than a
+/// blueprint may set ([`MAX_DURATION_MS`](crate::duration::MAX_DURATION_MS): recorded before the
+/// bound, or by a door that did not check) waits that long; an instant past the last one a
+/// timestamp holds is the last one.
+pub fn later(now: Timestamp, ms: u64) -> Timestamp {
+    let ms = ms.min(crate::duration::MAX_DURATION_MS);
+    i64::try_from(ms)
+        .ok()
+        .and_then(TimeDelta::try_milliseconds)
+        .and_then(|wait| now.checked_add_signed(wait))
+        .unwrap_or(Timestamp::MAX_UTC)
 }
 
 #[cfg(feature = "esrs")]

@@ -88,13 +88,13 @@ pub enum RetryDecision {
 /// A rule of `times: n` allows n retries, so at most n + 1 attempts in all.
 pub fn decide(step: &StepSpec, class: ErrorClass, failed_attempt: u32) -> RetryDecision {
     let rule = rule_for(step, class);
-    if failed_attempt <= rule.times {
-        RetryDecision::Retry {
-            next_attempt: failed_attempt + 1,
+    match failed_attempt.checked_add(1) {
+        Some(next_attempt) if failed_attempt <= rule.times => RetryDecision::Retry {
+            next_attempt,
             wait: Duration::from_millis(rule.wait_ms),
-        }
-    } else {
-        RetryDecision::GiveUp
+        },
+        // No attempt comes after the last number there is, whatever the rule allows.
+        _ => RetryDecision::GiveUp,
     }
 }
 

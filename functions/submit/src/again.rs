@@ -105,6 +105,12 @@ pub async fn redeploy(
     request: Redeploy,
     ports: &SubmitPorts<'_>,
 ) -> Result<DeploymentId, SubmitError> {
+    // Recorded before every door checked what the engine needs, it may hold what no step can
+    // run: refused before anything is sealed.
+    let unrunnable = overture_domain::blueprint::recorded_problems(&request.blueprint);
+    if !unrunnable.is_empty() {
+        return Err(SubmitError::Invalid(BlueprintError(unrunnable)));
+    }
     check_secrets(&request.blueprint.secrets, &request.secrets)?;
     let cloud = same_project(request.recorded_cloud.as_ref(), request.cloud)?;
     if needs_cloud(&request.blueprint) && cloud.is_none() {

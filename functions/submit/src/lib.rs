@@ -270,8 +270,16 @@ pub(crate) async fn record_and_advance(
     cause: &Cause,
     command: DeploymentCommand,
 ) -> Result<(), SubmitError> {
+    // The aggregate checks the request again; what it finds the engine could not run is the
+    // caller's to fix, like any other invalid input.
+    let unrunnable = |error: DeploymentError| match error {
+        DeploymentError::Unrunnable(problems) => SubmitError::Invalid(problems),
+        other => SubmitError::Refused(other),
+    };
     if cause.actor == ORCHESTRATOR_ACTOR {
-        execute(ports.log, deployment, tenant, cause, |_| command.clone()).await??;
+        execute(ports.log, deployment, tenant, cause, |_| command.clone())
+            .await?
+            .map_err(unrunnable)?;
         return Ok(());
     }
     let now = ports.clock.now();
@@ -282,10 +290,12 @@ pub(crate) async fn record_and_advance(
     .await
     {
         Err(LogError::TooLarge { .. }) => {
-            execute(ports.log, deployment, tenant, cause, |_| command.clone()).await??;
+            execute(ports.log, deployment, tenant, cause, |_| command.clone())
+                .await?
+                .map_err(unrunnable)?;
         }
         recorded => {
-            recorded??;
+            recorded?.map_err(unrunnable)?;
         }
     }
     Ok(())
@@ -388,23 +398,16 @@ fn deployment_key(deployment: DeploymentId) -> Result<(SecretString, String), Su
     Ok((SecretString::from(private.as_str().to_owned()), public))
 }
 
+/// The secrets given are those declared, each one a step can be given (the domain's rule,
+/// [`blueprint::check_secrets`]), and none too short to mask.
 pub(crate) fn check_secrets(
     declared: &[String],
     given: &SecretValues,
 ) -> Result<(), BlueprintError> {
-    let mut problems = Vec::new();
-    for name in declared.iter().filter(|name| !given.contains_key(*name)) {
-        problems.push(BlueprintProblem {
-            field: format!("secrets.{name}"),
-            problem: format!("no value given; pass --secret {name}=ENV_VAR with the value in that environment variable"),
-        });
-    }
-    for name in given.keys().filter(|name| !declared.contains(name)) {
-        problems.push(BlueprintProblem {
-            field: format!("--secret {name}"),
-            problem: "the blueprint declares no such secret; list it under `secrets`".into(),
-        });
-    }
+    let mut problems = match blueprint::check_secrets(declared, given) {
+        Ok(()) => Vec::new(),
+        Err(BlueprintError(problems)) => problems,
+    };
     for name in too_short(given) {
         problems.push(BlueprintProblem {
             field: format!("secrets.{name}"),
