@@ -3,14 +3,18 @@
 #
 #   scripts/local-aws.sh up     starts what is not running yet, and says what already is:
 #                               the AWS emulator, the stack in it (through CloudFormation),
-#                               `cargo lambda watch` serving every function, and the poller
-#                               that delivers the stack's stream and queues to them; then writes
+#                               `cargo lambda watch` serving every function, the door of the
+#                               submit function's URL (AWS_IAM: it checks each request's SigV4
+#                               signature, as Lambda does, which cargo lambda does not), and the
+#                               poller that delivers the stack's stream and queues to them; then writes
 #                               .overture/local-aws.env and prints it
 #   scripts/local-aws.sh down   stops them by their process groups' ids
 #
 # Everything listens on 127.0.0.1 only. Ports and names, overridable from the environment:
 #   OVERTURE_LOCAL_AWS_PORT     the emulator           (default 4577)
 #   OVERTURE_LOCAL_LAMBDA_PORT  cargo lambda watch     (default 9077)
+#   OVERTURE_LOCAL_DOOR_PORT    the submit URL's door  (default: a free port; OVERTURE_SUBMIT_URL
+#                               in the settings says which)
 #   OVERTURE_LOCAL_STACK        the stack's name       (default overture-local)
 #   OVERTURE_LOCAL_REGION       its region             (default eu-west-1)
 #   OVERTURE_LOCAL_STATE        where PIDs, logs and checkpoints go (default .overture/local-aws;
@@ -104,8 +108,17 @@ up() {
 
     say "building overture-local-aws and the overture program (target/debug/overture)"
     cargo build --quiet -p overture-local-aws -p overture
+    if running door; then
+        say "submit URL's door already running on $(cat "$state/door.address") (pid $(cat $state/door.pid))"
+    else
+        rm -f "$state/door.address"
+        start door "$local_aws" --region "$region" urls --invoke "http://127.0.0.1:$lambda_port" \
+            --listen "127.0.0.1:${OVERTURE_LOCAL_DOOR_PORT:-0}" --address-file "$state/door.address"
+        wait_for door 30 test -s "$state/door.address"
+        say "submit URL's door started on $(cat "$state/door.address")"
+    fi
     "$local_aws" --endpoint "$endpoint" --region "$region" --stack "$stack" \
-        stack --submit-url "http://127.0.0.1:$lambda_port/lambda-url/submit" \
+        stack --submit-url "http://$(cat "$state/door.address")/lambda-url/submit" \
         ${OVERTURE_LOCAL_AUTH_URL:+--auth-url "$OVERTURE_LOCAL_AUTH_URL"} >"$env_file.new"
     mv "$env_file.new" "$env_file"
     say "stack $stack is in the emulator"
@@ -155,6 +168,8 @@ up() {
 
 down() {
     stop poller
+    stop door
+    rm -f "$state/door.address"
     stop watch
     stop emulator
     rm -f "$env_file"

@@ -6,6 +6,8 @@
 //! - [`triggers`]: the stack's event source mappings, read back from the emulator's Lambda.
 //! - [`poller`]: reads each trigger's stream or queue and invokes its function through
 //!   `cargo lambda watch` ([`poller::Poller::run`]).
+//! - [`urls`]: the door of the function URLs with `AWS_IAM` auth (the submit function's): checks
+//!   each request's SigV4 signature, as Lambda does, and hands the function the signer.
 //! - [`batches`]: the pure part: the events in Lambda's shapes, what an answer means for the
 //!   batch, what is delivered again.
 //!
@@ -16,6 +18,7 @@ pub mod batches;
 pub mod poller;
 pub mod setup;
 pub mod triggers;
+pub mod urls;
 
 /// Why the local set-up or the poller could not go on.
 #[derive(Debug, thiserror::Error)]

@@ -48,6 +48,23 @@ enum Command {
     },
     /// Prints the template's functions, one a line: the binaries `cargo lambda watch` serves.
     Functions,
+    /// Keeps the door of the function URLs with AWS_IAM auth (the submit function's) in front
+    /// of `cargo lambda watch`, which checks no auth: a request must be signed (SigV4) with the
+    /// local credentials, and the function is handed the signer, as Lambda does.
+    Urls {
+        /// The Lambda invoke API of `cargo lambda watch`.
+        #[arg(long, default_value = "http://127.0.0.1:9001")]
+        invoke: String,
+        /// Where the door listens: an address of 127.0.0.1 (port 0: a free one).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: std::net::SocketAddr,
+        /// A function behind the door (repeatable).
+        #[arg(long = "function", default_value = "submit")]
+        functions: Vec<String>,
+        /// Written with the door's address (HOST:PORT) once it listens.
+        #[arg(long)]
+        address_file: Option<PathBuf>,
+    },
     /// Delivers the stack's streams and queues to its functions, as Lambda's triggers do.
     Poll {
         /// The Lambda invoke API of `cargo lambda watch`.
@@ -103,9 +120,18 @@ async fn run(cli: Cli) -> Result<(), LocalError> {
         }
         return Ok(());
     }
+    if let Command::Urls {
+        invoke,
+        listen,
+        functions,
+        address_file,
+    } = cli.command
+    {
+        return urls(invoke, listen, functions, address_file, cli.region).await;
+    }
     let config = overture_aws::config::for_endpoint(&cli.endpoint, &cli.region).await;
     match cli.command {
-        Command::Functions => Ok(()),
+        Command::Functions | Command::Urls { .. } => Ok(()),
         Command::Stack {
             submit_url,
             auth_url,
@@ -120,8 +146,9 @@ async fn run(cli: Cli) -> Result<(), LocalError> {
                 ("AWS_ENDPOINT_URL", cli.endpoint.as_str()),
                 ("AWS_REGION", cli.region.as_str()),
                 // The emulator checks no credentials; these keep the SDK from looking for any.
-                ("AWS_ACCESS_KEY_ID", "overture-local"),
-                ("AWS_SECRET_ACCESS_KEY", "overture-local"),
+                // They also sign the requests to the submit URL, which the door checks.
+                ("AWS_ACCESS_KEY_ID", setup::LOCAL_ACCESS_KEY),
+                ("AWS_SECRET_ACCESS_KEY", setup::LOCAL_SECRET_KEY),
                 ("AWS_EC2_METADATA_DISABLED", "true"),
                 ("OVERTURE_BACKEND", "aws"),
             ] {
@@ -176,4 +203,40 @@ async fn run(cli: Cli) -> Result<(), LocalError> {
                 .map_err(|e| LocalError::call("the poller", e))?
         }
     }
+}
+
+/// Serves the door of the AWS_IAM function URLs until the process ends.
+async fn urls(
+    invoke: String,
+    listen: std::net::SocketAddr,
+    functions: Vec<String>,
+    address_file: Option<PathBuf>,
+    region: String,
+) -> Result<(), LocalError> {
+    if !listen.ip().is_loopback() {
+        return Err(LocalError::call(
+            "--listen",
+            format!("{listen}: the door listens on 127.0.0.1 only"),
+        ));
+    }
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| LocalError::call("binding the door's address", e))?;
+    let address = listener
+        .local_addr()
+        .map_err(|e| LocalError::call("reading the door's address", e))?;
+    let door = overture_local_aws::urls::Door {
+        invoke,
+        functions,
+        region,
+        account: setup::LOCAL_ACCOUNT.to_owned(),
+        known: vec![(setup::local_credentials(), setup::local_caller_arn())],
+        timeout: Duration::from_secs(600),
+    };
+    tracing::info!(%address, "the AWS_IAM function URLs' door listens");
+    if let Some(file) = address_file {
+        std::fs::write(&file, format!("{address}\n"))
+            .map_err(|e| LocalError::call("writing the address file", e))?;
+    }
+    overture_local_aws::urls::serve(door, listener).await
 }

@@ -156,6 +156,30 @@ pub fn setting_name(output: &str) -> String {
     name
 }
 
+/// The access key the local form's settings export: the emulator checks none, and the door of
+/// the AWS_IAM function URLs lets in requests signed with it.
+pub const LOCAL_ACCESS_KEY: &str = "overture-local";
+/// Its secret.
+pub const LOCAL_SECRET_KEY: &str = "overture-local";
+/// The account the emulator makes everything in (moto's default).
+pub const LOCAL_ACCOUNT: &str = "123456789012";
+
+/// The local credentials, as the door checks signatures with them.
+pub fn local_credentials() -> aws_credential_types::Credentials {
+    aws_credential_types::Credentials::new(
+        LOCAL_ACCESS_KEY,
+        LOCAL_SECRET_KEY,
+        None,
+        None,
+        "overture-local",
+    )
+}
+
+/// Whom the local credentials belong to: the requester of what is submitted with them.
+pub fn local_caller_arn() -> String {
+    format!("arn:aws:iam::{LOCAL_ACCOUNT}:user/{LOCAL_ACCESS_KEY}")
+}
+
 /// `settings` as lines a shell sources (`export NAME='value'`).
 pub fn exports(settings: &BTreeMap<String, String>) -> String {
     settings
