@@ -38,6 +38,9 @@ pub enum ApiError {
     /// The body is larger than [`MAX_BODY`].
     #[error("the request body is larger than {MAX_BODY} bytes")]
     PayloadTooLarge,
+    /// The body stalled for longer than the server's body timeout.
+    #[error("the request body stopped arriving for longer than the server waits (its body timeout); send it whole")]
+    RequestTimeout,
     /// The body is not JSON.
     #[error("send the body as JSON, with Content-Type: application/json")]
     UnsupportedMediaType,
@@ -65,7 +68,7 @@ pub struct Problem {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorBody {
     /// Stable: `unauthorized`, `not_found`, `bad_request`, `invalid`, `conflict`,
-    /// `payload_too_large`, `unsupported`, `method_not_allowed`, `unavailable`,
+    /// `payload_too_large`, `request_timeout`, `unsupported`, `method_not_allowed`, `unavailable`,
     /// `internal`.
     pub code: &'static str,
     /// What went wrong, for people.
@@ -85,6 +88,7 @@ impl ApiError {
             ApiError::Invalid { .. } => (StatusCode::BAD_REQUEST, "invalid"),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             ApiError::PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            ApiError::RequestTimeout => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
             ApiError::UnsupportedMediaType => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported"),
             ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),

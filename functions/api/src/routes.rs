@@ -213,8 +213,15 @@ pub(crate) fn body_of(
         return Err(ApiError::UnsupportedMediaType);
     }
     body.map_err(|rejection| {
+        let stalled = std::iter::successors(
+            Some(&rejection as &(dyn std::error::Error + 'static)),
+            |error| error.source(),
+        )
+        .any(|error| error.is::<tower_http::timeout::TimeoutError>());
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::PayloadTooLarge
+        } else if stalled {
+            ApiError::RequestTimeout
         } else {
             ApiError::BadRequest("the request body could not be read".into())
         }

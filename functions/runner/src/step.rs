@@ -494,7 +494,6 @@ pub fn sandbox_job(
             CappedLog::new(log, limits.log_bytes),
             masker.clone(),
         ))),
-        masked: input.secrets.values().cloned().collect(),
         limits,
         network_policy: None,
     }

@@ -7,7 +7,9 @@
 //!   and serves.
 //! - [`embedded`]: the ports on the embedded engine.
 //! - [`events`]: the trigger file given with `--triggers`, for `POST /v1/events`.
+//! - [`doors`]: the accept loop, with its caps on connections and its timeouts.
 
+mod doors;
 mod embedded;
 mod events;
 
@@ -38,6 +40,9 @@ pub struct ServeArgs {
     /// A trigger file: `POST /v1/events` evaluates it, deploying into the caller's tenant only.
     #[arg(long, value_name = "FILE")]
     pub triggers: Option<std::path::PathBuf>,
+    /// Caps on connections and the time they may take.
+    #[command(flatten)]
+    pub doors: doors::DoorArgs,
     /// Let steps reach the ports of this host's 127.0.0.1 that their blueprints declare under
     /// `egress:`. Without it no tenant's step reaches the host's loopback (but for the cloud's
     /// own endpoints), whatever its blueprint says.
@@ -47,6 +52,8 @@ pub struct ServeArgs {
 
 /// `overture serve`: resumes what was unfinished, then serves until killed.
 pub async fn run(data_dir: &Path, args: ServeArgs) -> Result<(), Failure> {
+    // First, so the engine has the raised descriptor limit too and a bad cap starts nothing.
+    let limits = args.doors.check()?;
     // Checked before anything starts: a bad trigger file is bad input, as for `trigger send`.
     let trigger_file = match &args.triggers {
         Some(path) => Some((crate::triggers::read_trigger_file(path)?, path)),
@@ -86,8 +93,6 @@ pub async fn run(data_dir: &Path, args: ServeArgs) -> Result<(), Failure> {
     let bound = listener.local_addr().context("reading the bound address")?;
     // Tests and scripts read the port from this line when they asked for port 0.
     outln!("listening on http://{bound}");
-    axum::serve(listener, routes::router(api))
-        .await
-        .context("serving HTTP")?;
+    doors::serve(listener, routes::router(api), limits).await;
     Ok(())
 }
