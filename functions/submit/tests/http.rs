@@ -675,3 +675,45 @@ async fn a_body_cannot_choose_its_tenant_or_its_requester() {
         );
     }
 }
+
+/// Issue 27: the function URL is a door like the others, and takes the same rules from the
+/// domain: a file path outside the blueprint's folder, a NUL byte or a duration past 30 days is
+/// answered 400 naming the field, and nothing is recorded or sealed.
+#[tokio::test]
+async fn what_the_engine_could_not_run_is_answered_400_and_nothing_is_recorded() {
+    let main_tf = "resource \"terraform_data\" \"x\" {}\n";
+    let with = |key: &str, value: Value| {
+        let mut body = request(WITH_FILES);
+        body["files"] = json!({ "infra/main.tf": main_tf });
+        body[key] = value;
+        body
+    };
+    let cases = [
+        (with("files", json!({ "infra/main.tf": main_tf, "infra/../../x.tf": main_tf })), "files"),
+        (with("files", json!({ "infra//main.tf": main_tf })), "files"),
+        (with("secrets", json!({ "api_token": format!("{SECRET}\u{0}") })), "secrets.api_token"),
+        (
+            request("name: w\nsteps:\n  a: { run: noop, retry: { step-failed: { times: 1, wait: 9223372036854775808ms } } }\n"),
+            "steps.a.retry.step-failed.wait",
+        ),
+    ];
+    for (body, field) in cases {
+        let log = MemoryLog::new(Timestamp::UNIX_EPOCH);
+        let seal = FakeSeal::new(Sealing::Works);
+        let (status, answer) =
+            answer_on(&body, &log, &seal, &MemoryPayloads::default(), None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+        let fields: Vec<&str> = answer["problems"]
+            .as_array()
+            .expect("problems")
+            .iter()
+            .filter_map(|p| p["field"].as_str())
+            .collect();
+        assert!(fields.contains(&field), "{field}: {answer}");
+        assert_eq!(log.appends(), 0, "nothing recorded");
+        assert!(
+            seal.sealed.lock().expect("lock").is_empty(),
+            "nothing sealed"
+        );
+    }
+}
