@@ -425,7 +425,7 @@ pub fn project(
 impl Projected {
     fn from_view(view: Option<DeploymentView>) -> Self {
         Self {
-            next: view.as_ref().map_or(0, |v| v.revision + 1),
+            next: view.as_ref().map_or(0, |v| v.revision.saturating_add(1)),
             view,
             delta: TenantDelta::default(),
             applied: 0,
@@ -523,7 +523,7 @@ fn fold_record(
         projected.delta.running += 1;
         projected.delta.requested_at = Some(at);
         projected.applied += 1;
-        projected.next = revision + 1;
+        projected.next = revision.saturating_add(1);
         return Ok(true);
     };
     view.revision = revision;
@@ -535,7 +535,7 @@ fn fold_record(
         *projected.delta.counter(view.status) += 1;
     }
     projected.applied += 1;
-    projected.next = revision + 1;
+    projected.next = revision.saturating_add(1);
     Ok(true)
 }
 
@@ -1183,7 +1183,7 @@ impl ReadModels {
             return;
         };
         // Records already folded and records after a missing one change nothing.
-        if revision != view.revision + 1 {
+        if Some(revision) != view.revision.checked_add(1) {
             return;
         }
         view.revision = revision;
