@@ -415,3 +415,149 @@ fn a_deep_or_huge_blueprint_is_refused_naming_the_limit() {
     }
     nothing_recorded(&overture);
 }
+
+// Issue 27: what the engine cannot run is refused at every door, naming the field (defects 7
+// and 8: such input used to be recorded, then sit running for half an hour or crash the engine).
+
+/// 2^63 ms: the retry wait that passed `validate` and then panicked the engine.
+const TWO_TO_THE_63_MS: &str = "9223372036854775808ms";
+
+#[test]
+fn bad_paths_nul_bytes_and_huge_durations_are_refused_at_the_command_line() {
+    let overture = Overture::new();
+    let wait_words = format!("wait.yaml: steps.a.retry.step-failed.wait: `{TWO_TO_THE_63_MS}` is longer than the 720h (30 days) a blueprint may set; give at most 720h");
+    let cases = [
+        (
+            "empty-part.yaml",
+            "name: p\nsteps:\n  infra: { run: terraform, with: { dir: 'infra//net' } }\n".to_owned(),
+            vec![
+                "empty-part.yaml: steps.infra.with.dir: `infra//net` must be a plain path inside the blueprint's folder",
+                "without `..`, `.` or empty parts",
+            ],
+        ),
+        (
+            "absolute.yaml",
+            "name: p\nsteps:\n  infra: { run: terraform, with: { dir: /etc } }\n".to_owned(),
+            vec!["absolute.yaml: steps.infra.with.dir: `/etc` must be a plain path"],
+        ),
+        (
+            "nul.yaml",
+            "name: p\nparams: { who: { default: \"a\\0b\" } }\nsteps:\n  a: { run: script, with: { command: \"echo 1\\0 2\" } }\n".to_owned(),
+            vec![
+                r"nul.yaml: steps.a.with.command: holds a NUL byte (\0), which no step can be given",
+                r"nul.yaml: params.who.default: holds a NUL byte (\0)",
+                "remove it",
+            ],
+        ),
+        (
+            "wait.yaml",
+            format!("name: p\nsteps:\n  a: {{ run: noop, retry: {{ step-failed: {{ times: 1, wait: {TWO_TO_THE_63_MS} }} }} }}\n"),
+            vec![
+                wait_words.as_str(),
+            ],
+        ),
+        (
+            "durations.yaml",
+            "name: p\non_failure: { grace: 721h }\nsteps:\n  a: { run: noop, timeout: 43201m }\n  b: { run: wait-ssh, timeout: 720h, with: { hosts: ['127.0.0.1:22'], timeout: 800h } }\n  c: { run: noop, requires: [{ service: web, timeout: 99999999999999999999h }] }\n".to_owned(),
+            vec![
+                "durations.yaml: on_failure.grace: `721h` is longer than the 720h",
+                "durations.yaml: steps.a.timeout: `43201m` is longer than the 720h",
+                "durations.yaml: steps.b.with.timeout: `800h` is longer than the 720h",
+                "durations.yaml: steps.c.requires[0].timeout: `99999999999999999999h` is longer than the 720h",
+            ],
+        ),
+    ];
+    for (name, text, words) in cases {
+        let file = overture.blueprint(name, &text);
+        let path = file.to_str().expect("path");
+        for command in ["validate", "deploy"] {
+            assert_refused_printably(&overture, overture.command(&[command, path]), &words);
+        }
+    }
+    // The bound itself is allowed.
+    let longest = overture.blueprint(
+        "longest.yaml",
+        "name: p\non_failure: { grace: 720h }\nsteps:\n  a: { run: noop, timeout: 720h, retry: { step-failed: { times: 1, wait: 720h } } }\n",
+    );
+    let output = overture.run(&["validate", longest.to_str().expect("path")]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_paths_nul_bytes_and_huge_durations_are_refused_over_http_and_nothing_is_recorded() {
+    use crate::api::{code, parsed, Client, Server};
+    use reqwest::StatusCode;
+    use serde_json::json;
+
+    let cloud = crate::local_cloud::LocalCloud::up();
+    let (_, token) = cloud.token("acme");
+    let overture = Overture::new();
+    let server = Server::start(&overture, &cloud.auth_url);
+    let client = Client::new(&token);
+    let url = server.at("/v1/deployments");
+    let terraform = "name: t\nsteps:\n  infra: { run: terraform, with: { dir: infra } }\n";
+    let with_param = "name: p\nparams: { who: {} }\nsecrets: [key]\nsteps:\n  a: { run: noop }\n";
+    let main_tf = "resource \"terraform_data\" \"x\" {}\n";
+    const SECRET_TAIL: &str = "never-shown-tail";
+    let cases = [
+        (
+            json!({"blueprint": terraform, "files": {"infra/main.tf": main_tf, "infra/../../../etc/cron.d/x.tf": main_tf}}),
+            "files",
+            "has a `.` or `..` part",
+        ),
+        (
+            json!({"blueprint": terraform, "files": {"infra//main.tf": main_tf}}),
+            "files",
+            "has an empty part",
+        ),
+        (
+            json!({"blueprint": terraform, "files": {"infra/main.tf": main_tf, "/etc/passwd": "x"}}),
+            "files",
+            "is absolute",
+        ),
+        (
+            json!({"blueprint": with_param, "params": {"who": "a\u{0}b"}, "secrets": {"key": "long-enough"}}),
+            "params.who",
+            "NUL byte",
+        ),
+        (
+            json!({"blueprint": with_param, "params": {"who": "x"}, "secrets": {"key": format!("s\u{0}{SECRET_TAIL}")}}),
+            "secrets.key",
+            "NUL byte",
+        ),
+        (
+            json!({"blueprint": format!("name: w\nsteps:\n  a: {{ run: noop, retry: {{ step-failed: {{ times: 1, wait: {TWO_TO_THE_63_MS} }} }} }}\n")}),
+            "steps.a.retry.step-failed.wait",
+            "longer than the 720h (30 days) a blueprint may set",
+        ),
+        (
+            json!({"blueprint": "name: g\non_failure: { grace: 9999999h }\nsteps:\n  a: { run: noop }\n"}),
+            "on_failure.grace",
+            "give at most 720h",
+        ),
+    ];
+    for (body, field, words) in cases {
+        let (status, answer) = client.post(&url, &body).await;
+        assert_eq!(
+            (status, code(&answer).as_str()),
+            (StatusCode::BAD_REQUEST, "invalid"),
+            "{body}: {answer}"
+        );
+        let problems = parsed(&answer)["problems"].clone();
+        assert!(
+            problems
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|p| p["field"] == field
+                    && p["problem"]
+                        .as_str()
+                        .is_some_and(|text| text.contains(words))),
+            "{body}: `{field}` with `{words}` missing from {answer}"
+        );
+        assert!(!answer.contains(SECRET_TAIL), "{answer}");
+    }
+    let (status, listed) = client.get(&url).await;
+    assert_eq!((status, parsed(&listed)), (StatusCode::OK, json!([])));
+    nothing_recorded(&overture);
+}
