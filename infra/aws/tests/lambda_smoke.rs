@@ -3,7 +3,8 @@
 //! orchestrator and the projector, each sent a DynamoDB stream record of a requested deployment;
 //! the runner, sent the SQS message of a step's first attempt as it was received from the queue;
 //! the timer, sent a timer at a passed grace deadline; the dead letters, sent a dead-lettered job;
-//! the submit function, sent HTTP requests through its function URL; and the api function, the
+//! the submit function, sent requests through its function URL unsigned (refused) and as Lambda
+//! hands them on once their signature is checked (with the signer); and the api function, the
 //! HTTP API's reads and a cancel through its function URL with tokens of the local cloud's
 //! Keystone.
 
@@ -869,9 +870,9 @@ async fn a_runner_killed_mid_step_leaves_its_job_to_come_back_and_the_attempt_in
     );
 }
 
-/// POSTs `body` to the submit function's URL, as `cargo lambda watch` serves it; the status and
-/// the JSON answer.
-async fn post_to_submit(watch: &Watch, body: &Value) -> (u16, Value) {
+/// POSTs `body` to the submit function's URL as `cargo lambda watch` serves it: with no auth at
+/// all, so the function is handed no signer (as with a function URL whose auth type is NONE).
+async fn post_unsigned_to_submit(watch: &Watch, body: &Value) -> (u16, Value) {
     let answer = post(watch.port, "/lambda-url/submit/deployments", body).await;
     let status = answer.status().as_u16();
     let text = answer.text().await.expect("an answer");
@@ -881,13 +882,77 @@ async fn post_to_submit(watch: &Watch, body: &Value) -> (u16, Value) {
     )
 }
 
+/// The account and the ARN of the signer Lambda verified, as the submit URL's `AWS_IAM` auth
+/// hands them to the function.
+const SIGNER_ACCOUNT: &str = "123456789012";
+const SIGNER: &str = "arn:aws:iam::123456789012:user/smoke-deployer";
+
+/// Invokes the submit function with the event Lambda makes of a POST of `body` through its URL
+/// once the request's signature is checked: the signer in `requestContext.authorizer.iam`. The
+/// status and the JSON answer.
+async fn post_signed_to_submit(watch: &Watch, body: &Value) -> (u16, Value) {
+    let event = json!({
+        "version": "2.0",
+        "routeKey": "$default",
+        "rawPath": "/deployments",
+        "rawQueryString": "",
+        "headers": { "content-type": "application/json", "host": "abc.lambda-url.eu-west-1.on.aws" },
+        "requestContext": {
+            "accountId": "anonymous",
+            "apiId": "abc",
+            "domainName": "abc.lambda-url.eu-west-1.on.aws",
+            "domainPrefix": "abc",
+            "http": { "method": "POST", "path": "/deployments", "protocol": "HTTP/1.1",
+                      "sourceIp": "192.0.2.1", "userAgent": "overture" },
+            "requestId": uuid::Uuid::now_v7().to_string(),
+            "routeKey": "$default",
+            "stage": "$default",
+            "time": "01/Jan/2030:00:00:00 +0000",
+            "timeEpoch": 1_893_456_000_000_u64,
+            "authorizer": { "iam": {
+                "accessKey": "AKIASMOKE", "accountId": SIGNER_ACCOUNT, "callerId": "AIDASMOKE",
+                "cognitoIdentity": null, "principalOrgId": null,
+                "userArn": SIGNER, "userId": "AIDASMOKE"
+            } }
+        },
+        "body": body.to_string(),
+        "isBase64Encoded": false
+    });
+    let answer = invoke(watch, "submit", &event).await;
+    let status = u16::try_from(answer["statusCode"].as_u64().expect("a status")).expect("HTTP");
+    let text = answer["body"].as_str().expect("a body");
+    (
+        status,
+        serde_json::from_str(text).unwrap_or_else(|_| panic!("JSON: {status} {text}")),
+    )
+}
+
+/// The events table of the submit function's test.
+const SUBMIT_EVENTS: &str = "smoke-submit-events";
+
+/// Every item of the submit function's events table.
+async fn recorded_items(dynamodb: &aws_sdk_dynamodb::Client) -> usize {
+    dynamodb
+        .scan()
+        .table_name(SUBMIT_EVENTS)
+        .send()
+        .await
+        .expect("scan")
+        .items()
+        .len()
+}
+
 #[tokio::test]
-async fn the_submit_lambda_records_a_posted_deployment_and_refuses_a_broken_one() {
+async fn the_submit_lambda_refuses_an_unsigned_request_and_records_a_signed_one() {
     const SECRET: &[u8] = b"smoke-secret-value-0042";
     let config = overture_aws::config::for_endpoint(support::emulator(), "eu-west-1").await;
     let dynamodb = aws_sdk_dynamodb::Client::new(&config);
     let kms = aws_sdk_kms::Client::new(&config);
-    let log = events_log(&dynamodb).await;
+    // A table of its own: the other tests of this binary record on theirs meanwhile.
+    create_events_table(&dynamodb, SUBMIT_EVENTS)
+        .await
+        .expect("table");
+    let log = DynamoDeployments::new(dynamodb.clone(), SUBMIT_EVENTS, Arc::new(SystemClock));
     create_custody_table(&dynamodb, "smoke-custody")
         .await
         .expect("table");
@@ -900,7 +965,7 @@ async fn the_submit_lambda_records_a_posted_deployment_and_refuses_a_broken_one(
     let key = support::kms_key(&kms).await;
 
     let watch = watch(&[
-        ("OVERTURE_EVENTS_TABLE", EVENTS),
+        ("OVERTURE_EVENTS_TABLE", SUBMIT_EVENTS),
         ("OVERTURE_CUSTODY_TABLE", "smoke-custody"),
         ("OVERTURE_SEALS_TABLE", "smoke-seals"),
         ("OVERTURE_PAYLOADS_BUCKET", "smoke-payloads"),
@@ -909,17 +974,35 @@ async fn the_submit_lambda_records_a_posted_deployment_and_refuses_a_broken_one(
         ("OVERTURE_LOG", "debug"),
     ]);
     let blueprint = "name: hello\nsecrets: [api_token]\nsteps:\n  compose: { run: script, with: { command: 'echo hello' } }\n  publish:\n    run: script\n    needs: [compose]\n    with: { command: 'echo {{ secrets.api_token }}' }\n";
-    let (status, answer) = post_to_submit(
-        &watch,
-        &json!({
-            "source": "hello/blueprint.yaml",
-            "blueprint": blueprint,
-            "tenant": "smoke-tenant",
-            "requested_by": "ada",
-            "secrets": { "api_token": std::str::from_utf8(SECRET).expect("text") },
-        }),
-    )
-    .await;
+    let request = json!({
+        "source": "hello/blueprint.yaml",
+        "blueprint": blueprint,
+        "secrets": { "api_token": std::str::from_utf8(SECRET).expect("text") },
+    });
+
+    // As it was found: a request with no credential, naming a tenant and a requester, got 201.
+    // Now the function itself refuses any request AWS did not verify the signer of.
+    let mut as_found = request.clone();
+    as_found["tenant"] = json!("smoke-tenant");
+    as_found["requested_by"] = json!("ada");
+    for body in [&as_found, &request] {
+        let (status, answer) = post_unsigned_to_submit(&watch, body).await;
+        assert_eq!(status, 403, "{answer}");
+        assert_eq!(answer["error"], "forbidden", "{answer}");
+    }
+    assert_eq!(
+        recorded_items(&dynamodb).await,
+        0,
+        "nothing is recorded for an unsigned request"
+    );
+
+    // Signed, but naming whom it acts as: refused, nothing recorded.
+    let (status, answer) = post_signed_to_submit(&watch, &as_found).await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["problems"][0]["field"], "tenant", "{answer}");
+    assert_eq!(recorded_items(&dynamodb).await, 0, "nothing recorded");
+
+    let (status, answer) = post_signed_to_submit(&watch, &request).await;
     assert_eq!(status, 201, "{answer}");
     let deployment: DeploymentId = answer["deployment"]
         .as_str()
@@ -927,12 +1010,12 @@ async fn the_submit_lambda_records_a_posted_deployment_and_refuses_a_broken_one(
         .parse()
         .expect("a deployment id");
     let recorded = log.read_stream(deployment, 0).await.expect("read");
-    assert_eq!(
-        recorded.first().map(|e| e.event_type.as_str()),
-        Some("DeploymentRequested"),
-        "{recorded:?}"
-    );
-    for table in [EVENTS, "smoke-seals"] {
+    let first = recorded.first().expect("DeploymentRequested");
+    assert_eq!(first.event_type, "DeploymentRequested", "{recorded:?}");
+    // Whom it acts as is who signed: the tenant is the signer's account, the requester its ARN.
+    assert_eq!(first.data["tenant"], SIGNER_ACCOUNT, "{:?}", first.data);
+    assert_eq!(first.data["requested_by"], SIGNER, "{:?}", first.data);
+    for table in [SUBMIT_EVENTS, "smoke-seals"] {
         let items = dynamodb
             .scan()
             .table_name(table)
@@ -946,12 +1029,11 @@ async fn the_submit_lambda_records_a_posted_deployment_and_refuses_a_broken_one(
     }
 
     let broken = blueprint.replace("needs: [compose]", "needs: [missing]");
-    let (status, answer) = post_to_submit(
+    let (status, answer) = post_signed_to_submit(
         &watch,
         &json!({
             "source": "hello/blueprint.yaml",
             "blueprint": broken,
-            "requested_by": "ada",
             "secrets": { "api_token": "x" },
         }),
     )
