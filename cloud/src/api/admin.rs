@@ -1,5 +1,6 @@
 //! The admin API, behind `X-Admin-Token` (the contents of `DIR/admin-token`), never subject to
-//! faults: projects and their users, tokens of any lifetime, faults, status and shutdown.
+//! faults: projects (in domains) and their users, tokens of any lifetime, faults, status and
+//! shutdown.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,7 +17,7 @@ use super::neutron::rule_body;
 use super::{header, parse, reply, unauthorized};
 use crate::cloud::{Cloud, Failure};
 use crate::secret;
-use crate::state::StateError;
+use crate::state::{StateError, DEFAULT_DOMAIN};
 
 /// A caller holding the admin token.
 #[derive(Debug)]
@@ -45,9 +46,10 @@ fn failure(failure: Failure) -> Response {
     match failure {
         Failure::Refused(refusal) => {
             let status = match refusal {
-                StateError::NoSuchProject(_) | StateError::ServerNotFound(_) => {
-                    StatusCode::NOT_FOUND
-                }
+                StateError::NoSuchProject(_)
+                | StateError::NoSuchProjectIn { .. }
+                | StateError::ServerNotFound(_) => StatusCode::NOT_FOUND,
+                StateError::ProjectInUse(_) => StatusCode::CONFLICT,
                 _ => StatusCode::BAD_REQUEST,
             };
             error(status, &refusal.to_string())
@@ -56,22 +58,31 @@ fn failure(failure: Failure) -> Response {
     }
 }
 
+fn default_domain() -> String {
+    DEFAULT_DOMAIN.to_owned()
+}
+
 #[derive(Deserialize)]
 struct NewProject {
     name: String,
+    /// The domain's name, created if missing.
+    #[serde(default = "default_domain")]
+    domain: String,
 }
 
-/// `POST /admin/projects`: creates the project and its user if missing; answers the password.
+/// `POST /admin/projects`: creates the project (and its domain) and its user if missing;
+/// answers the password.
 pub async fn create_project(Shared(cloud): Shared<Arc<Cloud>>, _: Admin, body: Bytes) -> Response {
-    let name = match parse::<NewProject>(&body) {
-        Ok(new) => new.name,
+    let NewProject { name, domain } = match parse::<NewProject>(&body) {
+        Ok(new) => new,
         Err(message) => return error(StatusCode::BAD_REQUEST, &message),
     };
     let created = cloud.write(|state| {
-        state.ensure_project(&name).map(|p| {
+        state.ensure_project(&name, &domain).map(|p| {
+            let domain = json!({"id": p.domain.id, "name": p.domain.name});
             json!({
-                "project": {"id": p.id, "name": p.name},
-                "user": {"name": p.name, "password": p.password},
+                "project": {"id": p.id, "name": p.name, "domain": domain},
+                "user": {"id": p.user_id, "name": p.name, "domain": domain, "password": p.password},
             })
         })
     });
@@ -85,6 +96,9 @@ pub async fn create_project(Shared(cloud): Shared<Arc<Cloud>>, _: Admin, body: B
 struct NewToken {
     #[serde(default = "an_hour")]
     expires_in_seconds: i64,
+    /// The project's domain.
+    #[serde(default = "default_domain")]
+    domain: String,
 }
 
 fn an_hour() -> i64 {
@@ -98,11 +112,11 @@ pub async fn issue_token(
     Path(name): Path<String>,
     body: Bytes,
 ) -> Response {
-    let lifetime = if body.is_empty() {
-        an_hour()
+    let (lifetime, domain) = if body.is_empty() {
+        (an_hour(), default_domain())
     } else {
         match parse::<NewToken>(&body) {
-            Ok(new) => new.expires_in_seconds,
+            Ok(new) => (new.expires_in_seconds, new.domain),
             Err(message) => return error(StatusCode::BAD_REQUEST, &message),
         }
     };
@@ -114,7 +128,7 @@ pub async fn issue_token(
         );
     }
     let issued = cloud.write(|state| {
-        let id = state.project_named(&name)?.id.clone();
+        let id = state.project_in(&domain, &name)?.id.clone();
         state.issue_token(&id, Cloud::now(), chrono::Duration::seconds(lifetime))
     });
     match issued {
@@ -126,7 +140,26 @@ pub async fn issue_token(
     }
 }
 
-/// A fault to inject, as `POST /admin/faults` takes it.
+/// `DELETE /admin/projects/{name}?domain=NAME` (default `Default`): deletes a project without
+/// servers, with its user, groups, rules and tokens; its name may then be taken again.
+pub async fn delete_project(
+    Shared(cloud): Shared<Arc<Cloud>>,
+    _: Admin,
+    Path(name): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let domain = query.get("domain").map_or(DEFAULT_DOMAIN, String::as_str);
+    let deleted = cloud.write(|state| {
+        let id = state.project_in(domain, &name)?.id.clone();
+        state.delete_project(&id)
+    });
+    match deleted {
+        Ok(_) => StatusCode::NO_CONTENT.into_response(),
+        Err(refusal) => failure(refusal.into()),
+    }
+}
+
+/// A fault to inject, as `POST /admin/faults` takes it (projects of the `Default` domain).
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 enum Fault {
@@ -239,6 +272,7 @@ pub async fn status(Shared(cloud): Shared<Arc<Cloud>>, _: Admin) -> Response {
                 json!({
                     "id": project.id,
                     "name": project.name,
+                    "domain": {"id": project.domain.id, "name": project.domain.name},
                     "network": {
                         "bridge": names.bridge(project.index),
                         "cidr": state.subnet(project).to_string(),

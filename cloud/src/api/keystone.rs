@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use super::{reply, unauthorized, Caller};
 use crate::cloud::Cloud;
-use crate::state::{ProjectScope, State, Token};
+use crate::state::{DomainRef, ProjectScope, State, Token, UserRef};
 
 const SUBJECT: &str = "x-subject-token";
 
@@ -64,12 +64,15 @@ struct ProjectRef {
     domain: Option<Domain>,
 }
 
-/// Every user and project lives in the one domain, `Default`.
-fn in_default_domain(domain: Option<&Domain>) -> bool {
-    domain.is_none_or(|d| {
-        d.id.as_deref().is_none_or(|id| id == "default")
-            && d.name.as_deref().is_none_or(|name| name == "Default")
-    })
+impl Domain {
+    /// The domain as named; an id wins over a name, as in Keystone. Neither: `Default`.
+    fn named(self) -> Option<DomainRef> {
+        match (self.id, self.name) {
+            (Some(id), _) => Some(DomainRef::Id(id)),
+            (None, Some(name)) => Some(DomainRef::Name(name)),
+            (None, None) => None,
+        }
+    }
 }
 
 fn bad_request(message: &str) -> Response {
@@ -103,26 +106,25 @@ pub async fn issue(Shared(cloud): Shared<Arc<Cloud>>, body: Bytes) -> Response {
         return bad_request("This cloud issues project-scoped tokens only: add scope.project with the project's name (or id) and domain.");
     };
     let user = password.user;
-    if !in_default_domain(user.domain.as_ref()) || !in_default_domain(project.domain.as_ref()) {
-        return unauthorized();
-    }
     let scope = match (project.id, project.name) {
         (Some(id), _) => ProjectScope::Id(id),
-        (None, Some(name)) => ProjectScope::Name(name),
+        (None, Some(name)) => ProjectScope::Name {
+            name,
+            domain: project.domain.and_then(Domain::named),
+        },
         (None, None) => return bad_request("scope.project needs a name or an id."),
     };
+    let user_ref = match (user.id, user.name) {
+        (Some(id), _) => UserRef::Id(id),
+        (None, Some(name)) => UserRef::Name {
+            name,
+            domain: user.domain.and_then(Domain::named),
+        },
+        (None, None) => return bad_request("identity.password.user needs a name or an id."),
+    };
     let issued = cloud.write(|state| {
-        let user_name = match (&user.name, &user.id) {
-            (Some(name), _) => Some(name.clone()),
-            (None, Some(id)) => state
-                .projects()
-                .iter()
-                .find(|p| p.user_id == *id)
-                .map(|p| p.name.clone()),
-            (None, None) => None,
-        }?;
         let (value, token) = state
-            .password_auth(&user_name, &user.password, &scope, Cloud::now())
+            .password_auth(&user_ref, &user.password, &scope, Cloud::now())
             .ok()?;
         Some((value, token_body(&cloud, state, &token)))
     });
@@ -183,12 +185,17 @@ fn with_subject(status: StatusCode, token: &str, body: Value) -> Response {
 
 /// `{"token": TOKEN}` as Keystone shows it, with the catalog of this cloud's three services.
 fn token_body(cloud: &Cloud, state: &State, token: &Token) -> Value {
-    let (project_name, project_id) = state
+    let (project_name, project_id, domain) = state
         .project(&token.project_id)
-        .map(|p| (p.name.clone(), p.id.clone()))
+        .map(|p| {
+            (
+                p.name.clone(),
+                p.id.clone(),
+                json!({"id": p.domain.id, "name": p.domain.name}),
+            )
+        })
         .unwrap_or_default();
     let time = |t: chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string();
-    let domain = json!({"id": "default", "name": "Default"});
     let [identity_id, compute_id, network_id] = cloud.endpoint_ids();
     let base = cloud.base_url();
     let service = |kind: &str, name: &str, id: &str, path: &str| {

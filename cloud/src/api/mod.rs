@@ -3,7 +3,8 @@
 //! - This file: the router, the callers ([`Caller`] for Keystone, [`Tenant`] for Nova and Neutron,
 //!   which also takes the backend-unreachable fault), and shared helpers.
 //! - [`keystone`], [`nova`], [`neutron`]: the OpenStack subset.
-//! - [`admin`]: projects, tokens, faults, status and shutdown, behind `X-Admin-Token`.
+//! - [`admin`]: projects (in domains), tokens, faults, status and shutdown, behind
+//!   `X-Admin-Token`.
 
 mod admin;
 mod keystone;
@@ -18,7 +19,7 @@ use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
@@ -58,6 +59,7 @@ pub fn router(cloud: Arc<Cloud>) -> Router {
             get(neutron::show_rule).delete(neutron::delete_rule),
         )
         .route("/admin/projects", post(admin::create_project))
+        .route("/admin/projects/{name}", delete(admin::delete_project))
         .route("/admin/projects/{name}/tokens", post(admin::issue_token))
         .route("/admin/faults", post(admin::inject).delete(admin::clear))
         .route("/admin/status", get(admin::status))

@@ -3,7 +3,7 @@
 //! clock (the time is passed in), so every rule of the API is tested without a network.
 //!
 //! - This file: [`State`], [`Project`], [`StateError`].
-//! - `identity`: projects, their one user, tokens.
+//! - `identity`: domains, projects, their one user, tokens.
 //! - `compute`: servers, their addresses and statuses.
 //! - `security`: security groups and rules.
 //! - `faults`: the faults a test injects.
@@ -22,7 +22,7 @@ use crate::cidr::Ipv4Net;
 
 pub use compute::{NewServer, Server, ServerStatus};
 pub use faults::Faults;
-pub use identity::{ProjectScope, Token};
+pub use identity::{DomainRef, ProjectScope, Token, UserRef, DEFAULT_DOMAIN};
 pub use security::{NewRule, Rule, SecurityGroup};
 
 /// Everything the cloud holds, for one instance.
@@ -30,7 +30,12 @@ pub use security::{NewRule, Rule, SecurityGroup};
 pub struct State {
     /// The instance's /16; project `index` gets `10.X.index.0/24`.
     network: Ipv4Net,
+    /// Keystone domains, `Default` first; projects and users are named within one.
+    domains: Vec<Domain>,
     projects: Vec<Project>,
+    /// The network indexes of deleted projects: never given again, so a project made again
+    /// under an old name gets a network (and bridge) of its own.
+    retired: Vec<u8>,
     tokens: HashMap<String, Token>,
     /// The one role every user has in its project, as Keystone shows it.
     role_id: String,
@@ -38,13 +43,24 @@ pub struct State {
     next_slot: u32,
 }
 
+/// A Keystone domain: names of projects and users are unique only within one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Domain {
+    /// `default` for `Default`; 32 hex characters for the others.
+    pub id: String,
+    /// Its name.
+    pub name: String,
+}
+
 /// A project (tenant), its one user, and its resources.
 #[derive(Debug, Clone)]
 pub struct Project {
     /// 32 hex characters, as Keystone's ids.
     pub id: String,
-    /// The project's name, which is also its user's name.
+    /// The project's name, which is also its user's name (unique within its domain).
     pub name: String,
+    /// The domain of the project and of its user.
+    pub domain: Domain,
     /// The user's id.
     pub user_id: String,
     /// The user's password.
@@ -70,6 +86,17 @@ pub enum StateError {
     /// No project has that name.
     #[error("no project named `{0}`; create it with POST /admin/projects")]
     NoSuchProject(String),
+    /// No project has that name in that domain (other than `Default`).
+    #[error("no project named `{name}` in domain `{domain}`; create it with POST /admin/projects")]
+    NoSuchProjectIn {
+        /// The project's name.
+        name: String,
+        /// The domain's name.
+        domain: String,
+    },
+    /// A project that still has servers is not deleted.
+    #[error("project `{0}` still has servers; delete them first")]
+    ProjectInUse(String),
     /// No server with that id in the caller's project.
     #[error("Instance {0} could not be found.")]
     ServerNotFound(String),
@@ -109,7 +136,12 @@ impl State {
     pub fn new(network: Ipv4Net) -> Self {
         Self {
             network,
+            domains: vec![Domain {
+                id: "default".into(),
+                name: DEFAULT_DOMAIN.into(),
+            }],
             projects: Vec::new(),
+            retired: Vec::new(),
             tokens: HashMap::new(),
             role_id: crate::secret::random_hex(16),
             next_slot: 1,
@@ -136,12 +168,23 @@ impl State {
             .ok_or_else(|| StateError::NoSuchProject(id.to_owned()))
     }
 
-    /// The project with that name.
+    /// The project with that name in the `Default` domain.
     pub fn project_named(&self, name: &str) -> Result<&Project, StateError> {
+        self.project_in(DEFAULT_DOMAIN, name)
+    }
+
+    /// The project with that name in the domain of that name.
+    pub fn project_in(&self, domain: &str, name: &str) -> Result<&Project, StateError> {
         self.projects
             .iter()
-            .find(|p| p.name == name)
-            .ok_or_else(|| StateError::NoSuchProject(name.to_owned()))
+            .find(|p| p.name == name && p.domain.name == domain)
+            .ok_or_else(|| match domain {
+                DEFAULT_DOMAIN => StateError::NoSuchProject(name.to_owned()),
+                _ => StateError::NoSuchProjectIn {
+                    name: name.to_owned(),
+                    domain: domain.to_owned(),
+                },
+            })
     }
 
     /// The id of the role every user holds.
@@ -194,8 +237,12 @@ pub(crate) mod test_support {
     /// A state with projects `a` and `b`; returns their ids.
     pub fn two_projects() -> (State, String, String) {
         let mut state = state();
-        let a = state.ensure_project("a").map(|p| p.id.clone());
-        let b = state.ensure_project("b").map(|p| p.id.clone());
+        let a = state
+            .ensure_project("a", DEFAULT_DOMAIN)
+            .map(|p| p.id.clone());
+        let b = state
+            .ensure_project("b", DEFAULT_DOMAIN)
+            .map(|p| p.id.clone());
         match (a, b) {
             (Ok(a), Ok(b)) => (state, a, b),
             other => panic!("{other:?}"),

@@ -1,4 +1,5 @@
-//! Keystone: issuing, validating, revoking and expiring tokens; 401 without a valid one.
+//! Keystone: issuing, validating, revoking and expiring tokens; 401 without a valid one; projects
+//! of one name in two domains, and a project deleted and made again.
 
 use reqwest::Method;
 use serde_json::json;
@@ -155,4 +156,131 @@ async fn bad_credentials_missing_expired_or_unknown_tokens_answer_401() {
         .call(Some(&tenant.token), Method::GET, "/admin/status", None)
         .await;
     assert_eq!(refused.status, 401);
+}
+
+/// Password authentication of user and project `name`, both in the domain `domain`.
+fn sign_in(name: &str, domain: &str, password: &str) -> serde_json::Value {
+    json!({"auth": {
+        "identity": {"methods": ["password"], "password": {"user": {
+            "name": name, "domain": {"name": domain}, "password": password}}},
+        "scope": {"project": {"name": name, "domain": {"name": domain}}},
+    }})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_domains_each_have_a_project_of_one_name_and_a_deleted_project_is_made_anew() {
+    let cloud = TestCloud::start().await;
+    let create = |domain: &'static str| {
+        let cloud = &cloud;
+        async move {
+            let created = cloud
+                .admin(
+                    Method::POST,
+                    "/admin/projects",
+                    Some(json!({"name": "acme", "domain": domain})),
+                )
+                .await;
+            assert_eq!(created.status, 200, "{created:?}");
+            created.body
+        }
+    };
+    let ours = create("Default").await;
+    let theirs = create("Other").await;
+    assert_ne!(ours["project"]["id"], theirs["project"]["id"]);
+    assert_eq!(
+        ours["project"]["domain"],
+        json!({"id": "default", "name": "Default"})
+    );
+    assert_eq!(theirs["project"]["domain"]["name"], "Other");
+    let issue = |domain: &'static str, password: String| {
+        let cloud = &cloud;
+        async move {
+            cloud
+                .call(
+                    None,
+                    Method::POST,
+                    "/identity/v3/auth/tokens",
+                    Some(sign_in("acme", domain, &password)),
+                )
+                .await
+        }
+    };
+
+    // Each user signs in to its own project only; the token says the project's domain.
+    let issued = issue("Other", text(&theirs["user"]["password"])).await;
+    assert_eq!(issued.status, 201, "{issued:?}");
+    assert_eq!(
+        issued.body["token"]["project"]["id"],
+        theirs["project"]["id"]
+    );
+    assert_eq!(
+        issued.body["token"]["project"]["domain"],
+        theirs["project"]["domain"]
+    );
+    assert_eq!(
+        issued.body["token"]["user"]["domain"],
+        theirs["project"]["domain"]
+    );
+    let refused = issue("Other", text(&ours["user"]["password"])).await;
+    assert_eq!(refused.status, 401, "{refused:?}");
+    let token = cloud
+        .admin(
+            Method::POST,
+            "/admin/projects/acme/tokens",
+            Some(json!({"domain": "Other"})),
+        )
+        .await;
+    assert_eq!(token.status, 201, "{token:?}");
+    let token = text(&token.body["token"]);
+    let status = cloud.admin(Method::GET, "/admin/status", None).await;
+    let domains: Vec<String> = status.body["projects"]
+        .as_array()
+        .expect("projects")
+        .iter()
+        .map(|p| text(&p["domain"]["name"]))
+        .collect();
+    assert_eq!(domains, ["Default", "Other"]);
+
+    // Deleted: its tokens and password stop working; made again, it is another project.
+    let deleted = cloud
+        .admin(Method::DELETE, "/admin/projects/acme?domain=Other", None)
+        .await;
+    assert_eq!(deleted.status, 204, "{deleted:?}");
+    let gone = cloud
+        .call(Some(&token), Method::GET, "/compute/v2.1/servers", None)
+        .await;
+    assert_eq!(gone.status, 401, "{gone:?}");
+    let again = cloud
+        .admin(Method::DELETE, "/admin/projects/acme?domain=Other", None)
+        .await;
+    assert_eq!(again.status, 404, "{again:?}");
+    let anew = create("Other").await;
+    assert_ne!(anew["project"]["id"], theirs["project"]["id"]);
+    assert_eq!(
+        issue("Other", text(&theirs["user"]["password"]))
+            .await
+            .status,
+        401,
+        "the old password"
+    );
+    assert_eq!(
+        issue("Other", text(&anew["user"]["password"])).await.status,
+        201
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_project_with_servers_is_not_deleted() {
+    let cloud = TestCloud::start().await;
+    let tenant = cloud.tenant("tenant-a").await;
+    let server = cloud.create_server(&tenant, json!({"name": "web-1"})).await;
+    let refused = cloud
+        .admin(Method::DELETE, "/admin/projects/tenant-a", None)
+        .await;
+    assert_eq!(refused.status, 409, "{refused:?}");
+    assert!(text(&refused.body["error"]["message"]).contains("delete them first"));
+    let listed = cloud
+        .as_tenant(&tenant, Method::GET, "/compute/v2.1/servers", None)
+        .await;
+    assert_eq!(listed.body["servers"][0]["id"], server.as_str());
 }

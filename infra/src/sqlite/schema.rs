@@ -192,7 +192,7 @@ mod tests {
     // headers without their steps, and each step a row of columns in blueprint order.
     #[test]
     fn views_stored_as_documents_are_split_into_headers_and_steps() {
-        let mut connection = Connection::open_in_memory().expect("in-memory database");
+        let connection = Connection::open_in_memory().expect("in-memory database");
         for step in &MIGRATIONS[..4] {
             connection.execute_batch(step).expect("an older schema");
         }
