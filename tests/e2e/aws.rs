@@ -2,7 +2,8 @@
 //! emulator, makes the stack in it through CloudFormation, serves every function under
 //! `cargo lambda watch` and delivers the table's stream and the queues to them with the poller,
 //! on ports and in a state directory of this test's own; `overture --backend aws` then deploys
-//! through the submit function and follows the deployment on the events table. The api function
+//! through the submit function (its request signed with SigV4, which the local door of the
+//! submit URL checks; an unsigned one is refused) and follows the deployment on the events table. The api function
 //! starts, cancels and redrives deployments through its function URL, with tokens of a local
 //! cloud's Keystone; `overture --backend aws` cancels, redrives and redeploys them too.
 //!
@@ -268,6 +269,34 @@ impl Drop for LocalAws {
     }
 }
 
+/// POSTs a deployment request to the submit URL with no signature, as the request the defect
+/// was found with: the door answers 403 and the events table stays empty.
+async fn an_unsigned_submit_is_refused_and_records_nothing(aws: &LocalAws) {
+    let request = serde_json::json!({
+        "source": "hello.yaml",
+        "blueprint": "name: hello\nsteps:\n  greet: { run: script, with: { command: echo hi } }\n",
+        "tenant": "acme",
+        "requested_by": "mallory",
+    });
+    let answer = reqwest::Client::new()
+        .post(aws.setting("OVERTURE_SUBMIT_URL"))
+        .json(&request)
+        .timeout(DEPLOYMENT_WITHIN)
+        .send()
+        .await
+        .expect("the submit URL answers");
+    assert_eq!(answer.status().as_u16(), 403, "an unsigned request");
+    let config =
+        overture_aws::config::for_endpoint(aws.setting("AWS_ENDPOINT_URL"), "eu-west-1").await;
+    let items = aws_sdk_dynamodb::Client::new(&config)
+        .scan()
+        .table_name(aws.setting("OVERTURE_EVENTS_TABLE"))
+        .send()
+        .await
+        .expect("scan the events table");
+    assert!(items.items().is_empty(), "recorded: {:?}", items.items());
+}
+
 /// Runs `command` to its end, or kills it (by its PID) and fails the test once `limit` has
 /// passed: a deployment that stops moving must fail the test, not hang the suite.
 fn within(limit: std::time::Duration, mut command: Command) -> Output {
@@ -403,12 +432,24 @@ async fn hello_world_and_a_retried_failure_run_through_the_functions_as_they_run
     let token = format!("aws-e2e-{}", uuid::Uuid::new_v4().simple());
     let hello = root().join("examples/hello-world/blueprint.yaml");
 
-    // hello-world, through submit, the orchestrator, the runner and the projector.
+    // As it was found: a request to the submit URL with no credential, naming its tenant and
+    // requester, was recorded (201). The URL takes AWS_IAM auth: refused, nothing recorded.
+    an_unsigned_submit_is_refused_and_records_nothing(&aws).await;
+
+    // hello-world, through submit (the request signed with the local credentials), the
+    // orchestrator, the runner and the projector.
     let (code, status, output) = tokio::task::block_in_place(|| aws.deploy(&hello, Some(&token)));
     assert_eq!(code, 0, "{status}\n{}", text(&output.stderr));
     assert_eq!(status["status"], "succeeded", "{status}");
     let id = status["id"].as_str().expect("an id").to_owned();
     let on_aws = tokio::task::block_in_place(|| aws.events(&id));
+    // Whom it acts as is who signed the request: its account and its ARN.
+    let requested = &envelopes(&on_aws)[0].data;
+    assert_eq!(requested["tenant"], "123456789012", "{requested}");
+    assert_eq!(
+        requested["requested_by"], "arn:aws:iam::123456789012:user/overture-local",
+        "{requested}"
+    );
 
     let (code, status, output) = embedded.deploy_with_secret(&hello, "api_token", &token);
     assert_eq!(code, 0, "{status}\n{}", text(&output.stderr));
