@@ -14,6 +14,9 @@
 //! - [`resume`]: killing the engine mid-step and carrying on.
 //! - [`cancel`]: `overture cancel` from another process, Ctrl-C, and a cancel with no engine.
 //! - [`secrets`]: a secret appears nowhere it should not.
+//! - [`masking`]: a secret cut anywhere in one long line is still masked; one too short to mask
+//!   is refused.
+//! - [`data_dir`]: the data directory is 0700 and every file in it 0600.
 //! - [`serve`]: `overture serve`, the HTTP API per tenant, against a local cloud's Keystone.
 //! - [`client`]: `overture --server URL`, the commands through that API, printing what they print
 //!   on the server's data directory, per tenant; and a redrive over HTTP.
@@ -55,6 +58,7 @@ mod client;
 mod cloud;
 mod cluster;
 mod concurrent;
+mod data_dir;
 mod deploy;
 mod engine;
 mod events;
@@ -65,6 +69,7 @@ mod leases;
 mod limits;
 mod local_cloud;
 mod logs;
+mod masking;
 mod pipe;
 mod portable;
 mod quoting;
