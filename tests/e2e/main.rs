@@ -35,6 +35,8 @@
 //! - [`ansible`]: the `ansible` kind against a real sshd on loopback, and a closed port.
 //! - [`http`]: `http` steps against a real HTTP server on loopback: retries, statuses, outputs,
 //!   secrets.
+//! - [`egress`]: an API tenant's `http` steps aimed at the engine host's loopback and at the
+//!   metadata address, refused at once unless the operator allows declared loopback ports.
 //! - [`terraform`]: `terraform` steps with the real terraform (retries on the kept state, outputs,
 //!   secrets) and `overture destroy`.
 //! - [`wait_ssh`]: `wait-ssh` steps against a real sshd, and a port that never answers.
@@ -60,6 +62,7 @@ mod cluster;
 mod concurrent;
 mod data_dir;
 mod deploy;
+mod egress;
 mod engine;
 mod events;
 mod history;
