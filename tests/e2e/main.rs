@@ -21,6 +21,8 @@
 //! - [`client`]: `overture --server URL`, the commands through that API, printing what they print
 //!   on the server's data directory, per tenant; and a redrive over HTTP.
 //! - [`api`]: a server process and callers of its API, for both.
+//! - [`doors`]: the API under hostile callers: thousands of idle and slow connections, stalled
+//!   heads and bodies, connection caps, and chain ends forged under the engine's source.
 //! - [`pipe`]: a reader that goes away ends a reading command quietly.
 //! - [`redrive`]: `redrive` and `redeploy`, a recorded deployment run again.
 //! - [`portable`]: `export` and `import`, the log moved between data directories as JSON lines.
@@ -62,6 +64,7 @@ mod cluster;
 mod concurrent;
 mod data_dir;
 mod deploy;
+mod doors;
 mod egress;
 mod engine;
 mod events;
@@ -75,6 +78,7 @@ mod logs;
 mod masking;
 mod pipe;
 mod portable;
+mod privilege;
 mod quoting;
 mod redrive;
 mod resume;

@@ -256,11 +256,12 @@ pub(super) fn command_line(
             "/proc/sysrq-trigger",
         ],
     );
-    // /tmp as everywhere: anyone's to write, each file its owner's (sticky).
-    push(
-        &mut args,
-        ["--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"],
-    );
+    // /tmp and /dev/shm as everywhere: anyone's to write, each file its owner's (sticky).
+    // Python's multiprocessing (ansible) needs /dev/shm.
+    push(&mut args, ["--dev", "/dev"]);
+    for shared in ["/tmp", "/dev/shm"] {
+        push(&mut args, ["--perms", "1777", "--tmpfs", shared]);
+    }
 
     let work = workspace.join(WORK_DIR);
     push(
