@@ -59,6 +59,7 @@ fn job(deployment: DeploymentId, command: &str, log: Log) -> SandboxJob {
         timeout: Duration::from_secs(3600),
         output_limit: 64 * 1024,
         log: Some(Box::new(log)),
+        masked: vec![SecretString::from(TOKEN), SecretString::from(PASSWORD)],
         limits: Default::default(),
         network_policy: None,
     }
@@ -134,6 +135,7 @@ async fn the_step_runs_with_its_variables_and_files_but_no_aws_credentials_and_i
         env > seen.env
         echo "the token is ${#OS_TOKEN} characters long"
         grep -c db_password vars/terraform.tfvars
+        echo "token $OS_TOKEN"; cat vars/terraform.tfvars
         printf 'network_id=net-42\n' >> "$OVERTURE_OUTPUTS"
         printf '{"serial":1}' > terraform.tfstate
         echo "Apply complete! Resources: 1 added." >&2
@@ -160,8 +162,8 @@ async fn the_step_runs_with_its_variables_and_files_but_no_aws_credentials_and_i
         unsafe { libc::getuid() }.to_string()
     };
     let expected = format!(
-        "Applying as uid {uid} in {}\nthe token is {} characters long\n1\nApply complete! \
-         Resources: 1 added.\n",
+        "Applying as uid {uid} in {}\nthe token is {} characters long\n1\ntoken ***\n\
+         db_password = \"***\"\nApply complete! Resources: 1 added.\n",
         work.display(),
         TOKEN.len()
     );
@@ -173,7 +175,7 @@ async fn the_step_runs_with_its_variables_and_files_but_no_aws_credentials_and_i
     assert_eq!(
         text(&ran.stdout),
         expected,
-        "CloudWatch Logs gets it all as it comes"
+        "CloudWatch Logs gets it all as it comes, the secrets masked"
     );
     assert_eq!(
         result.outputs_file,

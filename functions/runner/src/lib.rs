@@ -56,10 +56,10 @@ use overture_kit::payload::StorePayloads;
 use overture_kit::{execute, execute_all, Cause, Clock, DeploymentLog, LogError};
 use step::{StepInput, Verdict};
 
-/// The job: run this attempt of this step (its body on the queue is in `overture_events`).
-pub use overture_events::job::RunAttempt;
 /// How much of the host's loopback steps may reach, as [`RunnerPorts::loopback`] takes it.
 pub use overture_domain::egress::LoopbackEgress;
+/// The job: run this attempt of this step (its body on the queue is in `overture_events`).
+pub use overture_events::job::RunAttempt;
 pub use sandbox::{OutputsFile, RunError, Unrunnable};
 pub use sqs::{on_job_messages, ChangeVisibility, MessageError};
 
@@ -99,6 +99,9 @@ pub struct SandboxJob {
     pub output_limit: usize,
     /// Where the output is copied as it arrives.
     pub log: Option<Box<dyn std::io::Write + Send + Sync>>,
+    /// The deployment's secret values, which no copy of the output may show: a sandbox that
+    /// copies the output anywhere besides `log` (the Fargate task's CloudWatch Logs) masks them.
+    pub masked: Vec<SecretString>,
     /// What the command may use of the machine.
     pub limits: overture_events::StepLimits,
     /// With `network`: the only destinations the sandbox may reach ([`network::policy`]);

@@ -494,6 +494,7 @@ pub fn sandbox_job(
             CappedLog::new(log, limits.log_bytes),
             masker.clone(),
         ))),
+        masked: input.secrets.values().cloned().collect(),
         limits,
         network_policy: None,
     }

@@ -32,7 +32,8 @@
 //!    either. The user's tools act with what the step hands them, never with the engine's rights.
 //! 3. Place the files under `/work`, set `$OVERTURE_OUTPUTS`, run the command with `/bin/sh -c`
 //!    and the variables, kill it at the timeout, keep the last `output_limit` bytes of its output
-//!    (and print it all, so that CloudWatch Logs has it).
+//!    (and print it all, so that CloudWatch Logs has it), the deployment's secrets masked in both
+//!    as the runner masks them ([`AttemptInput::masked`]).
 //! 4. Seal what the command left with [`seal_result`] under the input's data key (no new KMS call)
 //!    and put it as `result.sealed` beside the input; then exit with the command's exit code
 //!    (128 + the signal's number when a signal killed it, as a shell reports it). When the
@@ -217,6 +218,10 @@ pub struct AttemptInput {
     pub timeout_ms: u64,
     /// How much output to keep (the tail).
     pub output_limit: usize,
+    /// The deployment's secret values: the task masks them in what it prints (CloudWatch Logs)
+    /// and in the tail it leaves. An input sealed before there was this field has none.
+    #[serde(default)]
+    pub masked: Vec<String>,
 }
 
 /// What a step task left for the runner: the command's output tail, outputs and collected files.
@@ -355,6 +360,11 @@ impl FargateSteps {
             engine_program: job.engine_program,
             timeout_ms: u64::try_from(job.timeout.as_millis()).unwrap_or(u64::MAX),
             output_limit: job.output_limit,
+            masked: job
+                .masked
+                .iter()
+                .map(|value| value.expose_secret().to_owned())
+                .collect(),
         };
         let plain =
             SecretString::from(serde_json::to_string(&input).map_err(|e| {

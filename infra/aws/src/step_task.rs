@@ -29,6 +29,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use aws_sdk_s3::primitives::ByteStream;
+use overture_domain::secret::{Masker, SecretString};
+use overture_runner::logs::MaskingWriter;
 use overture_runner::workspace::{
     path_outside, read_inside, read_outputs_file, TailBuffer, MAX_COLLECTED_FILE, MAX_OUTPUTS_FILE,
 };
@@ -161,7 +163,7 @@ impl RunAs {
 
 /// Runs the attempt whose sealed input `run.input` names, and puts its sealed result beside it;
 /// the command's exit code (128 + the signal's number when a signal ended it). The command's
-/// output is copied to `echo` as it comes.
+/// output is copied to `echo` as it comes, the deployment's secrets masked.
 pub async fn run_step(
     s3: &aws_sdk_s3::Client,
     kms: &aws_sdk_kms::Client,
@@ -195,7 +197,23 @@ pub async fn run_step(
             source: io::Error::other(join),
         })??;
 
+    // What CloudWatch Logs keeps is masked as the attempt's log is, and so is the tail: cut at
+    // its start, it may begin inside a secret.
+    let secrets: Vec<SecretString> = input
+        .masked
+        .iter()
+        .cloned()
+        .map(SecretString::from)
+        .collect();
+    let masker = Masker::new(&secrets);
+    let echo = Box::new(MaskingWriter::new(echo, masker.clone()));
     let (exit, output) = run_command(&input, &run.work_dir, &outputs, run_as, echo).await?;
+    let output = if output.len() >= input.output_limit {
+        masker.mask_tail(&output)
+    } else {
+        masker.mask_bytes(&output)
+    }
+    .into_bytes();
 
     let work = run.work_dir.clone();
     let collect = input.collect.clone();
@@ -419,7 +437,9 @@ async fn run_command(
     Ok((exit_code(status), output))
 }
 
-/// Copies the command's output to `echo` and into `tail` until every writer has closed it.
+/// Copies the command's output to `echo` and into `tail` until every writer has closed it;
+/// `echo` is flushed once, at the end (a masking writer holds back what may begin a secret
+/// until then).
 fn copy_output(mut reader: File, echo: &mut dyn Write, tail: &Mutex<TailBuffer>) {
     let mut buffer = vec![0u8; 16 * 1024];
     let mut echoing = true;
@@ -427,12 +447,7 @@ fn copy_output(mut reader: File, echo: &mut dyn Write, tail: &Mutex<TailBuffer>)
         match reader.read(&mut buffer) {
             Ok(0) => break,
             Ok(n) => {
-                if echoing
-                    && echo
-                        .write_all(&buffer[..n])
-                        .and_then(|()| echo.flush())
-                        .is_err()
-                {
+                if echoing && echo.write_all(&buffer[..n]).is_err() {
                     // The log is a copy; the command and its tail go on without it.
                     echoing = false;
                 }
@@ -443,6 +458,9 @@ fn copy_output(mut reader: File, echo: &mut dyn Write, tail: &Mutex<TailBuffer>)
             Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
             Err(_) => break,
         }
+    }
+    if echoing {
+        let _ = echo.flush();
     }
 }
 

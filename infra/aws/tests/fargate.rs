@@ -49,6 +49,7 @@ fn job(deployment: DeploymentId, attempt: u32, log: Log) -> SandboxJob {
         timeout: Duration::from_secs(3600),
         output_limit: 64 * 1024,
         log: Some(Box::new(log)),
+        masked: vec![SecretString::from(TOKEN), SecretString::from(PASSWORD)],
         limits: Default::default(),
         network_policy: None,
     }
