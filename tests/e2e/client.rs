@@ -90,6 +90,14 @@ async fn reads_through_the_server_print_what_they_print_on_its_data_directory_pe
     let cloud = LocalCloud::up();
     let (token_file_a, token_a) = cloud.token("acme");
     let (_, token_b) = cloud.token("globex");
+    // Tenants are project ids (docs/security/tenant-ids.md).
+    let id_of = |name: &str| {
+        cloud.project(name)["id"]
+            .as_str()
+            .expect("an id")
+            .to_owned()
+    };
+    let (acme, globex) = (id_of("acme"), id_of("globex"));
     let o = Overture::new();
     let server = Server::start(&o, &cloud.auth_url);
     let a = Client::new(&token_a);
@@ -105,7 +113,7 @@ async fn reads_through_the_server_print_what_they_print_on_its_data_directory_pe
         vec!["list", "--json"],
         vec!["list", "--status", "failed", "--json"],
         vec!["list", "--status", "running"],
-        vec!["list", "--tenant", "acme", "--json"],
+        vec!["list", "--tenant", acme.as_str(), "--json"],
         vec!["events", id],
         vec!["events", id, "--json"],
         vec!["events", id, "--step", "flaky"],
@@ -205,7 +213,7 @@ async fn reads_through_the_server_print_what_they_print_on_its_data_directory_pe
             .iter()
             .map(|t| (t["tenant"].clone(), t["total"].clone()))
             .collect::<Vec<_>>(),
-        [(json!("globex"), json!(0))],
+        [(json!(globex), json!(0))],
         "only the caller's tenant"
     );
 

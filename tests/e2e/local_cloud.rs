@@ -53,6 +53,22 @@ impl LocalCloud {
         self.token_with(project, &[])
     }
 
+    /// A token for `project` of the Keystone domain `domain` (both made if new).
+    pub fn token_in(&self, project: &str, domain: &str) -> (PathBuf, String) {
+        self.token_with(project, &["--domain", domain])
+    }
+
+    /// Deletes `project` of `domain` (`overture cloud delete-project`): its tokens stop working
+    /// and its name may be taken again by a new project.
+    pub fn delete_project(&self, project: &str, domain: &str) {
+        let output = self.cli(&["delete-project", "--project", project, "--domain", domain]);
+        assert!(
+            output.status.success(),
+            "cloud delete-project: {}",
+            text(&output.stderr)
+        );
+    }
+
     /// A token for `project` that has already expired.
     pub fn expired_token(&self, project: &str) -> PathBuf {
         self.token_with(project, &["--expires-in", "-60"]).0
@@ -103,15 +119,20 @@ impl LocalCloud {
         serde_json::from_slice(&output.stdout).expect("status JSON")
     }
 
-    /// The project named `name`, as the status shows it.
+    /// The project named `name` (of the `Default` domain), as the status shows it.
     pub fn project(&self, name: &str) -> Value {
+        self.project_in(name, "Default")
+    }
+
+    /// The project named `name` of the Keystone domain `domain`, as the status shows it.
+    pub fn project_in(&self, name: &str, domain: &str) -> Value {
         self.status()["projects"]
             .as_array()
             .expect("projects")
             .iter()
-            .find(|p| p["name"] == name)
+            .find(|p| p["name"] == name && p["domain"]["name"] == domain)
             .cloned()
-            .unwrap_or_else(|| panic!("no project {name}"))
+            .unwrap_or_else(|| panic!("no project {name} in domain {domain}"))
     }
 
     /// The server of `project` whose name ends with `-{name}` (deployments prefix their servers).

@@ -43,6 +43,10 @@ async fn a_tenant_deploys_over_http_and_another_tenant_sees_nothing_of_it() {
         .as_str()
         .expect("acme's id")
         .to_owned();
+    let globex = cloud.project("globex")["id"]
+        .as_str()
+        .expect("globex's id")
+        .to_owned();
     let o = Overture::new();
     let server = Server::start(&o, &cloud.auth_url);
     let (a, b) = (Client::new(&token_a), Client::new(&token_b));
@@ -212,7 +216,7 @@ async fn a_tenant_deploys_over_http_and_another_tenant_sees_nothing_of_it() {
             parsed(&body)["tenant"].clone(),
             parsed(&body)["total"].clone()
         ),
-        (json!("globex"), json!(0))
+        (json!(globex), json!(0))
     );
     let (_, body) = b.get(&server.at("/v1/grants")).await;
     assert_eq!(parsed(&body), json!([]));

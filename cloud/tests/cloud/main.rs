@@ -3,7 +3,8 @@
 //! TCP and SSH from the host, and leaves nothing behind, also when it fails.
 //!
 //! - `support`: the test cloud and its guard, API calls, SSH keys, reachability probes.
-//! - `keystone`: tokens, domains, deleting projects. `isolation`: one project cannot see or touch another's resources.
+//! - `keystone`: tokens, domains, deleting projects.
+//! - `isolation`: one project cannot see or touch another's resources.
 //! - `servers`: boot, cloud-init, SSH, a session's background jobs, delete.
 //! - `security_groups`: rules opening and closing ports, group rules between servers.
 //! - `faults`: backend-unreachable, never-boot, unreachable.

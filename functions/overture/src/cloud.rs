@@ -3,8 +3,8 @@
 //!
 //! `up` starts `overture cloud serve --dir DIR` detached (its own session, output to
 //! `DIR/cloud.log`) and returns once it answers; `down` asks it to stop through the admin API
-//! and falls back to a clean-up from its journal; `status`, `token` and `fault` are thin clients
-//! of the admin and Keystone APIs. Everything talks to 127.0.0.1 only.
+//! and falls back to a clean-up from its journal; `status`, `token`, `delete-project` and `fault`
+//! are thin clients of the admin and Keystone APIs. Everything talks to 127.0.0.1 only.
 
 use std::fs::OpenOptions;
 use std::io::Write as _;
@@ -50,11 +50,14 @@ pub enum CloudCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Print a token for a project (created, with its user, if missing).
+    /// Print a token for a project (created, with its user and domain, if missing).
     Token {
         /// The project (and user) name.
         #[arg(long)]
         project: String,
+        /// The project's Keystone domain: names are unique only within one.
+        #[arg(long, value_name = "NAME", default_value = DEFAULT_DOMAIN)]
+        domain: String,
         #[command(flatten)]
         dir: DirArg,
         /// Issue it through the admin API with this lifetime instead (negative: already expired).
@@ -63,6 +66,17 @@ pub enum CloudCommand {
         /// Write it to this file (mode 0600) instead of printing it.
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
+    },
+    /// Delete a project without servers, with its user and tokens; its name may be taken again.
+    DeleteProject {
+        /// The project's name.
+        #[arg(long)]
+        project: String,
+        /// The project's Keystone domain.
+        #[arg(long, value_name = "NAME", default_value = DEFAULT_DOMAIN)]
+        domain: String,
+        #[command(flatten)]
+        dir: DirArg,
     },
     /// Inject a fault into a project, or clear its faults.
     Fault {
@@ -135,10 +149,28 @@ pub async fn run(command: CloudCommand) -> Result<(), Failure> {
         CloudCommand::Status { dir, json } => status(&dir.path, json).await,
         CloudCommand::Token {
             project,
+            domain,
             dir,
             expires_in,
             out,
-        } => token(&dir.path, &project, expires_in, out.as_deref()).await,
+        } => {
+            let project = Named {
+                name: &project,
+                domain: &domain,
+            };
+            token(&dir.path, &project, expires_in, out.as_deref()).await
+        }
+        CloudCommand::DeleteProject {
+            project,
+            domain,
+            dir,
+        } => {
+            let project = Named {
+                name: &project,
+                domain: &domain,
+            };
+            delete_project(&dir.path, &project).await
+        }
         CloudCommand::Fault {
             project,
             dir,
@@ -366,9 +398,14 @@ fn render_status(info: &CloudInfo, status: &Value) -> String {
     let text = |v: &Value| v.as_str().unwrap_or("-").to_owned();
     for project in &projects {
         let network = &project["network"];
+        let domain = project["domain"]["name"].as_str().unwrap_or(DEFAULT_DOMAIN);
+        let named = Named {
+            name: &text(&project["name"]),
+            domain,
+        }
+        .to_string();
         out.push_str(&format!(
-            "\nproject {} ({}): network {} on {}, host {}\n",
-            text(&project["name"]),
+            "\nproject {named} ({}): network {} on {}, host {}\n",
             text(&project["id"]),
             text(&network["cidr"]),
             text(&network["bridge"]),
@@ -462,9 +499,27 @@ fn render_status(info: &CloudInfo, status: &Value) -> String {
     out
 }
 
+/// The domain projects are in unless `--domain` says otherwise, as in Keystone.
+const DEFAULT_DOMAIN: &str = "Default";
+
+/// A project as people name it: by name, within a domain.
+struct Named<'a> {
+    name: &'a str,
+    domain: &'a str,
+}
+
+impl std::fmt::Display for Named<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.domain {
+            DEFAULT_DOMAIN => f.write_str(self.name),
+            domain => write!(f, "{} in domain {domain}", self.name),
+        }
+    }
+}
+
 async fn token(
     dir: &Path,
-    project: &str,
+    project: &Named<'_>,
     expires_in: Option<i64>,
     out: Option<&Path>,
 ) -> Result<(), Failure> {
@@ -473,12 +528,14 @@ async fn token(
         .admin(
             reqwest::Method::POST,
             "/admin/projects",
-            Some(json!({ "name": project })),
+            Some(json!({ "name": project.name, "domain": project.domain })),
         )
         .await?;
     if code != 200 {
         return Err(Failure::BadInput(format!(
-            "--project {project}: {}",
+            "--project {} --domain {}: {}",
+            project.name,
+            project.domain,
             message_of(&created)
         )));
     }
@@ -487,8 +544,8 @@ async fn token(
             let (code, issued) = client
                 .admin(
                     reqwest::Method::POST,
-                    &format!("/admin/projects/{project}/tokens"),
-                    Some(json!({ "expires_in_seconds": seconds })),
+                    &format!("/admin/projects/{}/tokens", project.name),
+                    Some(json!({ "expires_in_seconds": seconds, "domain": project.domain })),
                 )
                 .await?;
             if code != 201 {
@@ -528,6 +585,32 @@ async fn token(
         None => outln!("{token}"),
     }
     Ok(())
+}
+
+async fn delete_project(dir: &Path, project: &Named<'_>) -> Result<(), Failure> {
+    let client = connect(dir).await?;
+    let mut url =
+        reqwest::Url::parse("http://127.0.0.1/admin/projects/").context("the admin API's path")?;
+    url.path_segments_mut()
+        .map_err(|()| Failure::Engine(anyhow::anyhow!("the admin API's path")))?
+        .pop_if_empty()
+        .push(project.name);
+    url.query_pairs_mut().append_pair("domain", project.domain);
+    // Percent-encoded by `Url`: a name the cloud refuses must not reach another path.
+    let path = format!("{}?{}", url.path(), url.query().unwrap_or_default());
+    let (code, answer) = client.admin(reqwest::Method::DELETE, &path, None).await?;
+    match code {
+        204 => {
+            outln!("project {project} is deleted, with its user and tokens");
+            Ok(())
+        }
+        _ => Err(Failure::BadInput(format!(
+            "--project {} --domain {}: {}",
+            project.name,
+            project.domain,
+            message_of(&answer)
+        ))),
+    }
 }
 
 async fn inject(dir: &Path, project: &str, fault: FaultCommand) -> Result<(), Failure> {
@@ -653,11 +736,12 @@ impl Client {
     }
 
     /// Keystone password authentication; returns the token.
-    async fn password_auth(&self, project: &str, password: &str) -> Result<String, Failure> {
+    async fn password_auth(&self, project: &Named<'_>, password: &str) -> Result<String, Failure> {
+        let domain = json!({ "name": project.domain });
         let body = json!({"auth": {
             "identity": {"methods": ["password"], "password": {"user": {
-                "name": project, "domain": {"name": "Default"}, "password": password}}},
-            "scope": {"project": {"name": project, "domain": {"name": "Default"}}},
+                "name": project.name, "domain": domain, "password": password}}},
+            "scope": {"project": {"name": project.name, "domain": domain}},
         }});
         let response = self
             .http
@@ -706,10 +790,19 @@ mod tests {
                 {"id": "g2", "name": "web", "rules": [
                     {"direction": "ingress", "protocol": "tcp", "port_range_min": 22, "port_range_max": 22,
                      "remote_group_id": "g1", "remote_ip_prefix": null}]}],
+        }, {
+            "id": "p2", "name": "tenant-a", "domain": {"id": "d2", "name": "Other"},
+            "network": {"bridge": "ovcab12b2", "cidr": "10.7.2.0/24", "gateway": "10.7.2.1"},
+            "faults": {"backend_unreachable": 0, "never_boot": []},
+            "servers": [], "security_groups": [],
         }]});
         let text = render_status(&info, &status);
         assert!(
             text.contains("project tenant-a (p1): network 10.7.1.0/24 on ovcab12b1, host 10.7.1.1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("project tenant-a in domain Other (p2): network 10.7.2.0/24"),
             "{text}"
         );
         assert!(
