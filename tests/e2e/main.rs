@@ -18,6 +18,8 @@
 //!   is refused.
 //! - [`data_dir`]: the data directory is 0700 and every file in it 0600.
 //! - [`serve`]: `overture serve`, the HTTP API per tenant, against a local cloud's Keystone.
+//! - [`tenant_ids`]: tenants are project ids: two `acme` projects in two Keystone domains, a
+//!   project deleted and made again, and a record made when the tenant was the name.
 //! - [`client`]: `overture --server URL`, the commands through that API, printing what they print
 //!   on the server's data directory, per tenant; and a redrive over HTTP.
 //! - [`api`]: a server process and callers of its API, for both.
@@ -88,6 +90,7 @@ mod serve;
 mod servers;
 mod services;
 mod support;
+mod tenant_ids;
 mod terraform;
 mod triggers;
 mod wait_ssh;

@@ -603,8 +603,8 @@ fn through_server(cli: &Cli, url: &str) -> Result<Backend, Failure> {
         | Command::Tenants { .. }
         | Command::Graph { .. }
         | Command::Validate { .. }
+        | Command::Services { .. }
         | Command::Redrive { .. } => None,
-        Command::Services { .. } => Some("services"),
         Command::Logs { follow: true, .. } => Some("logs --follow"),
         Command::Logs { .. } => None,
         Command::Cancel {
