@@ -29,11 +29,26 @@ impl Server {
         Self::serve(o, auth_url, Some(triggers))
     }
 
+    /// Starts it as [`Server::start`] does, with more flags (`--header-timeout 1`, say).
+    pub fn with_flags(o: &Overture, auth_url: &str, flags: &[&str]) -> Self {
+        Self::serve_with(o, auth_url, None, flags)
+    }
+
+    /// The server process's id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     fn serve(o: &Overture, auth_url: &str, triggers: Option<&Path>) -> Self {
+        Self::serve_with(o, auth_url, triggers, &[])
+    }
+
+    fn serve_with(o: &Overture, auth_url: &str, triggers: Option<&Path>, flags: &[&str]) -> Self {
         let mut command = o.command(&["serve", "--addr", "127.0.0.1:0", "--auth-url", auth_url]);
         if let Some(triggers) = triggers {
             command.arg("--triggers").arg(triggers);
         }
+        command.args(flags);
         let mut child = command
             .stdout(Stdio::piped())
             .spawn()
