@@ -182,8 +182,13 @@ fn hello_world_answers_on_both_servers_configured_through_the_bastion() {
     assert_eq!(code, 0, "{}", text(&output.stderr));
     let id = status["id"].as_str().expect("id").to_owned();
     assert_eq!(
-        status["tenant"], "acme",
-        "the tenant is the token's project"
+        status["tenant"],
+        cloud.project("acme")["id"],
+        "the tenant is the token's project's id"
+    );
+    assert_eq!(
+        status["project"],
+        serde_json::json!({"name": "acme", "domain": "Default"})
     );
     let requested = &o.events(&id)[0];
     assert_eq!(

@@ -53,8 +53,10 @@ fn span(o: &Overture, id: &str, name: &str) -> (String, String) {
     (at("StepStarted"), at("StepSucceeded"))
 }
 
-/// The members of the tenant's service, as `overture services --json` lists them.
-fn registered(o: &Overture, tenant: &str, service: &str) -> BTreeSet<String> {
+/// The members of the service of the cloud's `project`, as `overture services --json` lists
+/// them under the project's id (its tenant).
+fn registered(o: &Overture, cloud: &LocalCloud, project: &str, service: &str) -> BTreeSet<String> {
+    let tenant = cloud.project(project)["id"].clone();
     let listed = o.json(&["services", "--json"]);
     listed["tenants"]
         .as_array()
@@ -151,9 +153,9 @@ fn the_cluster_waits_at_run_time_and_haproxy_serves_exactly_the_registered_membe
         "app starts only once db is registered"
     );
 
-    let app = registered(&o, "acme", "app");
+    let app = registered(&o, &cloud, "acme", "app");
     assert_eq!(app.len(), 2, "{app:?}");
-    assert_eq!(registered(&o, "acme", "db").len(), 1);
+    assert_eq!(registered(&o, &cloud, "acme", "db").len(), 1);
     assert_eq!(
         haproxy_members(&cloud, "acme"),
         app,
@@ -214,7 +216,7 @@ fn a_scale_out_reruns_only_the_watching_step_and_its_destroy_takes_the_member_ou
         "{trail}"
     );
 
-    let three = registered(&o, "acme", "app");
+    let three = registered(&o, &cloud, "acme", "app");
     assert_eq!(three.len(), 3, "{three:?}");
     assert_eq!(haproxy_members(&cloud, "acme"), three);
     assert_eq!(
@@ -234,7 +236,7 @@ fn a_scale_out_reruns_only_the_watching_step_and_its_destroy_takes_the_member_ou
     let deregistered = of_type(&o, &second, "ServiceDeregistered");
     assert_eq!(deregistered.len(), 1, "{deregistered:?}");
     assert_eq!(of_type(&o, &first, "StepRerunRequested").len(), 2);
-    let two = registered(&o, "acme", "app");
+    let two = registered(&o, &cloud, "acme", "app");
     assert_eq!(two.len(), 2, "{two:?}");
     assert_eq!(haproxy_members(&cloud, "acme"), two);
     assert_eq!(
