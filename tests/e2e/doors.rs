@@ -352,7 +352,11 @@ async fn a_forged_overture_end_is_refused_at_every_door_and_the_real_end_still_c
         decided,
         "nothing recorded"
     );
-    assert_eq!(overture.deployment_ids(), [slow.clone()], "nothing started");
+    assert_eq!(
+        overture.deployment_ids(),
+        std::slice::from_ref(&slow),
+        "nothing started"
+    );
 
     // The real end, delivered by the engine, starts the chain once.
     wait_for("the chained deployment", || {
