@@ -36,13 +36,22 @@ pub fn make_private(dir: &Path) -> io::Result<()> {
 
 /// Creates the file at `path`, empty, as 0600 if it is missing, and sets it, and the `-wal` and
 /// `-shm` files beside it if there are any, to 0600.
+///
+/// An existing file is never opened: closing any descriptor of a SQLite file drops every POSIX
+/// lock this process holds on it, so opening the database again beside a live connection (the
+/// engine's and the read models' in one `overture serve`) would leave that connection unlocked
+/// and other processes would read a log in mid-write.
 pub fn private_file(path: &Path) -> io::Result<()> {
-    OpenOptions::new()
+    let created = OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(false)
+        .create_new(true)
         .mode(FILE_MODE)
-        .open(path)?;
+        .open(path);
+    match created {
+        Ok(_) => {}
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(error) => return Err(error),
+    }
     set_mode(path, FILE_MODE)?;
     for suffix in ["-wal", "-shm"] {
         let mut beside = path.as_os_str().to_owned();

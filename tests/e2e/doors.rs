@@ -384,7 +384,9 @@ async fn a_forged_overture_end_is_refused_at_every_door_and_the_real_end_still_c
         .as_array()
         .expect("a list")
         .iter()
-        .filter(|d| d["trigger"] == "quick-after-slow" && d["source"] == "overture")
+        .filter(|d| {
+            d["trigger"] == "quick-after-slow" && d["event_id"] == format!("{slow}.succeeded")
+        })
         .collect();
     assert_eq!(chained.len(), 1, "{log:#}");
     assert_eq!(chained[0]["decision"], "deployed", "{log:#}");
