@@ -790,13 +790,6 @@ async fn grants(
     Ok(Json(grant_rows(&views, query.open)))
 }
 
-/// Whether the server answers.
-#[utoipa::path(
-    get,
-    path = "/healthz",
-    responses((status = 200, description = "It answers", body = Object))
-)]
-async fn healthz() -> Json<Value> {
 /// The caller's service registry: the instances its deployments registered, by service, then
 /// address, then port. Another tenant's, even one whose project has the same name, is not shown.
 #[utoipa::path(
@@ -815,6 +808,13 @@ async fn services(
     Ok(Json(api.queries.service_instances(caller.tenant()).await?))
 }
 
+/// Whether the server answers.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    responses((status = 200, description = "It answers", body = Object))
+)]
+async fn healthz() -> Json<Value> {
     Json(json!({"status": "ok"}))
 }
 
