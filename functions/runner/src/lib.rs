@@ -793,7 +793,7 @@ async fn check_service(
         SandboxExit::Code(code) => code,
         _ => -1,
     };
-    let output = shown_output(&masker, &result.output);
+    let output = shown_output(masker, &result.output);
     Ok(
         match service_check::conclude(input, provision, code, &result.collected) {
             Ok(registrations) => Outcome::Success {
