@@ -887,7 +887,13 @@ async fn the_steps_inputs_and_workspace_are_its_own() {
     assert_eq!(outcome.exit, Exit::Code(0), "{output}");
     let uid = overture_sandbox::STEP_UID;
     assert!(output.contains(&format!("{uid} 711 /work\n")), "{output}");
-    assert!(output.contains(&format!("{uid} 600 /work/keys/id\n")), "{output}");
-    assert!(output.contains(&format!("{uid} 600 /run/overture/outputs\n")), "{output}");
+    assert!(
+        output.contains(&format!("{uid} 600 /work/keys/id\n")),
+        "{output}"
+    );
+    assert!(
+        output.contains(&format!("{uid} 600 /run/overture/outputs\n")),
+        "{output}"
+    );
     assert!(output.contains("key"), "{output}");
 }
