@@ -213,7 +213,7 @@ async fn two_projects_named_alike_in_two_domains_find_nothing_of_each_other() {
         }
 
         // Lists, the summary, the grants and the registry hold its own only.
-        assert_eq!(listed(caller, &server).await, [own.clone()]);
+        assert_eq!(listed(caller, &server).await, std::slice::from_ref(own));
         let (_, body) = caller.client.get(&server.at("/v1/tenant")).await;
         let summary = parsed(&body);
         assert_eq!(
