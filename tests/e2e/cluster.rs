@@ -265,8 +265,13 @@ fn a_service_that_never_appears_ends_in_service_timeout_with_the_bastion_closed_
     let id = status["id"].as_str().expect("id").to_owned();
     assert_eq!(status["status"], "failed");
     let reason = status["reason"].as_str().expect("reason");
+    // How many of the two were registered by the deadline depends on how fast the machine
+    // configured them; the count of three never is.
     assert!(
-        reason.contains("service `app` (2 of 3 registered)") && reason.contains("service-timeout"),
+        ["0", "1", "2"]
+            .iter()
+            .any(|n| reason.contains(&format!("service `app` ({n} of 3 registered)")))
+            && reason.contains("service-timeout"),
         "{reason}"
     );
     assert_eq!(step(&status, "lb")["status"], "failed");
