@@ -525,7 +525,8 @@ async fn hello_world_and_a_retried_failure_run_through_the_functions_as_they_run
     let started = aws.start(&cloud_token, &hello_text, secret).await;
     let ended = aws.ended(&started).await;
     assert_eq!(ended["status"], "succeeded", "{ended}");
-    assert_eq!(ended["tenant"], "e2e-api", "{ended}");
+    // The tenant is the token's project id, its name beside it.
+    assert_eq!(ended["tenant"], cloud.project("e2e-api")["id"], "{ended}");
 
     // A running deployment is cancelled; an ended one answers the domain's refusal.
     let sleepy = aws.start(&cloud_token, SLEEPY, serde_json::json!({})).await;

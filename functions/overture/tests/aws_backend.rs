@@ -19,6 +19,7 @@ use overture_events::{DeploymentEvent, DeploymentId, Timestamp};
 use overture_infra::sqlite::{Database, EventLog, ExpectedRevision, NewEvent};
 use overture_kit::SystemClock;
 use overture_kit::{Cause, DeploymentLog, ReadStream};
+use overture_local_aws::setup::{local_caller_arn, local_credentials, LOCAL_ACCOUNT};
 
 const REGION: &str = "eu-west-1";
 const EVENTS: &str = "cli-events";
@@ -396,23 +397,31 @@ async fn deploy_on_aws_submits_through_the_function_and_follows_the_log_to_the_e
         ]
         .concat(),
     );
-    let url = format!(
-        "http://127.0.0.1:{}/lambda-url/submit/deployments",
-        watch.port
-    );
+    // The submit URL takes AWS_IAM auth; cargo lambda watch checks none, so the local door
+    // stands in front of it, as `make local-aws` has it.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a loopback port");
+    let door = listener.local_addr().expect("the door's address");
+    tokio::spawn(overture_local_aws::urls::serve(
+        overture_local_aws::urls::Door {
+            invoke: format!("http://127.0.0.1:{}", watch.port),
+            functions: vec!["submit".to_owned()],
+            region: REGION.to_owned(),
+            account: LOCAL_ACCOUNT.to_owned(),
+            known: vec![(local_credentials(), local_caller_arn())],
+            timeout: std::time::Duration::from_secs(300),
+        },
+        listener,
+    ));
+    let url = format!("http://{door}/lambda-url/submit/deployments");
     settings.push(("OVERTURE_SUBMIT_URL", &url));
     let dir = tempfile::tempdir().expect("a directory");
     let blueprint = dir.path().join("hello.yaml");
     std::fs::write(&blueprint, "name: hello\nsteps:\n  build: { run: noop }\n").expect("blueprint");
 
     let mut deploy = Command::new(env!("CARGO_BIN_EXE_overture"))
-        .args([
-            "deploy",
-            &blueprint.display().to_string(),
-            "--tenant",
-            "acme",
-            "--json",
-        ])
+        .args(["deploy", &blueprint.display().to_string(), "--json"])
         .env("OVERTURE_DATA_DIR", dir.path())
         .env("AWS_ACCESS_KEY_ID", "overture-local")
         .env("AWS_SECRET_ACCESS_KEY", "overture-local")
@@ -441,10 +450,11 @@ async fn deploy_on_aws_submits_through_the_function_and_follows_the_log_to_the_e
     // ends.
     let log = DynamoDeployments::new(dynamodb, EVENTS, Arc::new(SystemClock));
     let recorded = log.load(id).await.expect("the submit's records");
-    let rest = succeeded("acme").split_off(2);
+    // The tenant is the signer's account, never one the caller names.
+    let rest = succeeded(LOCAL_ACCOUNT).split_off(2);
     log.append(
         id,
-        "acme",
+        LOCAL_ACCOUNT,
         recorded.revision,
         rest,
         &Cause::new("runner", id, id.uuid()),
@@ -462,8 +472,9 @@ async fn deploy_on_aws_submits_through_the_function_and_follows_the_log_to_the_e
     assert_eq!(status["status"], "succeeded", "{status}");
     assert_eq!(status["steps"]["build"]["status"], "succeeded", "{status}");
     assert!(
-        shown.contains("deployment of `hello` for tenant `acme`")
-            && shown.contains("build")
+        shown.contains(&format!(
+            "deployment of `hello` for tenant `{LOCAL_ACCOUNT}`"
+        )) && shown.contains("build")
             && shown.contains("succeeded"),
         "the progress lines: {shown}"
     );

@@ -141,6 +141,15 @@ async fn requested(log: &DynamoDeployments) -> (DeploymentId, Envelope) {
 
 /// A deployment of `blueprint` requested on the log, as submit records it; its first event.
 async fn requested_with(log: &DynamoDeployments, blueprint: &str) -> (DeploymentId, Envelope) {
+    requested_in(log, blueprint, None).await
+}
+
+/// The same, made with a token of `cloud`'s account.
+async fn requested_in(
+    log: &DynamoDeployments,
+    blueprint: &str,
+    cloud: Option<overture_events::CloudAccount>,
+) -> (DeploymentId, Envelope) {
     let deployment = DeploymentId::from_uuid(uuid::Uuid::now_v7());
     let requested = DeploymentEvent::DeploymentRequested {
         triggered_by: None,
@@ -151,7 +160,7 @@ async fn requested_with(log: &DynamoDeployments, blueprint: &str) -> (Deployment
         blueprint: parse(blueprint).expect("valid").snapshot,
         blueprint_hash: "h".into(),
         params: BTreeMap::new(),
-        cloud: None,
+        cloud,
     };
     let cause = Cause::new("submit", deployment, uuid::Uuid::now_v7());
     log.append(deployment, "smoke-tenant", None, vec![requested], &cause)
@@ -1126,8 +1135,8 @@ impl Drop for LocalCloud {
     }
 }
 
-/// A token of `project` (made if new) from the local cloud's admin API.
-async fn cloud_token(cloud: &overture_cloud::Running, project: &str) -> String {
+/// A token of `project` (made if new) from the local cloud's admin API, and the project's id.
+async fn cloud_token(cloud: &overture_cloud::Running, project: &str) -> (String, String) {
     let http = reqwest::Client::new();
     let admin = |path: String, body: Value| {
         http.post(format!("{}{path}", cloud.url()))
@@ -1139,6 +1148,11 @@ async fn cloud_token(cloud: &overture_cloud::Running, project: &str) -> String {
         .await
         .expect("the admin API answers");
     assert!(made.status().is_success(), "{}", made.status());
+    let made: Value = made.json().await.expect("JSON");
+    let project_id = made["project"]["id"]
+        .as_str()
+        .expect("the project's id")
+        .to_owned();
     let token: Value = admin(
         format!("/admin/projects/{project}/tokens"),
         json!({ "expires_in_seconds": 3600 }),
@@ -1148,7 +1162,8 @@ async fn cloud_token(cloud: &overture_cloud::Running, project: &str) -> String {
     .json()
     .await
     .expect("JSON");
-    token["token"].as_str().expect("a token").to_owned()
+    let token = token["token"].as_str().expect("a token").to_owned();
+    (token, project_id)
 }
 
 #[tokio::test]
@@ -1169,16 +1184,31 @@ async fn the_api_lambda_answers_a_tenant_its_own_deployments_and_records_a_cance
     create_payloads_bucket(&overture_aws::s3::client(&config), PAYLOADS)
         .await
         .expect("bucket");
-    let (deployment, first) = requested(&log).await;
+    // The local cloud needs root (namespaces, bridges); its Keystone checks the tokens.
+    let mut cloud = LocalCloud::up().await;
+    let (own, own_project) = cloud_token(cloud.running(), "smoke-tenant").await;
+    let (other, _) = cloud_token(cloud.running(), "smoke-other").await;
+
+    // Recorded as before tenants were project ids: the project's name as the tenant, its id in
+    // the account. It is read as the project id's.
+    let account = overture_events::CloudAccount {
+        auth_url: cloud.running().auth_url().to_owned(),
+        project_id: own_project.clone(),
+        project: "smoke-tenant".into(),
+        domain: "Default".into(),
+        user: "smoke-tenant".into(),
+        endpoints: vec![],
+    };
+    let (deployment, first) = requested_in(
+        &log,
+        "name: smoke\nsteps:\n  build: { run: noop }\n",
+        Some(account),
+    )
+    .await;
     let views = DynamoReadModels::new(dynamodb, "smoke-api-deployments", "smoke-api-tenants");
     overture_projector::project_stream(deployment, &[first], &log, &views)
         .await
         .expect("projected");
-
-    // The local cloud needs root (namespaces, bridges); its Keystone checks the tokens.
-    let mut cloud = LocalCloud::up().await;
-    let own = cloud_token(cloud.running(), "smoke-tenant").await;
-    let other = cloud_token(cloud.running(), "smoke-other").await;
 
     let trigger_events = create_queue(
         &aws_sdk_sqs::Client::new(&config),
@@ -1221,7 +1251,7 @@ async fn the_api_lambda_answers_a_tenant_its_own_deployments_and_records_a_cance
     let (status, answer) = get_from_api(&watch, &path, Some(&own)).await;
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["id"], json!(deployment.to_string()), "{answer}");
-    assert_eq!(answer["tenant"], json!("smoke-tenant"), "{answer}");
+    assert_eq!(answer["tenant"], json!(own_project), "{answer}");
     assert_eq!(answer["status"], json!("running"), "{answer}");
     let (status, answer) = get_from_api(&watch, "/v1/deployments", Some(&own)).await;
     assert_eq!(status, 200, "{answer}");

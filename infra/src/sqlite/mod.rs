@@ -248,10 +248,17 @@ fn open_blocking(path: &Path) -> Result<(Connection, Connection), DbError> {
     };
     // Every tenant's data is in it. SQLite makes a new file with the umask's mode, and its -wal
     // and -shm with the file's own: made 0600 first, all three are.
-    crate::data_dir::private_file(path).map_err(|source| DbError::NotPrivate {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    match crate::data_dir::private_file(path) {
+        // No folder to make it in: SQLite's own refusal below says so, naming the file.
+        Err(source) if source.kind() == std::io::ErrorKind::NotFound => {}
+        Err(source) => {
+            return Err(DbError::NotPrivate {
+                path: path.to_path_buf(),
+                source,
+            })
+        }
+        Ok(()) => {}
+    }
     let mut connection = Connection::open(path).map_err(sqlite)?;
     configure_patiently(&connection).map_err(sqlite)?;
     let found = schema::migrate(&mut connection).map_err(sqlite)?;

@@ -1174,7 +1174,7 @@ mod tests {
     // the file is upgraded: what `overture status` shows does not change.
     #[test]
     fn step_documents_read_back_the_same_after_the_upgrade() {
-        let mut c = Connection::open_in_memory().expect("in-memory database");
+        let c = Connection::open_in_memory().expect("in-memory database");
         super::super::schema::migrate_to(&c, 6).expect("the older schema");
         let id = DeploymentId::from_uuid(uuid::Uuid::now_v7());
         let head = r#"{"id":"ID","tenant":"acme","blueprint":"app","status":"failed",
@@ -1216,7 +1216,9 @@ mod tests {
                 .collect(),
         );
 
-        super::super::schema::migrate(&mut c).expect("upgraded");
+        // Up to the version that split the documents; a later one folds the views again from
+        // the log, which this file has none of.
+        super::super::schema::upgrade_to(&c, 8).expect("upgraded");
 
         let read = read_view(&c, id, Steps::All)
             .expect("read")

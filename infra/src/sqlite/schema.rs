@@ -184,6 +184,19 @@ pub(super) fn migrate_to(connection: &Connection, version: i64) -> rusqlite::Res
     connection.pragma_update(None, "user_version", version)
 }
 
+/// Takes a file from the version it has to `version` only, as a build of that version would:
+/// for tests of one upgrade among later ones.
+#[cfg(test)]
+pub(super) fn upgrade_to(connection: &Connection, version: i64) -> rusqlite::Result<()> {
+    let found: i64 = connection.pragma_query_value(None, "user_version", |row| row.get(0))?;
+    for (at, step) in (1..).zip(MIGRATIONS) {
+        if at > found && at <= version {
+            connection.execute_batch(step)?;
+        }
+    }
+    connection.pragma_update(None, "user_version", version)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
