@@ -398,22 +398,30 @@ async fn deploy_on_aws_submits_through_the_function_and_follows_the_log_to_the_e
         .concat(),
     );
     // The submit URL takes AWS_IAM auth; cargo lambda watch checks none, so the local door
-    // stands in front of it, as `make local-aws` has it.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("a loopback port");
+    // stands in front of it, as `make local-aws` has it. On a thread of its own: this test
+    // blocks its runtime reading the command's progress.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
     let door = listener.local_addr().expect("the door's address");
-    tokio::spawn(overture_local_aws::urls::serve(
-        overture_local_aws::urls::Door {
-            invoke: format!("http://127.0.0.1:{}", watch.port),
-            functions: vec!["submit".to_owned()],
-            region: REGION.to_owned(),
-            account: LOCAL_ACCOUNT.to_owned(),
-            known: vec![(local_credentials(), local_caller_arn())],
-            timeout: std::time::Duration::from_secs(300),
-        },
-        listener,
-    ));
+    listener.set_nonblocking(true).expect("non-blocking");
+    let invoke = format!("http://127.0.0.1:{}", watch.port);
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("the door's runtime");
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).expect("the listener");
+            let door = overture_local_aws::urls::Door {
+                invoke,
+                functions: vec!["submit".to_owned()],
+                region: REGION.to_owned(),
+                account: LOCAL_ACCOUNT.to_owned(),
+                known: vec![(local_credentials(), local_caller_arn())],
+                timeout: std::time::Duration::from_secs(300),
+            };
+            overture_local_aws::urls::serve(door, listener).await
+        })
+    });
     let url = format!("http://{door}/lambda-url/submit/deployments");
     settings.push(("OVERTURE_SUBMIT_URL", &url));
     let dir = tempfile::tempdir().expect("a directory");
