@@ -628,7 +628,12 @@ async fn hello_world_and_a_retried_failure_run_through_the_functions_as_they_run
         }
     });
 
-    a_published_trigger_file_deploys_once_per_event_and_chains(&aws, &cloud_token).await;
+    let api_tenant = cloud.project("e2e-api")["id"]
+        .as_str()
+        .expect("the project's id")
+        .to_owned();
+    a_published_trigger_file_deploys_once_per_event_and_chains(&aws, &cloud_token, &api_tenant)
+        .await;
 
     // The secrets' and the token's bytes are nowhere: not in a table, a queue, an object, or a
     // log.
@@ -674,7 +679,7 @@ const RELEASE_TRIGGERS: &str = r#"triggers:
   - name: ping-for-the-api-tenant
     on: { source: api-tests, type: ping }
     deploy: smoke.yaml
-    tenant: e2e-api
+    tenant: API_TENANT
 "#;
 
 const APP: &str = "name: app
@@ -690,10 +695,18 @@ const SMOKE: &str = "name: smoke\nsteps:\n  check: { run: noop }\n";
 /// A published trigger file on the local AWS form: one event sent 20 times at once through
 /// the queue starts one deployment (19 duplicates), whose end starts the chained one at depth
 /// 1; events posted to the api function are queued for the caller's tenant only.
-async fn a_published_trigger_file_deploys_once_per_event_and_chains(aws: &LocalAws, token: &str) {
+///
+/// `api_tenant` is the token's project id: a trigger served to API callers names its tenant by
+/// id, so that a same-named project of another domain cannot fire it.
+async fn a_published_trigger_file_deploys_once_per_event_and_chains(
+    aws: &LocalAws,
+    token: &str,
+    api_tenant: &str,
+) {
     let dir = tempfile::tempdir().expect("a directory");
     let file = dir.path().join("triggers.yaml");
-    std::fs::write(&file, RELEASE_TRIGGERS).expect("the trigger file");
+    let triggers = RELEASE_TRIGGERS.replace("tenant: API_TENANT", &format!("tenant: {api_tenant}"));
+    std::fs::write(&file, &triggers).expect("the trigger file");
     std::fs::write(dir.path().join("app.yaml"), APP).expect("a blueprint");
     std::fs::write(dir.path().join("smoke.yaml"), SMOKE).expect("a blueprint");
     let path = file.to_str().expect("utf-8");
@@ -702,7 +715,7 @@ async fn a_published_trigger_file_deploys_once_per_event_and_chains(aws: &LocalA
         // A trigger file whose blueprint is missing is refused before anything is stored.
         std::fs::write(
             dir.path().join("broken.yaml"),
-            RELEASE_TRIGGERS.replace("smoke.yaml", "gone.yaml"),
+            triggers.replace("smoke.yaml", "gone.yaml"),
         )
         .expect("a broken file");
         let broken = dir.path().join("broken.yaml");
@@ -841,7 +854,7 @@ async fn a_published_trigger_file_deploys_once_per_event_and_chains(aws: &LocalA
         assert!(
             log.1["reason"]
                 .as_str()
-                .is_some_and(|r| r.contains("caller's tenant `e2e-api`")),
+                .is_some_and(|r| r.contains(&format!("caller's tenant `{api_tenant}`"))),
             "{:?}",
             log.1
         );
