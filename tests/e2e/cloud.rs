@@ -190,6 +190,15 @@ fn hello_world_answers_on_both_servers_configured_through_the_bastion() {
         status["project"],
         serde_json::json!({"name": "acme", "domain": "Default"})
     );
+    let first_line = format!(
+        "for tenant `{}` (project acme in domain Default)",
+        status["tenant"].as_str().expect("the tenant")
+    );
+    assert!(
+        text(&output.stderr).contains(&first_line),
+        "the progress names the project beside its id: {}",
+        text(&output.stderr)
+    );
     let requested = &o.events(&id)[0];
     assert_eq!(
         requested["data"]["requested_by"], "acme",

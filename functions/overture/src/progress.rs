@@ -93,10 +93,18 @@ impl Watch for Progress {
         let other = self.own.get_or_insert_with(|| stream.clone()) != stream;
         let text = match event {
             DeploymentEvent::DeploymentRequested {
-                blueprint, tenant, ..
+                blueprint,
+                tenant,
+                cloud,
+                ..
             } => {
+                let tenant = overture_domain::tenancy::tenant_of(&tenant, cloud.as_ref());
+                // The id is the tenant; people know the project by its name and domain.
+                let project = overture_domain::tenancy::ProjectLabel::of(cloud.as_ref())
+                    .map(|label| format!(" (project {label})"))
+                    .unwrap_or_default();
                 format!(
-                    "deployment of `{}` for tenant `{tenant}`: {} steps",
+                    "deployment of `{}` for tenant `{tenant}`{project}: {} steps",
                     blueprint.name,
                     blueprint.steps.len()
                 )
