@@ -274,7 +274,7 @@ impl LoopbackEgress {
             return None;
         }
         let target = target.to_owned();
-        Some(if address.octets()[..2] == [169, 254] {
+        Some(if address.is_link_local() {
             EgressRefusal::LinkLocal { target }
         } else if !address.is_loopback() {
             EgressRefusal::NotAllowed { target }

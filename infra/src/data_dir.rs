@@ -22,13 +22,15 @@ pub const FILE_MODE: u32 = 0o600;
 const SANDBOXES: &str = "sandboxes";
 
 /// Creates `dir` (with its missing parents) as 0700; when it exists with another mode, sets it
-/// to 0700, every directory under it to 0700 and every file to 0600. Links are not followed.
+/// to 0700, every directory under it to 0700 and every file to 0600. `dir` itself may be a link
+/// the operator made (it is followed, as every open of the data directory follows it); links
+/// under it are not.
 pub fn make_private(dir: &Path) -> io::Result<()> {
     DirBuilder::new()
         .recursive(true)
         .mode(DIR_MODE)
         .create(dir)?;
-    if fs::symlink_metadata(dir)?.permissions().mode() & 0o777 != DIR_MODE {
+    if fs::metadata(dir)?.permissions().mode() & 0o777 != DIR_MODE {
         restrict(dir)?;
     }
     Ok(())

@@ -163,7 +163,7 @@ pub fn end_of(deployment: DeploymentId, state: &DeploymentState, status: &str) -
     let depth = state.triggered_by.as_ref().map_or(0, |by| by.depth);
     IncomingEvent::deployment_ended(
         &deployment.to_string(),
-        &state.tenant,
+        state.tenant_id(),
         blueprint,
         status,
         depth,

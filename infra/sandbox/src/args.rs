@@ -221,10 +221,7 @@ pub(super) fn command_line(
     // read-write. Only what `setpriv` needs to become the step's user is kept, and only until
     // it does (the sandbox's init keeps none); bubblewrap also sets no_new_privs, so no exec can
     // win any back.
-    push(&mut args, ["--cap-drop", "ALL"]);
-    for cap in SWITCH_USER_CAPS {
-        push(&mut args, ["--cap-add", cap]);
-    }
+    args.extend(kept_capabilities());
     push(
         &mut args,
         ["--die-with-parent", "--new-session", "--hostname", HOSTNAME],
@@ -318,10 +315,20 @@ pub(super) fn command_line(
     args
 }
 
+/// Every capability dropped but [`SWITCH_USER_CAPS`], as bubblewrap arguments.
+pub(super) fn kept_capabilities() -> Vec<OsString> {
+    let mut args = Vec::new();
+    push(&mut args, ["--cap-drop", "ALL"]);
+    for cap in SWITCH_USER_CAPS {
+        push(&mut args, ["--cap-add", cap]);
+    }
+    args
+}
+
 /// `setpriv` and its arguments: the command runs as [`STEP_UID`]:[`STEP_GID`] with no
 /// supplementary groups, no capabilities (a non-root uid loses its permitted and effective ones
 /// at the switch) and an empty bounding and inheritable set.
-fn step_user_args(layout: &SystemLayout) -> Vec<OsString> {
+pub(super) fn step_user_args(layout: &SystemLayout) -> Vec<OsString> {
     let uid = format!("--reuid={STEP_UID}");
     let gid = format!("--regid={STEP_GID}");
     let mut args = Vec::new();

@@ -143,9 +143,9 @@ impl Bubblewrap {
             .map_err(|error| unusable(format!("pidfd_open failed: {error}")))?;
         // Without setpriv no step could run as its own user.
         let layout = SystemLayout::detect();
-        let Some(setpriv) = layout.setpriv() else {
+        if layout.setpriv().is_none() {
             return Err(unusable(NO_SETPRIV.to_owned()));
-        };
+        }
         // Without cgroups no step's limits could be kept.
         cgroup::Cgroups::detect("check")
             .map_err(|reason| unusable(format!("no cgroups to limit the steps with: {reason}")))?;
@@ -158,16 +158,13 @@ impl Bubblewrap {
                 "--unshare-uts",
                 "--unshare-net",
             ])
-            .args(["--cap-drop", "ALL", "--die-with-parent", "--new-session"])
-            .args(["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"])
+            .args(["--die-with-parent", "--new-session"])
+            .args(args::kept_capabilities())
             .args(layout.args())
             .args(["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/"])
-            .arg(setpriv)
-            .args([
-                &format!("--reuid={STEP_UID}"),
-                &format!("--regid={STEP_GID}"),
-            ])
-            .args(["--clear-groups", "--", "/bin/true"])
+            // The very switch every step goes through.
+            .args(args::step_user_args(&layout))
+            .arg("/bin/true")
             .env_clear()
             .stdin(Stdio::null())
             .kill_on_drop(true);

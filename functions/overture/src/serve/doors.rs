@@ -277,6 +277,16 @@ fn refuse(stream: TcpStream, refusal: Refusal, caps: Caps) {
         body.len()
     );
     let _ = stream.try_write(answer.as_bytes());
+    // What the client already sent is read away before the close: a socket closed with unread
+    // bytes is reset, and the client's stack would drop the answer with it. Only what has
+    // arrived: the refusal never waits on the client.
+    let mut unread = [0u8; 4096];
+    for _ in 0..16 {
+        match stream.try_read(&mut unread) {
+            Ok(read) if read > 0 => continue,
+            _ => break,
+        }
+    }
     tracing::debug!(?refusal, "refused a connection");
 }
 

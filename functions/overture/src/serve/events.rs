@@ -99,7 +99,8 @@ async fn carry_on_chain(
         let _ = tokio::time::timeout(LOOK_AGAIN, notified).await;
     };
     let (state, outcome) = outcome;
-    let tenant = state.tenant.clone();
+    // The tenant its triggers deploy into is the project id, also for a record made before.
+    let tenant = state.tenant_id().to_owned();
     let ended = end_of(id, &state, status_of(outcome));
     let started = dispatcher.dispatch(&ended, Some(&tenant)).await?.started;
     dispatcher.follow(started, Some(&tenant), false).await?;
