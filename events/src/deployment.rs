@@ -13,253 +13,289 @@ use serde::{Deserialize, Serialize};
 
 use crate::{BlueprintSnapshot, ErrorClass, Timestamp};
 
-/// Everything that can happen to a deployment.
-// `DeploymentRequested` carries the whole blueprint; it is recorded once per deployment, so
-// boxing it to shrink the other variants would buy nothing but noisier matches.
-#[allow(clippy::large_enum_variant)]
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", content = "data")]
-pub enum DeploymentEvent {
-    /// A user asked for a deployment of a blueprint.
-    DeploymentRequested {
-        /// The tenant that owns it.
-        tenant: String,
-        /// The user who asked.
-        requested_by: String,
-        /// What asked: `cli`, `http`, `redeploy`, or an event that triggered it.
-        trigger: String,
-        /// Where the blueprint was read from, for people; a redeploy's is the deployment it
-        /// came from, as `deployment:ID`.
-        source: String,
-        /// The blueprint as validated when it was requested.
-        blueprint: BlueprintSnapshot,
-        /// SHA-256 of the blueprint's text, hex.
-        blueprint_hash: String,
-        /// Every parameter's value, defaults filled in.
-        params: BTreeMap<String, String>,
-        /// The cloud account whose token the deployment acts with, when it was given one.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        cloud: Option<CloudAccount>,
-        /// The trigger and the event that started it, when a trigger did.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        triggered_by: Option<TriggeredBy>,
-    },
-    /// The deployment's secrets were sealed; this carries references, never values.
-    CredentialsSealed {
-        /// Where the sealed values are kept.
-        seal: String,
-        /// The names of the sealed secrets.
-        secrets: Vec<String>,
-        /// The public half of the deployment's own SSH key, in OpenSSH format, when it has one
-        /// (its private half is sealed with the secrets).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        ssh_public_key: Option<String>,
-        /// Whether the user's cloud token is sealed too (it then also locks the seal).
-        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-        token: bool,
-    },
-    /// An attempt of a step may start once `not_before` has passed.
-    StepScheduled {
-        step: String,
-        attempt: u32,
-        not_before: Timestamp,
-    },
-    /// An attempt of a step started in a sandbox.
-    StepStarted {
-        step: String,
-        attempt: u32,
-        sandbox: String,
-        /// Until when the attempt may run without being heard from: its timeout and a margin.
-        /// Before then, a second delivery of its job finds it running, not interrupted.
-        /// Events recorded before leases existed have none.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        lease_until: Option<Timestamp>,
-    },
-    /// An attempt succeeded; the step is done.
-    StepSucceeded {
-        step: String,
-        attempt: u32,
-        /// Masked: no secret value is ever stored here.
-        outputs: BTreeMap<String, String>,
-        duration_ms: u64,
-    },
-    /// An attempt failed; the retry policy decides what follows.
-    StepAttemptFailed {
-        step: String,
-        attempt: u32,
-        error_class: ErrorClass,
-        /// The process's exit code, when it exited on its own.
-        exit_code: Option<i32>,
-        /// What went wrong and the last lines of output, masked.
-        message: String,
-        duration_ms: u64,
-    },
-    /// The queue gave up on an attempt's job: it was delivered `receives` times (as SQS counts,
-    /// approximately) without the attempt's outcome being recorded, and was moved to the
-    /// dead-letter queue. The attempt's failure (class `interrupted`) follows.
-    StepJobDeadLettered {
-        step: String,
-        attempt: u32,
-        receives: u32,
-    },
-    /// Another attempt will be made after a wait.
-    StepRetryScheduled {
-        step: String,
-        /// The attempt that failed.
-        attempt: u32,
-        next_attempt: u32,
-        delay_ms: u64,
-        not_before: Timestamp,
-    },
-    /// The step failed for good; the deployment will fail.
-    StepFailed {
-        step: String,
-        attempts: u32,
-        error_class: ErrorClass,
-    },
-    /// Steps still running may finish until `deadline`, then they are abandoned.
-    FailureGracePeriodStarted {
-        failed_step: String,
-        deadline: Timestamp,
-    },
-    /// A step was given up on because the deployment is failing.
-    StepAbandoned {
-        step: String,
-        /// The attempt that was running or waiting, if any.
-        attempt: u32,
-        reason: String,
-    },
-    /// The engine added a rule to the bastion's security group admitting its own address.
-    BastionAccessGranted {
-        /// The rule's id in the cloud.
-        rule: String,
-        /// The bastion's security group.
-        security_group: String,
-        /// The bastion's address.
-        bastion: String,
-        /// The address admitted: the engine's own, as the bastion sees it.
-        source: String,
-        /// The port admitted.
-        port: u16,
-    },
-    /// The deployment's lease on the engine's rule on the bastion closed: the rule was deleted,
-    /// or, when other deployments still hold it, kept for them.
-    BastionAccessRevoked {
-        /// The rule's id in the cloud.
-        rule: String,
-        /// The deployments still holding the rule, for which it was kept; empty (and absent
-        /// from records made before leases) when the rule was deleted.
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        kept_for: Vec<crate::DeploymentId>,
-    },
-    /// The deployment's sealed secrets were deleted.
-    SecretsPurged {},
-    /// Every step succeeded.
-    DeploymentSucceeded {},
-    /// A step failed for good.
-    DeploymentFailed { reason: String },
-    /// A user asked to cancel the deployment: no step starts any more, and every running or
-    /// waiting attempt is abandoned at once (no grace period).
-    CancellationRequested {
-        /// Who asked.
-        requested_by: String,
-        /// Why, in their words.
-        reason: String,
-    },
-    /// A user cancelled the deployment; its bastion was closed and its secrets purged first.
-    DeploymentCancelled {
-        reason: String,
-        /// Who asked.
-        #[serde(default, skip_serializing_if = "String::is_empty")]
-        requested_by: String,
-    },
-    /// A user asked to tear the deployment down: these steps' resources are destroyed, in order.
-    DestroyRequested { steps: Vec<String> },
-    /// A step's resources were destroyed.
-    StepDestroyed { step: String, duration_ms: u64 },
-    /// Destroying a step's resources failed; asking again carries on from this step.
-    StepDestroyFailed {
-        step: String,
-        exit_code: Option<i32>,
-        /// What went wrong and the last lines of output, masked.
-        message: String,
-        duration_ms: u64,
-    },
-    /// Every resource the deployment made has been destroyed.
-    DeploymentDestroyed {},
-    /// A user carried a failed deployment on: these steps (failed, abandoned, or never run
-    /// because of them) run again, their attempts numbered on from the last; steps that
-    /// succeeded keep their outputs. The deployment runs again, and ends as every run does.
-    DeploymentRedriven {
-        /// Who asked.
-        requested_by: String,
-        /// The steps to run again, in blueprint order.
-        steps: Vec<String>,
-    },
-    /// The engine learned a server's SSH host keys; every later SSH connection to that server
-    /// (the bastion's included) accepts exactly these keys and no other.
-    HostKeysPinned {
-        /// The server: its name in the step that made it, or its address when no step named it.
-        server: String,
-        /// The host as ssh's known_hosts names it: `host`, or `[host]:port` off port 22.
-        host: String,
-        /// How the keys were learned.
-        learned: HostKeySource,
-        /// The keys, one per key type.
-        keys: Vec<PinnedHostKey>,
-    },
-    /// A networked step attempt's sandbox got a network of its own that reaches only these
-    /// destinations; everything else (the host's loopback, 169.254.0.0/16) is refused.
-    StepNetworkPolicyApplied {
-        step: String,
-        attempt: u32,
-        /// `ADDRESS:PORT` (TCP), `ADDRESS` or `ADDRESS/PREFIX`, sorted.
-        allowed: Vec<String>,
-    },
-    /// A step's needs succeeded, but a service it requires has too few registered instances:
-    /// it waits for them, durably, and fails as `service-timeout` if `deadline` passes first.
-    StepAwaitingServices {
-        step: String,
-        /// Each required service still short of its count.
-        waiting_for: Vec<ServiceShortfall>,
-        deadline: Timestamp,
-    },
-    /// The members of each service a step requires or watches, as its next attempt sees them
-    /// (`{{ services.NAME.addresses }}`): `ADDRESS:PORT`, sorted.
-    ServicesResolved {
-        step: String,
-        services: BTreeMap<String, Vec<String>>,
-    },
-    /// A host of a step that provides a service answered the service's check: the instance is
-    /// registered for the tenant, and runs (it is not one that only will).
-    ServiceRegistered {
-        service: String,
-        /// The step that configured it.
-        step: String,
-        /// The server: its name in the step that made it, or its address.
-        host: String,
-        address: String,
-        port: u16,
-    },
-    /// An instance left the tenant's registry (its deployment is being destroyed).
-    ServiceDeregistered {
-        service: String,
-        step: String,
-        host: String,
-        address: String,
-        port: u16,
-        reason: String,
-    },
-    /// A service the step watches changed its members since the step last ran: it runs again,
-    /// as a new attempt.
-    StepRerunRequested {
-        step: String,
-        service: String,
-        /// The members the step last ran with, `ADDRESS:PORT`, sorted.
-        from: Vec<String>,
-        /// The members now.
-        to: Vec<String>,
-    },
+/// Declares [`DeploymentEvent`] and derives its type strings from the variants' names, so that
+/// each name is written once: a new variant is in [`DeploymentEvent::TYPES`] and
+/// [`DeploymentEvent::event_type`] by being declared, and serde's tag is the same name.
+macro_rules! deployment_events {
+    (
+        $(#[$enum_meta:meta])*
+        pub enum DeploymentEvent {
+            $(
+                $(#[$variant_meta:meta])*
+                $variant:ident { $($fields:tt)* }
+            ),* $(,)?
+        }
+    ) => {
+        $(#[$enum_meta])*
+        pub enum DeploymentEvent {
+            $( $(#[$variant_meta])* $variant { $($fields)* }, )*
+        }
+
+        impl DeploymentEvent {
+            /// Every type string, in the order the variants are declared: what
+            /// `overture events --type` accepts.
+            pub const TYPES: [&'static str; [$(stringify!($variant)),*].len()] =
+                [$(stringify!($variant)),*];
+
+            /// The stable type string of this event.
+            pub const fn event_type(&self) -> &'static str {
+                match self {
+                    $( Self::$variant { .. } => stringify!($variant), )*
+                }
+            }
+        }
+    };
+}
+
+deployment_events! {
+    /// Everything that can happen to a deployment.
+    // `DeploymentRequested` carries the whole blueprint; it is recorded once per deployment, so
+    // boxing it to shrink the other variants would buy nothing but noisier matches.
+    #[allow(clippy::large_enum_variant)]
+    #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+    #[serde(tag = "type", content = "data")]
+    pub enum DeploymentEvent {
+        /// A user asked for a deployment of a blueprint.
+        DeploymentRequested {
+            /// The tenant that owns it.
+            tenant: String,
+            /// The user who asked.
+            requested_by: String,
+            /// What asked: `cli`, `http`, `redeploy`, or an event that triggered it.
+            trigger: String,
+            /// Where the blueprint was read from, for people; a redeploy's is the deployment it
+            /// came from, as `deployment:ID`.
+            source: String,
+            /// The blueprint as validated when it was requested.
+            blueprint: BlueprintSnapshot,
+            /// SHA-256 of the blueprint's text, hex.
+            blueprint_hash: String,
+            /// Every parameter's value, defaults filled in.
+            params: BTreeMap<String, String>,
+            /// The cloud account whose token the deployment acts with, when it was given one.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            cloud: Option<CloudAccount>,
+            /// The trigger and the event that started it, when a trigger did.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            triggered_by: Option<TriggeredBy>,
+        },
+        /// The deployment's secrets were sealed; this carries references, never values.
+        CredentialsSealed {
+            /// Where the sealed values are kept.
+            seal: String,
+            /// The names of the sealed secrets.
+            secrets: Vec<String>,
+            /// The public half of the deployment's own SSH key, in OpenSSH format, when it has one
+            /// (its private half is sealed with the secrets).
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            ssh_public_key: Option<String>,
+            /// Whether the user's cloud token is sealed too (it then also locks the seal).
+            #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+            token: bool,
+        },
+        /// An attempt of a step may start once `not_before` has passed.
+        StepScheduled {
+            step: String,
+            attempt: u32,
+            not_before: Timestamp,
+        },
+        /// An attempt of a step started in a sandbox.
+        StepStarted {
+            step: String,
+            attempt: u32,
+            sandbox: String,
+            /// Until when the attempt may run without being heard from: its timeout and a margin.
+            /// Before then, a second delivery of its job finds it running, not interrupted.
+            /// Events recorded before leases existed have none.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            lease_until: Option<Timestamp>,
+        },
+        /// An attempt succeeded; the step is done.
+        StepSucceeded {
+            step: String,
+            attempt: u32,
+            /// Masked: no secret value is ever stored here.
+            outputs: BTreeMap<String, String>,
+            duration_ms: u64,
+        },
+        /// An attempt failed; the retry policy decides what follows.
+        StepAttemptFailed {
+            step: String,
+            attempt: u32,
+            error_class: ErrorClass,
+            /// The process's exit code, when it exited on its own.
+            exit_code: Option<i32>,
+            /// What went wrong and the last lines of output, masked.
+            message: String,
+            duration_ms: u64,
+        },
+        /// The queue gave up on an attempt's job: it was delivered `receives` times (as SQS counts,
+        /// approximately) without the attempt's outcome being recorded, and was moved to the
+        /// dead-letter queue. The attempt's failure (class `interrupted`) follows.
+        StepJobDeadLettered {
+            step: String,
+            attempt: u32,
+            receives: u32,
+        },
+        /// Another attempt will be made after a wait.
+        StepRetryScheduled {
+            step: String,
+            /// The attempt that failed.
+            attempt: u32,
+            next_attempt: u32,
+            delay_ms: u64,
+            not_before: Timestamp,
+        },
+        /// The step failed for good; the deployment will fail.
+        StepFailed {
+            step: String,
+            attempts: u32,
+            error_class: ErrorClass,
+        },
+        /// Steps still running may finish until `deadline`, then they are abandoned.
+        FailureGracePeriodStarted {
+            failed_step: String,
+            deadline: Timestamp,
+        },
+        /// A step was given up on because the deployment is failing.
+        StepAbandoned {
+            step: String,
+            /// The attempt that was running or waiting, if any.
+            attempt: u32,
+            reason: String,
+        },
+        /// The engine added a rule to the bastion's security group admitting its own address.
+        BastionAccessGranted {
+            /// The rule's id in the cloud.
+            rule: String,
+            /// The bastion's security group.
+            security_group: String,
+            /// The bastion's address.
+            bastion: String,
+            /// The address admitted: the engine's own, as the bastion sees it.
+            source: String,
+            /// The port admitted.
+            port: u16,
+        },
+        /// The deployment's lease on the engine's rule on the bastion closed: the rule was deleted,
+        /// or, when other deployments still hold it, kept for them.
+        BastionAccessRevoked {
+            /// The rule's id in the cloud.
+            rule: String,
+            /// The deployments still holding the rule, for which it was kept; empty (and absent
+            /// from records made before leases) when the rule was deleted.
+            #[serde(default, skip_serializing_if = "Vec::is_empty")]
+            kept_for: Vec<crate::DeploymentId>,
+        },
+        /// The deployment's sealed secrets were deleted.
+        SecretsPurged {},
+        /// Every step succeeded.
+        DeploymentSucceeded {},
+        /// A step failed for good.
+        DeploymentFailed { reason: String },
+        /// A user asked to cancel the deployment: no step starts any more, and every running or
+        /// waiting attempt is abandoned at once (no grace period).
+        CancellationRequested {
+            /// Who asked.
+            requested_by: String,
+            /// Why, in their words.
+            reason: String,
+        },
+        /// A user cancelled the deployment; its bastion was closed and its secrets purged first.
+        DeploymentCancelled {
+            reason: String,
+            /// Who asked.
+            #[serde(default, skip_serializing_if = "String::is_empty")]
+            requested_by: String,
+        },
+        /// A user asked to tear the deployment down: these steps' resources are destroyed, in order.
+        DestroyRequested { steps: Vec<String> },
+        /// A step's resources were destroyed.
+        StepDestroyed { step: String, duration_ms: u64 },
+        /// Destroying a step's resources failed; asking again carries on from this step.
+        StepDestroyFailed {
+            step: String,
+            exit_code: Option<i32>,
+            /// What went wrong and the last lines of output, masked.
+            message: String,
+            duration_ms: u64,
+        },
+        /// Every resource the deployment made has been destroyed.
+        DeploymentDestroyed {},
+        /// A user carried a failed deployment on: these steps (failed, abandoned, or never run
+        /// because of them) run again, their attempts numbered on from the last; steps that
+        /// succeeded keep their outputs. The deployment runs again, and ends as every run does.
+        DeploymentRedriven {
+            /// Who asked.
+            requested_by: String,
+            /// The steps to run again, in blueprint order.
+            steps: Vec<String>,
+        },
+        /// The engine learned a server's SSH host keys; every later SSH connection to that server
+        /// (the bastion's included) accepts exactly these keys and no other.
+        HostKeysPinned {
+            /// The server: its name in the step that made it, or its address when no step named it.
+            server: String,
+            /// The host as ssh's known_hosts names it: `host`, or `[host]:port` off port 22.
+            host: String,
+            /// How the keys were learned.
+            learned: HostKeySource,
+            /// The keys, one per key type.
+            keys: Vec<PinnedHostKey>,
+        },
+        /// A networked step attempt's sandbox got a network of its own that reaches only these
+        /// destinations; everything else (the host's loopback, 169.254.0.0/16) is refused.
+        StepNetworkPolicyApplied {
+            step: String,
+            attempt: u32,
+            /// `ADDRESS:PORT` (TCP), `ADDRESS` or `ADDRESS/PREFIX`, sorted.
+            allowed: Vec<String>,
+        },
+        /// A step's needs succeeded, but a service it requires has too few registered instances:
+        /// it waits for them, durably, and fails as `service-timeout` if `deadline` passes first.
+        StepAwaitingServices {
+            step: String,
+            /// Each required service still short of its count.
+            waiting_for: Vec<ServiceShortfall>,
+            deadline: Timestamp,
+        },
+        /// The members of each service a step requires or watches, as its next attempt sees them
+        /// (`{{ services.NAME.addresses }}`): `ADDRESS:PORT`, sorted.
+        ServicesResolved {
+            step: String,
+            services: BTreeMap<String, Vec<String>>,
+        },
+        /// A host of a step that provides a service answered the service's check: the instance is
+        /// registered for the tenant, and runs (it is not one that only will).
+        ServiceRegistered {
+            service: String,
+            /// The step that configured it.
+            step: String,
+            /// The server: its name in the step that made it, or its address.
+            host: String,
+            address: String,
+            port: u16,
+        },
+        /// An instance left the tenant's registry (its deployment is being destroyed).
+        ServiceDeregistered {
+            service: String,
+            step: String,
+            host: String,
+            address: String,
+            port: u16,
+            reason: String,
+        },
+        /// A service the step watches changed its members since the step last ran: it runs again,
+        /// as a new attempt.
+        StepRerunRequested {
+            step: String,
+            service: String,
+            /// The members the step last ran with, `ADDRESS:PORT`, sorted.
+            from: Vec<String>,
+            /// The members now.
+            to: Vec<String>,
+        },
+    }
 }
 
 /// A required service short of its count when a step began to wait for it.
@@ -356,77 +392,6 @@ pub struct SchemaError {
 }
 
 impl DeploymentEvent {
-    /// Every type string, in the order the variants are declared: what `overture events --type`
-    /// accepts.
-    pub const TYPES: [&'static str; 30] = [
-        "DeploymentRequested",
-        "CredentialsSealed",
-        "StepScheduled",
-        "StepStarted",
-        "StepSucceeded",
-        "StepAttemptFailed",
-        "StepJobDeadLettered",
-        "StepRetryScheduled",
-        "StepFailed",
-        "FailureGracePeriodStarted",
-        "StepAbandoned",
-        "BastionAccessGranted",
-        "BastionAccessRevoked",
-        "SecretsPurged",
-        "DeploymentSucceeded",
-        "DeploymentFailed",
-        "CancellationRequested",
-        "DeploymentCancelled",
-        "DestroyRequested",
-        "StepDestroyed",
-        "StepDestroyFailed",
-        "DeploymentDestroyed",
-        "DeploymentRedriven",
-        "HostKeysPinned",
-        "StepNetworkPolicyApplied",
-        "StepAwaitingServices",
-        "ServicesResolved",
-        "ServiceRegistered",
-        "ServiceDeregistered",
-        "StepRerunRequested",
-    ];
-
-    /// The stable type string of this event.
-    pub const fn event_type(&self) -> &'static str {
-        match self {
-            Self::DeploymentRequested { .. } => "DeploymentRequested",
-            Self::CredentialsSealed { .. } => "CredentialsSealed",
-            Self::StepScheduled { .. } => "StepScheduled",
-            Self::StepStarted { .. } => "StepStarted",
-            Self::StepSucceeded { .. } => "StepSucceeded",
-            Self::StepAttemptFailed { .. } => "StepAttemptFailed",
-            Self::StepJobDeadLettered { .. } => "StepJobDeadLettered",
-            Self::StepRetryScheduled { .. } => "StepRetryScheduled",
-            Self::StepFailed { .. } => "StepFailed",
-            Self::FailureGracePeriodStarted { .. } => "FailureGracePeriodStarted",
-            Self::StepAbandoned { .. } => "StepAbandoned",
-            Self::BastionAccessGranted { .. } => "BastionAccessGranted",
-            Self::BastionAccessRevoked { .. } => "BastionAccessRevoked",
-            Self::SecretsPurged {} => "SecretsPurged",
-            Self::DeploymentSucceeded {} => "DeploymentSucceeded",
-            Self::DeploymentFailed { .. } => "DeploymentFailed",
-            Self::CancellationRequested { .. } => "CancellationRequested",
-            Self::DeploymentCancelled { .. } => "DeploymentCancelled",
-            Self::DestroyRequested { .. } => "DestroyRequested",
-            Self::StepDestroyed { .. } => "StepDestroyed",
-            Self::StepDestroyFailed { .. } => "StepDestroyFailed",
-            Self::DeploymentDestroyed {} => "DeploymentDestroyed",
-            Self::DeploymentRedriven { .. } => "DeploymentRedriven",
-            Self::HostKeysPinned { .. } => "HostKeysPinned",
-            Self::StepNetworkPolicyApplied { .. } => "StepNetworkPolicyApplied",
-            Self::StepAwaitingServices { .. } => "StepAwaitingServices",
-            Self::ServicesResolved { .. } => "ServicesResolved",
-            Self::ServiceRegistered { .. } => "ServiceRegistered",
-            Self::ServiceDeregistered { .. } => "ServiceDeregistered",
-            Self::StepRerunRequested { .. } => "StepRerunRequested",
-        }
-    }
-
     /// The envelope's `data` for this event.
     pub fn data(&self) -> serde_json::Value {
         // Adjacent tagging puts the fields under "data"; serialising our own types cannot fail.
