@@ -20,6 +20,8 @@
 //! - [`servers`]: the settings of a `servers` step (the groups and servers it makes), read and checked.
 //! - [`trigger`]: trigger files, incoming events (CloudEvents, EventBridge) and what a trigger
 //!   decides for an event.
+//! - [`testing`] (feature `test-util`): the shared test kit: event builders, the tests' clock
+//!   and a given/when/then harness over the aggregate.
 //!
 //! With the `esrs` feature, [`deployment::Deployment`] implements `esrs::Aggregate`.
 
@@ -43,6 +45,8 @@ pub mod shape;
 pub mod shell;
 mod steps;
 pub mod template;
+#[cfg(any(test, feature = "test-util"))]
+pub mod testing;
 pub mod tenancy;
 pub mod text;
 pub mod trigger;

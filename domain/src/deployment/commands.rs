@@ -128,6 +128,33 @@ pub enum DeploymentCommand {
     },
 }
 
+impl DeploymentCommand {
+    /// The command's name, as the event card ([`super::card`]) names it.
+    pub const fn name(&self) -> &'static str {
+        match self {
+            Self::Request { .. } => "Request",
+            Self::Advance { .. } => "Advance",
+            Self::ObserveServices { .. } => "ObserveServices",
+            Self::RegisterServices { .. } => "RegisterServices",
+            Self::Cancel { .. } => "Cancel",
+            Self::StartAttempt { .. } => "StartAttempt",
+            Self::RecordSuccess { .. } => "RecordSuccess",
+            Self::InterruptAttempt { .. } => "InterruptAttempt",
+            Self::RecordDeadLetter { .. } => "RecordDeadLetter",
+            Self::RecordFailure { .. } => "RecordFailure",
+            Self::RecordAccessGranted(_) => "RecordAccessGranted",
+            Self::RecordAccessRevoked { .. } => "RecordAccessRevoked",
+            Self::PinHostKeys(_) => "PinHostKeys",
+            Self::RecordSecretsPurged => "RecordSecretsPurged",
+            Self::Redrive { .. } => "Redrive",
+            Self::RequestDestroy => "RequestDestroy",
+            Self::RecordStepDestroyed { .. } => "RecordStepDestroyed",
+            Self::RecordDestroyFailure { .. } => "RecordDestroyFailure",
+            Self::RecordNetworkPolicy { .. } => "RecordNetworkPolicy",
+        }
+    }
+}
+
 /// How an attempt came to be cut short, not by anything the step did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Interruption {

@@ -9,7 +9,9 @@
 //! fold), [`actions`], and one module per family of commands, each deciding its commands'
 //! events: [`request`], [`advance`], [`attempt`] (start, success, network policy), [`failure`]
 //! (failed, interrupted, dead-lettered, and the retry or failure that follows), [`cancel`],
-//! [`redrive`], [`destroy`], [`services`], [`bastion`], [`host_keys`] and [`seal`].
+//! [`redrive`], [`destroy`], [`services`], [`bastion`], [`host_keys`] and [`seal`]. [`card`] is
+//! the event card: for every event, the commands that record it, what it sets off and what the
+//! projection makes of it.
 //! [`handle`](Deployment::handle) first checks that the deployment's phase admits the command,
 //! then hands it to its family.
 
@@ -19,6 +21,7 @@ mod apply;
 mod attempt;
 mod bastion;
 mod cancel;
+pub mod card;
 mod commands;
 mod destroy;
 mod errors;
