@@ -5,8 +5,6 @@
 //! answer alike; the prefix is folded through the read models' own projection (status) or the
 //! aggregate (graph), never read from a stored view, which only knows the present.
 
-use std::path::Path;
-
 use chrono::SecondsFormat;
 use overture_domain::deployment::{Deployment, DeploymentState};
 use overture_domain::graph::{self, GraphFormat};
@@ -15,18 +13,20 @@ use overture_domain::projection::{project, DeploymentView};
 use overture_events::{DeploymentId, Envelope, Timestamp};
 use overture_kit::query::QueryDeployments;
 
-use crate::{missing, parse_id, print_view, queries, Backend, Failure};
+use crate::backend::Backend;
+use crate::input::parse_id;
+use crate::output::print_view;
+use crate::Failure;
 
 /// `overture status ID --at MOMENT`: the status view of the stream's prefix.
 pub async fn status(
-    backend: Backend,
-    data_dir: &Path,
+    backend: &dyn Backend,
     id: &str,
     moment: Moment,
     json: bool,
 ) -> Result<(), Failure> {
     let id = parse_id(id)?;
-    let records = stream(queries(backend, data_dir).await?.as_ref(), backend, id).await?;
+    let records = stream(backend.queries().await?.as_ref(), backend, id).await?;
     let then = at(&records, id, moment)?;
     let view = view_of(then)?;
     if !json {
@@ -39,8 +39,7 @@ pub async fn status(
 /// `overture graph ID [--at MOMENT]`: the blueprint's steps with their states then (now,
 /// without a moment), from the aggregate folded over the stream.
 pub async fn graph(
-    backend: Backend,
-    data_dir: &Path,
+    backend: &dyn Backend,
     target: &str,
     moment: Option<Moment>,
     format: GraphFormat,
@@ -50,7 +49,7 @@ pub async fn graph(
             "`{target}` is neither a blueprint file nor a deployment id"
         ))
     })?;
-    let records = stream(queries(backend, data_dir).await?.as_ref(), backend, id).await?;
+    let records = stream(backend.queries().await?.as_ref(), backend, id).await?;
     let then = match moment {
         Some(moment) => {
             let then = at(&records, id, moment)?;
@@ -61,7 +60,7 @@ pub async fn graph(
     };
     let state = state_of(then)?;
     let Some(blueprint) = state.blueprint.as_ref() else {
-        return Err(missing(backend, id));
+        return Err(backend.missing(id));
     };
     out!(
         "{}",
@@ -76,12 +75,12 @@ pub async fn graph(
 /// Every record of the deployment's stream, or no such deployment.
 async fn stream(
     queries: &dyn QueryDeployments,
-    backend: Backend,
+    backend: &dyn Backend,
     id: DeploymentId,
 ) -> Result<Vec<Envelope>, Failure> {
     let records = queries.events(id).await?;
     if records.is_empty() {
-        return Err(missing(backend, id));
+        return Err(backend.missing(id));
     }
     Ok(records)
 }

@@ -15,7 +15,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
-use clap::{Args, Subcommand};
 use overture_domain::projection::{DeploymentStatus, DeploymentView};
 use overture_domain::text::escaped;
 use overture_domain::trigger::{self, IncomingEvent, TriggerFile};
@@ -28,51 +27,12 @@ use overture_triggers::{
     TriggerDecision, TriggerLedger, TriggerPorts,
 };
 
-use crate::engine::{Engine, Unwatched, Watch};
+use crate::commands::trigger::SendArgs;
+use crate::input::{problems_in, read_blueprint, shown};
 use crate::lock::{DriveLock, EngineLock};
 use crate::progress::Progress;
-use crate::{problems_in, read_blueprint, shown, Failure};
-
-/// `overture trigger ...`
-#[derive(Debug, Subcommand)]
-pub enum TriggerCommand {
-    /// Deliver one event (CloudEvents 1.0 or EventBridge JSON) to a trigger file: every matching
-    /// trigger deploys, once per event however often it is sent; chains are followed. With
-    /// --backend aws, the event is put on the trigger events queue, for the published file.
-    Send(SendArgs),
-}
-
-/// `overture trigger send`.
-#[derive(Debug, Args)]
-pub struct SendArgs {
-    /// The event, as a JSON file (`-` for standard input).
-    pub event: PathBuf,
-    /// The trigger file (YAML); not with --backend aws, whose file is the published one.
-    #[arg(long)]
-    pub triggers: Option<PathBuf>,
-    /// How many steps may run at once.
-    #[arg(long, default_value_t = 8)]
-    pub parallelism: usize,
-    /// Print the started deployments' final statuses as a JSON array.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// `overture triggers ...`
-#[derive(Debug, Subcommand)]
-pub enum TriggersCommand {
-    /// Every trigger decision, oldest first: deployed, duplicate, not matched, refused, and why.
-    Log {
-        #[arg(long)]
-        json: bool,
-    },
-    /// With --backend aws: check a trigger file and the blueprints it deploys, and store them
-    /// for the triggers function, replacing the file published before.
-    Publish {
-        /// The trigger file (YAML); its `deploy` paths are relative to it.
-        file: PathBuf,
-    },
-}
+use crate::Failure;
+use overture_embedded::{Engine, Unwatched, Watch};
 
 /// Reads and checks a trigger file; problems are bad input naming the file and the field.
 pub fn read_trigger_file(file: &Path) -> Result<TriggerFile, Failure> {
@@ -339,7 +299,7 @@ pub async fn send_to_aws(args: SendArgs) -> Result<(), Failure> {
         ));
     }
     let (text, event) = read_event_file(&args.event)?;
-    let queue = crate::aws::trigger_events().await?;
+    let queue = crate::backend::aws::trigger_events().await?;
     let message = queue
         .send(&text, None)
         .await
@@ -380,7 +340,7 @@ pub async fn publish(path: &Path) -> Result<(), Failure> {
     if !problems.is_empty() {
         return Err(Failure::BadInput(problems.join("\n")));
     }
-    crate::aws::trigger_bundle()
+    crate::backend::aws::trigger_bundle()
         .await?
         .publish(&bundle)
         .await
@@ -396,7 +356,7 @@ pub async fn publish(path: &Path) -> Result<(), Failure> {
 
 /// `overture --backend aws triggers log`.
 pub async fn log_on_aws(json: bool) -> Result<(), Failure> {
-    let records = crate::aws::trigger_ledger()
+    let records = crate::backend::aws::trigger_ledger()
         .await?
         .decisions()
         .await

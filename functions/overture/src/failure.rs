@@ -1,0 +1,33 @@
+//! How a command ends when not in success, which `main` turns into its exit code.
+
+use overture_kit::query::QueryError;
+
+/// How a command ended, when not in success.
+#[derive(Debug, thiserror::Error)]
+pub enum Failure {
+    /// The user's input is wrong; nothing was recorded.
+    #[error("{0}")]
+    BadInput(String),
+    /// The deployment failed, or a check found a difference (already reported).
+    #[error("{0}")]
+    Unsuccessful(String),
+    /// The engine itself failed.
+    #[error(transparent)]
+    Engine(#[from] anyhow::Error),
+}
+
+impl From<QueryError> for Failure {
+    fn from(error: QueryError) -> Self {
+        match error {
+            QueryError::NotAvailable(message) => Failure::BadInput(message.into()),
+            QueryError::Refused(message) => Failure::BadInput(message),
+            other => Failure::Engine(other.into()),
+        }
+    }
+}
+
+impl From<overture_embedded::EngineError> for Failure {
+    fn from(error: overture_embedded::EngineError) -> Self {
+        Failure::Engine(error.into())
+    }
+}

@@ -1,0 +1,107 @@
+//! What users give on the command line, read and checked: blueprint files, NAME=VALUE pairs,
+//! secrets named by environment variable, deployment ids.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use overture_domain::blueprint;
+use overture_domain::secret::{SecretString, SecretValues};
+use overture_domain::text::escaped;
+use overture_events::DeploymentId;
+use overture_submit::SubmitError;
+
+use crate::{bundle, Failure};
+
+/// Why a blueprint read from `file` was not recorded: its problems, named in the file, or the
+/// engine's failure.
+pub fn not_submitted(file: &Path, error: SubmitError) -> Failure {
+    match error {
+        SubmitError::Invalid(problems) => Failure::BadInput(problems_in(file, &problems)),
+        other => Failure::Engine(other.into()),
+    }
+}
+
+pub fn read_blueprint(file: &Path) -> Result<(String, blueprint::ParsedBlueprint), Failure> {
+    use std::io::Read;
+    let unreadable = |e: std::io::Error| {
+        Failure::BadInput(format!("{}: cannot read the blueprint: {e}", shown(file)))
+    };
+    // One byte past the limit is enough to refuse it: a huge file is never read whole.
+    let limit = u64::try_from(overture_domain::shape::MAX_BLUEPRINT_BYTES + 1).unwrap_or(u64::MAX);
+    let mut bytes = Vec::new();
+    std::fs::File::open(file)
+        .and_then(|f| f.take(limit).read_to_end(&mut bytes))
+        .map_err(unreadable)?;
+    let text = String::from_utf8(bytes)
+        .map_err(|e| unreadable(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
+    let bad = |problems| Failure::BadInput(problems_in(file, &problems));
+    let mut parsed = blueprint::parse(&text).map_err(bad)?;
+    // Allowed, and shown: the user may have meant otherwise.
+    for warning in &parsed.warnings {
+        eprintln!("warning: {}: {warning}", shown(file));
+    }
+    let files = bundle::read_files(file, &parsed.snapshot).map_err(bad)?;
+    blueprint::attach_files(&mut parsed, files).map_err(bad)?;
+    Ok((text, parsed))
+}
+
+pub fn problems_in(file: &Path, problems: &blueprint::BlueprintError) -> String {
+    problems
+        .0
+        .iter()
+        .map(|p| format!("{}: {p}", shown(file)))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A path as shown in messages: control characters escaped, like every user text.
+pub fn shown(file: &Path) -> String {
+    escaped(&file.display().to_string()).into_owned()
+}
+
+pub fn parse_pairs(
+    pairs: &[String],
+    option: &str,
+    shape: &str,
+) -> Result<BTreeMap<String, String>, Failure> {
+    pairs
+        .iter()
+        .map(|pair| match pair.split_once('=') {
+            Some((name, value)) if !name.is_empty() => Ok((name.to_owned(), value.to_owned())),
+            _ => Err(Failure::BadInput(format!(
+                "{option} `{}`: expected {shape}",
+                escaped(pair)
+            ))),
+        })
+        .collect()
+}
+
+pub fn read_secrets(secrets: &[String]) -> Result<SecretValues, Failure> {
+    let mut values = SecretValues::new();
+    for pair in secrets {
+        let Some((name, variable)) = pair
+            .split_once('=')
+            .filter(|(n, v)| !n.is_empty() && !v.is_empty())
+        else {
+            return Err(Failure::BadInput(format!(
+                "--secret `{}`: expected NAME=ENV_VAR, naming the environment variable that holds \
+                 the value",
+                escaped(pair)
+            )));
+        };
+        let value = std::env::var(variable).map_err(|_| {
+            let (name, variable) = (escaped(name), escaped(variable));
+            Failure::BadInput(format!(
+                "--secret {name}={variable}: the environment variable {variable} is not set; \
+                     export it first"
+            ))
+        })?;
+        values.insert(name.to_owned(), SecretString::from(value));
+    }
+    Ok(values)
+}
+
+pub fn parse_id(text: &str) -> Result<DeploymentId, Failure> {
+    text.parse()
+        .map_err(|e: overture_events::ParseIdError| Failure::BadInput(e.to_string()))
+}
