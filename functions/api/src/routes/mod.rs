@@ -1,0 +1,172 @@
+//! The routes. Each handler carries its `#[utoipa::path]`, and [`router`] registers handlers
+//! only through `routes!`, so `/openapi.json` lists exactly what is served.
+//!
+//! Every route under `/v1` is authenticated ([`crate::auth`]) and sees only the caller's
+//! tenant: another tenant's deployment answers 404, as if it did not exist.
+//!
+//! - This file: the document's frame, the one list of routes, the request bodies they read,
+//!   and the open routes (`/healthz`, `/openapi.json`).
+//! - [`deployments`]: starting, listing, reading, cancelling and redriving a deployment.
+//! - [`records`]: what a deployment recorded (its events, also as a live stream) and what its
+//!   steps printed.
+//! - [`tenant`]: the caller's tenant, its grants of access and its service registry.
+//! - `POST /v1/events` is [`crate::events`].
+
+mod deployments;
+mod records;
+mod tenant;
+
+use std::sync::LazyLock;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::{middleware, Json, Router};
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+use utoipa::openapi::security::{ApiKey, ApiKeyValue, SecurityScheme};
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::auth::authenticate;
+use crate::error::{malformed, ApiError, ErrorBody, Problem, MAX_BODY};
+use crate::Api;
+
+pub use deployments::{CreateDeployment, RedriveDeployment};
+
+/// The document's frame; the paths come from the handlers.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Overture",
+        description = "Deployments of blueprints, per tenant. Authenticate with your cloud token \
+                       in X-Auth-Token; your tenant is the token's project (by id: two \
+                       projects named alike in two domains are two tenants)."
+    ),
+    modifiers(&TokenHeader),
+    components(schemas(ErrorBody, Problem))
+)]
+struct Document;
+
+/// Declares the `X-Auth-Token` header as the API's authentication.
+struct TokenHeader;
+
+impl utoipa::Modify for TokenHeader {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "token",
+            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new("X-Auth-Token"))),
+        );
+    }
+}
+
+/// Every route, as two routers: the tenant's (authenticated) and the open ones. The only list
+/// of routes: both the application and its document are made from it.
+fn described() -> (OpenApiRouter<Api>, OpenApiRouter<Api>) {
+    let tenant = OpenApiRouter::with_openapi(Document::openapi())
+        .routes(routes!(
+            deployments::create_deployment,
+            deployments::list_deployments
+        ))
+        .routes(routes!(deployments::get_deployment))
+        .routes(routes!(records::deployment_events))
+        .routes(routes!(records::step_log))
+        .routes(routes!(deployments::cancel_deployment))
+        .routes(routes!(deployments::redrive_deployment))
+        .routes(routes!(tenant::tenant))
+        .routes(routes!(tenant::grants))
+        .routes(routes!(tenant::services))
+        .routes(routes!(crate::events::post_event));
+    let open = OpenApiRouter::new()
+        .routes(routes!(healthz))
+        .routes(routes!(openapi));
+    (tenant, open)
+}
+
+/// The application: every route, over the ports in `api`.
+pub fn router(api: Api) -> Router {
+    let (tenant, open) = described();
+    let (tenant, _) = tenant.split_for_parts();
+    let (open, _) = open.split_for_parts();
+    tenant
+        .route_layer(middleware::from_fn_with_state(api.clone(), authenticate))
+        .merge(open)
+        .fallback(|| async { ApiError::NotFound("no such route; see /openapi.json".into()) })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(api)
+}
+
+/// The OpenAPI document, built from the handlers' annotations.
+pub fn document() -> &'static utoipa::openapi::OpenApi {
+    static DOCUMENT: LazyLock<utoipa::openapi::OpenApi> = LazyLock::new(|| {
+        let (tenant, open) = described();
+        let (_, mut document) = tenant.split_for_parts();
+        document.merge(open.split_for_parts().1);
+        document
+    });
+    &DOCUMENT
+}
+
+/// A JSON request body, read into `T`.
+pub(crate) fn json_body<T: DeserializeOwned>(
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<T, ApiError> {
+    let body = body_of(headers, body, &["application/json"])?;
+    serde_json::from_slice(&body).map_err(|e| malformed(&e))
+}
+
+/// A request body of one of the media types `accepted`, within the size limit.
+pub(crate) fn body_of(
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+    accepted: &[&str],
+) -> Result<Bytes, ApiError> {
+    let accepted = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .map(str::trim)
+        .is_some_and(|v| accepted.iter().any(|a| v.eq_ignore_ascii_case(a)));
+    if !accepted {
+        return Err(ApiError::UnsupportedMediaType);
+    }
+    body.map_err(|rejection| {
+        let stalled = std::iter::successors(
+            Some(&rejection as &(dyn std::error::Error + 'static)),
+            |error| error.source(),
+        )
+        .any(|error| error.is::<tower_http::timeout::TimeoutError>());
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::PayloadTooLarge
+        } else if stalled {
+            ApiError::RequestTimeout
+        } else {
+            ApiError::BadRequest("the request body could not be read".into())
+        }
+    })
+}
+
+/// Whether the server answers.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    responses((status = 200, description = "It answers", body = Object))
+)]
+async fn healthz() -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+
+/// This document.
+#[utoipa::path(
+    get,
+    path = "/openapi.json",
+    responses((status = 200, description = "The OpenAPI 3 document", body = Object))
+)]
+async fn openapi() -> Json<&'static utoipa::openapi::OpenApi> {
+    Json(document())
+}
