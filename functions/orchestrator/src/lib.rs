@@ -20,11 +20,15 @@
 //! deployment's records register or deregister an instance, every other deployment of the
 //! tenant that requires or watches the service is woken (a timer due now), to look again.
 //!
+//! What each event decides for the orchestrator to do is its [`subscription`], one match from
+//! event to [`Reaction`].
+//!
 //! [`queued`] carries [`QueueWork`] out on queues of the port `overture_kit::queue`. On AWS the
 //! triggers are [`stream`] (the events table's stream), [`timer`] (the timers queue) and
 //! [`dead_letters`] (the jobs' dead-letter queue).
 
 pub mod queued;
+pub mod subscription;
 
 pub mod dead_letters;
 pub mod stream;
@@ -32,6 +36,7 @@ pub mod timer;
 
 pub use dead_letters::on_dead_letters;
 pub use stream::on_stream_records;
+pub use subscription::{subscription, Reaction};
 pub use timer::on_timer_messages;
 
 use async_trait::async_trait;
@@ -268,51 +273,45 @@ struct Decided {
 
 impl Decided {
     fn note(&mut self, events: &[DeploymentEvent]) {
-        for event in events {
-            match event {
-                DeploymentEvent::StepScheduled { step, attempt, .. }
-                | DeploymentEvent::StepRetryScheduled {
-                    step,
-                    next_attempt: attempt,
-                    ..
-                } => self.attempts.push((step.clone(), *attempt)),
-                DeploymentEvent::FailureGracePeriodStarted { deadline, .. }
-                | DeploymentEvent::StepAwaitingServices { deadline, .. } => {
-                    self.deadlines.push(*deadline);
-                }
-                DeploymentEvent::ServiceRegistered { service, .. }
-                | DeploymentEvent::ServiceDeregistered { service, .. } => {
-                    self.services.insert(service.clone());
-                }
-                _ => {}
+        for reaction in events.iter().filter_map(subscription) {
+            self.react(reaction);
+        }
+    }
+
+    fn react(&mut self, reaction: Reaction) {
+        match reaction {
+            Reaction::QueueAttempt { step, attempt } => self.attempts.push((step, attempt)),
+            Reaction::WakeAt(deadline) => self.deadlines.push(deadline),
+            Reaction::WakeInterested { service } => {
+                self.services.insert(service);
             }
         }
     }
 
-    /// Notes what others' records decided; `false` when one cannot be read, and so what was
-    /// decided is not known.
+    /// Notes what others' records decided, and the registrations of every record; `false`
+    /// when one of others' records cannot be read, and so what was decided is not known.
     fn note_records(&mut self, deployment: DeploymentId, records: &[Envelope]) -> bool {
+        let mut known = true;
         for record in records {
-            // Registrations are news to other deployments whoever recorded them.
-            if matches!(
-                record.event_type.as_str(),
-                "ServiceRegistered" | "ServiceDeregistered"
-            ) {
-                if let Some(service) = record.data.get("service").and_then(|s| s.as_str()) {
-                    self.services.insert(service.to_owned());
-                }
-            }
-        }
-        for record in records.iter().filter(|r| r.metadata.actor != ACTOR) {
+            let own = record.metadata.actor == ACTOR;
             match DeploymentEvent::from_parts(&record.event_type, record.data.clone()) {
-                Ok(event) => self.note(std::slice::from_ref(&event)),
+                Ok(event) => {
+                    let reaction = subscription(&event).filter(|r| !own || r.for_any_recorder());
+                    if let Some(reaction) = reaction {
+                        self.react(reaction);
+                    }
+                }
+                // What its own records decided was queued when it appended them.
+                Err(_) if own => {}
                 Err(error) => {
-                    tracing::warn!(%deployment, revision = record.revision, %error, "a record cannot be read; queuing every waiting attempt");
-                    return false;
+                    if known {
+                        tracing::warn!(%deployment, revision = record.revision, %error, "a record cannot be read; queuing every waiting attempt");
+                    }
+                    known = false;
                 }
             }
         }
-        true
+        known
     }
 
     /// The actions to carry out: for attempts, only those decided (each once, and only while

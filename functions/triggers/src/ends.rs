@@ -20,7 +20,7 @@ use aws_lambda_events::event::streams::{DynamoDbBatchItemFailure, DynamoDbEventR
 use overture_domain::deployment::{Outcome, Phase};
 use overture_domain::trigger::IncomingEvent;
 use overture_domain::DeploymentState;
-use overture_events::DeploymentId;
+use overture_events::{DeploymentEvent, DeploymentId};
 use overture_kit::batch::{BatchFailed, BatchTally};
 use overture_kit::stream_record::{envelope_of, event_of};
 use overture_kit::{DeploymentLog, LogError};
@@ -79,14 +79,53 @@ pub struct EndPorts<'a> {
     pub events: &'a dyn PublishEvents,
 }
 
-/// The status an event type ends a deployment with, if it ends one.
-pub fn ending_status(event_type: &str) -> Option<&'static str> {
-    match event_type {
-        "DeploymentSucceeded" => Some("succeeded"),
-        "DeploymentFailed" => Some("failed"),
-        "DeploymentCancelled" => Some("cancelled"),
-        _ => None,
-    }
+/// What the end publisher does for an event: publish its deployment's end, with this status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PublishEnd {
+    /// `succeeded`, `failed` or `cancelled`.
+    pub status: &'static str,
+}
+
+/// The end publisher's subscription: the events that end a deployment, one match from event to
+/// reaction (the event card, `overture_domain::deployment::card`, names the same). No event is
+/// left to a wildcard: a new event is placed here on purpose.
+pub fn subscription(event: &DeploymentEvent) -> Option<PublishEnd> {
+    use DeploymentEvent as E;
+    let outcome = match event {
+        E::DeploymentSucceeded {} => Outcome::Succeeded,
+        E::DeploymentFailed { .. } => Outcome::Failed,
+        E::DeploymentCancelled { .. } => Outcome::Cancelled,
+        E::DeploymentRequested { .. }
+        | E::CredentialsSealed { .. }
+        | E::StepScheduled { .. }
+        | E::StepStarted { .. }
+        | E::StepSucceeded { .. }
+        | E::StepAttemptFailed { .. }
+        | E::StepJobDeadLettered { .. }
+        | E::StepRetryScheduled { .. }
+        | E::StepFailed { .. }
+        | E::FailureGracePeriodStarted { .. }
+        | E::StepAbandoned { .. }
+        | E::BastionAccessGranted { .. }
+        | E::BastionAccessRevoked { .. }
+        | E::SecretsPurged {}
+        | E::CancellationRequested { .. }
+        | E::DestroyRequested { .. }
+        | E::StepDestroyed { .. }
+        | E::StepDestroyFailed { .. }
+        | E::DeploymentDestroyed {}
+        | E::DeploymentRedriven { .. }
+        | E::HostKeysPinned { .. }
+        | E::StepNetworkPolicyApplied { .. }
+        | E::StepAwaitingServices { .. }
+        | E::ServicesResolved { .. }
+        | E::ServiceRegistered { .. }
+        | E::ServiceDeregistered { .. }
+        | E::StepRerunRequested { .. } => return None,
+    };
+    Some(PublishEnd {
+        status: status_of(outcome),
+    })
 }
 
 /// The status an outcome is published with: `succeeded`, `failed` or `cancelled`.
@@ -182,7 +221,9 @@ pub async fn on_stream_records(
         .iter()
         .filter_map(|record| {
             let (deployment, _) = event_of(record)?;
-            let status = ending_status(&envelope_of(record)?.event_type)?;
+            let envelope = envelope_of(record)?;
+            let event = DeploymentEvent::from_parts(&envelope.event_type, envelope.data).ok()?;
+            let PublishEnd { status } = subscription(&event)?;
             Some((record, deployment, status))
         })
         .collect();
@@ -217,4 +258,28 @@ async fn publish_end(
     ports.events.publish(&event).await?;
     tracing::info!(%deployment, event_type = event.event_type, depth = event.depth, "published the deployment's end");
     Ok(())
+}
+
+#[cfg(test)]
+mod card_tests {
+    use overture_domain::deployment::card::{reactions_of, Reaction, Reactor};
+    use overture_domain::testing::events::samples;
+
+    use super::subscription;
+
+    #[test]
+    fn the_event_card_names_the_events_whose_end_is_published() {
+        for sample in samples() {
+            let code: Vec<_> = subscription(&sample)
+                .map(|_| Reaction::PublishEnd)
+                .into_iter()
+                .collect();
+            assert_eq!(
+                code,
+                reactions_of(sample.event_type(), Reactor::EndPublisher),
+                "the card and the end publisher's subscription disagree on {}",
+                sample.event_type()
+            );
+        }
+    }
 }
