@@ -17,7 +17,8 @@
 //! - [`secret`]: secret values and masking them.
 //! - [`shell`]: where a `script` command's references stand in the shell's quoting, and the
 //!   command text that gives each its exact value.
-//! - [`servers`]: the settings of a `servers` step (the groups and servers it makes), read and checked.
+//! - [`kind`]: the step kinds, one module each ([`kind::Kind`] reads a step's `run:`); the
+//!   settings of a `servers` step are in [`kind::servers`], also at [`servers`].
 //! - [`trigger`]: trigger files, incoming events (CloudEvents, EventBridge) and what a trigger
 //!   decides for an event.
 //! - [`testing`] (feature `test-util`): the shared test kit: event builders, the tests' clock
@@ -33,13 +34,12 @@ pub mod graph;
 pub mod history;
 pub mod host_keys;
 pub mod inputs;
-pub mod kinds;
+pub mod kind;
 pub mod limits;
 pub mod projection;
 pub mod registry;
 pub mod retry;
 pub mod secret;
-pub mod servers;
 pub mod services;
 pub mod shape;
 pub mod shell;
@@ -51,6 +51,8 @@ pub mod tenancy;
 pub mod text;
 pub mod trigger;
 
+/// The `servers` kind's settings, where they were before the kinds had a home.
+pub use kind::servers;
 pub use deployment::{
     Action, Deployment, DeploymentCommand, DeploymentError, DeploymentState, StepStatus,
 };

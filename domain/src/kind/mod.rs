@@ -1,296 +1,267 @@
-//! The step kinds: the `with` settings each takes, the checks on them, and the files from the
-//! blueprint's folder each needs.
+//! The step kinds. [`Kind`] is the one place a step's `run:` is read into a kind; each kind's
+//! module owns its name, the `with` settings it takes and the checks on them:
+//!
+//! - [`script`], [`noop`], [`terraform`], [`ansible`], [`http`], [`wait_ssh`], [`servers`].
+//!
+//! The runner's half of each kind (preparing the sandbox command, judging the exit) is the file
+//! of the same name in `functions/runner/src/kind/`. What several kinds share (host lists, plain
+//! paths, text settings) is below.
+
+pub mod ansible;
+pub mod http;
+pub mod noop;
+pub mod script;
+pub mod servers;
+pub mod terraform;
+pub mod wait_ssh;
 
 use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
 
+use overture_events::StepSpec;
 use serde_json::Value;
 
-use crate::duration::{read_duration, DurationError};
 use crate::template::Template;
 
 /// One `with` setting of a kind.
-struct Setting {
+pub(crate) struct Setting {
     name: &'static str,
     required: bool,
 }
 
-const fn required(name: &'static str) -> Setting {
+pub(crate) const fn required(name: &'static str) -> Setting {
     Setting {
         name,
         required: true,
     }
 }
 
-const fn optional(name: &'static str) -> Setting {
+pub(crate) const fn optional(name: &'static str) -> Setting {
     Setting {
         name,
         required: false,
     }
 }
 
-/// The step kinds this engine can run, with the `with` settings each takes.
-const KINDS: &[(&str, &[Setting])] = &[
-    ("script", &[required("command")]),
-    ("noop", &[]),
-    ("terraform", &[required("dir"), optional("vars")]),
-    (
-        "ansible",
-        &[
-            required("playbook"),
-            required("hosts"),
-            optional("user"),
-            optional("vars"),
-        ],
-    ),
-    (
-        "http",
-        &[
-            required("url"),
-            optional("method"),
-            optional("headers"),
-            optional("body"),
-            optional("expect_status"),
-            optional("outputs"),
-            optional("via"),
-        ],
-    ),
-    ("wait-ssh", &[required("hosts"), optional("timeout")]),
-    (
-        "servers",
-        &[
-            required("servers"),
-            optional("security_groups"),
-            optional("timeout"),
-        ],
-    ),
-];
+/// A step kind this engine can run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    /// A shell command ([`script`]).
+    Script,
+    /// Nothing at all ([`noop`]).
+    Noop,
+    /// `terraform apply` of a folder ([`terraform`]).
+    Terraform,
+    /// `ansible-playbook` against hosts ([`ansible`]).
+    Ansible,
+    /// One HTTP request ([`http`]).
+    Http,
+    /// A wait for hosts to answer SSH ([`wait_ssh`]).
+    WaitSsh,
+    /// Servers and security groups made in the tenant's cloud ([`servers`]).
+    Servers,
+}
 
-/// What an `http` step's `via` names: the blueprint's bastion, to reach hosts behind it.
-pub const VIA_BASTION: &str = "bastion";
+impl Kind {
+    /// Every kind, in the order messages list them.
+    pub const ALL: [Kind; 7] = [
+        Kind::Script,
+        Kind::Noop,
+        Kind::Terraform,
+        Kind::Ansible,
+        Kind::Http,
+        Kind::WaitSsh,
+        Kind::Servers,
+    ];
 
-/// Whether a step reaches its hosts through the blueprint's bastion (when it has one): every
-/// step that logs in to servers, and `http` steps that say `via: bastion`.
-pub fn uses_bastion(kind: &str, with: &BTreeMap<String, Value>) -> bool {
-    match kind {
-        "ansible" | "wait-ssh" => true,
-        "http" => with.get("via").and_then(Value::as_str) == Some(VIA_BASTION),
-        _ => false,
+    /// The kind a step's `run:` names, if this engine knows it.
+    pub fn parse(name: &str) -> Option<Kind> {
+        Self::ALL.into_iter().find(|kind| kind.name() == name)
+    }
+
+    /// The kind of a recorded step, if this engine knows it.
+    pub fn of(step: &StepSpec) -> Option<Kind> {
+        Self::parse(&step.kind)
+    }
+
+    /// The name a blueprint's `run:` gives the kind.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Script => script::NAME,
+            Kind::Noop => noop::NAME,
+            Kind::Terraform => terraform::NAME,
+            Kind::Ansible => ansible::NAME,
+            Kind::Http => http::NAME,
+            Kind::WaitSsh => wait_ssh::NAME,
+            Kind::Servers => servers::NAME,
+        }
+    }
+
+    fn settings(self) -> &'static [Setting] {
+        match self {
+            Kind::Script => &script::SETTINGS,
+            Kind::Noop => &noop::SETTINGS,
+            Kind::Terraform => &terraform::SETTINGS,
+            Kind::Ansible => &ansible::SETTINGS,
+            Kind::Http => &http::SETTINGS,
+            Kind::WaitSsh => &wait_ssh::SETTINGS,
+            Kind::Servers => &servers::SETTINGS,
+        }
+    }
+
+    /// What is wrong with one setting's value, read on its own.
+    fn setting_problem(
+        self,
+        key: &str,
+        value: &Value,
+        hosts: &BTreeMap<String, Vec<String>>,
+    ) -> Option<String> {
+        match self {
+            Kind::Script => script::setting_problem(key, value),
+            Kind::Terraform => terraform::setting_problem(key, value),
+            Kind::Ansible => ansible::setting_problem(key, value, hosts),
+            Kind::Http => http::setting_problem(key, value),
+            Kind::WaitSsh => wait_ssh::setting_problem(key, value, hosts),
+            Kind::Noop | Kind::Servers => None,
+        }
+    }
+
+    /// What is wrong with the settings read together, once each has been read on its own, as
+    /// (field below `with`, problem).
+    fn settings_problems(self, with: &BTreeMap<String, Value>) -> Vec<(String, String)> {
+        match self {
+            Kind::Script => script::command_problems(with),
+            // Its settings refer to each other (a server to its groups, a rule to a group), so
+            // they are read as a whole.
+            Kind::Servers => servers::read(with).err().unwrap_or_default(),
+            _ => vec![],
+        }
+    }
+
+    /// Every problem with a step's `with` settings, as (field below `with`, problem).
+    pub fn check_with(
+        self,
+        with: &BTreeMap<String, Value>,
+        hosts: &BTreeMap<String, Vec<String>>,
+    ) -> Vec<(String, String)> {
+        let kind = self.name();
+        let settings = self.settings();
+        let mut problems = Vec::new();
+        for setting in settings.iter().filter(|s| s.required) {
+            if !with.contains_key(setting.name) {
+                problems.push((
+                    String::new(),
+                    format!("a `{kind}` step needs `with.{}`", setting.name),
+                ));
+            }
+        }
+        for key in with.keys() {
+            if !settings.iter().any(|s| s.name == key) {
+                let known: Vec<&str> = settings.iter().map(|s| s.name).collect();
+                let hint = if known.is_empty() {
+                    "it takes none".to_owned()
+                } else {
+                    format!("it takes: {}", known.join(", "))
+                };
+                problems.push((
+                    format!(".{key}"),
+                    format!("unknown setting for a `{kind}` step; {hint}"),
+                ));
+            }
+        }
+        for (key, value) in with {
+            if let Some(text) = self.setting_problem(key, value, hosts) {
+                problems.push((format!(".{key}"), text));
+            }
+        }
+        problems.extend(self.settings_problems(with));
+        problems
+    }
+
+    /// Whether a step of this kind reaches its hosts through the blueprint's bastion (when it
+    /// has one): every kind that logs in to servers, and `http` steps that say `via: bastion`.
+    pub fn uses_bastion(self, with: &BTreeMap<String, Value>) -> bool {
+        match self {
+            Kind::Ansible | Kind::WaitSsh => true,
+            Kind::Http => http::goes_via_bastion(with),
+            _ => false,
+        }
+    }
+
+    /// The folder (relative to the blueprint's) whose files a step takes into its sandbox.
+    pub fn bundle_dir(self, with: &BTreeMap<String, Value>) -> Option<String> {
+        match self {
+            Kind::Terraform => terraform::bundle_dir(with),
+            Kind::Ansible => ansible::bundle_dir(with),
+            _ => None,
+        }
+    }
+
+    /// The setting that names the files a step of this kind takes from the blueprint's folder.
+    pub fn bundle_setting(self) -> Option<&'static str> {
+        match self {
+            Kind::Terraform => Some(terraform::BUNDLE_SETTING),
+            Kind::Ansible => Some(ansible::BUNDLE_SETTING),
+            _ => None,
+        }
+    }
+
+    /// What a step of this kind misses among the files of the blueprint's folder, as (setting,
+    /// problem).
+    pub fn missing_files(
+        self,
+        with: &BTreeMap<String, Value>,
+        files: &BTreeMap<String, String>,
+    ) -> Option<(&'static str, String)> {
+        match self {
+            Kind::Terraform => terraform::missing_files(with, files),
+            Kind::Ansible => ansible::missing_files(with, files),
+            _ => None,
+        }
+    }
+
+    /// How long a kind that waits inside its attempt (for SSH, for servers to boot) waits when
+    /// the step does not say; `None` for the kinds that do not wait.
+    pub fn default_wait(self) -> Option<Duration> {
+        match self {
+            Kind::WaitSsh => Some(wait_ssh::DEFAULT_SSH_WAIT),
+            Kind::Servers => Some(servers::DEFAULT_BOOT_WAIT),
+            _ => None,
+        }
+    }
+
+    /// Whether this is the kind a deployment's destroy tears down, and whose state it keeps.
+    pub fn is_destroyable(self) -> bool {
+        self == Kind::Terraform
     }
 }
 
-/// The HTTP methods an `http` step may use.
-pub const HTTP_METHODS: [&str; 6] = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"];
-
-/// How long a `wait-ssh` step waits, unless it says.
-pub const DEFAULT_SSH_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
 
 /// The names of every kind, for messages.
 pub fn names() -> Vec<&'static str> {
-    KINDS.iter().map(|(name, _)| *name).collect()
+    Kind::ALL.iter().map(|kind| kind.name()).collect()
 }
 
-/// Whether this engine knows the kind.
-pub fn is_known(kind: &str) -> bool {
-    KINDS.iter().any(|(name, _)| *name == kind)
+/// Whether a step reaches its hosts through the blueprint's bastion (see [`Kind::uses_bastion`];
+/// a kind this engine does not know never does).
+pub fn uses_bastion(step: &StepSpec) -> bool {
+    Kind::of(step).is_some_and(|kind| kind.uses_bastion(&step.with))
 }
 
-/// Every problem with a step's `with` settings, as (field below `with`, problem).
-pub fn check_with(
-    kind: &str,
-    with: &BTreeMap<String, Value>,
-    hosts: &BTreeMap<String, Vec<String>>,
-) -> Vec<(String, String)> {
-    let Some((_, settings)) = KINDS.iter().find(|(name, _)| *name == kind) else {
-        return vec![];
-    };
-    let mut problems = Vec::new();
-    for setting in settings.iter().filter(|s| s.required) {
-        if !with.contains_key(setting.name) {
-            problems.push((
-                String::new(),
-                format!("a `{kind}` step needs `with.{}`", setting.name),
-            ));
-        }
-    }
-    for key in with.keys() {
-        if !settings.iter().any(|s| s.name == key) {
-            let known: Vec<&str> = settings.iter().map(|s| s.name).collect();
-            let hint = if known.is_empty() {
-                "it takes none".to_owned()
-            } else {
-                format!("it takes: {}", known.join(", "))
-            };
-            problems.push((
-                format!(".{key}"),
-                format!("unknown setting for a `{kind}` step; {hint}"),
-            ));
-        }
-    }
-    let mut problem = |key: &str, text: String| problems.push((format!(".{key}"), text));
-    for (key, value) in with {
-        let found = match (kind, key.as_str()) {
-            ("script", "command") => text(value).err(),
-            ("terraform", "dir") => relative_path(value).err(),
-            ("ansible", "playbook") => relative_path(value).err().or_else(|| {
-                let path = value.as_str().unwrap_or_default();
-                (!(path.ends_with(".yml") || path.ends_with(".yaml")))
-                    .then(|| format!("`{path}` must be a playbook file ending in .yml or .yaml"))
-            }),
-            ("terraform" | "ansible", "vars") => value
-                .as_object()
-                .is_none()
-                .then(|| "must be a map of variable names to values".to_owned()),
-            ("ansible", "user") => text(value).err(),
-            ("ansible" | "wait-ssh", "hosts") => host_list(value, hosts).err(),
-            ("wait-ssh", "timeout") => match value.as_str().map(read_duration) {
-                Some(Ok(wait)) if !wait.is_zero() => None,
-                Some(Err(long @ DurationError::TooLong(_))) => Some(long.to_string()),
-                _ => Some(format!(
-                    "`{}` is not a duration; write it like 30s or 2m",
-                    plain(value)
-                )),
-            },
-            ("http", "url") => text(value)
-                .err()
-                .or_else(|| literal_url_problem(value.as_str().unwrap_or_default())),
-            ("http", "body") => text(value).err(),
-            ("http", "via") => (value.as_str() != Some(VIA_BASTION)).then(|| {
-                format!(
-                    "`{}` is not a way through; the only one is `{VIA_BASTION}`",
-                    plain(value)
-                )
-            }),
-            ("http", "method") => match value.as_str() {
-                Some(method) if HTTP_METHODS.contains(&method) => None,
-                _ => Some(format!(
-                    "`{}` is not a method; use one of {}",
-                    plain(value),
-                    HTTP_METHODS.join(", ")
-                )),
-            },
-            ("http", "headers") => match value.as_object() {
-                Some(map) if map.values().all(Value::is_string) => None,
-                _ => Some("must be a map of header names to text".to_owned()),
-            },
-            ("http", "expect_status") => expected_statuses(value).err(),
-            ("http", "outputs") => match value.as_object() {
-                Some(map) if map.values().all(|v| v.as_str().is_some_and(is_pointer)) => None,
-                _ => Some(
-                    "must map output names to JSON pointers into the answer, like `/server/id`"
-                        .to_owned(),
-                ),
-            },
-            _ => None,
-        };
-        if let Some(text) = found {
-            problem(key, text);
-        }
-    }
-    if kind == "script" {
-        if let Some(command) = with.get("command").and_then(Value::as_str) {
-            problems.extend(
-                script_quoting(command)
-                    .into_iter()
-                    .map(|p| (".command".to_owned(), p)),
-            );
-        }
-    }
-    if kind == "servers" {
-        // Its settings refer to each other (a server to its groups, a rule to a group), so they
-        // are read as a whole.
-        problems.extend(crate::servers::read(with).err().unwrap_or_default());
-    }
-    problems
+/// The folder whose files a step takes into its sandbox (see [`Kind::bundle_dir`]).
+pub fn bundle_dir(step: &StepSpec) -> Option<String> {
+    Kind::of(step)?.bundle_dir(&step.with)
 }
 
-/// What is wrong with where a `script` command's references stand in its shell quoting (see
-/// [`crate::shell`]). A command that is not a template is the reference checks' to report.
-fn script_quoting(command: &str) -> Vec<String> {
-    let Ok(template) = Template::parse(command) else {
-        return vec![];
-    };
-    match crate::shell::script_command(&template, |n| format!("OVERTURE_REF_{n}")) {
-        Ok(_) => vec![],
-        Err(errors) => errors.iter().map(ToString::to_string).collect(),
-    }
-}
-
-/// The URL schemes an `http` step may call.
-pub const HTTP_SCHEMES: [&str; 2] = ["http", "https"];
-
-/// What is wrong with a rendered `http` URL: anything but `http://` or `https://` at its start
-/// (curl would read `file://` and others, or guess a scheme for a URL without one). Checked
-/// when the attempt starts, because a templated URL is known only then; the message quotes
-/// the scheme alone, not the URL, which may hold a secret.
-pub fn url_problem(url: &str) -> Option<String> {
-    let lower = url.get(..8).unwrap_or(url).to_ascii_lowercase();
-    if lower.starts_with("http://") || lower.starts_with("https://") {
-        return None;
-    }
-    // A scheme is short; a long "scheme" may be the start of a secret the URL was rendered
-    // from, which the runner's masking would not catch in part.
-    Some(match scheme_of(url).filter(|scheme| scheme.len() <= 10) {
-        Some(scheme) => format!(
-            "the URL's scheme is `{}`; an `http` step calls only http:// and https:// URLs",
-            crate::text::escaped(scheme)
-        ),
-        None => "the URL does not start with http:// or https://; an `http` step calls only those"
-            .to_owned(),
-    })
-}
-
-/// What is wrong with the scheme of a URL as written in a blueprint, as far as the text before
-/// its first template tells; a URL that starts with a template is checked when it is rendered
-/// ([`url_problem`]).
-fn literal_url_problem(url: &str) -> Option<String> {
-    let templated = url.find("{{");
-    let prefix = &url[..templated.unwrap_or(url.len())];
-    let could_grow_into_a_scheme =
-        templated.is_some() && !prefix.contains(':') && prefix.chars().all(is_scheme_char);
-    if could_grow_into_a_scheme {
-        return None;
-    }
-    match scheme_of(prefix) {
-        Some(scheme) if HTTP_SCHEMES.iter().any(|s| s.eq_ignore_ascii_case(scheme)) => None,
-        Some(scheme) => Some(format!(
-            "`{url}` has the scheme `{scheme}`; an `http` step calls only http:// and https:// URLs"
-        )),
-        None => Some(format!(
-            "`{url}` does not start with http:// or https://; write the scheme, like `https://api.example.com/`"
-        )),
-    }
-}
-
-/// The scheme of a URL (RFC 3986: a letter, then letters, digits, `+`, `-` or `.`, before `:`).
-fn scheme_of(url: &str) -> Option<&str> {
-    let (scheme, _) = url.split_once(':')?;
-    let mut chars = scheme.chars();
-    (chars.next().is_some_and(|c| c.is_ascii_alphabetic()) && chars.all(is_scheme_char))
-        .then_some(scheme)
-}
-
-fn is_scheme_char(c: char) -> bool {
-    c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')
-}
-
-/// The statuses an `http` step accepts: `expect_status` as a number or a list, or any 2xx.
-pub fn expected_statuses(value: &Value) -> Result<Vec<u16>, String> {
-    let status = |v: &Value| {
-        v.as_u64()
-            .filter(|code| (100..=599).contains(code))
-            .and_then(|code| u16::try_from(code).ok())
-    };
-    let found = match value {
-        Value::Array(items) => items.iter().map(status).collect::<Option<Vec<_>>>(),
-        single => status(single).map(|code| vec![code]),
-    };
-    match found {
-        Some(codes) if !codes.is_empty() => Ok(codes),
-        _ => Err(format!(
-            "`{}` is not an HTTP status; give one like 200, or a list like [200, 201]",
-            plain(value)
-        )),
-    }
+/// Whether a recorded step is of the given kind.
+pub fn is(step: &StepSpec, kind: Kind) -> bool {
+    Kind::of(step) == Some(kind)
 }
 
 /// The addresses a `hosts` setting names: a host group of the blueprint, or a list.
@@ -337,35 +308,21 @@ pub fn address_problem(address: &str) -> Option<String> {
     })
 }
 
-/// The folder (relative to the blueprint's) whose files a step takes into its sandbox.
-pub fn bundle_dir(kind: &str, with: &BTreeMap<String, Value>) -> Option<String> {
-    let path = match kind {
-        "terraform" => with.get("dir")?.as_str()?,
-        "ansible" => {
-            let playbook = with.get("playbook")?.as_str()?;
-            return Some(
-                playbook
-                    .rsplit_once('/')
-                    .map_or(String::new(), |(dir, _)| dir.to_owned()),
-            );
-        }
-        _ => return None,
-    };
-    Some(path.trim_end_matches('/').to_owned())
+/// What is wrong with a `vars` setting (`terraform`, `ansible`).
+pub(crate) fn vars_problem(value: &Value) -> Option<String> {
+    value
+        .as_object()
+        .is_none()
+        .then(|| "must be a map of variable names to values".to_owned())
 }
 
-/// Whether `text` is a JSON pointer (RFC 6901) that picks something inside a document.
-fn is_pointer(text: &str) -> bool {
-    text.starts_with('/')
-}
-
-fn text(value: &Value) -> Result<&str, String> {
+pub(crate) fn text(value: &Value) -> Result<&str, String> {
     value.as_str().ok_or_else(|| "must be text".to_owned())
 }
 
 /// A plain path inside the blueprint's folder, without templates ([`crate::inputs::path_problem`];
 /// a folder may end in one '/').
-fn relative_path(value: &Value) -> Result<&str, String> {
+pub(crate) fn relative_path(value: &Value) -> Result<&str, String> {
     let path = text(value)?;
     let templated = Template::parse(path).map_or(true, |t| t.references().next().is_some());
     let plain = path.strip_suffix('/').unwrap_or(path);
@@ -401,72 +358,76 @@ mod tests {
     fn every_kind_checks_its_settings() {
         let groups = BTreeMap::from([("web".to_owned(), vec!["10.0.0.1:22".to_owned()])]);
         let cases = [
-            ("terraform", json!({"dir": "../infra"}), ".dir"),
-            ("terraform", json!({"dir": "infra", "vars": [1]}), ".vars"),
+            (Kind::Terraform, json!({"dir": "../infra"}), ".dir"),
             (
-                "ansible",
+                Kind::Terraform,
+                json!({"dir": "infra", "vars": [1]}),
+                ".vars",
+            ),
+            (
+                Kind::Ansible,
                 json!({"playbook": "site.txt", "hosts": "web"}),
                 ".playbook",
             ),
             (
-                "ansible",
+                Kind::Ansible,
                 json!({"playbook": "site.yml", "hosts": "db"}),
                 ".hosts",
             ),
             (
-                "http",
+                Kind::Http,
                 json!({"url": "http://x", "method": "FETCH"}),
                 ".method",
             ),
             (
-                "http",
+                Kind::Http,
                 json!({"url": "http://x", "expect_status": 42}),
                 ".expect_status",
             ),
             (
-                "http",
+                Kind::Http,
                 json!({"url": "http://x", "outputs": {"id": "id"}}),
                 ".outputs",
             ),
             (
-                "wait-ssh",
+                Kind::WaitSsh,
                 json!({"hosts": ["a:22"], "timeout": "soon"}),
                 ".timeout",
             ),
-            ("wait-ssh", json!({}), ""),
+            (Kind::WaitSsh, json!({}), ""),
             (
-                "script",
+                Kind::Script,
                 json!({"command": "cat <<{{ params.x }}\nx\n"}),
                 ".command",
             ),
         ];
         for (kind, settings, field) in cases {
-            let problems = check_with(kind, &with(settings.clone()), &groups);
+            let problems = kind.check_with(&with(settings.clone()), &groups);
             assert!(
                 problems.iter().any(|(f, _)| f == field),
                 "{kind} {settings}: {problems:?}"
             );
         }
         let good = [
-            ("terraform", json!({"dir": "infra", "vars": {"a": 1}})),
+            (Kind::Terraform, json!({"dir": "infra", "vars": {"a": 1}})),
             (
-                "ansible",
+                Kind::Ansible,
                 json!({"playbook": "play/site.yml", "hosts": "web", "user": "root"}),
             ),
             (
-                "ansible",
+                Kind::Ansible,
                 json!({"playbook": "site.yaml", "hosts": ["127.0.0.1:2222"]}),
             ),
             (
-                "http",
+                Kind::Http,
                 json!({"url": "http://x", "method": "POST", "expect_status": [200, 201],
                             "headers": {"a": "b"}, "outputs": {"id": "/id"}}),
             ),
-            ("wait-ssh", json!({"hosts": "web", "timeout": "2m"})),
+            (Kind::WaitSsh, json!({"hosts": "web", "timeout": "2m"})),
         ];
         for (kind, settings) in good {
             assert_eq!(
-                check_with(kind, &with(settings.clone()), &groups),
+                kind.check_with(&with(settings.clone()), &groups),
                 vec![],
                 "{kind} {settings}"
             );
@@ -474,67 +435,35 @@ mod tests {
     }
 
     #[test]
-    fn an_http_url_must_be_http_or_https_as_far_as_it_is_written() {
-        let problem = |url: &str| {
-            check_with("http", &with(json!({ "url": url })), &BTreeMap::new())
-                .into_iter()
-                .map(|(_, text)| text)
-                .next()
-        };
-        for good in [
-            "http://x/",
-            "HTTPS://x",
-            "{{ params.api }}/servers",
-            "http{{ params.s }}://x",
-            "https://{{ params.host }}/",
-        ] {
-            assert_eq!(problem(good), None, "{good}");
-        }
-        for (bad, words) in [
-            ("file:///etc/passwd", "scheme `file`"),
-            ("ftp://{{ params.host }}/", "scheme `ftp`"),
-            ("gopher:{{ params.rest }}", "scheme `gopher`"),
-            ("example.com/x", "does not start with http:// or https://"),
-            (
-                "/{{ params.path }}",
-                "does not start with http:// or https://",
-            ),
-        ] {
-            let found = problem(bad).unwrap_or_default();
-            assert!(found.contains(words), "{bad}: {found}");
-        }
-    }
-
-    #[test]
-    fn a_rendered_url_is_checked_without_quoting_it() {
-        assert_eq!(url_problem("https://api/x"), None);
-        assert_eq!(url_problem("Http://api"), None);
-        let found = url_problem("file:///etc/secret-token").unwrap_or_default();
-        assert!(found.contains("scheme is `file`"), "{found}");
-        assert!(!found.contains("secret-token"), "{found}");
-        assert!(url_problem("api.example.com/x")
-            .is_some_and(|p| p.contains("does not start with http://")));
-        assert!(url_problem("x\u{1b}:y").is_some_and(|p| !p.contains('\u{1b}')));
-        assert!(url_problem("averylongsecretvalue:x").is_some_and(|p| !p.contains("avery")));
-    }
-
-    #[test]
     fn steps_take_the_folder_of_their_files() {
         assert_eq!(
-            bundle_dir("terraform", &with(json!({"dir": "infra/"}))),
+            Kind::Terraform.bundle_dir(&with(json!({"dir": "infra/"}))),
             Some("infra".into())
         );
         assert_eq!(
-            bundle_dir("ansible", &with(json!({"playbook": "play/site.yml"}))),
+            Kind::Ansible.bundle_dir(&with(json!({"playbook": "play/site.yml"}))),
             Some("play".into())
         );
         assert_eq!(
-            bundle_dir("ansible", &with(json!({"playbook": "site.yml"}))),
+            Kind::Ansible.bundle_dir(&with(json!({"playbook": "site.yml"}))),
             Some(String::new())
         );
         assert_eq!(
-            bundle_dir("script", &with(json!({"command": "true"}))),
+            Kind::Script.bundle_dir(&with(json!({"command": "true"}))),
             None
+        );
+    }
+
+    #[test]
+    fn a_kind_is_read_from_its_name_and_only_from_it() {
+        for kind in Kind::ALL {
+            assert_eq!(Kind::parse(kind.name()), Some(kind));
+            assert_eq!(kind.to_string(), kind.name());
+        }
+        assert_eq!(Kind::parse("Script"), None);
+        assert_eq!(
+            names().join(", "),
+            "script, noop, terraform, ansible, http, wait-ssh, servers"
         );
     }
 }

@@ -20,8 +20,18 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::{optional, plain, required, Setting};
 use crate::duration::{read_duration, DurationError};
-use crate::kinds::plain;
+
+/// The name a blueprint's `run:` gives the kind.
+pub const NAME: &str = "servers";
+
+/// The `with` settings it takes.
+pub(crate) const SETTINGS: [Setting; 3] = [
+    required("servers"),
+    optional("security_groups"),
+    optional("timeout"),
+];
 
 /// How long a `servers` step waits for its servers to be `ACTIVE`, unless it says.
 pub const DEFAULT_BOOT_WAIT: Duration = Duration::from_secs(300);

@@ -19,11 +19,12 @@ use overture_events::{DeploymentId, StepSpec};
 use overture_kit::payload::StorePayloads;
 use overture_kit::{execute, Cause, DeploymentLog};
 
+use crate::attempt::{fetch_files, shown_output, with_tail};
 use crate::logs::{AttemptLogs, LogName};
 use crate::step::{collected, sandbox_job, StepInput};
 use crate::{
-    fetch_files, millis, sandbox_id, shown_output, terraform, with_tail, KeepStepState, RunError,
-    RunSandboxed, RunnerError, SandboxExit, ACTOR,
+    millis, sandbox_id, terraform, KeepStepState, RunError, RunSandboxed, RunnerError, SandboxExit,
+    ACTOR,
 };
 
 /// The ports [`destroy`] uses.

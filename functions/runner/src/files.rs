@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use overture_domain::kinds::bundle_dir;
+use overture_domain::kind::bundle_dir;
 use overture_events::{BlueprintSnapshot, StepSpec, StoredFile};
 use overture_kit::payload::{payload_hash, PayloadError, StorePayloads};
 
@@ -58,7 +58,7 @@ pub async fn step_files(
     payloads: &dyn StorePayloads,
 ) -> Result<BTreeMap<String, String>, FileError> {
     let mut files = blueprint.files.clone();
-    let Some(dir) = bundle_dir(&step.kind, &step.with) else {
+    let Some(dir) = bundle_dir(step) else {
         return Ok(files);
     };
     for (path, stored) in &blueprint.stored_files {

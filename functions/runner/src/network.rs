@@ -16,8 +16,8 @@
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr};
 
-use overture_domain::blueprint::SERVERS_KIND;
 use overture_domain::egress::{Destination, EgressRefusal, LoopbackEgress, Origin};
+use overture_domain::kind::{self, Kind};
 
 use crate::step::StepInput;
 
@@ -201,7 +201,7 @@ fn own_servers(input: &StepInput<'_>) -> Vec<Destination> {
     blueprint
         .steps
         .iter()
-        .filter(|step| step.kind == SERVERS_KIND)
+        .filter(|step| kind::is(step, Kind::Servers))
         .filter_map(|step| input.state.steps.get(&step.name))
         .flat_map(|state| state.outputs.values())
         .filter_map(|value| value.parse::<Ipv4Addr>().ok())

@@ -3,7 +3,19 @@
 //! ([`RunError::Failed`], which the engine retries once the job's lease runs out), and the
 //! step's `$OVERTURE_OUTPUTS` file as it was read back ([`OutputsFile`]).
 
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use overture_domain::secret::SecretString;
+
 use crate::PortError;
+
+pub use crate::limits::LimitReached;
+pub use crate::workspace::{
+    path_outside, read_inside, read_outputs_file, TailBuffer, MAX_COLLECTED_FILE, MAX_OUTPUTS_FILE,
+};
 
 /// Why [`RunSandboxed::run`](crate::RunSandboxed::run) returned no result.
 #[derive(Debug, thiserror::Error)]
@@ -129,6 +141,84 @@ fn size_u64(bytes: u64) -> String {
     } else {
         scaled(MIB, "MiB")
     }
+}
+
+/// Where a sandbox shows the engine's own program, for the steps it carries out itself
+/// ([`servers`]), when [`SandboxJob::engine_program`] asks for it.
+pub const ENGINE_PROGRAM: &str = "/run/overture/bin/overture";
+
+/// One command to run in a fresh sandbox.
+pub struct SandboxJob {
+    /// Names the sandbox (and its workspace).
+    pub id: String,
+    /// Run with `/bin/sh -c`.
+    pub command: String,
+    /// Plain environment variables.
+    pub env: Vec<(String, String)>,
+    /// Secret environment variables.
+    pub secret_env: Vec<(String, SecretString)>,
+    /// Files placed under `/work`.
+    pub files: Vec<(std::path::PathBuf, Vec<u8>)>,
+    /// Files under `/work` to read back once the command has ended.
+    pub collect: Vec<std::path::PathBuf>,
+    /// Whether the sandbox keeps network access.
+    pub network: bool,
+    /// Whether the sandbox shows the engine's own program at [`ENGINE_PROGRAM`].
+    pub engine_program: bool,
+    /// When to kill it.
+    pub timeout: Duration,
+    /// How much output to keep (the tail).
+    pub output_limit: usize,
+    /// Where the output is copied as it arrives.
+    pub log: Option<Box<dyn std::io::Write + Send + Sync>>,
+    /// The deployment's secret values, which no copy of the output may show: a sandbox that
+    /// copies the output anywhere besides `log` (the Fargate task's CloudWatch Logs) masks them.
+    pub masked: Vec<SecretString>,
+    /// What the command may use of the machine.
+    pub limits: overture_events::StepLimits,
+    /// With `network`: the only destinations the sandbox may reach ([`network::policy`]);
+    /// without one it has the runner's whole network.
+    pub network_policy: Option<Vec<overture_domain::egress::Destination>>,
+}
+
+/// How a sandboxed command ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SandboxExit {
+    /// It exited with this code.
+    Code(i32),
+    /// A signal killed it.
+    Signal(i32),
+    /// It ran past its timeout and was killed.
+    TimedOut,
+    /// It was killed because it was no longer wanted.
+    Cancelled,
+    /// It failed having run into one of its limits.
+    LimitReached(LimitReached),
+}
+
+/// What a sandboxed command did.
+pub struct SandboxResult {
+    /// How it ended.
+    pub exit: SandboxExit,
+    /// Its stdout and stderr, the tail.
+    pub output: Vec<u8>,
+    /// What it wrote to `$OVERTURE_OUTPUTS`.
+    pub outputs_file: OutputsFile,
+    /// How long it ran.
+    pub duration: Duration,
+    /// The files of [`SandboxJob::collect`] it left.
+    pub collected: Vec<(std::path::PathBuf, Vec<u8>)>,
+}
+
+/// A future that resolves when the sandbox must be killed.
+pub type Cancel<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+
+/// Runs a command in a fresh sandbox that is destroyed afterwards.
+#[async_trait]
+pub trait RunSandboxed: Send + Sync {
+    /// Runs `job`; kills it when `cancel` resolves.
+    async fn run<'a>(&self, job: SandboxJob, cancel: Cancel<'a>)
+        -> Result<SandboxResult, RunError>;
 }
 
 #[cfg(test)]

@@ -18,11 +18,16 @@
 
 use std::time::Duration;
 
+use overture_domain::egress::Destination;
 use overture_domain::host_keys::known_host;
+use overture_domain::secret::Masker;
 use overture_domain::services::ServiceInstance;
-use overture_events::{ServiceCheck, ServiceProvision};
+use overture_events::{ErrorClass, ServiceCheck, ServiceProvision};
 
+use crate::attempt::{shown_output, with_tail};
+use crate::record::Outcome;
 use crate::step::{collected, Jump, Prepared, SshAddress, StepInput};
+use crate::{logs, network, RunError, RunnerError, RunnerPorts, SandboxExit};
 
 /// The hosts to check, under `/work`.
 pub const HOSTS_FILE: &str = "service-hosts.tsv";
@@ -246,4 +251,85 @@ fn server_name(input: &StepInput, address: &SshAddress) -> String {
         .get(&known_host(&address.host, address.port))
         .map(|pinned| pinned.server.clone())
         .unwrap_or_else(|| address.address.clone())
+}
+
+/// After a providing step succeeded: checks its service answers on every host
+/// in a sandbox of its own, with the attempt's network policy. The success
+/// then carries the instances to register; a host that did not answer fails the attempt, and
+/// nothing is registered.
+pub(crate) async fn check_service(
+    success: Outcome,
+    input: &StepInput<'_>,
+    provision: &ServiceProvision,
+    network_policy: Option<Vec<Destination>>,
+    ports: &RunnerPorts<'_>,
+    masker: &Masker,
+) -> Result<Outcome, RunnerError> {
+    let Outcome::Success {
+        outputs, duration, ..
+    } = success
+    else {
+        return Ok(success);
+    };
+    let failed = |message: String| Outcome::Failure {
+        class: ErrorClass::StepFailed,
+        exit_code: None,
+        message: masker.mask(&message),
+        duration,
+    };
+    let prepared = match prepare(input, provision) {
+        Ok(prepared) => prepared,
+        Err(problem) => return Ok(failed(problem)),
+    };
+    let id = format!(
+        "{}-check",
+        crate::sandbox_id(
+            input.deployment,
+            &input.spec.name,
+            logs::LogName::Attempt(input.attempt)
+        )
+    );
+    // The attempt's log was written once, by the step; the check's output goes into the
+    // failure's message when it fails.
+    let mut job = crate::step::sandbox_job(
+        id,
+        prepared,
+        input,
+        logs::LogName::Attempt(input.attempt),
+        Box::new(std::io::sink()),
+        masker,
+    );
+    job.log = None;
+    job.timeout = CHECK_WITHIN + Duration::from_secs(15);
+    job.network_policy = Some(match network_policy {
+        Some(policy) => policy,
+        None => network::policy(input, ports.loopback).await,
+    });
+    let result = match ports
+        .sandbox
+        .run(job, Box::pin(std::future::pending()))
+        .await
+    {
+        Ok(result) => result,
+        Err(RunError::Unrunnable(refused)) => return Ok(failed(refused.to_string())),
+        Err(RunError::Failed(error)) => return Err(error.into()),
+    };
+    let code = match result.exit {
+        SandboxExit::Code(code) => code,
+        _ => -1,
+    };
+    let output = shown_output(masker, &result.output);
+    Ok(match conclude(input, provision, code, &result.collected) {
+        Ok(registrations) => Outcome::Success {
+            outputs,
+            duration: duration + result.duration,
+            registrations,
+        },
+        Err(headline) => Outcome::Failure {
+            class: ErrorClass::StepFailed,
+            exit_code: Some(code),
+            message: with_tail(masker.mask(&headline), &output),
+            duration: duration + result.duration,
+        },
+    })
 }

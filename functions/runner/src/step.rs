@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use overture_domain::blueprint::used_outputs;
-use overture_domain::kinds::uses_bastion;
+use overture_domain::kind::{self, uses_bastion};
 use overture_domain::secret::{
     secret_within, Masker, SecretString, SecretValues, SSH_KEY_SECRET, TOKEN_SECRET,
 };
@@ -179,7 +179,7 @@ impl StepInput<'_> {
             .as_ref()
             .map(|b| &b.hosts)
             .ok_or("the deployment has no blueprint")?;
-        overture_domain::kinds::host_list(value, groups)?
+        kind::host_list(value, groups)?
             .into_iter()
             .map(|address| self.render(address))
             .collect()
@@ -224,7 +224,7 @@ impl StepInput<'_> {
         else {
             return Ok(None);
         };
-        if !uses_bastion(&self.spec.kind, &self.spec.with) {
+        if !uses_bastion(self.spec) {
             return Ok(None);
         }
         let problem = |problem: String| format!("the bastion's host `{}`: {problem}", bastion.host);

@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use overture_domain::duration::{format_duration, parse_duration};
-use overture_domain::kinds::DEFAULT_SSH_WAIT;
+use overture_domain::kind::wait_ssh::DEFAULT_SSH_WAIT;
 use overture_events::ErrorClass;
 use serde_json::Value;
 
@@ -33,9 +33,6 @@ use overture_domain::secret::TOKEN_SECRET;
 use crate::servers::{AUTH_URL_ENV, TOKEN_ENV};
 use crate::step::{collected, Jump, Prepared, SshAddress, StepInput, Verdict};
 use crate::SandboxResult;
-
-/// The kind's name in blueprints.
-pub const KIND: &str = "wait-ssh";
 
 /// The hosts to wait for, under `/work`.
 pub const HOSTS_FILE: &str = "hosts.tsv";

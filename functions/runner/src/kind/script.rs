@@ -17,9 +17,6 @@ use secrecy::ExposeSecret;
 use crate::step::{Prepared, Resolved, StepInput, Verdict};
 use crate::SandboxResult;
 
-/// The kind's name in blueprints.
-pub const KIND: &str = "script";
-
 /// Builds the command and environment of a script step from the deployment's state.
 pub fn prepare(input: &StepInput) -> Result<Prepared, String> {
     let text = input

@@ -18,15 +18,12 @@
 
 use std::collections::BTreeMap;
 
-use overture_domain::kinds;
+use overture_domain::kind::http as rules;
 use overture_events::ErrorClass;
 use serde_json::Value;
 
 use crate::step::{collected, host_and_port, shell_quote, Jump, Prepared, StepInput, Verdict};
 use crate::SandboxResult;
-
-/// The kind's name in blueprints.
-pub const KIND: &str = "http";
 
 /// The curl config that holds the whole call, under `/work`.
 pub const CONFIG_FILE: &str = "request.curl";
@@ -262,18 +259,18 @@ impl Call {
                 .ok_or("the step has no `with.url` text")?,
         )?;
         // Validation saw only the URL's written start; a template may have rendered any scheme.
-        if let Some(problem) = kinds::url_problem(&url) {
+        if let Some(problem) = rules::url_problem(&url) {
             return Err(format!("`with.url`: {problem}"));
         }
         let method = match input.setting("method") {
             None => "GET",
             Some(value) => value
                 .as_str()
-                .filter(|method| kinds::HTTP_METHODS.contains(method))
+                .filter(|method| rules::HTTP_METHODS.contains(method))
                 .ok_or_else(|| {
                     format!(
                         "`with.method` must be one of {}",
-                        kinds::HTTP_METHODS.join(", ")
+                        rules::HTTP_METHODS.join(", ")
                     )
                 })?,
         };
@@ -413,7 +410,7 @@ impl Expectation {
     fn of(input: &StepInput) -> Result<Self, String> {
         let statuses = input
             .setting("expect_status")
-            .map(kinds::expected_statuses)
+            .map(rules::expected_statuses)
             .transpose()?;
         let mut outputs = Vec::new();
         if let Some(value) = input.setting("outputs") {

@@ -26,9 +26,6 @@ use overture_events::ErrorClass;
 use crate::step::{collected, Prepared, StepInput, Verdict};
 use crate::SandboxResult;
 
-/// The kind's name in blueprints.
-pub const KIND: &str = "terraform";
-
 /// Where the configuration's state is, under `/work`, kept between attempts and for `destroy`.
 pub const STATE_FILE: &str = "config/terraform.tfstate";
 
@@ -113,10 +110,9 @@ pub async fn keep_leftover_state(
         return Ok(false);
     };
     let loaded = log.load(deployment).await?;
-    let is_terraform = loaded
-        .state
-        .spec(&step)
-        .is_some_and(|spec| spec.kind == KIND);
+    let is_terraform = loaded.state.spec(&step).is_some_and(|spec| {
+        overture_domain::kind::is(spec, overture_domain::kind::Kind::Terraform)
+    });
     let Some(left) = is_terraform.then(|| StateVersion::of(state)).flatten() else {
         return Ok(false);
     };

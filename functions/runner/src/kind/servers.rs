@@ -25,9 +25,6 @@ use serde::{Deserialize, Serialize};
 use crate::step::{collected, Prepared, StepInput, Verdict};
 use crate::SandboxResult;
 
-/// The kind's name in blueprints.
-pub const KIND: &str = overture_domain::blueprint::SERVERS_KIND;
-
 /// The plan, under `/work`.
 pub const SPEC_FILE: &str = "servers.json";
 /// Where `overture provision` writes why it failed, under `/work`.

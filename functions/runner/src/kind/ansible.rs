@@ -23,6 +23,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
+use overture_domain::kind::Kind;
 use overture_events::ErrorClass;
 use serde_json::{json, Value};
 
@@ -30,9 +31,6 @@ use crate::step::{
     check_user, shell_quote, Jump, Prepared, SshAddress, StepInput, Verdict, SSH_KEY_FILE,
 };
 use crate::SandboxResult;
-
-/// The kind's name in blueprints.
-pub const KIND: &str = "ansible";
 
 /// The user ansible logs in as, unless the step says.
 pub const DEFAULT_USER: &str = "root";
@@ -78,7 +76,9 @@ pub fn prepare(input: &StepInput) -> Result<Prepared, String> {
     let playbook = input
         .text_setting("playbook")
         .ok_or("the step has no `with.playbook` text")?;
-    let dir = overture_domain::kinds::bundle_dir(KIND, &input.spec.with).unwrap_or_default();
+    let dir = Kind::Ansible
+        .bundle_dir(&input.spec.with)
+        .unwrap_or_default();
     let playbook_file = if dir.is_empty() {
         playbook
     } else {
