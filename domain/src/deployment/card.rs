@@ -87,7 +87,7 @@ pub const CARD: &[EventCard] = &[
         event: "CredentialsSealed",
         commands: &["Request", "Redrive"],
         reactions: &[],
-        read_model: Some("opens the seal's grant (and the token's, the SSH key's) in the view's ledger"),
+        read_model: Some("opens the grants of the sealed SSH key and token in the view's ledger"),
     },
     EventCard {
         event: "StepScheduled",

@@ -140,6 +140,22 @@ pub fn abandoned(step: &str, attempt: u32, reason: &str) -> E {
     }
 }
 
+/// The members of each service the step's next attempt sees, `ADDRESS:PORT`.
+pub fn resolved(step: &str, services: &[(&str, &[&str])]) -> E {
+    E::ServicesResolved {
+        step: step.into(),
+        services: services
+            .iter()
+            .map(|(service, members)| {
+                (
+                    (*service).to_owned(),
+                    members.iter().map(|m| (*m).to_owned()).collect(),
+                )
+            })
+            .collect(),
+    }
+}
+
 /// The instance was registered for the tenant.
 pub fn registered(instance: &ServiceInstance) -> E {
     E::ServiceRegistered {
@@ -235,8 +251,13 @@ pub fn envelopes(id: DeploymentId, events: &[(E, Timestamp)]) -> Vec<Envelope> {
         .collect()
 }
 
+/// An ed25519 public key made by `ssh-keygen`, base64.
+pub const SSH_KEY: &str = "AAAAC3NzaC1lZDI1NTE5AAAAIAfBWyWT1kqcBW4flZkhx+YZ0qby94sbtGBA2zMPVSew";
+
 /// One event of every type, in the order [`E::TYPES`] lists them: a deployment of one step
-/// `build` (the blueprint `b`), its first attempt, at `t(0)` and later.
+/// `build` (the blueprint `b`), its first attempt, at `t(0)` and later. Read in order, as one
+/// stream, each changes what the ones before it left (the seal's grants are closed by the
+/// purge, the deployment that succeeded fails, ...), though no aggregate would decide them so.
 pub fn samples() -> Vec<E> {
     let db = instance("db", "build", "10.0.0.5", 5432);
     vec![
@@ -247,8 +268,8 @@ pub fn samples() -> Vec<E> {
         E::CredentialsSealed {
             seal: "seal-1".into(),
             secrets: vec!["api_key".into()],
-            ssh_public_key: None,
-            token: false,
+            ssh_public_key: Some(format!("ssh-ed25519 {SSH_KEY} overture")),
+            token: true,
         },
         scheduled("build", 1, 0),
         started_until("build", 1, t(660)),
