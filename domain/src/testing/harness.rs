@@ -1,5 +1,10 @@
 //! Given/when/then over the Deployment aggregate: given the events recorded so far, when a
 //! command is handled, then these events are decided (or this refusal).
+//!
+//! ```ignore
+//! given([requested()]).when(advance(0)).then([scheduled("build", 1, 0)]);
+//! given([]).when(advance(0)).then_error(DeploymentError::NotRequested);
+//! ```
 
 use overture_events::DeploymentEvent;
 
@@ -15,9 +20,10 @@ pub fn given(events: impl IntoIterator<Item = DeploymentEvent>) -> Given {
 }
 
 impl Given {
-    /// Handles the command in this state; the state is kept for further commands.
-    pub fn when(&self, command: DeploymentCommand) -> Then {
-        Then(Deployment::handle(&self.0, command))
+    /// Handles the command in this state (which is kept for further commands): the events it
+    /// decides, or why it is refused. [`Then`] asserts on it.
+    pub fn when(&self, command: DeploymentCommand) -> Decided {
+        Deployment::handle(&self.0, command)
     }
 
     /// The state the events leave.
@@ -26,52 +32,32 @@ impl Given {
     }
 }
 
-/// What a command decided: the events to record, or why it was refused. It compares equal to
-/// the `Result` it holds, so `assert_eq!(given(..).when(..), Ok(vec![..]))` reads as well.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Then(pub Result<Vec<DeploymentEvent>, DeploymentError>);
+/// What a command decided.
+pub type Decided = Result<Vec<DeploymentEvent>, DeploymentError>;
 
-impl Then {
+/// The assertions of a given/when/then test on what a command decided.
+pub trait Then {
     /// Asserts the command decided exactly these events, in this order.
-    #[track_caller]
-    pub fn then(self, expected: impl IntoIterator<Item = DeploymentEvent>) {
-        assert_eq!(self.0, Ok(expected.into_iter().collect()));
-    }
-
+    fn then(self, expected: impl IntoIterator<Item = DeploymentEvent>);
     /// Asserts the command was accepted and decided nothing.
-    #[track_caller]
-    pub fn then_nothing(self) {
-        assert_eq!(self.0, Ok(vec![]));
-    }
-
+    fn then_nothing(self);
     /// Asserts the command was refused, for this reason.
-    #[track_caller]
-    pub fn then_error(self, expected: DeploymentError) {
-        assert_eq!(self.0, Err(expected));
-    }
-
-    /// The events decided; fails the test, saying `why`, if the command was refused.
-    #[track_caller]
-    pub fn expect(self, why: &str) -> Vec<DeploymentEvent> {
-        match self.0 {
-            Ok(events) => events,
-            Err(error) => panic!("{why}: {error}"),
-        }
-    }
-
-    /// Whether the command was refused.
-    pub fn is_err(&self) -> bool {
-        self.0.is_err()
-    }
-
-    /// What the command decided.
-    pub fn result(self) -> Result<Vec<DeploymentEvent>, DeploymentError> {
-        self.0
-    }
+    fn then_error(self, expected: DeploymentError);
 }
 
-impl PartialEq<Result<Vec<DeploymentEvent>, DeploymentError>> for Then {
-    fn eq(&self, other: &Result<Vec<DeploymentEvent>, DeploymentError>) -> bool {
-        self.0 == *other
+impl Then for Decided {
+    #[track_caller]
+    fn then(self, expected: impl IntoIterator<Item = DeploymentEvent>) {
+        assert_eq!(self, Ok(expected.into_iter().collect()));
+    }
+
+    #[track_caller]
+    fn then_nothing(self) {
+        assert_eq!(self, Ok(vec![]));
+    }
+
+    #[track_caller]
+    fn then_error(self, expected: DeploymentError) {
+        assert_eq!(self, Err(expected));
     }
 }

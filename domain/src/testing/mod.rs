@@ -17,7 +17,7 @@ pub mod life;
 use chrono::{DateTime, TimeDelta, Utc};
 use overture_events::Timestamp;
 
-pub use harness::{given, Given, Then};
+pub use harness::{given, Decided, Given, Then};
 pub use life::Life;
 
 /// The tests' first instant, in seconds after the Unix epoch (2027-01-15T08:00:00Z).

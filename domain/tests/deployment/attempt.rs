@@ -1,0 +1,51 @@
+//! An attempt starts only when scheduled and due, and succeeds once.
+
+use super::shop::*;
+
+#[test]
+fn an_attempt_starts_only_when_scheduled_and_due() {
+    let history = [requested(), scheduled("build", 1, 10)];
+    assert_eq!(
+        given(history.clone()).when(start("build", 1, 10)),
+        Ok(vec![started_at("build", 1, 10)]),
+        "its lease lasts its timeout (10 min) and a minute"
+    );
+    given(history.clone())
+        .when(start("build", 1, 9))
+        .then_error(DeploymentError::NotYetDue {
+            step: "build".into(),
+            attempt: 1,
+            not_before: t(10),
+        });
+    given(history.clone())
+        .when(start("build", 2, 10))
+        .then_error(DeploymentError::AttemptNotScheduled {
+            step: "build".into(),
+            attempt: 2,
+        });
+    given(history)
+        .when(start("nope", 1, 10))
+        .then_error(DeploymentError::UnknownStep("nope".into()));
+    // A started attempt cannot start again (a redelivered job).
+    given(running_lint()).when(start("lint", 1, 5)).then_error(
+        DeploymentError::AttemptNotScheduled {
+            step: "lint".into(),
+            attempt: 1,
+        },
+    );
+}
+
+#[test]
+fn a_success_is_recorded_once() {
+    given(running_lint())
+        .when(success("lint", 1))
+        .then([succeeded("lint", 1)]);
+    let mut done = running_lint();
+    done.push(succeeded("lint", 1));
+    given(done)
+        .when(success("lint", 1))
+        .then_error(DeploymentError::AttemptNotRunning {
+            step: "lint".into(),
+            attempt: 1,
+        });
+}
