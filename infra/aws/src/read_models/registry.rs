@@ -277,14 +277,14 @@ impl DynamoReadModels {
 
 #[async_trait]
 impl ReadServiceRegistry for DynamoReadModels {
-    pub(super) async fn service_instances(
+    async fn service_instances(
         &self,
         tenant: &str,
     ) -> Result<Vec<RegisteredInstance>, RegistryError> {
         self.tenant_instances(tenant).await.map_err(from_view)
     }
 
-    pub(super) async fn interested_deployments(
+    async fn interested_deployments(
         &self,
         tenant: &str,
         service: &str,

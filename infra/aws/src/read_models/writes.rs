@@ -236,7 +236,7 @@ pub(super) fn cancelled(error: &SdkError<TransactWriteItemsError>) -> Option<Vec
 
 #[async_trait]
 impl DeploymentViews for DynamoReadModels {
-    pub(super) async fn view(
+    async fn view(
         &self,
         deployment: DeploymentId,
     ) -> Result<Option<DeploymentView>, ViewError> {
@@ -245,7 +245,7 @@ impl DeploymentViews for DynamoReadModels {
         self.assemble(&id, &items)
     }
 
-    pub(super) async fn view_of_steps(
+    async fn view_of_steps(
         &self,
         deployment: DeploymentId,
         steps: &BTreeSet<String>,
@@ -258,7 +258,7 @@ impl DeploymentViews for DynamoReadModels {
         self.assemble(&id, &items)
     }
 
-    pub(super) async fn save(
+    async fn save(
         &self,
         view: &DeploymentView,
         loaded_at: Option<u64>,
@@ -324,7 +324,7 @@ impl DeploymentViews for DynamoReadModels {
         Err(self.too_busy())
     }
 
-    pub(super) async fn tenant(&self, tenant: &str) -> Result<Option<TenantView>, ViewError> {
+    async fn tenant(&self, tenant: &str) -> Result<Option<TenantView>, ViewError> {
         self.get(&self.tenants, TENANT, tenant.to_owned())
             .await?
             .map(|item| self.tenant_view(&item))
