@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, TimeDelta, Utc};
 use overture_domain::blueprint::parse;
 use overture_domain::deployment::{
     actions, Action, Deployment, DeploymentCommand as C, DeploymentError, DeploymentState, Phase,
@@ -11,14 +10,12 @@ use overture_domain::deployment::{
 };
 use overture_domain::history::check_determinism;
 use overture_domain::projection::{project, DeploymentStatus};
+use overture_domain::testing::events::{scheduled, started, succeeded_with};
+use overture_domain::testing::t;
 use overture_events::{
     DeploymentEvent as E, DeploymentId, Envelope, ErrorClass, Metadata, Timestamp,
 };
 use uuid::Uuid;
-
-fn t(seconds: i64) -> DateTime<Utc> {
-    DateTime::<Utc>::UNIX_EPOCH + TimeDelta::seconds(1_800_000_000 + seconds)
-}
 
 fn requested() -> E {
     // build → (unit, lint) → package; lint retries step-failed twice.
@@ -49,32 +46,6 @@ steps:
     }
 }
 
-fn scheduled(step: &str, attempt: u32, at: i64) -> E {
-    E::StepScheduled {
-        step: step.into(),
-        attempt,
-        not_before: t(at),
-    }
-}
-fn started(step: &str, attempt: u32) -> E {
-    E::StepStarted {
-        step: step.into(),
-        attempt,
-        sandbox: format!("{step}-{attempt}"),
-        lease_until: None,
-    }
-}
-fn succeeded(step: &str, attempt: u32, outputs: &[(&str, &str)]) -> E {
-    E::StepSucceeded {
-        step: step.into(),
-        attempt,
-        outputs: outputs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect(),
-        duration_ms: 1,
-    }
-}
 fn failure(step: &str, attempt: u32, now: i64) -> C {
     C::RecordFailure {
         step: step.into(),
@@ -86,6 +57,7 @@ fn failure(step: &str, attempt: u32, now: i64) -> C {
         now: t(now),
     }
 }
+
 fn sealed() -> SealedCredentials {
     SealedCredentials {
         seal: "local:d".into(),
@@ -94,12 +66,14 @@ fn sealed() -> SealedCredentials {
         token: false,
     }
 }
+
 fn redrive() -> C {
     C::Redrive {
         requested_by: "grace".into(),
         sealed: Some(sealed()),
     }
 }
+
 fn redriven() -> Vec<E> {
     vec![
         E::DeploymentRedriven {
@@ -132,7 +106,7 @@ fn failed_at_unit() -> Vec<E> {
         },
         scheduled("build", 1, 0),
         started("build", 1),
-        succeeded("build", 1, &[("image", "shop:1")]),
+        succeeded_with("build", 1, &[("image", "shop:1")]),
         scheduled("unit", 1, 1),
         scheduled("lint", 1, 1),
         started("unit", 1),
@@ -250,8 +224,8 @@ fn given_a_redriven_deployment_then_succeeded_outputs_are_kept_and_it_ends_as_ev
         scheduled("lint", 2, 100),
         started("unit", 2),
         started("lint", 2),
-        succeeded("unit", 2, &[]),
-        succeeded("lint", 2, &[]),
+        succeeded_with("unit", 2, &[]),
+        succeeded_with("lint", 2, &[]),
     ]);
     let needs_done = state(&history);
     assert_eq!(
@@ -267,7 +241,7 @@ fn given_a_redriven_deployment_then_succeeded_outputs_are_kept_and_it_ends_as_ev
     history.extend([
         scheduled("package", 1, 110),
         started("package", 1),
-        succeeded("package", 1, &[]),
+        succeeded_with("package", 1, &[]),
     ]);
     let done = state(&history);
     assert_eq!(actions(&done), vec![Action::PurgeSecrets]);

@@ -4,18 +4,16 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, TimeDelta, Utc};
 use overture_domain::blueprint::parse;
 use overture_domain::deployment::{
-    actions, Action, Deployment, DeploymentCommand as C, DeploymentError, DeploymentState,
-    StepStatus,
+    actions, Action, DeploymentCommand as C, DeploymentError, StepStatus,
 };
 use overture_domain::services::ServiceInstance;
+use overture_domain::testing::events::{
+    deregistered, instance, ran, registered, resolved, scheduled, started, succeeded,
+};
+use overture_domain::testing::{given, t, Then};
 use overture_events::{BlueprintSnapshot, DeploymentEvent as E, ErrorClass, ServiceShortfall};
-
-fn t(seconds: i64) -> DateTime<Utc> {
-    DateTime::<Utc>::UNIX_EPOCH + TimeDelta::seconds(1_800_000_000 + seconds)
-}
 
 /// db provides `db` on one host; app waits up to 60 s for `db` and provides `app` on two hosts;
 /// lb waits for two `app` (2 min) and for `db` (30 s), watches `app` and takes its members;
@@ -70,90 +68,19 @@ fn sealed() -> E {
     }
 }
 
-fn scheduled(step: &str, attempt: u32, at: i64) -> E {
-    E::StepScheduled {
-        step: step.into(),
-        attempt,
-        not_before: t(at),
-    }
-}
-fn started(step: &str, attempt: u32) -> E {
-    E::StepStarted {
-        step: step.into(),
-        attempt,
-        sandbox: format!("{step}-{attempt}"),
-        lease_until: None,
-    }
-}
-fn succeeded(step: &str, attempt: u32) -> E {
-    E::StepSucceeded {
-        step: step.into(),
-        attempt,
-        outputs: BTreeMap::new(),
-        duration_ms: 1,
-    }
-}
-fn ran(step: &str, attempt: u32, at: i64) -> [E; 3] {
-    [
-        scheduled(step, attempt, at),
-        started(step, attempt),
-        succeeded(step, attempt),
-    ]
-}
-
-/// An instance of `service` that `step` registered on `address`.
-fn instance(service: &str, step: &str, address: &str, port: u16) -> ServiceInstance {
-    ServiceInstance {
-        service: service.into(),
-        step: step.into(),
-        host: address.into(),
-        address: address.into(),
-        port,
-    }
-}
 fn db() -> ServiceInstance {
     instance("db", "db", "10.0.0.5", 5432)
 }
+
 fn app(last: u8) -> ServiceInstance {
     instance("app", "app", &format!("10.0.0.{last}"), 8000)
 }
+
 /// An `app` instance another deployment of the tenant registered.
 fn elsewhere(last: u8) -> ServiceInstance {
     instance("app", "web", &format!("10.9.0.{last}"), 8000)
 }
-fn registered(instance: &ServiceInstance) -> E {
-    E::ServiceRegistered {
-        service: instance.service.clone(),
-        step: instance.step.clone(),
-        host: instance.host.clone(),
-        address: instance.address.clone(),
-        port: instance.port,
-    }
-}
-fn deregistered(instance: &ServiceInstance) -> E {
-    E::ServiceDeregistered {
-        service: instance.service.clone(),
-        step: instance.step.clone(),
-        host: instance.host.clone(),
-        address: instance.address.clone(),
-        port: instance.port,
-        reason: "its deployment is being destroyed".into(),
-    }
-}
-fn resolved(step: &str, services: &[(&str, &[&str])]) -> E {
-    E::ServicesResolved {
-        step: step.into(),
-        services: services
-            .iter()
-            .map(|(service, members)| {
-                (
-                    (*service).to_owned(),
-                    members.iter().map(|m| (*m).to_owned()).collect(),
-                )
-            })
-            .collect(),
-    }
-}
+
 fn short(service: &str, count: u32, registered: u32) -> ServiceShortfall {
     ServiceShortfall {
         service: service.into(),
@@ -161,32 +88,19 @@ fn short(service: &str, count: u32, registered: u32) -> ServiceShortfall {
         registered,
     }
 }
+
 fn observe(now: i64, others: Vec<ServiceInstance>) -> C {
     C::ObserveServices {
         now: t(now),
         others,
     }
 }
+
 fn register(step: &str, attempt: u32, instances: Vec<ServiceInstance>) -> C {
     C::RegisterServices {
         step: step.into(),
         attempt,
         instances,
-    }
-}
-
-struct Given(DeploymentState);
-
-fn given(events: impl IntoIterator<Item = E>) -> Given {
-    Given(Deployment::replay(events))
-}
-
-impl Given {
-    fn when(self, command: C) -> Result<Vec<E>, DeploymentError> {
-        Deployment::handle(&self.0, command)
-    }
-    fn state(&self) -> &DeploymentState {
-        &self.0
     }
 }
 
@@ -235,6 +149,7 @@ fn app_registered() -> Vec<E> {
 }
 
 const APP_MEMBERS: &[&str] = &["10.0.0.6:8000", "10.0.0.7:8000"];
+
 const DB_MEMBERS: &[&str] = &["10.0.0.5:5432"];
 
 /// Every step succeeded, lb with the deployment's own two app members; the bastion was never
@@ -279,17 +194,16 @@ fn given_a_providing_step_running_when_its_hosts_answer_then_each_is_registered_
 
 #[test]
 fn given_a_running_step_when_it_registers_a_service_it_does_not_provide_then_it_is_refused() {
-    assert_eq!(
-        given(db_running()).when(register(
+    given(db_running())
+        .when(register(
             "db",
             1,
-            vec![instance("app", "db", "10.0.0.5", 8000)]
-        )),
-        Err(DeploymentError::NotProvided {
+            vec![instance("app", "db", "10.0.0.5", 8000)],
+        ))
+        .then_error(DeploymentError::NotProvided {
             step: "db".into(),
-            service: "app".into()
-        })
-    );
+            service: "app".into(),
+        });
     let mut side_running = db_running();
     side_running.push(started("side", 1));
     assert_eq!(
@@ -381,21 +295,20 @@ fn given_enough_members_when_observing_then_services_are_resolved_and_the_step_i
 
 #[test]
 fn given_instances_of_other_deployments_when_observing_then_they_count_toward_the_requirement() {
-    assert_eq!(
-        given(db_running()).when(observe(10, vec![elsewhere(1), elsewhere(2), db()])),
-        Ok(vec![
+    given(db_running())
+        .when(observe(10, vec![elsewhere(1), elsewhere(2), db()]))
+        .then([
             resolved("app", &[("db", DB_MEMBERS)]),
             scheduled("app", 1, 10),
             resolved(
                 "lb",
                 &[
                     ("app", &["10.9.0.1:8000", "10.9.0.2:8000"]),
-                    ("db", DB_MEMBERS)
-                ]
+                    ("db", DB_MEMBERS),
+                ],
             ),
             scheduled("lb", 1, 10),
-        ])
-    );
+        ]);
 }
 
 #[test]
@@ -439,18 +352,17 @@ fn given_a_step_still_short_at_its_deadline_when_observing_then_it_fails_as_serv
     history.push(succeeded("db", 1));
     let failing = given(history.clone());
     assert_eq!(actions(failing.state()), vec![Action::PurgeSecrets]);
-    assert_eq!(
-        failing.when(C::RecordSecretsPurged),
-        Ok(vec![E::SecretsPurged {}])
-    );
+    failing
+        .when(C::RecordSecretsPurged)
+        .then([E::SecretsPurged {}]);
     history.push(E::SecretsPurged {});
-    assert_eq!(
-        given(history).when(C::Advance { now: t(61) }),
-        Ok(vec![E::DeploymentFailed {
-            reason: "step `app` timed out waiting for service `db` (0 of 1 registered) (service-timeout)"
-                .into()
-        }])
-    );
+    given(history)
+        .when(C::Advance { now: t(61) })
+        .then([E::DeploymentFailed {
+        reason:
+            "step `app` timed out waiting for service `db` (0 of 1 registered) (service-timeout)"
+                .into(),
+    }]);
 }
 
 #[test]
@@ -607,17 +519,16 @@ fn given_a_watching_deployment_with_the_bastion_open_when_its_work_is_over_then_
     history.push(succeeded("lb", 1));
     let open = given(history.clone());
     assert_eq!(actions(open.state()), vec![Action::RevokeAccess(access)]);
-    assert_eq!(open.when(C::Advance { now: t(7) }), Ok(vec![]));
+    open.when(C::Advance { now: t(7) }).then_nothing();
     history.push(E::BastionAccessRevoked {
         rule: "r1".into(),
         kept_for: vec![],
     });
     let closed = given(history);
     assert!(actions(closed.state()).is_empty());
-    assert_eq!(
-        closed.when(C::Advance { now: t(8) }),
-        Ok(vec![E::DeploymentSucceeded {}])
-    );
+    closed
+        .when(C::Advance { now: t(8) })
+        .then([E::DeploymentSucceeded {}]);
 }
 
 #[test]
@@ -650,7 +561,7 @@ fn given_a_watching_deployment_cancelled_when_its_work_is_over_then_it_purges_as
     let over = given(history);
     assert!(!over.state().keeps_watching());
     assert_eq!(actions(over.state()), vec![Action::PurgeSecrets]);
-    assert_eq!(over.when(observe(10, vec![db()])), Ok(vec![]));
+    over.when(observe(10, vec![db()])).then_nothing();
 }
 
 #[test]
@@ -684,14 +595,13 @@ fn given_a_succeeded_watching_deployment_when_destroyed_then_it_deregisters_stop
         Ok(vec![]),
         "it watches no more"
     );
-    assert_eq!(
-        destroyed.when(C::RecordSecretsPurged),
-        Ok(vec![E::SecretsPurged {}])
-    );
+    destroyed
+        .when(C::RecordSecretsPurged)
+        .then([E::SecretsPurged {}]);
     history.push(E::SecretsPurged {});
     let purged = given(history);
     assert!(actions(purged.state()).is_empty());
-    assert_eq!(purged.when(C::RecordSecretsPurged), Ok(vec![]));
+    purged.when(C::RecordSecretsPurged).then_nothing();
 }
 
 #[test]
@@ -800,12 +710,11 @@ fn given_a_rerun_that_fails_for_good_when_advancing_then_the_deployment_fails_an
     assert!(!failing.state().keeps_watching());
     assert_eq!(actions(failing.state()), vec![Action::PurgeSecrets]);
     history.push(E::SecretsPurged {});
-    assert_eq!(
-        given(history).when(C::Advance { now: t(102) }),
-        Ok(vec![E::DeploymentFailed {
-            reason: "step `lb` failed after 2 attempt(s) (step-failed)".into()
-        }])
-    );
+    given(history)
+        .when(C::Advance { now: t(102) })
+        .then([E::DeploymentFailed {
+            reason: "step `lb` failed after 2 attempt(s) (step-failed)".into(),
+        }]);
 }
 
 #[test]

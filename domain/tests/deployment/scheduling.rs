@@ -8,21 +8,15 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, TimeDelta, Utc};
-use overture_domain::blueprint::parse;
 use overture_domain::deployment::{
     actions, actions_besides_attempts, attempt_action, Action, Deployment, DeploymentCommand as C,
     DeploymentState, Outcome, Phase, StepStatus,
 };
+use overture_domain::testing::events::{
+    abandoned, advance, blueprint, failed, ran, scheduled, started, succeeded,
+};
+use overture_domain::testing::{given, t};
 use overture_events::{BlueprintSnapshot, DeploymentEvent as E, ErrorClass};
-
-fn t(seconds: i64) -> DateTime<Utc> {
-    DateTime::<Utc>::UNIX_EPOCH + TimeDelta::seconds(1_800_000_000 + seconds)
-}
-
-fn blueprint(yaml: &str) -> BlueprintSnapshot {
-    parse(yaml).expect("valid").snapshot
-}
 
 fn requested(blueprint: BlueprintSnapshot) -> E {
     E::DeploymentRequested {
@@ -67,66 +61,6 @@ steps:
     ))
 }
 
-fn scheduled(step: &str, attempt: u32, at: i64) -> E {
-    E::StepScheduled {
-        step: step.into(),
-        attempt,
-        not_before: t(at),
-    }
-}
-fn started(step: &str, attempt: u32) -> E {
-    E::StepStarted {
-        step: step.into(),
-        attempt,
-        sandbox: format!("{step}-{attempt}"),
-        lease_until: None,
-    }
-}
-fn succeeded(step: &str, attempt: u32) -> E {
-    E::StepSucceeded {
-        step: step.into(),
-        attempt,
-        outputs: BTreeMap::new(),
-        duration_ms: 1,
-    }
-}
-fn ran(step: &str, attempt: u32, at: i64) -> [E; 3] {
-    [
-        scheduled(step, attempt, at),
-        started(step, attempt),
-        succeeded(step, attempt),
-    ]
-}
-fn failed(step: &str, attempts: u32) -> E {
-    E::StepFailed {
-        step: step.into(),
-        attempts,
-        error_class: ErrorClass::StepFailed,
-    }
-}
-fn abandoned(step: &str, attempt: u32, reason: &str) -> E {
-    E::StepAbandoned {
-        step: step.into(),
-        attempt,
-        reason: reason.into(),
-    }
-}
-fn advance(at: i64) -> C {
-    C::Advance { now: t(at) }
-}
-
-struct Given(DeploymentState);
-
-fn given(events: impl IntoIterator<Item = E>) -> Given {
-    Given(Deployment::replay(events))
-}
-
-impl Given {
-    fn when(&self, command: C) -> Vec<E> {
-        Deployment::handle(&self.0, command).expect("accepted")
-    }
-}
-
 #[test]
 fn a_step_is_scheduled_only_once_its_last_need_succeeded() {
     let mut history: Vec<E> = std::iter::once(fan()).chain(ran("root", 1, 0)).collect();
@@ -142,13 +76,13 @@ fn a_step_is_scheduled_only_once_its_last_need_succeeded() {
         started("alpha", 1),
     ]);
     assert_eq!(
-        given(history.clone()).when(advance(2)),
+        given(history.clone()).when(advance(2)).expect("accepted"),
         vec![],
         "alpha still runs"
     );
     history.push(succeeded("alpha", 1));
     assert_eq!(
-        given(history).when(advance(2)),
+        given(history).when(advance(2)).expect("accepted"),
         vec![scheduled("join", 1, 2)]
     );
 }
@@ -157,7 +91,7 @@ fn a_step_is_scheduled_only_once_its_last_need_succeeded() {
 fn steps_that_become_ready_together_are_scheduled_in_blueprint_order() {
     let history = std::iter::once(fan()).chain(ran("root", 1, 0));
     assert_eq!(
-        given(history).when(advance(1)),
+        given(history).when(advance(1)).expect("accepted"),
         vec![
             scheduled("zeta", 1, 1),
             scheduled("alpha", 1, 1),
@@ -180,9 +114,9 @@ fn a_step_whose_need_is_retried_waits_for_the_retry_to_succeed() {
         not_before: t(7),
     });
     let retrying = given(history.clone());
-    assert_eq!(retrying.when(advance(8)), vec![]);
+    assert_eq!(retrying.when(advance(8)).expect("accepted"), vec![]);
     assert_eq!(
-        actions(&retrying.0),
+        actions(retrying.state()),
         vec![Action::RunAttempt {
             step: "alpha".into(),
             attempt: 2,
@@ -191,7 +125,7 @@ fn a_step_whose_need_is_retried_waits_for_the_retry_to_succeed() {
     );
     history.extend([started("alpha", 2), succeeded("alpha", 2)]);
     assert_eq!(
-        given(history).when(advance(9)),
+        given(history).when(advance(9)).expect("accepted"),
         vec![scheduled("join", 1, 9)]
     );
 }
@@ -207,18 +141,24 @@ fn a_failure_for_good_abandons_the_waiting_steps_in_blueprint_order_and_waits_fo
         started("zeta", 1),
     ]);
     let given = given(history);
-    let running: Vec<&String> = given.0.running_steps().map(|(name, _)| name).collect();
+    let running: Vec<&String> = given
+        .state()
+        .running_steps()
+        .map(|(name, _)| name)
+        .collect();
     assert_eq!(running, ["zeta", "alpha"], "in blueprint order");
     assert_eq!(
-        given.when(C::RecordFailure {
-            step: "zeta".into(),
-            attempt: 1,
-            error_class: ErrorClass::StepFailed,
-            exit_code: Some(1),
-            message: "boom".into(),
-            duration_ms: 1,
-            now: t(2),
-        }),
+        given
+            .when(C::RecordFailure {
+                step: "zeta".into(),
+                attempt: 1,
+                error_class: ErrorClass::StepFailed,
+                exit_code: Some(1),
+                message: "boom".into(),
+                duration_ms: 1,
+                now: t(2),
+            })
+            .expect("accepted"),
         vec![
             E::StepAttemptFailed {
                 step: "zeta".into(),
@@ -250,10 +190,12 @@ fn a_cancel_abandons_waiting_and_running_steps_in_blueprint_order() {
     ]);
     let why = "cancelled by ada";
     assert_eq!(
-        given(history).when(C::Cancel {
-            requested_by: "ada".into(),
-            reason: "wrong branch".into(),
-        }),
+        given(history)
+            .when(C::Cancel {
+                requested_by: "ada".into(),
+                reason: "wrong branch".into(),
+            })
+            .expect("accepted"),
         vec![
             E::CancellationRequested {
                 requested_by: "ada".into(),
@@ -279,14 +221,20 @@ fn after_a_redrive_a_step_waits_for_its_redriven_need_and_not_for_one_that_had_s
         steps: vec!["b".into(), "c".into()],
     });
     assert_eq!(
-        given(history.clone()).when(advance(5)),
+        given(history.clone()).when(advance(5)).expect("accepted"),
         vec![scheduled("b", 2, 5)],
         "a stays done; c waits for b"
     );
     history.extend([scheduled("b", 2, 5), started("b", 2)]);
-    assert_eq!(given(history.clone()).when(advance(6)), vec![]);
+    assert_eq!(
+        given(history.clone()).when(advance(6)).expect("accepted"),
+        vec![]
+    );
     history.push(succeeded("b", 2));
-    assert_eq!(given(history).when(advance(7)), vec![scheduled("c", 1, 7)]);
+    assert_eq!(
+        given(history).when(advance(7)).expect("accepted"),
+        vec![scheduled("c", 1, 7)]
+    );
 }
 
 /// How each attempt of the wide deployment ends: `(step, attempt)` pairs that fail.
@@ -509,11 +457,14 @@ fn a_redrive_recorded_with_a_step_that_had_succeeded_runs_it_again_before_what_n
         steps: vec!["a".into(), "b".into(), "c".into()],
     });
     assert_eq!(
-        given(history.clone()).when(advance(5)),
+        given(history.clone()).when(advance(5)).expect("accepted"),
         vec![scheduled("a", 2, 5)]
     );
     history.extend([scheduled("a", 2, 5), started("a", 2), succeeded("a", 2)]);
-    assert_eq!(given(history).when(advance(6)), vec![scheduled("b", 2, 6)]);
+    assert_eq!(
+        given(history).when(advance(6)).expect("accepted"),
+        vec![scheduled("b", 2, 6)]
+    );
 }
 
 #[test]
@@ -525,7 +476,7 @@ fn the_actions_of_the_attempts_just_decided_are_those_every_waiting_attempt_call
         scheduled("mid", 1, 1),
         started("zeta", 1),
     ]);
-    let state = given(history).0;
+    let state = given(history).state().clone();
     let decided = [
         ("zeta", 1),
         ("alpha", 1),
