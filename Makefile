@@ -18,6 +18,7 @@ demo: build
 test: setup
 	scripts/check-pure.sh
 	scripts/check-stack.sh
+	scripts/check-kinds.py
 	scripts/check-book.sh
 	cargo test --workspace --no-fail-fast
 

@@ -97,8 +97,6 @@ pub struct ParsedBlueprint {
 /// Who the engine logs in as on a bastion that does not say.
 pub const DEFAULT_BASTION_USER: &str = "root";
 
-/// The step kind that makes servers in the tenant's cloud, by name.
-pub const SERVERS_KIND: &str = crate::kind::servers::NAME;
 
 /// Parses and validates a blueprint's YAML text. A text too large or too deep, or with a key
 /// given twice, is refused before it is read: which of two equal keys was meant is unknown, so

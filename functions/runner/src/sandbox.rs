@@ -1,7 +1,11 @@
-//! What the sandbox port answers besides a plain result: a job it cannot run as given
-//! ([`Unrunnable`], which no retry mends, so the attempt fails), an infrastructure failure
-//! ([`RunError::Failed`], which the engine retries once the job's lease runs out), and the
-//! step's `$OVERTURE_OUTPUTS` file as it was read back ([`OutputsFile`]).
+//! The sandbox port: all a sandbox implementation takes from the runner (`overture-sandbox` on
+//! bubblewrap, the Fargate step task), and nothing else of its internals. [`RunSandboxed`] runs a
+//! [`SandboxJob`] into a [`SandboxResult`]; what it answers besides a plain result is a job it
+//! cannot run as given ([`Unrunnable`], which no retry mends, so the attempt fails), an
+//! infrastructure failure ([`RunError::Failed`], which the engine retries once the job's lease
+//! runs out), and the step's `$OVERTURE_OUTPUTS` file as it was read back ([`OutputsFile`]).
+//! What every sandbox does with a step's working directory is re-exported from
+//! [`crate::workspace`], and the limits a command can run into from [`crate::limits`].
 
 use std::future::Future;
 use std::pin::Pin;
@@ -10,7 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use overture_domain::secret::SecretString;
 
-use crate::PortError;
+pub use crate::PortError;
 
 pub use crate::limits::LimitReached;
 pub use crate::workspace::{

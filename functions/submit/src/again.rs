@@ -7,7 +7,8 @@
 
 use std::collections::BTreeMap;
 
-use overture_domain::blueprint::{BlueprintError, BlueprintProblem, SERVERS_KIND};
+use overture_domain::blueprint::{BlueprintError, BlueprintProblem};
+use overture_domain::kind::{self, Kind};
 use overture_domain::secret::SecretValues;
 use overture_domain::{
     Deployment, DeploymentCommand, DeploymentError, DeploymentState, StepStatus,
@@ -175,7 +176,7 @@ fn keys_still_trusted(state: &DeploymentState) -> Result<(), SubmitError> {
         return Ok(());
     };
     let made_servers = blueprint.steps.iter().any(|spec| {
-        spec.kind == SERVERS_KIND
+        kind::is(spec, Kind::Servers)
             && state
                 .steps
                 .get(&spec.name)

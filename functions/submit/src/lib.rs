@@ -31,9 +31,9 @@ pub mod http;
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use overture_domain::blueprint::SERVERS_KIND;
 use overture_domain::blueprint::{self, BlueprintError, BlueprintProblem};
 use overture_domain::deployment::SealedCredentials;
+use overture_domain::kind::{self, Kind};
 use overture_domain::secret::{
     too_short, SecretString, SecretValues, MIN_SECRET, SSH_KEY_SECRET, TOKEN_SECRET,
 };
@@ -82,7 +82,7 @@ pub struct CloudSession {
 }
 
 /// The step kinds that put the deployment's SSH key on servers or log in with it.
-const KINDS_USING_THE_KEY: [&str; 2] = ["ansible", SERVERS_KIND];
+const KINDS_USING_THE_KEY: [Kind; 2] = [Kind::Ansible, Kind::Servers];
 
 /// Keeps a deployment's secret values sealed until it ends.
 #[async_trait]
@@ -185,7 +185,11 @@ pub enum SubmitError {
 /// Whether a blueprint acts in a cloud (makes servers there, or opens a bastion), and so needs
 /// the user's token.
 pub fn needs_cloud(blueprint: &BlueprintSnapshot) -> bool {
-    blueprint.bastion.is_some() || blueprint.steps.iter().any(|step| step.kind == SERVERS_KIND)
+    blueprint.bastion.is_some()
+        || blueprint
+            .steps
+            .iter()
+            .any(|step| kind::is(step, Kind::Servers))
 }
 
 /// Validates, seals and records a deployment; returns its id.
@@ -316,7 +320,7 @@ pub(crate) async fn seal_for(
         || blueprint
             .steps
             .iter()
-            .any(|step| KINDS_USING_THE_KEY.contains(&step.kind.as_str()));
+            .any(|step| Kind::of(step).is_some_and(|kind| KINDS_USING_THE_KEY.contains(&kind)));
     let mut to_seal = secrets;
     let ssh_public_key = if uses_key {
         let (private, public) = deployment_key(deployment)?;

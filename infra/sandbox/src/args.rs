@@ -198,109 +198,11 @@ pub(super) fn command_line(
     fds: Fds,
 ) -> Vec<OsString> {
     let mut args = Vec::new();
-    // bubblewrap is started with an empty environment already; --clearenv makes sure the step
-    // gets only what --args sets even if that ever changes.
-    push(&mut args, ["--clearenv", "--args", &fds.args.to_string()]);
-    push(&mut args, ["--json-status-fd", &fds.status.to_string()]);
-    push(&mut args, ["--block-fd", &fds.block.to_string()]);
-
-    push(
-        &mut args,
-        [
-            "--unshare-pid",
-            "--unshare-ipc",
-            "--unshare-uts",
-            "--unshare-cgroup-try",
-        ],
-    );
-    // A step with a network policy gets its own namespace too, connected by `network`.
-    if !request.network || request.network_policy.is_some() {
-        push(&mut args, ["--unshare-net"]);
-    }
-    // As root, the sandbox would otherwise keep every capability and could remount /usr
-    // read-write. Only what `setpriv` needs to become the step's user is kept, and only until
-    // it does (the sandbox's init keeps none); bubblewrap also sets no_new_privs, so no exec can
-    // win any back.
-    args.extend(kept_capabilities());
-    push(
-        &mut args,
-        ["--die-with-parent", "--new-session", "--hostname", HOSTNAME],
-    );
-
-    args.extend(layout.args.iter().cloned());
-    for name in ["passwd", "group"] {
-        let host = workspace.join(ETC_DIR).join(name);
-        let inside = Path::new("/etc").join(name);
-        push(
-            &mut args,
-            [
-                OsStr::new("--ro-bind"),
-                host.as_os_str(),
-                inside.as_os_str(),
-            ],
-        );
-    }
-    push(&mut args, ["--proc", "/proc"]);
-    // The kernel's global knobs, read-only on top of the step's uid: bubblewrap covers
-    // /proc/irq and /proc/bus itself, not these. /proc/sys still shows the sandbox's own
-    // network namespace, since its net/ part follows the reader.
-    push(&mut args, ["--ro-bind", "/proc/sys", "/proc/sys"]);
-    push(
-        &mut args,
-        [
-            "--ro-bind-try",
-            "/proc/sysrq-trigger",
-            "/proc/sysrq-trigger",
-        ],
-    );
-    // /tmp and /dev/shm as everywhere: anyone's to write, each file its owner's (sticky).
-    // Python's multiprocessing (ansible) needs /dev/shm.
-    push(&mut args, ["--dev", "/dev"]);
-    for shared in ["/tmp", "/dev/shm"] {
-        push(&mut args, ["--perms", "1777", "--tmpfs", shared]);
-    }
-
-    let work = workspace.join(WORK_DIR);
-    push(
-        &mut args,
-        [
-            OsStr::new("--bind"),
-            work.as_os_str(),
-            OsStr::new(SANDBOX_WORK),
-        ],
-    );
-    let outputs = workspace.join(OUTPUTS_FILE);
-    push(
-        &mut args,
-        [
-            OsStr::new("--bind"),
-            outputs.as_os_str(),
-            OsStr::new(SANDBOX_OUTPUTS),
-        ],
-    );
+    descriptor_args(&mut args, fds);
+    namespace_args(&mut args, request);
+    system_mounts(&mut args, layout, workspace);
     let inline = command_file(&request.command).is_none();
-    if !inline {
-        let script = workspace.join(COMMAND_FILE);
-        push(
-            &mut args,
-            [
-                OsStr::new("--ro-bind"),
-                script.as_os_str(),
-                OsStr::new(SANDBOX_COMMAND),
-            ],
-        );
-    }
-    if let Some(program) = engine_program {
-        // Read-only: the step runs the engine's code, it must not be able to change it.
-        push(
-            &mut args,
-            [
-                OsStr::new("--ro-bind"),
-                program.as_os_str(),
-                OsStr::new(ENGINE_PROGRAM),
-            ],
-        );
-    }
+    work_mounts(&mut args, workspace, inline, engine_program);
     push(&mut args, ["--chdir", SANDBOX_WORK]);
     // Last of the mounts: after it, nothing more can be created in the root.
     push(&mut args, ["--remount-ro", "/"]);
@@ -313,6 +215,128 @@ pub(super) fn command_line(
         push(&mut args, ["/bin/sh", SANDBOX_COMMAND]);
     }
     args
+}
+
+/// The descriptors bubblewrap reads the environment from, reports on and waits on.
+fn descriptor_args(args: &mut Vec<OsString>, fds: Fds) {
+    // bubblewrap is started with an empty environment already; --clearenv makes sure the step
+    // gets only what --args sets even if that ever changes.
+    push(args, ["--clearenv", "--args", &fds.args.to_string()]);
+    push(args, ["--json-status-fd", &fds.status.to_string()]);
+    push(args, ["--block-fd", &fds.block.to_string()]);
+}
+
+/// The namespaces the sandbox gets of its own, the capabilities it keeps, and its session.
+fn namespace_args(args: &mut Vec<OsString>, request: &SandboxRequest) {
+    push(
+        args,
+        [
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+        ],
+    );
+    // A step with a network policy gets its own namespace too, connected by `network`.
+    if !request.network || request.network_policy.is_some() {
+        push(args, ["--unshare-net"]);
+    }
+    // As root, the sandbox would otherwise keep every capability and could remount /usr
+    // read-write. Only what `setpriv` needs to become the step's user is kept, and only until
+    // it does (the sandbox's init keeps none); bubblewrap also sets no_new_privs, so no exec can
+    // win any back.
+    args.extend(kept_capabilities());
+    push(
+        args,
+        ["--die-with-parent", "--new-session", "--hostname", HOSTNAME],
+    );
+}
+
+/// The host's system, read-only, the step's `/etc/passwd` and `/etc/group`, `/proc`, `/dev`
+/// and the shared temporary folders.
+fn system_mounts(args: &mut Vec<OsString>, layout: &SystemLayout, workspace: &Path) {
+    args.extend(layout.args.iter().cloned());
+    for name in ["passwd", "group"] {
+        let host = workspace.join(ETC_DIR).join(name);
+        let inside = Path::new("/etc").join(name);
+        push(
+            args,
+            [
+                OsStr::new("--ro-bind"),
+                host.as_os_str(),
+                inside.as_os_str(),
+            ],
+        );
+    }
+    push(args, ["--proc", "/proc"]);
+    // The kernel's global knobs, read-only on top of the step's uid: bubblewrap covers
+    // /proc/irq and /proc/bus itself, not these. /proc/sys still shows the sandbox's own
+    // network namespace, since its net/ part follows the reader.
+    push(args, ["--ro-bind", "/proc/sys", "/proc/sys"]);
+    push(
+        args,
+        [
+            "--ro-bind-try",
+            "/proc/sysrq-trigger",
+            "/proc/sysrq-trigger",
+        ],
+    );
+    // /tmp and /dev/shm as everywhere: anyone's to write, each file its owner's (sticky).
+    // Python's multiprocessing (ansible) needs /dev/shm.
+    push(args, ["--dev", "/dev"]);
+    for shared in ["/tmp", "/dev/shm"] {
+        push(args, ["--perms", "1777", "--tmpfs", shared]);
+    }
+}
+
+/// The step's own files: its working folder, its outputs file, its command file when the
+/// command is not `inline`, and the engine's program when it is given.
+fn work_mounts(
+    args: &mut Vec<OsString>,
+    workspace: &Path,
+    inline: bool,
+    engine_program: Option<&Path>,
+) {
+    let work = workspace.join(WORK_DIR);
+    push(
+        args,
+        [
+            OsStr::new("--bind"),
+            work.as_os_str(),
+            OsStr::new(SANDBOX_WORK),
+        ],
+    );
+    let outputs = workspace.join(OUTPUTS_FILE);
+    push(
+        args,
+        [
+            OsStr::new("--bind"),
+            outputs.as_os_str(),
+            OsStr::new(SANDBOX_OUTPUTS),
+        ],
+    );
+    if !inline {
+        let script = workspace.join(COMMAND_FILE);
+        push(
+            args,
+            [
+                OsStr::new("--ro-bind"),
+                script.as_os_str(),
+                OsStr::new(SANDBOX_COMMAND),
+            ],
+        );
+    }
+    if let Some(program) = engine_program {
+        // Read-only: the step runs the engine's code, it must not be able to change it.
+        push(
+            args,
+            [
+                OsStr::new("--ro-bind"),
+                program.as_os_str(),
+                OsStr::new(ENGINE_PROGRAM),
+            ],
+        );
+    }
 }
 
 /// Every capability dropped but [`SWITCH_USER_CAPS`], as bubblewrap arguments.

@@ -60,14 +60,14 @@ use tracing::Instrument;
 pub use error::SandboxError;
 pub use network::{Destination, DestinationError, NetworkPolicy};
 /// How much of a step's outputs file and collected files is read back, as on every form.
-pub use overture_runner::workspace::{MAX_COLLECTED_FILE, MAX_OUTPUTS_FILE};
+pub use overture_runner::sandbox::{MAX_COLLECTED_FILE, MAX_OUTPUTS_FILE};
 pub use request::{
     Exit, LimitReached, OutputLog, OutputsFile, SandboxOutcome, SandboxRequest, StepLimits,
     ENGINE_PROGRAM, STEP_GID, STEP_UID,
 };
 
 use args::{Fds, SystemLayout};
-use overture_runner::workspace::TailBuffer;
+use overture_runner::sandbox::TailBuffer;
 use sys::Pidfd;
 use workspace::Workspace;
 
@@ -248,7 +248,82 @@ impl Bubblewrap {
             status: status_write.as_raw_fd(),
             block: block_read.as_raw_fd(),
         };
+        let mut child = self.spawn(workspace, request, fds)?;
+        let started = Instant::now();
+        // bubblewrap has its own copies now; ours would keep the pipes from ever closing.
+        drop((env, status_write, block_read));
 
+        let tail = Arc::new(Mutex::new(TailBuffer::new(request.output_limit)));
+        let Some(stdout) = child.stdout.take() else {
+            return Err(process("capture output")(std::io::Error::other(
+                "bubblewrap's stdout was not piped",
+            )));
+        };
+        let capture = tokio::spawn(output::capture(stdout, Arc::clone(&tail), log));
+
+        let held = hold_init(status_read, &group, workspace, request, &mut child).await?;
+        // Let the command start. If the sandbox died during its setup instead, nobody is
+        // listening, and bubblewrap's exit says why.
+        let _ = sys::send_byte(&block_write);
+        drop(block_write);
+
+        let ended = wait_for_end(&mut child, started, request.timeout, cancel).await?;
+        let duration = started.elapsed();
+        if let Ended::Killed(_) = ended {
+            kill_sandbox(&mut child, held.init.as_ref()).await?;
+        }
+        end_sandbox(held.init, held.pasta).await?;
+        // Every writer of the pipe is gone now, so it is at end of file, or about to be.
+        let mut capture = capture;
+        if tokio::time::timeout(KILL_GRACE, &mut capture)
+            .await
+            .is_err()
+        {
+            capture.abort();
+            return Err(SandboxError::StillRunning { grace: KILL_GRACE });
+        }
+        let output = output::take(&tail);
+
+        let exit = match ended {
+            Ended::Killed(exit) => exit,
+            Ended::Exited(status) => {
+                let status_lines = held.status_lines;
+                let exit_code = blocking(move || read_exit_code(status_lines))
+                    .await
+                    .map_err(process("read bubblewrap's status"))?;
+                exit_of(status, exit_code, &output)?
+            }
+        };
+        // A step that failed may have failed for a limit; one that coped with it succeeded.
+        let exit = match exit {
+            Exit::Code(_) | Exit::Signal(_) if !exit.success() => {
+                let work = workspace.dir().join(workspace::WORK_DIR);
+                limits::reached(Some(&group), &work, &request.limits)
+                    .map_or(exit, Exit::LimitReached)
+            }
+            other => other,
+        };
+        let outputs_file = workspace.read_outputs(MAX_OUTPUTS_FILE).await?;
+        let collected = workspace
+            .collect(&request.collect, MAX_COLLECTED_FILE)
+            .await?;
+        Ok(SandboxOutcome {
+            exit,
+            output,
+            outputs_file,
+            duration,
+            collected,
+        })
+    }
+
+    /// Starts bubblewrap on the sandbox's command line, with nothing of the engine's
+    /// environment and the descriptors in `fds` left open for it.
+    fn spawn(
+        &self,
+        workspace: &Workspace,
+        request: &SandboxRequest,
+        fds: Fds,
+    ) -> Result<Child, SandboxError> {
         let mut command = Command::new(&self.program);
         command
             .args(args::command_line(
@@ -280,141 +355,120 @@ impl Bubblewrap {
         }
         // --die-with-parent ties bubblewrap to this thread, not this process; `run` is async, so
         // this is a runtime worker thread, which lives as long as the runtime.
-        let mut child = command
+        command
             .spawn()
-            .map_err(|source| spawn_error(&self.program, source))?;
-        let started = Instant::now();
-        // bubblewrap has its own copies now; ours would keep the pipes from ever closing.
-        drop((env, status_write, block_read));
+            .map_err(|source| spawn_error(&self.program, source))
+    }
+}
 
-        let tail = Arc::new(Mutex::new(TailBuffer::new(request.output_limit)));
-        let Some(stdout) = child.stdout.take() else {
-            return Err(process("capture output")(std::io::Error::other(
-                "bubblewrap's stdout was not piped",
-            )));
-        };
-        let capture = tokio::spawn(output::capture(stdout, Arc::clone(&tail), log));
+/// The sandbox's init while it is held before the command starts: in its cgroup, with its
+/// network attached, and bubblewrap's status lines still to read.
+struct HeldInit {
+    init: Option<KillOnDrop>,
+    status_lines: BufReader<std::fs::File>,
+    pasta: Option<network::Pasta>,
+}
 
-        // bubblewrap writes the init's pid before letting it set up; from then until it gets
-        // our byte on `block_read`, the init is alive unless its setup failed, so the pid cannot
-        // have been reused when the pidfd opens.
-        let (init_pid, status_lines) = blocking(move || {
-            let mut lines = BufReader::new(std::fs::File::from(status_read));
-            let mut first = String::new();
-            lines.read_line(&mut first)?;
-            Ok((status_field(&first, "child-pid"), lines))
-        })
-        .await
-        .map_err(process("read bubblewrap's status"))?;
-        let init = match init_pid.and_then(|pid| u32::try_from(pid).ok()) {
-            Some(pid) => Pidfd::open(pid)
-                .map_err(process("open the sandbox's init process"))?
-                .map(KillOnDrop),
-            None => None,
-        };
-        if let (Some(pid), Some(_)) = (init_pid.and_then(|pid| u32::try_from(pid).ok()), &init) {
-            // Before the init starts the step: from here on, all it forks is in the group.
-            group.add(pid).map_err(|source| SandboxError::Limits {
-                action: "move the sandbox into its cgroup",
-                source,
-            })?;
-        }
-        // The step's own network, while its init is still held: see `network`.
-        let pasta = match (init_pid, &request.network_policy) {
-            (Some(pid), Some(policy)) if request.network => {
-                let pid = u32::try_from(pid).unwrap_or_default();
-                match network::attach(pid, policy, workspace.dir()).await {
-                    Ok(pasta) => Some(pasta),
-                    Err(error) => {
-                        kill_sandbox(&mut child, init.as_ref()).await?;
-                        return Err(error);
-                    }
+/// Takes hold of the sandbox's init, which bubblewrap holds until it gets our byte: opens it,
+/// moves it into the attempt's cgroup, and attaches the step's own network.
+async fn hold_init(
+    status_read: std::os::fd::OwnedFd,
+    group: &cgroup::AttemptGroup,
+    workspace: &Workspace,
+    request: &SandboxRequest,
+    child: &mut Child,
+) -> Result<HeldInit, SandboxError> {
+    // bubblewrap writes the init's pid before letting it set up; from then until it gets
+    // our byte on `block_read`, the init is alive unless its setup failed, so the pid cannot
+    // have been reused when the pidfd opens.
+    let (init_pid, status_lines) = blocking(move || {
+        let mut lines = BufReader::new(std::fs::File::from(status_read));
+        let mut first = String::new();
+        lines.read_line(&mut first)?;
+        Ok((status_field(&first, "child-pid"), lines))
+    })
+    .await
+    .map_err(process("read bubblewrap's status"))?;
+    let init = match init_pid.and_then(|pid| u32::try_from(pid).ok()) {
+        Some(pid) => Pidfd::open(pid)
+            .map_err(process("open the sandbox's init process"))?
+            .map(KillOnDrop),
+        None => None,
+    };
+    if let (Some(pid), Some(_)) = (init_pid.and_then(|pid| u32::try_from(pid).ok()), &init) {
+        // Before the init starts the step: from here on, all it forks is in the group.
+        group.add(pid).map_err(|source| SandboxError::Limits {
+            action: "move the sandbox into its cgroup",
+            source,
+        })?;
+    }
+    // The step's own network, while its init is still held: see `network`.
+    let pasta = match (init_pid, &request.network_policy) {
+        (Some(pid), Some(policy)) if request.network => {
+            let pid = u32::try_from(pid).unwrap_or_default();
+            match network::attach(pid, policy, workspace.dir()).await {
+                Ok(pasta) => Some(pasta),
+                Err(error) => {
+                    kill_sandbox(child, init.as_ref()).await?;
+                    return Err(error);
                 }
             }
-            _ => None,
-        };
-        // Let the command start. If the sandbox died during its setup instead, nobody is
-        // listening, and bubblewrap's exit says why.
-        let _ = sys::send_byte(&block_write);
-        drop(block_write);
+        }
+        _ => None,
+    };
+    Ok(HeldInit {
+        init,
+        status_lines,
+        pasta,
+    })
+}
 
-        let deadline = started.checked_add(request.timeout);
-        let timer = async {
-            match deadline {
-                Some(deadline) => tokio::time::sleep_until(deadline).await,
-                // Beyond the end of time: never.
-                None => std::future::pending().await,
-            }
-        };
-        let ended = tokio::select! {
-            status = child.wait() => Ended::Exited(status.map_err(process("wait for bubblewrap"))?),
-            () = timer => Ended::Killed(Exit::TimedOut),
-            () = cancel => Ended::Killed(Exit::Cancelled),
-        };
-        let duration = started.elapsed();
+/// Waits for bubblewrap to exit, the timeout to pass, or `cancel` to resolve.
+async fn wait_for_end(
+    child: &mut Child,
+    started: Instant,
+    timeout: Duration,
+    cancel: impl Future<Output = ()>,
+) -> Result<Ended, SandboxError> {
+    let deadline = started.checked_add(timeout);
+    let timer = async {
+        match deadline {
+            Some(deadline) => tokio::time::sleep_until(deadline).await,
+            // Beyond the end of time: never.
+            None => std::future::pending().await,
+        }
+    };
+    Ok(tokio::select! {
+        status = child.wait() => Ended::Exited(status.map_err(process("wait for bubblewrap"))?),
+        () = timer => Ended::Killed(Exit::TimedOut),
+        () = cancel => Ended::Killed(Exit::Cancelled),
+    })
+}
 
-        if let Ended::Killed(_) = ended {
-            kill_sandbox(&mut child, init.as_ref()).await?;
-        }
-        // Even after a normal exit: bubblewrap leaves as soon as the command does, and anything
-        // the command left running in the background must not outlive `run`.
-        if let Some(init) = init {
-            init.0.kill().map_err(process("kill the sandbox"))?;
-            let waiting = init
-                .0
-                .try_clone()
-                .map_err(process("wait for the sandbox"))?;
-            let exited = blocking(move || waiting.wait_exited_blocking(KILL_GRACE))
-                .await
-                .map_err(process("wait for the sandbox"))?;
-            if !exited {
-                return Err(SandboxError::StillRunning { grace: KILL_GRACE });
-            }
-        }
-        if let Some(pasta) = pasta {
-            pasta.stop().await?;
-        }
-        // Every writer of the pipe is gone now, so it is at end of file, or about to be.
-        let mut capture = capture;
-        if tokio::time::timeout(KILL_GRACE, &mut capture)
+/// Kills the sandbox's init and waits for it, even after a normal exit: bubblewrap leaves as
+/// soon as the command does, and anything the command left running in the background must not
+/// outlive `run`. Then stops the step's network.
+async fn end_sandbox(
+    init: Option<KillOnDrop>,
+    pasta: Option<network::Pasta>,
+) -> Result<(), SandboxError> {
+    if let Some(init) = init {
+        init.0.kill().map_err(process("kill the sandbox"))?;
+        let waiting = init
+            .0
+            .try_clone()
+            .map_err(process("wait for the sandbox"))?;
+        let exited = blocking(move || waiting.wait_exited_blocking(KILL_GRACE))
             .await
-            .is_err()
-        {
-            capture.abort();
+            .map_err(process("wait for the sandbox"))?;
+        if !exited {
             return Err(SandboxError::StillRunning { grace: KILL_GRACE });
         }
-        let output = output::take(&tail);
-
-        let exit = match ended {
-            Ended::Killed(exit) => exit,
-            Ended::Exited(status) => {
-                let exit_code = blocking(move || read_exit_code(status_lines))
-                    .await
-                    .map_err(process("read bubblewrap's status"))?;
-                exit_of(status, exit_code, &output)?
-            }
-        };
-        // A step that failed may have failed for a limit; one that coped with it succeeded.
-        let exit = match exit {
-            Exit::Code(_) | Exit::Signal(_) if !exit.success() => {
-                let work = workspace.dir().join(workspace::WORK_DIR);
-                limits::reached(Some(&group), &work, &request.limits)
-                    .map_or(exit, Exit::LimitReached)
-            }
-            other => other,
-        };
-        let outputs_file = workspace.read_outputs(MAX_OUTPUTS_FILE).await?;
-        let collected = workspace
-            .collect(&request.collect, MAX_COLLECTED_FILE)
-            .await?;
-        Ok(SandboxOutcome {
-            exit,
-            output,
-            outputs_file,
-            duration,
-            collected,
-        })
     }
+    if let Some(pasta) = pasta {
+        pasta.stop().await?;
+    }
+    Ok(())
 }
 
 impl Bubblewrap {

@@ -11,7 +11,7 @@ use std::io;
 use std::path::Path;
 
 use overture_events::StepLimits;
-use overture_runner::limits::LimitReached;
+use overture_runner::sandbox::LimitReached;
 
 use super::cgroup::{AttemptGroup, Reached};
 

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use overture_runner::workspace::TailBuffer;
+use overture_runner::sandbox::TailBuffer;
 
 use super::request::OutputLog;
 

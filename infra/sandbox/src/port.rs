@@ -1,7 +1,7 @@
 //! The runner's sandbox port ([`RunSandboxed`]) on bubblewrap.
 
 use async_trait::async_trait;
-use overture_runner::{
+use overture_runner::sandbox::{
     Cancel, PortError, RunError, RunSandboxed, SandboxExit, SandboxJob, SandboxResult, Unrunnable,
 };
 

@@ -15,8 +15,8 @@ use super::network::NetworkPolicy;
 use super::{MAX_COMMAND, MAX_ENVIRONMENT, MAX_VARIABLE};
 
 pub use overture_events::StepLimits;
-pub use overture_runner::limits::LimitReached;
-pub use overture_runner::{OutputsFile, ENGINE_PROGRAM};
+pub use overture_runner::sandbox::LimitReached;
+pub use overture_runner::sandbox::{OutputsFile, ENGINE_PROGRAM};
 
 /// The uid every step runs as, on the host as in the sandbox: no account has it (Debian reserves
 /// 65000–65533 and never hands them out), so a step owns nothing outside its own workspace.
@@ -276,7 +276,7 @@ fn invalid_env(name: &str, reason: &'static str) -> SandboxError {
 }
 
 fn validate_file_path(path: &Path) -> Result<(), SandboxError> {
-    match overture_runner::workspace::path_outside(path) {
+    match overture_runner::sandbox::path_outside(path) {
         Some(reason) => Err(SandboxError::InvalidFilePath {
             path: path.to_owned(),
             reason,

@@ -20,9 +20,9 @@ use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-pub(super) use overture_runner::workspace::read_inside;
-use overture_runner::workspace::read_outputs_file;
-use overture_runner::OutputsFile;
+pub(super) use overture_runner::sandbox::read_inside;
+use overture_runner::sandbox::read_outputs_file;
+use overture_runner::sandbox::OutputsFile;
 
 use super::error::SandboxError;
 use super::request::{STEP_GID, STEP_UID};
