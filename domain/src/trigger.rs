@@ -346,15 +346,21 @@ impl Trigger {
     }
 }
 
-/// Reads and checks a trigger file; every problem found is reported.
-pub fn parse(text: &str) -> Result<TriggerFile, BlueprintError> {
-    let mut problems = Vec::new();
-    let mut problem = |field: &str, text: String| {
-        problems.push(BlueprintProblem {
+/// The problems found in a trigger file, each at its field, in the order they were found.
+#[derive(Default)]
+struct Problems(Vec<BlueprintProblem>);
+
+impl Problems {
+    fn add(&mut self, field: &str, text: String) {
+        self.0.push(BlueprintProblem {
             field: field.to_owned(),
             problem: text,
         });
-    };
+    }
+}
+
+/// Reads and checks a trigger file; every problem found is reported.
+pub fn parse(text: &str) -> Result<TriggerFile, BlueprintError> {
     let root: serde_yaml_ng::Value = match serde_yaml_ng::from_str(text) {
         Ok(root) => root,
         Err(error) => {
@@ -374,10 +380,11 @@ pub fn parse(text: &str) -> Result<TriggerFile, BlueprintError> {
             problem: "missing: a trigger file is a mapping with a `triggers:` list".into(),
         }]));
     };
+    let mut problems = Problems::default();
     if let Some(mapping) = root.as_mapping() {
         for key in mapping.keys() {
             if key.as_str() != Some("triggers") {
-                problem(
+                problems.add(
                     "(top level)",
                     format!(
                         "unknown field `{}`: only `triggers` is allowed",
@@ -388,211 +395,261 @@ pub fn parse(text: &str) -> Result<TriggerFile, BlueprintError> {
         }
     }
     if list.is_empty() {
-        problem("triggers", "empty: add at least one trigger".into());
+        problems.add("triggers", "empty: add at least one trigger".into());
     }
     let mut names = BTreeSet::new();
     let mut triggers = Vec::new();
     for (index, item) in list.iter().enumerate() {
-        let Some(map) = item.as_mapping() else {
-            problem(
-                &format!("triggers[{index}]"),
-                "a trigger is a mapping with name, on, deploy and tenant".into(),
-            );
-            continue;
-        };
-        let get = |key: &str| map.get(key);
-        let name = get("name").and_then(|v| v.as_str()).map(str::to_owned);
-        let at = match &name {
-            Some(name) => format!("triggers.{name}"),
-            None => format!("triggers[{index}]"),
-        };
-        match &name {
-            None => problem(
-                &format!("{at}.name"),
-                "missing: give the trigger a name (it is recorded with every decision)".into(),
-            ),
-            Some(name) => {
-                if let Err(error) = check_name(name) {
-                    problem(&format!("{at}.name"), error.to_string());
-                } else if !names.insert(name.clone()) {
-                    problem(
-                        &format!("{at}.name"),
-                        "used twice: every trigger needs its own name".into(),
-                    );
-                }
-            }
-        }
-        for key in map.keys() {
-            let key = yaml_text(key);
-            if ![
-                "name", "on", "where", "deploy", "tenant", "params", "secrets",
-            ]
-            .contains(&key.as_str())
-            {
-                problem(
-                    &format!("{at}.{key}"),
-                    "unknown field: expected name, on, where, deploy, tenant, params or secrets"
-                        .into(),
-                );
-            }
-        }
-        let on = get("on").and_then(|v| v.as_mapping());
-        let on_text = |key: &str| on.and_then(|m| m.get(key)).and_then(|v| v.as_str());
-        let source = on_text("source");
-        let event_type = on_text("type");
-        if on.is_none() {
-            problem(
-                &format!("{at}.on"),
-                "missing: say which events it listens to, as on: { source: S, type: T }".into(),
-            );
-        } else {
-            if source.is_none_or(str::is_empty) {
-                problem(
-                    &format!("{at}.on.source"),
-                    "missing: the event source to listen to, e.g. `artifacts`".into(),
-                );
-            }
-            if event_type.is_none_or(str::is_empty) {
-                problem(
-                    &format!("{at}.on.type"),
-                    "missing: the event type to listen to, e.g. `release.published`".into(),
-                );
-            }
-            for key in on.into_iter().flat_map(|m| m.keys()) {
-                let key = yaml_text(key);
-                if key != "source" && key != "type" {
-                    problem(
-                        &format!("{at}.on.{key}"),
-                        "unknown field: `on` takes source and type".into(),
-                    );
-                }
-            }
-        }
-        let mut conditions = BTreeMap::new();
-        match get("where") {
-            None => {}
-            Some(serde_yaml_ng::Value::Mapping(map)) => {
-                for (key, value) in map {
-                    let path = yaml_text(key);
-                    let scalar = matches!(
-                        value,
-                        serde_yaml_ng::Value::String(_)
-                            | serde_yaml_ng::Value::Number(_)
-                            | serde_yaml_ng::Value::Bool(_)
-                    );
-                    if path.is_empty() || path.split('.').any(str::is_empty) {
-                        problem(
-                            &format!("{at}.where"),
-                            format!("`{path}` is not a dotted path such as data.channel"),
-                        );
-                    } else if !scalar {
-                        problem(
-                            &format!("{at}.where.{path}"),
-                            "must be a single value (text, number or true/false) to match exactly"
-                                .into(),
-                        );
-                    } else if let Ok(json) = serde_json::to_value(value) {
-                        conditions.insert(path, json);
-                    }
-                }
-            }
-            Some(_) => problem(
-                &format!("{at}.where"),
-                "must be a mapping of dotted paths to values, e.g. { \"data.channel\": stable }"
-                    .into(),
-            ),
-        }
-        let deploy = get("deploy").and_then(|v| v.as_str());
-        if deploy.is_none_or(str::is_empty) {
-            problem(
-                &format!("{at}.deploy"),
-                "missing: the blueprint file to deploy, relative to the trigger file".into(),
-            );
-        }
-        let tenant = get("tenant").and_then(|v| v.as_str());
-        match tenant {
-            None => problem(
-                &format!("{at}.tenant"),
-                "missing: the tenant the deployment is for".into(),
-            ),
-            Some(tenant) => {
-                if let Err(error) = check_name(tenant) {
-                    problem(&format!("{at}.tenant"), error.to_string());
-                }
-            }
-        }
-        let mut params = BTreeMap::new();
-        match get("params") {
-            None => {}
-            Some(serde_yaml_ng::Value::Mapping(map)) => {
-                for (key, value) in map {
-                    let key = yaml_text(key);
-                    let text = match value {
-                        serde_yaml_ng::Value::String(text) => text.clone(),
-                        serde_yaml_ng::Value::Number(n) => n.to_string(),
-                        serde_yaml_ng::Value::Bool(b) => b.to_string(),
-                        _ => {
-                            problem(
-                                &format!("{at}.params.{key}"),
-                                "must be a text, e.g. \"{{ event.data.version }}\"".into(),
-                            );
-                            continue;
-                        }
-                    };
-                    match EventTemplate::parse(&text) {
-                        Ok(template) => {
-                            params.insert(key, template);
-                        }
-                        Err(why) => problem(&format!("{at}.params.{key}"), why),
-                    }
-                }
-            }
-            Some(_) => problem(
-                &format!("{at}.params"),
-                "must be a mapping of parameter names to values".into(),
-            ),
-        }
-        let mut secrets = BTreeMap::new();
-        match get("secrets") {
-            None => {}
-            Some(serde_yaml_ng::Value::Mapping(map)) => {
-                for (key, value) in map {
-                    match value.as_str().filter(|v| !v.is_empty()) {
-                        Some(variable) => {
-                            secrets.insert(yaml_text(key), variable.to_owned());
-                        }
-                        None => problem(
-                            &format!("{at}.secrets.{}", yaml_text(key)),
-                            "must name the environment variable that holds the value".into(),
-                        ),
-                    }
-                }
-            }
-            Some(_) => problem(
-                &format!("{at}.secrets"),
-                "must be a mapping of secret names to environment variable names".into(),
-            ),
-        }
-        if let (Some(name), Some(source), Some(event_type), Some(deploy), Some(tenant)) =
-            (name, source, event_type, deploy, tenant)
-        {
-            triggers.push(Trigger {
-                name,
-                source: source.to_owned(),
-                event_type: event_type.to_owned(),
-                conditions,
-                deploy: deploy.to_owned(),
-                tenant: tenant.to_owned(),
-                params,
-                secrets,
-            });
-        }
+        triggers.extend(parse_trigger(index, item, &mut names, &mut problems));
     }
-    if problems.is_empty() {
+    if problems.0.is_empty() {
         Ok(TriggerFile { triggers })
     } else {
-        Err(BlueprintError(problems))
+        Err(BlueprintError(problems.0))
     }
+}
+
+/// The trigger at `index` of the list, when it has all it needs; what is wrong with it goes to
+/// `problems`. `names` holds the names taken so far.
+fn parse_trigger(
+    index: usize,
+    item: &serde_yaml_ng::Value,
+    names: &mut BTreeSet<String>,
+    problems: &mut Problems,
+) -> Option<Trigger> {
+    let Some(map) = item.as_mapping() else {
+        problems.add(
+            &format!("triggers[{index}]"),
+            "a trigger is a mapping with name, on, deploy and tenant".into(),
+        );
+        return None;
+    };
+    let get = |key: &str| map.get(key);
+    let name = get("name").and_then(|v| v.as_str()).map(str::to_owned);
+    let at = match &name {
+        Some(name) => format!("triggers.{name}"),
+        None => format!("triggers[{index}]"),
+    };
+    match &name {
+        None => problems.add(
+            &format!("{at}.name"),
+            "missing: give the trigger a name (it is recorded with every decision)".into(),
+        ),
+        Some(name) => {
+            if let Err(error) = check_name(name) {
+                problems.add(&format!("{at}.name"), error.to_string());
+            } else if !names.insert(name.clone()) {
+                problems.add(
+                    &format!("{at}.name"),
+                    "used twice: every trigger needs its own name".into(),
+                );
+            }
+        }
+    }
+    for key in map.keys() {
+        let key = yaml_text(key);
+        if ![
+            "name", "on", "where", "deploy", "tenant", "params", "secrets",
+        ]
+        .contains(&key.as_str())
+        {
+            problems.add(
+                &format!("{at}.{key}"),
+                "unknown field: expected name, on, where, deploy, tenant, params or secrets".into(),
+            );
+        }
+    }
+    let (source, event_type) = trigger_on(&at, get("on"), problems);
+    let conditions = trigger_where(&at, get("where"), problems);
+    let deploy = get("deploy").and_then(|v| v.as_str());
+    if deploy.is_none_or(str::is_empty) {
+        problems.add(
+            &format!("{at}.deploy"),
+            "missing: the blueprint file to deploy, relative to the trigger file".into(),
+        );
+    }
+    let tenant = get("tenant").and_then(|v| v.as_str());
+    match tenant {
+        None => problems.add(
+            &format!("{at}.tenant"),
+            "missing: the tenant the deployment is for".into(),
+        ),
+        Some(tenant) => {
+            if let Err(error) = check_name(tenant) {
+                problems.add(&format!("{at}.tenant"), error.to_string());
+            }
+        }
+    }
+    let params = trigger_params(&at, get("params"), problems);
+    let secrets = trigger_secrets(&at, get("secrets"), problems);
+    let (Some(name), Some(source), Some(event_type), Some(deploy), Some(tenant)) =
+        (name, source, event_type, deploy, tenant)
+    else {
+        return None;
+    };
+    Some(Trigger {
+        name,
+        source: source.to_owned(),
+        event_type: event_type.to_owned(),
+        conditions,
+        deploy: deploy.to_owned(),
+        tenant: tenant.to_owned(),
+        params,
+        secrets,
+    })
+}
+
+/// `on`: the source and type of the events the trigger listens to.
+fn trigger_on<'a>(
+    at: &str,
+    on: Option<&'a serde_yaml_ng::Value>,
+    problems: &mut Problems,
+) -> (Option<&'a str>, Option<&'a str>) {
+    let on = on.and_then(|v| v.as_mapping());
+    let on_text = |key: &str| on.and_then(|m| m.get(key)).and_then(|v| v.as_str());
+    let source = on_text("source");
+    let event_type = on_text("type");
+    if on.is_none() {
+        problems.add(
+            &format!("{at}.on"),
+            "missing: say which events it listens to, as on: { source: S, type: T }".into(),
+        );
+    } else {
+        if source.is_none_or(str::is_empty) {
+            problems.add(
+                &format!("{at}.on.source"),
+                "missing: the event source to listen to, e.g. `artifacts`".into(),
+            );
+        }
+        if event_type.is_none_or(str::is_empty) {
+            problems.add(
+                &format!("{at}.on.type"),
+                "missing: the event type to listen to, e.g. `release.published`".into(),
+            );
+        }
+        for key in on.into_iter().flat_map(|m| m.keys()) {
+            let key = yaml_text(key);
+            if key != "source" && key != "type" {
+                problems.add(
+                    &format!("{at}.on.{key}"),
+                    "unknown field: `on` takes source and type".into(),
+                );
+            }
+        }
+    }
+    (source, event_type)
+}
+
+/// `where`: the event's fields, by dotted path, and the values they must hold.
+fn trigger_where(
+    at: &str,
+    value: Option<&serde_yaml_ng::Value>,
+    problems: &mut Problems,
+) -> BTreeMap<String, serde_json::Value> {
+    let mut conditions = BTreeMap::new();
+    match value {
+        None => {}
+        Some(serde_yaml_ng::Value::Mapping(map)) => {
+            for (key, value) in map {
+                let path = yaml_text(key);
+                let scalar = matches!(
+                    value,
+                    serde_yaml_ng::Value::String(_)
+                        | serde_yaml_ng::Value::Number(_)
+                        | serde_yaml_ng::Value::Bool(_)
+                );
+                if path.is_empty() || path.split('.').any(str::is_empty) {
+                    problems.add(
+                        &format!("{at}.where"),
+                        format!("`{path}` is not a dotted path such as data.channel"),
+                    );
+                } else if !scalar {
+                    problems.add(
+                        &format!("{at}.where.{path}"),
+                        "must be a single value (text, number or true/false) to match exactly"
+                            .into(),
+                    );
+                } else if let Ok(json) = serde_json::to_value(value) {
+                    conditions.insert(path, json);
+                }
+            }
+        }
+        Some(_) => problems.add(
+            &format!("{at}.where"),
+            "must be a mapping of dotted paths to values, e.g. { \"data.channel\": stable }".into(),
+        ),
+    }
+    conditions
+}
+
+/// `params`: the deployment's parameters, each a template of the event.
+fn trigger_params(
+    at: &str,
+    value: Option<&serde_yaml_ng::Value>,
+    problems: &mut Problems,
+) -> BTreeMap<String, EventTemplate> {
+    let mut params = BTreeMap::new();
+    match value {
+        None => {}
+        Some(serde_yaml_ng::Value::Mapping(map)) => {
+            for (key, value) in map {
+                let key = yaml_text(key);
+                let text = match value {
+                    serde_yaml_ng::Value::String(text) => text.clone(),
+                    serde_yaml_ng::Value::Number(n) => n.to_string(),
+                    serde_yaml_ng::Value::Bool(b) => b.to_string(),
+                    _ => {
+                        problems.add(
+                            &format!("{at}.params.{key}"),
+                            "must be a text, e.g. \"{{ event.data.version }}\"".into(),
+                        );
+                        continue;
+                    }
+                };
+                match EventTemplate::parse(&text) {
+                    Ok(template) => {
+                        params.insert(key, template);
+                    }
+                    Err(why) => problems.add(&format!("{at}.params.{key}"), why),
+                }
+            }
+        }
+        Some(_) => problems.add(
+            &format!("{at}.params"),
+            "must be a mapping of parameter names to values".into(),
+        ),
+    }
+    params
+}
+
+/// `secrets`: the deployment's secrets, each by the environment variable that holds it.
+fn trigger_secrets(
+    at: &str,
+    value: Option<&serde_yaml_ng::Value>,
+    problems: &mut Problems,
+) -> BTreeMap<String, String> {
+    let mut secrets = BTreeMap::new();
+    match value {
+        None => {}
+        Some(serde_yaml_ng::Value::Mapping(map)) => {
+            for (key, value) in map {
+                match value.as_str().filter(|v| !v.is_empty()) {
+                    Some(variable) => {
+                        secrets.insert(yaml_text(key), variable.to_owned());
+                    }
+                    None => problems.add(
+                        &format!("{at}.secrets.{}", yaml_text(key)),
+                        "must name the environment variable that holds the value".into(),
+                    ),
+                }
+            }
+        }
+        Some(_) => problems.add(
+            &format!("{at}.secrets"),
+            "must be a mapping of secret names to environment variable names".into(),
+        ),
+    }
+    secrets
 }
 
 fn yaml_text(value: &serde_yaml_ng::Value) -> String {
