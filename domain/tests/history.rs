@@ -1,22 +1,15 @@
 //! A deployment's past from its log, given/when/then: given a stream, when it is read at a
 //! moment, then these records (or this error); and folding it is deterministic.
 
-use std::collections::BTreeMap;
-
-use chrono::{DateTime, TimeDelta, Utc};
-use overture_domain::blueprint::parse;
-use overture_domain::deployment::{Deployment, DeploymentCommand as C, DeploymentState};
+use chrono::TimeDelta;
+use overture_domain::deployment::{Deployment, DeploymentCommand as C};
 use overture_domain::history::{check_determinism, events_of, prefix, HistoryError, Moment};
 use overture_domain::projection::{project, DeploymentStatus};
+use overture_domain::testing::events::blueprint;
+use overture_domain::testing::{t, Life};
 use overture_domain::StepStatus;
-use overture_events::{
-    DeploymentEvent as E, DeploymentId, Envelope, ErrorClass, Metadata, Timestamp,
-};
+use overture_events::{DeploymentEvent as E, DeploymentId, Timestamp};
 use uuid::Uuid;
-
-fn t(seconds: i64) -> DateTime<Utc> {
-    DateTime::<Utc>::UNIX_EPOCH + TimeDelta::seconds(1_800_000_000 + seconds)
-}
 
 /// prepare → flaky; flaky retries step-failed once, 5 s later; a sibling `slow` runs beside it
 /// and gets a grace period of 60 s when flaky fails for good.
@@ -29,120 +22,16 @@ steps:
   slow: { run: noop }
 "#;
 
-/// Records what each command decides, as the handlers do, at the instant it is handled.
-struct Recorder {
-    state: DeploymentState,
-    events: Vec<(E, Timestamp)>,
-}
-
-impl Recorder {
-    fn new() -> Self {
-        let mut recorder = Self {
-            state: DeploymentState::default(),
-            events: Vec::new(),
-        };
-        recorder.handle(
-            0,
-            C::Request {
-                triggered_by: None,
-                tenant: "acme".into(),
-                requested_by: "ada".into(),
-                trigger: "cli".into(),
-                source: "flaky.yaml".into(),
-                blueprint: parse(BLUEPRINT).expect("valid").snapshot,
-                blueprint_hash: "h".into(),
-                params: BTreeMap::new(),
-                cloud: None,
-                sealed: None,
-            },
-        );
-        recorder
-    }
-
-    fn handle(&mut self, at: i64, command: C) -> &mut Self {
-        let events = Deployment::handle(&self.state, command).expect("the command is accepted");
-        for event in events {
-            self.state = Deployment::apply(std::mem::take(&mut self.state), event.clone());
-            self.events.push((event, t(at)));
-        }
-        self
-    }
-
-    fn start(&mut self, at: i64, step: &str, attempt: u32) -> &mut Self {
-        self.handle(
-            at,
-            C::StartAttempt {
-                step: step.into(),
-                attempt,
-                sandbox: format!("{step}-{attempt}"),
-                now: t(at),
-            },
-        )
-    }
-
-    fn fail(&mut self, at: i64, step: &str, attempt: u32) -> &mut Self {
-        self.handle(
-            at,
-            C::RecordFailure {
-                step: step.into(),
-                attempt,
-                error_class: ErrorClass::StepFailed,
-                exit_code: Some(3),
-                message: "boom".into(),
-                duration_ms: 10,
-                now: t(at),
-            },
-        )
-    }
-
-    fn succeed(&mut self, at: i64, step: &str) -> &mut Self {
-        self.handle(
-            at,
-            C::RecordSuccess {
-                step: step.into(),
-                attempt: 1,
-                outputs: BTreeMap::new(),
-                duration_ms: 10,
-            },
-        )
-    }
-
-    fn advance(&mut self, at: i64) -> &mut Self {
-        self.handle(at, C::Advance { now: t(at) })
-    }
-
-    fn envelopes(&self, id: DeploymentId) -> Vec<Envelope> {
-        self.events
-            .iter()
-            .enumerate()
-            .map(|(revision, (event, at))| Envelope {
-                stream: id.stream(),
-                revision: revision as u64,
-                id: Uuid::new_v4(),
-                event_type: event.event_type().into(),
-                data: event.data(),
-                metadata: Metadata {
-                    tenant: "acme".into(),
-                    actor: "test".into(),
-                    correlation_id: id.uuid(),
-                    causation_id: id.uuid(),
-                    recorded_at: *at,
-                },
-            })
-            .collect()
-    }
-}
-
 /// A whole deployment, decided command by command: prepare succeeds; flaky fails, is retried
 /// and fails again while slow runs; slow is abandoned at the end of the grace period; the
 /// secrets are purged and the deployment fails.
-fn failed_after_a_retry() -> Recorder {
-    let mut recorder = Recorder::new();
+fn failed_after_a_retry() -> Life {
+    let mut recorder = Life::requested(blueprint(BLUEPRINT));
     recorder
         .advance(1)
         .start(2, "prepare", 1)
         .start(2, "slow", 1)
-        .succeed(3, "prepare")
+        .succeed(3, "prepare", 1)
         .advance(3)
         .start(4, "flaky", 1)
         .fail(5, "flaky", 1)
