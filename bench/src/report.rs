@@ -79,7 +79,23 @@ pub fn replay_line(replay: &Replay) -> String {
 
 /// The figures as an aligned table: figure, value, unit, and the limit to compare with.
 pub fn table(f: &Figures) -> String {
-    let mut rows: Vec<[String; 4]> = vec![
+    let mut rows = log_rows(f);
+    rows.extend(deploy_rows(f));
+    rows.extend(dynamodb_rows(&f.dynamodb));
+    rows.extend(aws_rows(&f.aws));
+    rows.extend(cluster_rows(&f.cluster));
+    rows.push([
+        "CPUs (nproc)".into(),
+        f.nproc.to_string(),
+        String::new(),
+        String::new(),
+    ]);
+    aligned(["figure", "value", "unit", "limit / note"], &rows, &[1])
+}
+
+/// The log's rows: appends and events a second against raw SQLite, the bulk write, the replay.
+fn log_rows(f: &Figures) -> Vec<[String; 4]> {
+    vec![
         [
             format!("log appends, {} event each", f.log_1.per_commit),
             per_sec(f.log_1.commits_per_sec()).to_string(),
@@ -128,6 +144,12 @@ pub fn table(f: &Figures) -> String {
             "events/s".into(),
             replay_limit(&f.replay),
         ],
+    ]
+}
+
+/// The embedded engine's rows: a deployment's time per step, and what a sandbox costs to start.
+fn deploy_rows(f: &Figures) -> Vec<[String; 4]> {
+    vec![
         [
             format!("overture deploy, {} noop steps (wide DAG)", f.noop.steps),
             format!("{:.2}", f.noop.ms_per_step()),
@@ -168,49 +190,55 @@ pub fn table(f: &Figures) -> String {
                 f.start_up.networked_ms() - f.start_up.sandboxed_ms()
             ),
         ],
+    ]
+}
+
+/// The DynamoDB log's rows, in the local emulator.
+fn dynamodb_rows(d: &DynamoFigures) -> Vec<[String; 4]> {
+    vec![
         [
             "DynamoDB log (emulator), appends of 1 event".into(),
-            per_sec(f.dynamodb.appends_1.commits_per_sec()).to_string(),
+            per_sec(d.appends_1.commits_per_sec()).to_string(),
             "appends/s".into(),
-            format!(
-                "{:.2} DynamoDB requests per append",
-                f.dynamodb.requests_per_append
-            ),
+            format!("{:.2} DynamoDB requests per append", d.requests_per_append),
         ],
         [
             format!(
                 "DynamoDB log (emulator), appends of {} events",
-                f.dynamodb.appends_10.per_commit
+                d.appends_10.per_commit
             ),
-            per_sec(f.dynamodb.appends_10.commits_per_sec()).to_string(),
+            per_sec(d.appends_10.commits_per_sec()).to_string(),
             "appends/s".into(),
             format!(
                 "{} events/s; the emulator's rate, not AWS's",
-                per_sec(f.dynamodb.appends_10.events_per_sec())
+                per_sec(d.appends_10.events_per_sec())
             ),
         ],
         [
             "DynamoDB log (emulator), replay stream by stream".into(),
-            per_sec(f.dynamodb.replayed_per_sec).to_string(),
+            per_sec(d.replayed_per_sec).to_string(),
             "events/s".into(),
-            format!(
-                "{:.2} DynamoDB requests per stream",
-                f.dynamodb.requests_per_stream
-            ),
+            format!("{:.2} DynamoDB requests per stream", d.requests_per_stream),
         ],
+    ]
+}
+
+/// The AWS form's rows: what one hello-world deployment costs, request by request.
+fn aws_rows(a: &AwsCosts) -> Vec<[String; 4]> {
+    vec![
         [
             "AWS form: Lambda invocations per step (hello-world)".into(),
-            format!("{:.1}", f.aws.invocations() / STEPS as f64),
+            format!("{:.1}", a.invocations() / STEPS as f64),
             "invocations".into(),
             format!(
                 "{:.1} per deployment: {}",
-                f.aws.invocations(),
-                f.aws
+                a.invocations(),
+                a
                     .invocations
                     .iter()
                     .map(|(function, n)| format!(
                         "{function} {:.1}",
-                        *n as f64 / f.aws.deployments as f64
+                        *n as f64 / a.deployments as f64
                     ))
                     .collect::<Vec<_>>()
                     .join(", ")
@@ -218,67 +246,59 @@ pub fn table(f: &Figures) -> String {
         ],
         [
             "AWS form: DynamoDB write units per step".into(),
-            format!("{:.1}", f.aws.write_units() / STEPS as f64),
+            format!("{:.1}", a.write_units() / STEPS as f64),
             "WRU".into(),
-            format!("{:.1} per deployment", f.aws.write_units()),
+            format!("{:.1} per deployment", a.write_units()),
         ],
         [
             "AWS form: DynamoDB read units per step".into(),
-            format!("{:.1}", f.aws.read_units() / STEPS as f64),
+            format!("{:.1}", a.read_units() / STEPS as f64),
             "RRU".into(),
             format!(
                 "{:.1} per deployment (strongly consistent)",
-                f.aws.read_units()
+                a.read_units()
             ),
         ],
         [
             "AWS form: SQS requests per step".into(),
-            format!("{:.1}", f.aws.sqs_requests() / STEPS as f64),
+            format!("{:.1}", a.sqs_requests() / STEPS as f64),
             "requests".into(),
             format!(
                 "{:.1} per deployment, the trigger's receive and delete included",
-                f.aws.sqs_requests()
+                a.sqs_requests()
             ),
         ],
         [
             "AWS form: KMS and S3 requests per deployment".into(),
             format!(
                 "{:.1}",
-                f.aws.kms_requests() + f.aws.s3_requests().0 + f.aws.s3_requests().1
+                a.kms_requests() + a.s3_requests().0 + a.s3_requests().1
             ),
             "requests".into(),
             format!(
                 "KMS {:.1}, S3 writes {:.1}, S3 reads {:.1}",
-                f.aws.kms_requests(),
-                f.aws.s3_requests().0,
-                f.aws.s3_requests().1
+                a.kms_requests(),
+                a.s3_requests().0,
+                a.s3_requests().1
             ),
         ],
         [
             "AWS form: 1,000 hello-world deployments cost".into(),
-            format!("{:.3}", f.aws.per_thousand()),
+            format!("{:.3}", a.per_thousand()),
             "$".into(),
             format!(
                 "orchestration only; the steps on Fargate add ${:.2}; Step Functions Standard's transitions alone: ${:.2}",
-                f.aws.steps_per_thousand(),
-                f.aws.step_functions_per_thousand()
+                a.steps_per_thousand(),
+                a.step_functions_per_thousand()
             ),
         ],
         [
             "AWS form: one hello-world deployment, locally".into(),
-            format!("{:.1}", f.aws.wall.as_secs_f64()),
+            format!("{:.1}", a.wall.as_secs_f64()),
             "s".into(),
             "emulator, cargo lambda watch and the poller on this machine".into(),
         ],
-    ];
-    rows.extend(cluster_rows(&f.cluster));
-    rows.push([
-        "CPUs (nproc)".into(),
-        f.nproc.to_string(),
-        String::new(),
-        String::new(),
-    ]);
-    aligned(["figure", "value", "unit", "limit / note"], &rows, &[1])
+    ]
 }
 
 /// Seconds, two decimals each, in the order run.
