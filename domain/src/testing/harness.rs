@@ -1,7 +1,7 @@
 //! Given/when/then over the Deployment aggregate: given the events recorded so far, when a
 //! command is handled, then these events are decided (or this refusal).
 //!
-//! ```ignore
+//! ```text
 //! given([requested()]).when(advance(0)).then([scheduled("build", 1, 0)]);
 //! given([]).when(advance(0)).then_error(DeploymentError::NotRequested);
 //! ```
