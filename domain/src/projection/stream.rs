@@ -102,54 +102,7 @@ pub(super) fn fold_record(
     }
     let change = change()?;
     let Some(view) = projected.view.as_mut() else {
-        let Change::Requested {
-            tenant,
-            project,
-            blueprint,
-            steps,
-            services,
-        } = change
-        else {
-            return Ok(false);
-        };
-        for (service, watched) in &services {
-            projected.registry.interest(&tenant, id, service, *watched);
-        }
-        let steps: IndexMap<String, StepView> = steps
-            .into_iter()
-            .map(|name| {
-                let view = StepView {
-                    status: StepStatus::Pending,
-                    attempts: 0,
-                    started_at: None,
-                    finished_at: None,
-                    error_class: None,
-                    outputs: BTreeMap::new(),
-                };
-                (name, view)
-            })
-            .collect();
-        projected.steps.extend(steps.keys().cloned());
-        projected.view = Some(DeploymentView {
-            id,
-            tenant,
-            project,
-            blueprint,
-            status: DeploymentStatus::Running,
-            steps,
-            started_at: at,
-            finished_at: None,
-            reason: None,
-            destroy: None,
-            grants: Vec::new(),
-            revision,
-        });
-        projected.delta.total += 1;
-        projected.delta.running += 1;
-        projected.delta.requested_at = Some(at);
-        projected.applied += 1;
-        projected.next = revision.saturating_add(1);
-        return Ok(true);
+        return Ok(start(projected, id, revision, at, change));
     };
     view.revision = revision;
     let before = view.status;
@@ -162,6 +115,65 @@ pub(super) fn fold_record(
     projected.applied += 1;
     projected.next = revision.saturating_add(1);
     Ok(true)
+}
+
+/// Starts the view with `change`, the stream's first record; false when it is not a
+/// `DeploymentRequested`, which alone can start one.
+fn start(
+    projected: &mut Projected,
+    id: DeploymentId,
+    revision: u64,
+    at: Timestamp,
+    change: Change,
+) -> bool {
+    let Change::Requested {
+        tenant,
+        project,
+        blueprint,
+        steps,
+        services,
+    } = change
+    else {
+        return false;
+    };
+    for (service, watched) in &services {
+        projected.registry.interest(&tenant, id, service, *watched);
+    }
+    let steps: IndexMap<String, StepView> = steps
+        .into_iter()
+        .map(|name| {
+            let view = StepView {
+                status: StepStatus::Pending,
+                attempts: 0,
+                started_at: None,
+                finished_at: None,
+                error_class: None,
+                outputs: BTreeMap::new(),
+            };
+            (name, view)
+        })
+        .collect();
+    projected.steps.extend(steps.keys().cloned());
+    projected.view = Some(DeploymentView {
+        id,
+        tenant,
+        project,
+        blueprint,
+        status: DeploymentStatus::Running,
+        steps,
+        started_at: at,
+        finished_at: None,
+        reason: None,
+        destroy: None,
+        grants: Vec::new(),
+        revision,
+    });
+    projected.delta.total += 1;
+    projected.delta.running += 1;
+    projected.delta.requested_at = Some(at);
+    projected.applied += 1;
+    projected.next = revision.saturating_add(1);
+    true
 }
 
 /// The steps whose views `records` may change, by name: what a projector loads beside the
