@@ -15,7 +15,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
-use crate::error::{function_error, EngineError};
+use crate::error::EngineError;
 use crate::fold::{Fed, Unfolded};
 use crate::scope::{Scope, Watch};
 use crate::{Engine, FEED_BATCH, LEASE, POLL, PROJECT_IDLE, PROJECT_LAG};
@@ -228,7 +228,7 @@ impl<'a> Drive<'a> {
         let recovered = joined
             .iter()
             .map(|id| orchestrate(*id, Uuid::now_v7(), Since::Unknown, &self.ports));
-        let recovered = try_join_all(recovered).await.map_err(function_error)?;
+        let recovered = try_join_all(recovered).await?;
         self.driven.extend(&joined);
         let joined: Vec<(DeploymentId, DeploymentState)> =
             joined.into_iter().zip(recovered).collect();
@@ -241,12 +241,7 @@ impl<'a> Drive<'a> {
     /// for the read models; a backlog is folded batch by batch, as it is read.
     async fn feed(&mut self) -> Result<(), EngineError> {
         loop {
-            let entries = self
-                .engine
-                .log
-                .read_all(self.position, FEED_BATCH)
-                .await
-                .map_err(function_error)?;
+            let entries = self.engine.log.read_all(self.position, FEED_BATCH).await?;
             let full = entries.len() == FEED_BATCH;
             let (fed, causes) = self.read(entries);
             // Side by side, so that the jobs they queue share the writer's commits.
@@ -254,7 +249,7 @@ impl<'a> Drive<'a> {
                 let records = fed.streams.get(id).map_or(&[][..], Vec::as_slice);
                 orchestrate(*id, *cause, Since::Records(records), &self.ports)
             });
-            let moved = try_join_all(moved).await.map_err(function_error)?;
+            let moved = try_join_all(moved).await?;
             self.wake_watchers().await?;
             let handed = self.handoff.take();
             let started = !handed.is_empty();
@@ -317,9 +312,7 @@ impl<'a> Drive<'a> {
             if self.driven.contains(&id) {
                 continue;
             }
-            let state = orchestrate(id, Uuid::now_v7(), Since::Records(&[]), &self.ports)
-                .await
-                .map_err(function_error)?;
+            let state = orchestrate(id, Uuid::now_v7(), Since::Records(&[]), &self.ports).await?;
             if !state.is_finished() && self.engine.lend_a_token(id, &state, &self.lendable) {
                 self.driven.push(id);
                 self.states.push((id, state));
@@ -366,7 +359,7 @@ impl<'a> Drive<'a> {
     async fn start_due_jobs(&mut self) -> Result<Option<Timestamp>, EngineError> {
         let engine = self.engine;
         let only = (!matches!(self.scope, Scope::Every)).then_some(self.driven.as_slice());
-        let next_wake = engine.queue.next_wake(only).await.map_err(function_error)?;
+        let next_wake = engine.queue.next_wake(only).await?;
         let room = self.workers.available_permits();
         if room == 0 || !next_wake.is_some_and(|at| at <= engine.clock.now()) {
             return Ok(next_wake);
@@ -374,19 +367,20 @@ impl<'a> Drive<'a> {
         let jobs = engine
             .queue
             .receive_up_to(room, engine.clock.now(), LEASE, only)
-            .await
-            .map_err(function_error)?;
+            .await?;
         let handed = jobs
             .into_iter()
             .map(|job| {
-                let permit = Arc::clone(&self.workers)
-                    .try_acquire_owned()
-                    .map_err(function_error)?;
+                let permit = Arc::clone(&self.workers).try_acquire_owned()?;
                 Ok((job, permit))
             })
             .collect::<Result<Vec<_>, EngineError>>()?;
         engine.start(&mut self.running, handed, &self.unfolded);
-        engine.queue.next_wake(only).await.map_err(function_error)
+        engine
+            .queue
+            .next_wake(only)
+            .await
+            .map_err(EngineError::from)
     }
 
     /// Folds what the drive has fed into the read models.

@@ -27,7 +27,7 @@ use overture_sandbox::Bubblewrap;
 use overture_submit::{submit, Submission, SubmitError, SubmitPorts};
 use uuid::Uuid;
 
-use crate::error::{function_error, EngineError};
+use crate::error::EngineError;
 
 /// Every adapter of the embedded mode, opened on one data directory.
 pub struct Engine {
@@ -88,6 +88,7 @@ impl Engine {
             .await
             .map_err(|e| dir_error(e.to_string()))?;
         let log = EventLog::new(db.clone());
+        let program = std::env::current_exe().map_err(EngineError::EngineProgram)?;
         let clock = Arc::new(SystemClock);
         let custody = Arc::new(SessionTokens::new());
         Ok(Arc::new(Self {
@@ -104,8 +105,7 @@ impl Engine {
             custody,
             logs: LogFiles::new(data_dir.join("logs")),
             payloads: DirPayloads::new(data_dir.join("payloads")),
-            sandbox: Bubblewrap::new(data_dir.join("sandboxes"))
-                .with_engine_program(std::env::current_exe().map_err(function_error)?),
+            sandbox: Bubblewrap::new(data_dir.join("sandboxes")).with_engine_program(program),
             clock,
             loopback,
         }))
@@ -162,38 +162,24 @@ impl Engine {
         &self,
         deployment: DeploymentId,
     ) -> Result<(DeploymentState, DeploymentView), EngineError> {
-        let loaded = self
-            .deployments
-            .load(deployment)
-            .await
-            .map_err(function_error)?;
-        let revision = loaded.revision.ok_or_else(|| {
-            function_error(format!("deployment {deployment} has no recorded events"))
-        })?;
-        let stored = self
-            .read_models
-            .deployment(deployment)
-            .await
-            .map_err(function_error)?;
+        let loaded = self.deployments.load(deployment).await?;
+        let revision = loaded
+            .revision
+            .ok_or(EngineError::NoEvents { deployment })?;
+        let stored = self.read_models.deployment(deployment).await?;
         if let Some(view) = stored.as_ref().filter(|view| view.revision >= revision) {
             return Ok((loaded.state, view.clone()));
         }
         let from = stored.as_ref().map_or(0, |view| view.revision + 1);
-        let records = self
-            .log
-            .read_stream(&deployment.stream(), from)
-            .await
-            .map_err(function_error)?;
+        let records = self.log.read_stream(&deployment.stream(), from).await?;
         overture_projector::project_stream(
             deployment,
             &records,
             &self.deployments,
             &self.read_models,
         )
-        .await
-        .map_err(function_error)?;
-        let folded = overture_domain::projection::project(stored, &records)
-            .map_err(function_error)?
+        .await?;
+        let folded = overture_domain::projection::project(stored, &records)?
             .view
             .filter(|view| view.revision >= revision)
             .ok_or(EngineError::ViewBehind {
@@ -205,18 +191,13 @@ impl Engine {
 
     /// A deployment's current state, folded from the log.
     pub async fn state(&self, deployment: DeploymentId) -> Result<DeploymentState, EngineError> {
-        Ok(self
-            .deployments
-            .load(deployment)
-            .await
-            .map_err(function_error)?
-            .state)
+        Ok(self.deployments.load(deployment).await?.state)
     }
 
     /// Deployments whose stream holds no ending yet.
     pub async fn unfinished(&self) -> Result<Vec<DeploymentId>, EngineError> {
         let mut unfinished = Vec::new();
-        for stream in self.log.stream_names().await.map_err(function_error)? {
+        for stream in self.log.stream_names().await? {
             let Ok(id) = DeploymentId::from_stream(&stream) else {
                 continue;
             };
@@ -231,12 +212,11 @@ impl Engine {
     /// sandboxes it left behind.
     /// Only call this while holding the engine lock exclusively.
     pub async fn recover(&self) -> Result<u64, EngineError> {
-        let released = self
-            .queue
-            .release_in_flight(self.clock.now())
-            .await
-            .map_err(function_error)?;
-        let killed = self.sandbox.kill_leftovers().map_err(function_error)?;
+        let released = self.queue.release_in_flight(self.clock.now()).await?;
+        let killed = self
+            .sandbox
+            .kill_leftovers()
+            .map_err(EngineError::Sandboxes)?;
         if killed > 0 {
             tracing::info!(
                 killed,
@@ -248,7 +228,7 @@ impl Engine {
         let states = self
             .sandbox
             .leftover_files(Path::new(overture_runner::terraform::STATE_FILE))
-            .map_err(function_error)?;
+            .map_err(EngineError::Sandboxes)?;
         for (sandbox, state) in states {
             let kept = overture_runner::terraform::keep_leftover_state(
                 &sandbox,
@@ -256,16 +236,17 @@ impl Engine {
                 &self.deployments,
                 &self.keys,
             )
-            .await
-            .map_err(function_error)?;
+            .await?;
             if kept {
                 tracing::info!(%sandbox, "kept the Terraform state a stopped run left");
             }
         }
-        self.sandbox.unmount_leftovers().map_err(function_error)?;
+        self.sandbox
+            .unmount_leftovers()
+            .map_err(EngineError::Sandboxes)?;
         let sandboxes = self.data_dir.join("sandboxes");
         if sandboxes.exists() {
-            std::fs::remove_dir_all(&sandboxes).map_err(function_error)?;
+            std::fs::remove_dir_all(&sandboxes).map_err(EngineError::Sandboxes)?;
         }
         Ok(released)
     }
@@ -286,8 +267,7 @@ impl Engine {
             let recorded = execute(&self.deployments, deployment, "", &cause, |_| {
                 command.clone()
             })
-            .await
-            .map_err(function_error)?;
+            .await?;
             // Refused only when its outcome was recorded meanwhile, which is just as good.
             if let Err(refused) = recorded {
                 tracing::debug!(%deployment, step, %refused, "not interrupted");
@@ -312,7 +292,7 @@ impl Engine {
         };
         overture_runner::destroy::destroy(request, &ports)
             .await
-            .map_err(function_error)
+            .map_err(EngineError::from)
     }
 
     /// Records a user's cancel of a deployment: its running and waiting attempts are abandoned
@@ -332,8 +312,7 @@ impl Engine {
         Ok(execute(&self.deployments, deployment, "", &cause, |_| {
             command.clone()
         })
-        .await
-        .map_err(function_error)?
+        .await?
         .map(|executed| executed.state))
     }
 
@@ -357,7 +336,7 @@ impl Engine {
     ) -> Result<DeploymentState, EngineError> {
         orchestrate(deployment, cause, since, &self.orchestrator_ports())
             .await
-            .map_err(function_error)
+            .map_err(EngineError::from)
     }
 }
 

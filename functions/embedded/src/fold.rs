@@ -8,7 +8,7 @@ use futures_util::future::try_join_all;
 use overture_events::{DeploymentId, Envelope, LogEntry};
 use overture_infra::sqlite::Receipt;
 
-use crate::error::{function_error, EngineError};
+use crate::error::EngineError;
 use crate::{Engine, FEED_BATCH};
 
 /// Log entries a drive has read, by deployment.
@@ -97,18 +97,10 @@ impl Engine {
     /// next. The feed position only says where to read from: processes that feed the same
     /// entries twice, or race, change nothing. Returns how many records the views gained.
     pub async fn project(&self) -> Result<u64, EngineError> {
-        let mut position = self
-            .read_models
-            .feed_position()
-            .await
-            .map_err(function_error)?;
+        let mut position = self.read_models.feed_position().await?;
         let mut gained = 0;
         loop {
-            let entries = self
-                .log
-                .read_all(position, FEED_BATCH)
-                .await
-                .map_err(function_error)?;
+            let entries = self.log.read_all(position, FEED_BATCH).await?;
             let Some(last) = entries.last().map(|e| e.position) else {
                 return Ok(gained);
             };
@@ -121,11 +113,7 @@ impl Engine {
     /// `through`: when the shared feed is at `from` they are folded as they are, without
     /// reading them again; otherwise the feed is read from where it is.
     async fn project_fed(&self, from: u64, fed: &Fed) -> Result<u64, EngineError> {
-        let position = self
-            .read_models
-            .feed_position()
-            .await
-            .map_err(function_error)?;
+        let position = self.read_models.feed_position().await?;
         match (position == from, fed.through) {
             (true, None) => Ok(0),
             (true, Some(through)) => self.fold_fed(&fed.streams, through).await,
@@ -145,15 +133,11 @@ impl Engine {
             overture_projector::project_stream(*id, records, &self.deployments, &self.read_models)
         });
         let gained = try_join_all(projected)
-            .await
-            .map_err(function_error)?
+            .await?
             .into_iter()
             .map(|applied| applied as u64)
             .sum();
-        self.read_models
-            .advance_feed_position(through)
-            .await
-            .map_err(function_error)?;
+        self.read_models.advance_feed_position(through).await?;
         Ok(gained)
     }
 

@@ -28,6 +28,9 @@ impl From<QueryError> for Failure {
 
 impl From<overture_embedded::EngineError> for Failure {
     fn from(error: overture_embedded::EngineError) -> Self {
-        Failure::Engine(error.into())
+        // `main` prints an engine failure with its causes (`{:#}`), and the functions' errors
+        // the engine carries already name their causes in their messages: the message alone
+        // reads as it always has, without each cause twice.
+        Failure::Engine(anyhow::Error::msg(error.to_string()))
     }
 }
