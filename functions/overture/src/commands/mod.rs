@@ -125,7 +125,7 @@ impl Command {
             Command::Grants(args) => args.run(backend).await,
             Command::Cloud(command) => cloud::run(command).await,
             Command::Serve(args) => serve::run(data_dir, args).await,
-            Command::Engine(args) => engine::run(data_dir, args).await,
+            Command::Engine(args) => args.run(data_dir).await,
             Command::Completions(args) => {
                 args.run();
                 Ok(())

@@ -6,7 +6,6 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use anyhow::Context;
-use clap::Args;
 use overture_domain::projection::{project, DeploymentStatus, DeploymentView};
 use overture_domain::DeploymentError;
 use overture_events::{DeploymentId, LogEntry};
@@ -23,14 +22,6 @@ use crate::commands::cancel;
 use crate::progress::Progress;
 use crate::{lock, render, Failure};
 use overture_embedded::{Engine, Joining, Scope, Watch};
-
-/// `overture engine`'s options.
-#[derive(Args, Debug)]
-pub struct EngineArgs {
-    /// How many steps may run at once, across every deployment handed over.
-    #[arg(long, default_value_t = 64)]
-    pub parallelism: usize,
-}
 
 /// The deployments handed over and who follows each.
 struct Host {
@@ -144,9 +135,10 @@ impl Watch for Followed {
     fn tick(&mut self, _: &overture_domain::DeploymentState) {}
 }
 
-/// Serves `data_dir` until SIGINT or SIGTERM: then it takes no more deployments, cancels those
-/// it drives and ends once they have; a second signal leaves at once.
-pub async fn run(data_dir: &Path, args: EngineArgs) -> Result<(), Failure> {
+/// Serves `data_dir` until SIGINT or SIGTERM, running at most `parallelism` steps at once: then
+/// it takes no more deployments, cancels those it drives and ends once they have; a second
+/// signal leaves at once.
+pub async fn run(data_dir: &Path, parallelism: usize) -> Result<(), Failure> {
     let engine = Engine::open(data_dir).await?;
     let _serving = lock::ServeLock::take(data_dir).map_err(|e| Failure::BadInput(e.to_string()))?;
     let _engine_lock =
@@ -172,7 +164,7 @@ pub async fn run(data_dir: &Path, args: EngineArgs) -> Result<(), Failure> {
     let mut followed = Followed(Arc::clone(&host));
     let drive = engine.drive_scope(
         Scope::Joined(&host.joining),
-        args.parallelism,
+        parallelism,
         &mut followed,
         start,
     );
