@@ -4,22 +4,17 @@
 mod support;
 
 use aws_lambda_events::event::sqs::SqsEvent;
-use overture_events::{DeploymentEvent as E, DeploymentId, ErrorClass};
+use overture_domain::testing::events::started_until;
+use overture_events::{DeploymentEvent as E, ErrorClass};
 use overture_kit::memory::MemoryLog;
-use overture_kit::{Cause, DeploymentLog};
 use overture_orchestrator::dead_letters::on_dead_letter;
+use overture_orchestrator::on_dead_letters;
 use overture_orchestrator::queued::QueueOn;
-use overture_orchestrator::{on_dead_letters, OrchestratorPorts};
-use support::{at, FixedClock, Nothing, SentJobs};
-
-const DEPLOYMENT: &str = "01a20800-0000-7000-8000-000000000001";
+use overture_orchestrator::OrchestratorPorts;
+use support::{at, deployment, ports, record, FixedClock, Nothing, SentJobs, DEPLOYMENT};
 
 fn batch() -> SqsEvent {
     serde_json::from_str(include_str!("fixtures/sqs-dead-letters.json")).expect("the fixture")
-}
-
-fn deployment() -> DeploymentId {
-    DEPLOYMENT.parse().expect("an id")
 }
 
 /// build's first attempt waits (its job was never run through); lint's first attempt runs,
@@ -27,16 +22,8 @@ fn deployment() -> DeploymentId {
 async fn two_steps(lint_lease: &str) -> MemoryLog {
     let log = MemoryLog::new(at("09:50"));
     let mut history = support::two_steps_scheduled_at_nine_fifty();
-    history.extend([E::StepStarted {
-        step: "lint".into(),
-        attempt: 1,
-        sandbox: "lint-1".into(),
-        lease_until: Some(at(lint_lease)),
-    }]);
-    let cause = Cause::new("runner", deployment(), uuid::Uuid::now_v7());
-    log.append(deployment(), "acme", None, history, &cause)
-        .await
-        .expect("recorded");
+    history.push(started_until("lint", 1, at(lint_lease)));
+    record(&log, deployment(), "runner", history).await;
     log
 }
 
@@ -59,14 +46,8 @@ async fn a_dead_lettered_attempt_is_recorded_and_its_retry_queued_once() {
         attempts: SentJobs::default(),
         timers: SentJobs::default(),
     };
-    let ports = OrchestratorPorts {
-        log: &log,
-        work: &work,
-        secrets: &Nothing,
-        access: &Nothing,
-        services: &Nothing,
-        clock: &FixedClock(at("10:05")),
-    };
+    let clock = FixedClock(at("10:05"));
+    let ports = ports(&log, &work, &clock);
     let response = on_dead_letters(&batch(), &ports)
         .await
         .expect("answered with partial failures");
@@ -126,14 +107,8 @@ async fn a_dead_lettered_attempt_is_recorded_and_its_retry_queued_once() {
 async fn a_dead_letter_of_a_running_attempt_waits_for_its_lease_and_no_job_is_lost_silently() {
     let log = two_steps("11:00").await;
     let work = QueueOn::one(SentJobs::default());
-    let ports = OrchestratorPorts {
-        log: &log,
-        work: &work,
-        secrets: &Nothing,
-        access: &Nothing,
-        services: &Nothing,
-        clock: &FixedClock(at("10:05")),
-    };
+    let clock = FixedClock(at("10:05"));
+    let ports = ports(&log, &work, &clock);
     let records = batch().records;
     let error = on_dead_letter(&records[1], &ports)
         .await

@@ -3,20 +3,17 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use async_trait::async_trait;
-use overture_domain::blueprint::parse;
-use overture_domain::deployment::{BastionAccess, Interruption};
+use overture_domain::deployment::Interruption;
+use overture_domain::testing::events::{advance, blueprint, failure, request, start, success};
+use overture_domain::testing::t;
 use overture_domain::DeploymentCommand;
-use overture_events::{CloudAccount, DeploymentId, Envelope, ErrorClass, Timestamp};
+use overture_events::{DeploymentId, Envelope, ErrorClass};
 use overture_kit::memory::MemoryLog;
 use overture_kit::{execute, execute_all, Cause, Clock, ReadStream};
-use overture_orchestrator::{
-    orchestrate, OrchestratorPorts, PurgeSecrets, QueueWork, RevokeAccess, Since, WaitingAttempt,
-    WorkError,
-};
+use overture_orchestrator::{orchestrate, Since};
+use support::{FixedClock, Queued};
 
 /// Two independent steps.
 const BLUEPRINT: &str = "name: once
@@ -25,83 +22,12 @@ steps:
   lint: { run: noop }
 ";
 
-fn t(seconds: i64) -> Timestamp {
-    Timestamp::from_timestamp(1_700_000_000 + seconds, 0).expect("in range")
-}
-
-/// Records every job it is asked to queue, as (step, attempt).
-#[derive(Default)]
-struct RecordingQueue {
-    attempts: Mutex<Vec<(String, u32)>>,
-    wakes: Mutex<Vec<Timestamp>>,
-}
-
-impl RecordingQueue {
-    fn take(&self) -> Vec<(String, u32)> {
-        let mut queued = std::mem::take(&mut *self.attempts.lock().expect("not poisoned"));
-        queued.sort();
-        queued
-    }
-}
-
-#[async_trait]
-impl QueueWork for RecordingQueue {
-    async fn run_attempts(
-        &self,
-        _: DeploymentId,
-        attempts: &[WaitingAttempt],
-        _: uuid::Uuid,
-    ) -> Result<(), WorkError> {
-        self.attempts
-            .lock()
-            .expect("not poisoned")
-            .extend(attempts.iter().map(|a| (a.step.clone(), a.attempt)));
-        Ok(())
-    }
-
-    async fn wake_at(
-        &self,
-        _: DeploymentId,
-        at: Timestamp,
-        _: uuid::Uuid,
-    ) -> Result<(), WorkError> {
-        self.wakes.lock().expect("not poisoned").push(at);
-        Ok(())
-    }
-}
-
-struct Nothing;
-
-#[async_trait]
-impl PurgeSecrets for Nothing {
-    async fn purge(&self, _: DeploymentId) -> Result<(), WorkError> {
-        Ok(())
-    }
-}
-
-#[async_trait]
-impl RevokeAccess for Nothing {
-    async fn revoke(
-        &self,
-        _: DeploymentId,
-        _: &CloudAccount,
-        _: &BastionAccess,
-    ) -> Result<overture_orchestrator::Revocation, WorkError> {
-        Ok(overture_orchestrator::Revocation::Deleted)
-    }
-}
-
-struct FixedClock(Timestamp);
-
-impl Clock for FixedClock {
-    fn now(&self) -> Timestamp {
-        self.0
-    }
-}
+/// The fixture's clock, in seconds of the test kit's.
+const NOW: i64 = 1;
 
 struct Fixture {
     log: MemoryLog,
-    queue: RecordingQueue,
+    queue: Queued,
     clock: FixedClock,
     deployment: DeploymentId,
     /// How many records the feed has handed on.
@@ -112,8 +38,8 @@ impl Fixture {
     fn new() -> Self {
         Self {
             log: MemoryLog::new(t(0)),
-            queue: RecordingQueue::default(),
-            clock: FixedClock(t(1)),
+            queue: Queued::default(),
+            clock: FixedClock(t(NOW)),
             deployment: DeploymentId::from_uuid(uuid::Uuid::now_v7()),
             fed: Mutex::new(0),
         }
@@ -122,10 +48,12 @@ impl Fixture {
     /// Records a command as another function would.
     async fn record(&self, command: DeploymentCommand) {
         let cause = Cause::new("test", self.deployment, uuid::Uuid::now_v7());
-        execute(&self.log, self.deployment, "t", &cause, |_| command.clone())
-            .await
-            .expect("the log works")
-            .expect("the command is accepted");
+        execute(&self.log, self.deployment, "acme", &cause, |_| {
+            command.clone()
+        })
+        .await
+        .expect("the log works")
+        .expect("the command is accepted");
     }
 
     /// The records appended since the feed last looked, the orchestrator's own among them, as
@@ -141,45 +69,21 @@ impl Fixture {
         records
     }
 
+    /// The deployment of [`BLUEPRINT`] is requested.
     async fn request(&self) {
-        let parsed = parse(BLUEPRINT).expect("valid");
-        self.record(DeploymentCommand::Request {
-            triggered_by: None,
-            tenant: "t".into(),
-            requested_by: "u".into(),
-            trigger: "cli".into(),
-            source: "once.yaml".into(),
-            blueprint: parsed.snapshot,
-            blueprint_hash: parsed.hash,
-            params: BTreeMap::new(),
-            cloud: None,
-            sealed: None,
-        })
-        .await
+        self.record(request(blueprint(BLUEPRINT), None)).await
     }
 
     async fn orchestrate(&self, since: Since<'_>) {
-        let ports = OrchestratorPorts {
-            log: &self.log,
-            work: &self.queue,
-            secrets: &Nothing,
-            access: &Nothing,
-            services: &support::Nothing,
-            clock: &self.clock,
-        };
+        let ports = support::ports(&self.log, &self.queue, &self.clock);
         orchestrate(self.deployment, uuid::Uuid::now_v7(), since, &ports)
             .await
             .expect("moves on");
     }
 
+    /// The attempt starts now.
     async fn start(&self, step: &str, attempt: u32) {
-        self.record(DeploymentCommand::StartAttempt {
-            step: step.into(),
-            attempt,
-            sandbox: format!("{step}-{attempt}"),
-            now: self.clock.now(),
-        })
-        .await
+        self.record(start(step, attempt, NOW)).await
     }
 }
 
@@ -279,29 +183,21 @@ async fn a_grace_deadline_is_queued_once_when_the_grace_period_starts() {
 
     // `build` fails for good while `lint` runs: its grace period starts.
     fixture
-        .record(DeploymentCommand::RecordFailure {
-            step: "build".into(),
-            attempt: 1,
-            error_class: ErrorClass::StepFailed,
-            exit_code: Some(1),
-            message: "no".into(),
-            duration_ms: 1,
-            now: fixture.clock.now(),
-        })
+        .record(failure("build", 1, ErrorClass::StepFailed, NOW))
         .await;
     fixture
         .orchestrate(Since::Records(&fixture.feed().await))
         .await;
-    let wakes = std::mem::take(&mut *fixture.queue.wakes.lock().expect("not poisoned"));
+    let wakes = fixture.queue.take_wakes();
     assert_eq!(wakes.len(), 1, "{wakes:?}");
 
     // Moving on again before the deadline sets no second timer; a recovery pass does.
     fixture
         .orchestrate(Since::Records(&fixture.feed().await))
         .await;
-    assert!(fixture.queue.wakes.lock().expect("not poisoned").is_empty());
+    assert!(fixture.queue.wakes().is_empty());
     fixture.orchestrate(Since::Unknown).await;
-    assert_eq!(*fixture.queue.wakes.lock().expect("not poisoned"), wakes);
+    assert_eq!(fixture.queue.wakes(), wakes);
 }
 
 #[tokio::test]
@@ -310,23 +206,8 @@ async fn steps_a_runner_scheduled_with_an_outcome_are_queued_from_its_records() 
         deployment: DeploymentId::from_uuid(uuid::Uuid::now_v7()),
         ..Fixture::new()
     };
-    let parsed =
-        parse("name: two\nsteps:\n  build: { run: noop }\n  ship: { run: noop, needs: [build] }\n")
-            .expect("valid");
-    fixture
-        .record(DeploymentCommand::Request {
-            triggered_by: None,
-            tenant: "t".into(),
-            requested_by: "u".into(),
-            trigger: "cli".into(),
-            source: "two.yaml".into(),
-            blueprint: parsed.snapshot,
-            blueprint_hash: parsed.hash,
-            params: BTreeMap::new(),
-            cloud: None,
-            sealed: None,
-        })
-        .await;
+    let two = "name: two\nsteps:\n  build: { run: noop }\n  ship: { run: noop, needs: [build] }\n";
+    fixture.record(request(blueprint(two), None)).await;
     fixture
         .orchestrate(Since::Records(&fixture.feed().await))
         .await;
@@ -335,18 +216,8 @@ async fn steps_a_runner_scheduled_with_an_outcome_are_queued_from_its_records() 
     // The runner records `build`'s start, its success and `ship`'s schedule in one append.
     fixture.start("build", 1).await;
     let runner = Cause::new("runner", fixture.deployment, uuid::Uuid::now_v7());
-    let commands = [
-        DeploymentCommand::RecordSuccess {
-            step: "build".into(),
-            attempt: 1,
-            outputs: BTreeMap::new(),
-            duration_ms: 0,
-        },
-        DeploymentCommand::Advance {
-            now: fixture.clock.now(),
-        },
-    ];
-    execute_all(&fixture.log, fixture.deployment, "t", &runner, |_| {
+    let commands = [success("build", 1), advance(NOW)];
+    execute_all(&fixture.log, fixture.deployment, "acme", &runner, |_| {
         commands.to_vec()
     })
     .await
@@ -371,14 +242,7 @@ async fn the_purge_and_the_deployments_end_are_one_commit() {
         .await;
     for step in ["build", "lint"] {
         fixture.start(step, 1).await;
-        fixture
-            .record(DeploymentCommand::RecordSuccess {
-                step: step.into(),
-                attempt: 1,
-                outputs: BTreeMap::new(),
-                duration_ms: 0,
-            })
-            .await;
+        fixture.record(success(step, 1)).await;
     }
     let appends = fixture.log.appends();
     fixture
@@ -400,26 +264,9 @@ async fn the_purge_and_the_deployments_end_are_one_commit() {
 async fn steps_the_submit_scheduled_with_the_request_are_queued_from_its_records_once() {
     let fixture = Fixture::new();
     // The submit records the request and its first advance in one append, under the user.
-    let parsed = parse(BLUEPRINT).expect("valid");
-    let commands = [
-        DeploymentCommand::Request {
-            triggered_by: None,
-            tenant: "t".into(),
-            requested_by: "u".into(),
-            trigger: "cli".into(),
-            source: "once.yaml".into(),
-            blueprint: parsed.snapshot,
-            blueprint_hash: parsed.hash,
-            params: BTreeMap::new(),
-            cloud: None,
-            sealed: None,
-        },
-        DeploymentCommand::Advance {
-            now: fixture.clock.now(),
-        },
-    ];
+    let commands = [request(blueprint(BLUEPRINT), None), advance(NOW)];
     let user = Cause::new("u", fixture.deployment, fixture.deployment.uuid());
-    execute_all(&fixture.log, fixture.deployment, "t", &user, |_| {
+    execute_all(&fixture.log, fixture.deployment, "acme", &user, |_| {
         commands.to_vec()
     })
     .await

@@ -8,15 +8,15 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 use overture_domain::deployment::BastionAccess;
+use overture_domain::testing::events::{blueprint, requested, started_until, succeeded};
 use overture_events::{CloudAccount, DeploymentEvent as E, DeploymentId};
 use overture_kit::leases::{revoke_leased, LeaseBastionRules, Leased, MemoryLeases, RuleKey};
 use overture_kit::memory::MemoryLog;
-use overture_kit::{Cause, DeploymentLog};
 use overture_orchestrator::queued::QueueOn;
 use overture_orchestrator::{
     orchestrate, OrchestratorPorts, Revocation, RevokeAccess, Since, WorkError,
 };
-use support::{at, FixedClock, Nothing, SentJobs};
+use support::{at, record, scheduled_at, FixedClock, SentJobs};
 
 const RULE: &str = "rule-1";
 
@@ -73,33 +73,17 @@ impl RevokeAccess for LeasedBastion {
 
 /// A deployment of one step through the bastion, which has just succeeded.
 async fn ended_through_the_bastion(log: &MemoryLog, deployment: DeploymentId) {
-    let blueprint =
-        overture_domain::blueprint::parse("name: x\nsteps:\n  configure: { run: noop }\n")
-            .expect("valid")
-            .snapshot;
+    let mut requested = requested(
+        "x.yaml",
+        blueprint("name: x\nsteps:\n  configure: { run: noop }\n"),
+    );
+    if let E::DeploymentRequested { cloud: on, .. } = &mut requested {
+        *on = Some(cloud());
+    }
     let history = vec![
-        E::DeploymentRequested {
-            triggered_by: None,
-            tenant: "acme".into(),
-            requested_by: "ada".into(),
-            trigger: "cli".into(),
-            source: "x.yaml".into(),
-            blueprint,
-            blueprint_hash: "h".into(),
-            params: Default::default(),
-            cloud: Some(cloud()),
-        },
-        E::StepScheduled {
-            step: "configure".into(),
-            attempt: 1,
-            not_before: at("09:50"),
-        },
-        E::StepStarted {
-            step: "configure".into(),
-            attempt: 1,
-            sandbox: "configure-1".into(),
-            lease_until: Some(at("11:00")),
-        },
+        requested,
+        scheduled_at("configure", 1, at("09:50")),
+        started_until("configure", 1, at("11:00")),
         E::BastionAccessGranted {
             rule: RULE.into(),
             security_group: "sg-bastion".into(),
@@ -107,17 +91,9 @@ async fn ended_through_the_bastion(log: &MemoryLog, deployment: DeploymentId) {
             source: "10.0.0.1/32".into(),
             port: 22,
         },
-        E::StepSucceeded {
-            step: "configure".into(),
-            attempt: 1,
-            outputs: Default::default(),
-            duration_ms: 1,
-        },
+        succeeded("configure", 1),
     ];
-    let cause = Cause::new("runner", deployment, uuid::Uuid::now_v7());
-    log.append(deployment, "acme", None, history, &cause)
-        .await
-        .expect("recorded");
+    record(log, deployment, "runner", history).await;
 }
 
 fn revoked(log: &MemoryLog, deployment: DeploymentId) -> Vec<E> {
@@ -151,13 +127,10 @@ async fn the_first_deployment_to_end_keeps_the_rule_for_the_other_and_the_last_d
         attempts: SentJobs::default(),
         timers: SentJobs::default(),
     };
+    let clock = FixedClock(at("10:00"));
     let ports = OrchestratorPorts {
-        log: &log,
-        work: &work,
-        secrets: &Nothing,
         access: &bastion,
-        services: &Nothing,
-        clock: &FixedClock(at("10:00")),
+        ..support::ports(&log, &work, &clock)
     };
     let state = orchestrate(shorter, uuid::Uuid::now_v7(), Since::Unknown, &ports)
         .await

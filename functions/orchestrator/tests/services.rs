@@ -8,13 +8,11 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 use overture_domain::services::{RegisteredInstance, ServiceInstance};
-use overture_events::{DeploymentEvent, DeploymentId, Envelope, Metadata, Timestamp};
+use overture_domain::testing::events::{blueprint, instance, registered, requested};
+use overture_events::{DeploymentEvent, DeploymentId, Envelope, Metadata};
 use overture_kit::memory::MemoryLog;
-use overture_kit::{Cause, DeploymentLog};
-use overture_orchestrator::{
-    orchestrate, OrchestratorPorts, QueueWork, ServiceDirectory, Since, WaitingAttempt, WorkError,
-};
-use support::{at, FixedClock, Nothing};
+use overture_orchestrator::{orchestrate, OrchestratorPorts, ServiceDirectory, Since, WorkError};
+use support::{at, record, FixedClock, Queued};
 
 const BALANCER: &str = "name: balancer
 steps:
@@ -50,13 +48,7 @@ impl Registry {
             .expect("registry")
             .push(RegisteredInstance {
                 deployment,
-                instance: ServiceInstance {
-                    service: "app".into(),
-                    step: "app".into(),
-                    host: address.into(),
-                    address: address.into(),
-                    port: 8000,
-                },
+                instance: instance("app", "app", address, 8000),
                 registered_at: at("10:00"),
             });
     }
@@ -75,58 +67,10 @@ impl ServiceDirectory for Registry {
     }
 }
 
-/// The queue: attempts queued, and timers set.
-#[derive(Default)]
-struct Queued {
-    attempts: Mutex<Vec<WaitingAttempt>>,
-    timers: Mutex<Vec<(DeploymentId, Timestamp)>>,
-}
-
-#[async_trait]
-impl QueueWork for Queued {
-    async fn run_attempts(
-        &self,
-        _: DeploymentId,
-        attempts: &[WaitingAttempt],
-        _: uuid::Uuid,
-    ) -> Result<(), WorkError> {
-        self.attempts
-            .lock()
-            .expect("queue")
-            .extend_from_slice(attempts);
-        Ok(())
-    }
-
-    async fn wake_at(
-        &self,
-        deployment: DeploymentId,
-        at: Timestamp,
-        _: uuid::Uuid,
-    ) -> Result<(), WorkError> {
-        self.timers.lock().expect("queue").push((deployment, at));
-        Ok(())
-    }
-}
-
-async fn requested(log: &MemoryLog, id: DeploymentId, blueprint: &str) {
-    let blueprint = overture_domain::blueprint::parse(blueprint)
-        .expect("valid")
-        .snapshot;
-    let requested = DeploymentEvent::DeploymentRequested {
-        triggered_by: None,
-        tenant: "acme".into(),
-        requested_by: "ada".into(),
-        trigger: "cli".into(),
-        source: "b.yaml".into(),
-        blueprint,
-        blueprint_hash: "h".into(),
-        params: Default::default(),
-        cloud: None,
-    };
-    let cause = Cause::new("test", id, uuid::Uuid::now_v7());
-    log.append(id, "acme", None, vec![requested], &cause)
-        .await
-        .expect("requested");
+/// The deployment of the blueprint is requested, as the test kit requests one (its source
+/// `b.yaml`).
+async fn request(log: &MemoryLog, id: DeploymentId, yaml: &str) {
+    record(log, id, "test", vec![requested("b.yaml", blueprint(yaml))]).await;
 }
 
 fn types(log: &MemoryLog, id: DeploymentId) -> Vec<&'static str> {
@@ -139,17 +83,13 @@ fn types(log: &MemoryLog, id: DeploymentId) -> Vec<&'static str> {
 #[tokio::test]
 async fn a_step_waits_on_a_timer_until_other_deployments_register_enough_instances() {
     let log = MemoryLog::new(at("10:00"));
-    requested(&log, ours(), BALANCER).await;
+    request(&log, ours(), BALANCER).await;
     let registry = Registry::default();
     registry.register(theirs(), "10.0.0.7");
     let queued = Queued::default();
     let ports = |clock| OrchestratorPorts {
-        log: &log,
-        work: &queued,
-        secrets: &Nothing,
-        access: &Nothing,
         services: &registry,
-        clock,
+        ..support::ports(&log, &queued, clock)
     };
 
     let clock_1001 = FixedClock(at("10:01"));
@@ -165,12 +105,9 @@ async fn a_step_waits_on_a_timer_until_other_deployments_register_enough_instanc
         types(&log, ours()),
         ["DeploymentRequested", "StepAwaitingServices"]
     );
-    assert!(
-        queued.attempts.lock().expect("queue").is_empty(),
-        "one of two is not enough"
-    );
+    assert!(queued.attempts().is_empty(), "one of two is not enough");
     assert_eq!(
-        *queued.timers.lock().expect("queue"),
+        queued.wakes(),
         [(ours(), at("10:06"))],
         "the wait's deadline is a durable timer"
     );
@@ -194,7 +131,7 @@ async fn a_step_waits_on_a_timer_until_other_deployments_register_enough_instanc
     assert_eq!(step, "lb");
     assert_eq!(services["app"], ["10.0.0.7:8000", "10.0.0.8:8000"]);
     assert_eq!(types(&log, ours()).last(), Some(&"StepScheduled"));
-    let attempts = queued.attempts.lock().expect("queue");
+    let attempts = queued.attempts();
     assert_eq!(attempts.len(), 1);
     assert_eq!(attempts[0].step, "lb");
 }
@@ -202,16 +139,12 @@ async fn a_step_waits_on_a_timer_until_other_deployments_register_enough_instanc
 #[tokio::test]
 async fn a_wait_past_its_deadline_fails_the_deployment_as_service_timeout() {
     let log = MemoryLog::new(at("10:00"));
-    requested(&log, ours(), BALANCER).await;
+    request(&log, ours(), BALANCER).await;
     let registry = Registry::default();
     let queued = Queued::default();
     let ports = |clock| OrchestratorPorts {
-        log: &log,
-        work: &queued,
-        secrets: &Nothing,
-        access: &Nothing,
         services: &registry,
-        clock,
+        ..support::ports(&log, &queued, clock)
     };
     let clock_1001 = FixedClock(at("10:01"));
     orchestrate(
@@ -247,36 +180,27 @@ async fn a_wait_past_its_deadline_fails_the_deployment_as_service_timeout() {
         reason.as_deref(),
         Some("step `lb` timed out waiting for service `app` (0 of 2 registered) (service-timeout)")
     );
-    assert!(
-        queued.attempts.lock().expect("queue").is_empty(),
-        "the step never ran"
-    );
+    assert!(queued.attempts().is_empty(), "the step never ran");
 }
 
 #[tokio::test]
 async fn a_registration_wakes_the_tenants_other_deployments_that_need_the_service() {
     let log = MemoryLog::new(at("10:00"));
-    requested(&log, theirs(), "name: apps\nsteps:\n  app: { run: noop }\n").await;
+    request(&log, theirs(), "name: apps\nsteps:\n  app: { run: noop }\n").await;
     let registry = Registry {
         interested: vec![ours(), theirs()],
         ..Registry::default()
     };
     let queued = Queued::default();
+    let clock = FixedClock(at("10:03"));
     let ports = OrchestratorPorts {
-        log: &log,
-        work: &queued,
-        secrets: &Nothing,
-        access: &Nothing,
         services: &registry,
-        clock: &FixedClock(at("10:03")),
+        ..support::ports(&log, &queued, &clock)
     };
-    let registered = DeploymentEvent::ServiceRegistered {
-        service: "app".into(),
-        step: "app".into(),
+    let registered = registered(&ServiceInstance {
         host: "app-1".into(),
-        address: "10.0.0.7".into(),
-        port: 8000,
-    };
+        ..instance("app", "app", "10.0.0.7", 8000)
+    });
     let record = Envelope {
         stream: theirs().stream(),
         revision: 1,
@@ -297,7 +221,7 @@ async fn a_registration_wakes_the_tenants_other_deployments_that_need_the_servic
         .expect("moved on");
 
     assert_eq!(
-        *queued.timers.lock().expect("queue"),
+        queued.wakes(),
         [(ours(), at("10:03"))],
         "the other deployment is woken now; the registering one is not woken by its own news"
     );

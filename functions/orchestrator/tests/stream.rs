@@ -3,80 +3,19 @@
 
 mod support;
 
-use std::collections::BTreeMap;
-use std::sync::Mutex;
-
 use async_trait::async_trait;
-use overture_domain::blueprint::parse;
-use overture_domain::deployment::BastionAccess;
-use overture_events::{CloudAccount, DeploymentEvent, DeploymentId, Timestamp};
+use overture_domain::testing::events::{blueprint, requested};
+use overture_events::{DeploymentEvent, DeploymentId, Timestamp};
 use overture_kit::memory::MemoryLog;
-use overture_kit::{Cause, Clock, DeploymentLog, Loaded, LogError};
-use overture_orchestrator::{
-    on_stream_records, OrchestratorPorts, PurgeSecrets, QueueWork, RevokeAccess, WaitingAttempt,
-    WorkError,
-};
+use overture_kit::{Cause, DeploymentLog, Loaded, LogError};
+use overture_orchestrator::on_stream_records;
+use support::{deployment, ports, record, Nothing, Queued};
 
-const DEPLOYMENT: &str = "01a20800-0000-7000-8000-000000000001";
 /// The id of the fixture's last event of that deployment.
 const LAST_EVENT: &str = "01a20800-0000-7000-8000-0000000000a1";
 
 fn batch() -> aws_lambda_events::event::dynamodb::Event {
     serde_json::from_str(include_str!("fixtures/stream-records.json")).expect("the fixture")
-}
-
-fn deployment() -> DeploymentId {
-    DEPLOYMENT.parse().expect("an id")
-}
-
-/// The queue: what was queued, with its cause.
-#[derive(Default)]
-struct Queued(Mutex<Vec<(DeploymentId, Vec<WaitingAttempt>, uuid::Uuid)>>);
-
-#[async_trait]
-impl QueueWork for Queued {
-    async fn run_attempts(
-        &self,
-        deployment: DeploymentId,
-        attempts: &[WaitingAttempt],
-        cause: uuid::Uuid,
-    ) -> Result<(), WorkError> {
-        self.0
-            .lock()
-            .expect("queue")
-            .push((deployment, attempts.to_vec(), cause));
-        Ok(())
-    }
-    async fn wake_at(&self, _: DeploymentId, _: Timestamp, _: uuid::Uuid) -> Result<(), WorkError> {
-        Ok(())
-    }
-}
-
-struct Nothing;
-
-#[async_trait]
-impl PurgeSecrets for Nothing {
-    async fn purge(&self, _: DeploymentId) -> Result<(), WorkError> {
-        Ok(())
-    }
-}
-
-#[async_trait]
-impl RevokeAccess for Nothing {
-    async fn revoke(
-        &self,
-        _: DeploymentId,
-        _: &CloudAccount,
-        _: &BastionAccess,
-    ) -> Result<overture_orchestrator::Revocation, WorkError> {
-        Ok(overture_orchestrator::Revocation::Deleted)
-    }
-}
-
-impl Clock for Nothing {
-    fn now(&self) -> Timestamp {
-        Timestamp::UNIX_EPOCH
-    }
 }
 
 /// A log that cannot be reached.
@@ -105,24 +44,14 @@ impl DeploymentLog for Unreachable {
 
 async fn requested_log() -> MemoryLog {
     let log = MemoryLog::new(Timestamp::UNIX_EPOCH);
-    let blueprint = parse("name: x\nsteps:\n  build: { run: noop }\n")
-        .expect("valid")
-        .snapshot;
-    let requested = DeploymentEvent::DeploymentRequested {
-        triggered_by: None,
-        tenant: "acme".into(),
-        requested_by: "ada".into(),
-        trigger: "cli".into(),
-        source: "x.yaml".into(),
-        blueprint,
-        blueprint_hash: "h".into(),
-        params: BTreeMap::new(),
-        cloud: None,
-    };
-    let cause = Cause::new("test", deployment(), uuid::Uuid::now_v7());
-    log.append(deployment(), "acme", None, vec![requested], &cause)
-        .await
-        .expect("requested");
+    let blueprint = blueprint("name: x\nsteps:\n  build: { run: noop }\n");
+    record(
+        &log,
+        deployment(),
+        "test",
+        vec![requested("x.yaml", blueprint)],
+    )
+    .await;
     log
 }
 
@@ -130,20 +59,13 @@ async fn requested_log() -> MemoryLog {
 async fn each_deployment_of_a_batch_is_moved_on_once_caused_by_its_last_event() {
     let log = requested_log().await;
     let queued = Queued::default();
-    let ports = OrchestratorPorts {
-        log: &log,
-        work: &queued,
-        secrets: &Nothing,
-        access: &Nothing,
-        services: &support::Nothing,
-        clock: &Nothing,
-    };
+    let ports = ports(&log, &queued, &Nothing);
     let response = on_stream_records(&batch(), &ports)
         .await
         .expect("answered with partial failures");
     assert!(response.batch_item_failures.is_empty(), "{response:?}");
 
-    let queued = queued.0.lock().expect("queue");
+    let queued = queued.attempts.lock().expect("queue");
     assert_eq!(
         queued.len(),
         1,
@@ -163,14 +85,8 @@ async fn each_deployment_of_a_batch_is_moved_on_once_caused_by_its_last_event() 
 
 #[tokio::test]
 async fn a_batch_whose_every_deployment_cannot_be_moved_on_fails_its_invocation_as_retryable() {
-    let ports = OrchestratorPorts {
-        log: &Unreachable,
-        work: &Queued::default(),
-        secrets: &Nothing,
-        access: &Nothing,
-        services: &support::Nothing,
-        clock: &Nothing,
-    };
+    let queued = Queued::default();
+    let ports = ports(&Unreachable, &queued, &Nothing);
     // The batch's one deployment failed (its foreign item is no deployment's, left alone): the
     // invocation fails, so Lambda counts an error and the stream delivers the batch again.
     let failed = on_stream_records(&batch(), &ports)

@@ -4,22 +4,16 @@
 mod support;
 
 use aws_lambda_events::event::sqs::SqsEvent;
-use overture_events::{DeploymentEvent as E, DeploymentId, ErrorClass};
+use overture_domain::testing::events::{attempt_failed, failed, started_until};
+use overture_events::{DeploymentEvent as E, ErrorClass};
 use overture_kit::memory::MemoryLog;
-use overture_kit::{Cause, DeploymentLog};
+use overture_orchestrator::on_timer_messages;
 use overture_orchestrator::queued::QueueOn;
 use overture_orchestrator::timer::on_timer_message;
-use overture_orchestrator::{on_timer_messages, OrchestratorPorts};
-use support::{at, FixedClock, Nothing, SentJobs, Throttled};
-
-const DEPLOYMENT: &str = "01a20800-0000-7000-8000-000000000001";
+use support::{at, deployment, ports, record, FixedClock, SentJobs, Throttled};
 
 fn batch() -> SqsEvent {
     serde_json::from_str(include_str!("fixtures/sqs-timer-messages.json")).expect("the fixture")
-}
-
-fn deployment() -> DeploymentId {
-    DEPLOYMENT.parse().expect("an id")
 }
 
 /// lint failed for good at 09:58 while build ran; build may finish until 10:00.
@@ -27,40 +21,16 @@ async fn failing_in_grace() -> MemoryLog {
     let log = MemoryLog::new(at("09:58"));
     let mut history = support::two_steps_scheduled_at_nine_fifty();
     history.extend([
-        E::StepStarted {
-            step: "build".into(),
-            attempt: 1,
-            sandbox: "build-1".into(),
-            lease_until: Some(at("11:00")),
-        },
-        E::StepStarted {
-            step: "lint".into(),
-            attempt: 1,
-            sandbox: "lint-1".into(),
-            lease_until: Some(at("11:00")),
-        },
-        E::StepAttemptFailed {
-            step: "lint".into(),
-            attempt: 1,
-            error_class: ErrorClass::StepFailed,
-            exit_code: Some(1),
-            message: "boom".into(),
-            duration_ms: 1,
-        },
-        E::StepFailed {
-            step: "lint".into(),
-            attempts: 1,
-            error_class: ErrorClass::StepFailed,
-        },
+        started_until("build", 1, at("11:00")),
+        started_until("lint", 1, at("11:00")),
+        attempt_failed("lint", 1, ErrorClass::StepFailed),
+        failed("lint", 1),
         E::FailureGracePeriodStarted {
             failed_step: "lint".into(),
             deadline: at("10:00"),
         },
     ]);
-    let cause = Cause::new("runner", deployment(), uuid::Uuid::now_v7());
-    log.append(deployment(), "acme", None, history, &cause)
-        .await
-        .expect("recorded");
+    record(&log, deployment(), "runner", history).await;
     log
 }
 
@@ -81,14 +51,8 @@ async fn a_due_timer_moves_its_deployment_on_and_an_early_one_is_sent_on_for_the
         timers: SentJobs::default(),
     };
     let timers = SentJobs::default();
-    let ports = OrchestratorPorts {
-        log: &log,
-        work: &work,
-        secrets: &Nothing,
-        access: &Nothing,
-        services: &Nothing,
-        clock: &FixedClock(at("10:05")),
-    };
+    let clock = FixedClock(at("10:05"));
+    let ports = ports(&log, &work, &clock);
     let response = on_timer_messages(&batch(), &ports, &timers)
         .await
         .expect("answered with partial failures");
@@ -119,14 +83,8 @@ async fn a_due_timer_moves_its_deployment_on_and_an_early_one_is_sent_on_for_the
 async fn a_timer_delivered_twice_moves_its_deployment_on_once() {
     let log = failing_in_grace().await;
     let work = QueueOn::one(SentJobs::default());
-    let ports = OrchestratorPorts {
-        log: &log,
-        work: &work,
-        secrets: &Nothing,
-        access: &Nothing,
-        services: &Nothing,
-        clock: &FixedClock(at("10:05")),
-    };
+    let clock = FixedClock(at("10:05"));
+    let ports = ports(&log, &work, &clock);
     let due = &batch().records[0];
     for _ in 0..2 {
         on_timer_message(due, &ports, &SentJobs::default())
@@ -143,14 +101,8 @@ async fn a_timer_delivered_twice_moves_its_deployment_on_once() {
 async fn what_cannot_be_handled_says_whether_handling_it_again_may_help() {
     let log = failing_in_grace().await;
     let work = QueueOn::one(SentJobs::default());
-    let ports = OrchestratorPorts {
-        log: &log,
-        work: &work,
-        secrets: &Nothing,
-        access: &Nothing,
-        services: &Nothing,
-        clock: &FixedClock(at("10:05")),
-    };
+    let clock = FixedClock(at("10:05"));
+    let ports = ports(&log, &work, &clock);
     let records = batch().records;
     let error_type = |message| {
         let ports = &ports;
