@@ -6,7 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use chrono::TimeZone;
+use chrono::TimeDelta;
+use overture_domain::testing::t;
 use overture_events::{Envelope, Metadata, Timestamp};
 use overture_infra::sqlite::{Database, DbError, EventLog, ExpectedRevision, LogError, NewEvent};
 use serde_json::json;
@@ -21,12 +22,17 @@ async fn open_log(path: &Path) -> EventLog {
     EventLog::new(Database::open(path).await.expect("database opens"))
 }
 
-/// A fixed instant with nanoseconds, so a round trip that lost precision would show.
+/// A log in a database of its own, in a directory that lasts as long as the test holds it.
+async fn new_log() -> (tempfile::TempDir, EventLog) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = open_log(&db_path(&dir)).await;
+    (dir, log)
+}
+
+/// The test kit's first instant with nanoseconds, so a round trip that lost precision would
+/// show.
 fn recorded_at() -> Timestamp {
-    chrono::Utc
-        .timestamp_opt(1_700_000_000, 123_456_789)
-        .single()
-        .expect("valid instant")
+    t(0) + TimeDelta::nanoseconds(123_456_789)
 }
 
 fn event(event_type: &str, data: serde_json::Value) -> NewEvent {
@@ -101,8 +107,7 @@ async fn race_appends(logs: Vec<EventLog>, stream: &'static str, rounds: u64) ->
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 8)]
 async fn concurrent_appends_on_one_handle_have_one_winner_per_revision() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let log = open_log(&db_path(&dir)).await;
+    let (_dir, log) = new_log().await;
 
     let winners = race_appends(vec![log.clone(); 8], "deployment-race", 10).await;
 
@@ -133,8 +138,7 @@ async fn concurrent_appends_from_two_handles_on_one_file_have_one_winner_per_rev
 
 #[tokio::test]
 async fn append_returns_what_is_stored_with_gapless_revisions() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let log = open_log(&db_path(&dir)).await;
+    let (_dir, log) = new_log().await;
 
     let first = log
         .append(
@@ -170,8 +174,7 @@ async fn append_returns_what_is_stored_with_gapless_revisions() {
 
 #[tokio::test]
 async fn wrong_expectations_are_refused_with_the_actual_revision() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let log = open_log(&db_path(&dir)).await;
+    let (_dir, log) = new_log().await;
     log.append("s", ExpectedRevision::NoStream, vec![event("A", json!({}))])
         .await
         .expect("append");
@@ -230,8 +233,7 @@ async fn wrong_expectations_are_refused_with_the_actual_revision() {
 
 #[tokio::test]
 async fn a_batch_that_fails_midway_stores_none_of_its_events() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let log = open_log(&db_path(&dir)).await;
+    let (_dir, log) = new_log().await;
     let existing = event("A", json!({}));
     let reused = existing.id;
     log.append("a", ExpectedRevision::NoStream, vec![existing])
@@ -308,8 +310,7 @@ async fn reopening_the_file_reads_back_identical_envelopes() {
 
 #[tokio::test]
 async fn read_all_follows_append_order_across_streams() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let log = open_log(&db_path(&dir)).await;
+    let (_dir, log) = new_log().await;
     assert_eq!(log.head_position().await.expect("head"), 0);
     assert_eq!(log.read_all(0, 10).await.expect("read"), vec![]);
 
@@ -408,8 +409,7 @@ async fn a_malformed_row_reads_back_as_corrupt() {
 
 #[tokio::test]
 async fn appended_fires_after_a_commit() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let log = open_log(&db_path(&dir)).await;
+    let (_dir, log) = new_log().await;
     let appended = log.appended();
     // Created before the append, so `notify_waiters` counts it as waiting.
     let woken = appended.notified();

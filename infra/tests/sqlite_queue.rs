@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::TimeDelta;
+use overture_domain::testing::t;
 use overture_events::{DeploymentId, Timestamp};
 use overture_infra::sqlite::{Database, JobQueue, NewJob, QueueError, ReceivedJob};
 use serde_json::json;
@@ -25,9 +26,17 @@ async fn open_queue(path: &Path) -> JobQueue {
     JobQueue::new(Database::open(path).await.expect("database opens"))
 }
 
-/// The tests' epoch: a whole millisecond, as instants are stored in milliseconds.
+/// A queue in a database of its own, in a directory that lasts as long as the test holds it.
+async fn new_queue() -> (tempfile::TempDir, JobQueue) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let queue = open_queue(&db_path(&dir)).await;
+    (dir, queue)
+}
+
+/// The tests' epoch, the test kit's: a whole millisecond, as instants are stored in
+/// milliseconds.
 fn t0() -> Timestamp {
-    Timestamp::from_timestamp_millis(1_700_000_000_000).expect("valid instant")
+    t(0)
 }
 
 fn at_ms(offset: i64) -> Timestamp {
@@ -47,22 +56,34 @@ fn job(key: &str, deployment_id: DeploymentId, due_at: Timestamp) -> NewJob {
     }
 }
 
+/// Queues the deployment's job `key` (its body names the key), due at `due_at`; whether it
+/// was queued (no job of that key was).
+async fn enqueue(
+    queue: &JobQueue,
+    key: &str,
+    deployment_id: DeploymentId,
+    due_at: Timestamp,
+) -> bool {
+    queue
+        .enqueue(job(key, deployment_id, due_at))
+        .await
+        .expect("enqueue")
+}
+
 async fn receive(queue: &JobQueue, now: Timestamp) -> Option<ReceivedJob> {
     queue.receive(now, LEASE, None).await.expect("receive")
 }
 
+/// How many jobs are queued, of any deployment.
+async fn pending(queue: &JobQueue) -> u64 {
+    queue.pending(None).await.expect("pending")
+}
+
 #[tokio::test]
 async fn a_delayed_job_is_received_at_its_due_time_and_not_before() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let queue = open_queue(&db_path(&dir)).await;
-    assert!(queue
-        .enqueue(job("later", deployment(1), at_ms(10_000)))
-        .await
-        .expect("enqueue"));
-    assert!(queue
-        .enqueue(job("sooner", deployment(1), at_ms(5_000)))
-        .await
-        .expect("enqueue"));
+    let (_dir, queue) = new_queue().await;
+    assert!(enqueue(&queue, "later", deployment(1), at_ms(10_000)).await);
+    assert!(enqueue(&queue, "sooner", deployment(1), at_ms(5_000)).await);
 
     assert_eq!(receive(&queue, at_ms(4_999)).await, None);
     let first = receive(&queue, at_ms(5_000)).await.expect("sooner is due");
@@ -82,13 +103,9 @@ async fn a_delayed_job_is_received_at_its_due_time_and_not_before() {
 
 #[tokio::test]
 async fn the_earliest_due_job_comes_first_whatever_the_enqueue_order() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let queue = open_queue(&db_path(&dir)).await;
+    let (_dir, queue) = new_queue().await;
     for (key, due) in [("third", 3_000), ("first", 1_000), ("second", 2_000)] {
-        queue
-            .enqueue(job(key, deployment(1), at_ms(due)))
-            .await
-            .expect("enqueue");
+        enqueue(&queue, key, deployment(1), at_ms(due)).await;
     }
 
     let mut order = Vec::new();
@@ -100,12 +117,8 @@ async fn the_earliest_due_job_comes_first_whatever_the_enqueue_order() {
 
 #[tokio::test]
 async fn an_unacked_job_comes_back_after_its_visibility_timeout() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let queue = open_queue(&db_path(&dir)).await;
-    queue
-        .enqueue(job("j", deployment(1), t0()))
-        .await
-        .expect("enqueue");
+    let (_dir, queue) = new_queue().await;
+    enqueue(&queue, "j", deployment(1), t0()).await;
 
     let first = receive(&queue, t0()).await.expect("due");
     assert_eq!(first.receive_count, 1);
@@ -125,23 +138,19 @@ async fn an_unacked_job_comes_back_after_its_visibility_timeout() {
         .await
         .expect_err("stale extend");
     assert!(matches!(stale, QueueError::StaleReceipt), "{stale:?}");
-    assert_eq!(queue.pending(None).await.expect("pending"), 1);
+    assert_eq!(pending(&queue).await, 1);
 
     queue
         .ack(&second.receipt)
         .await
         .expect("current receipt acks");
-    assert_eq!(queue.pending(None).await.expect("pending"), 0);
+    assert_eq!(pending(&queue).await, 0);
 }
 
 #[tokio::test]
 async fn extend_pushes_redelivery_back() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let queue = open_queue(&db_path(&dir)).await;
-    queue
-        .enqueue(job("j", deployment(1), t0()))
-        .await
-        .expect("enqueue");
+    let (_dir, queue) = new_queue().await;
+    enqueue(&queue, "j", deployment(1), t0()).await;
 
     let held = receive(&queue, t0()).await.expect("due");
     queue
@@ -162,17 +171,13 @@ async fn extend_pushes_redelivery_back() {
 
 #[tokio::test]
 async fn ack_removes_the_job() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let queue = open_queue(&db_path(&dir)).await;
-    queue
-        .enqueue(job("j", deployment(1), t0()))
-        .await
-        .expect("enqueue");
+    let (_dir, queue) = new_queue().await;
+    enqueue(&queue, "j", deployment(1), t0()).await;
 
     let held = receive(&queue, t0()).await.expect("due");
     queue.ack(&held.receipt).await.expect("ack");
     assert_eq!(receive(&queue, at_ms(3_600_000)).await, None);
-    assert_eq!(queue.pending(None).await.expect("pending"), 0);
+    assert_eq!(pending(&queue).await, 0);
     assert_eq!(queue.next_wake(None).await.expect("next wake"), None);
     let twice = queue.ack(&held.receipt).await.expect_err("already acked");
     assert!(matches!(twice, QueueError::StaleReceipt), "{twice:?}");
@@ -180,17 +185,13 @@ async fn ack_removes_the_job() {
 
 #[tokio::test]
 async fn enqueue_is_idempotent_by_key_while_the_job_is_queued() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let queue = open_queue(&db_path(&dir)).await;
-    assert!(queue
-        .enqueue(job("j", deployment(1), t0()))
-        .await
-        .expect("enqueue"));
+    let (_dir, queue) = new_queue().await;
+    assert!(enqueue(&queue, "j", deployment(1), t0()).await);
 
     let mut duplicate = job("j", deployment(2), at_ms(-1_000));
     duplicate.body = json!("second");
     assert!(!queue.enqueue(duplicate).await.expect("enqueue"));
-    assert_eq!(queue.pending(None).await.expect("pending"), 1);
+    assert_eq!(pending(&queue).await, 1);
 
     let held = receive(&queue, t0()).await.expect("due");
     assert_eq!(
@@ -199,28 +200,18 @@ async fn enqueue_is_idempotent_by_key_while_the_job_is_queued() {
     );
     // Once acked, the key is free again.
     queue.ack(&held.receipt).await.expect("ack");
-    assert!(queue
-        .enqueue(job("j", deployment(1), t0()))
-        .await
-        .expect("enqueue"));
+    assert!(enqueue(&queue, "j", deployment(1), t0()).await);
 }
 
 #[tokio::test]
 async fn only_filters_by_deployment() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let queue = open_queue(&db_path(&dir)).await;
+    let (_dir, queue) = new_queue().await;
     let (mine, other) = (deployment(1), deployment(2));
-    queue
-        .enqueue(job("other-early", other, at_ms(-1_000)))
-        .await
-        .expect("enqueue");
-    queue
-        .enqueue(job("mine", mine, at_ms(500)))
-        .await
-        .expect("enqueue");
+    enqueue(&queue, "other-early", other, at_ms(-1_000)).await;
+    enqueue(&queue, "mine", mine, at_ms(500)).await;
 
     assert_eq!(queue.pending(Some(mine)).await.expect("pending"), 1);
-    assert_eq!(queue.pending(None).await.expect("pending"), 2);
+    assert_eq!(pending(&queue).await, 2);
     assert_eq!(
         queue.next_wake(Some(&[mine])).await.expect("wake"),
         Some(at_ms(500))
@@ -253,19 +244,13 @@ async fn jobs_and_their_leases_survive_reopen() {
     let path = db_path(&dir);
     let held = {
         let queue = open_queue(&path).await;
-        queue
-            .enqueue(job("held", deployment(1), t0()))
-            .await
-            .expect("enqueue");
-        queue
-            .enqueue(job("waiting", deployment(2), at_ms(1_000)))
-            .await
-            .expect("enqueue");
+        enqueue(&queue, "held", deployment(1), t0()).await;
+        enqueue(&queue, "waiting", deployment(2), at_ms(1_000)).await;
         receive(&queue, t0()).await.expect("held is due")
     };
 
     let queue = open_queue(&path).await;
-    assert_eq!(queue.pending(None).await.expect("pending"), 2);
+    assert_eq!(pending(&queue).await, 2);
     let waiting = receive(&queue, at_ms(1_000)).await.expect("waiting is due");
     assert_eq!(
         (waiting.key.as_str(), waiting.deployment, waiting.body),
@@ -278,25 +263,15 @@ async fn jobs_and_their_leases_survive_reopen() {
     );
     // A receipt taken before the reopen still acks.
     queue.ack(&held.receipt).await.expect("ack");
-    assert_eq!(queue.pending(None).await.expect("pending"), 1);
+    assert_eq!(pending(&queue).await, 1);
 }
 
 #[tokio::test]
 async fn release_in_flight_makes_held_jobs_receivable_at_once() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let queue = open_queue(&db_path(&dir)).await;
-    queue
-        .enqueue(job("a", deployment(1), t0()))
-        .await
-        .expect("enqueue");
-    queue
-        .enqueue(job("b", deployment(1), t0()))
-        .await
-        .expect("enqueue");
-    queue
-        .enqueue(job("later", deployment(1), at_ms(60_000)))
-        .await
-        .expect("enqueue");
+    let (_dir, queue) = new_queue().await;
+    enqueue(&queue, "a", deployment(1), t0()).await;
+    enqueue(&queue, "b", deployment(1), t0()).await;
+    enqueue(&queue, "later", deployment(1), at_ms(60_000)).await;
     let hour = Duration::from_secs(3_600);
     queue
         .receive(t0(), hour, None)
@@ -323,22 +298,15 @@ async fn release_in_flight_makes_held_jobs_receivable_at_once() {
 
 #[tokio::test]
 async fn next_wake_is_the_earliest_instant_a_job_becomes_receivable() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let queue = open_queue(&db_path(&dir)).await;
+    let (_dir, queue) = new_queue().await;
     assert_eq!(queue.next_wake(None).await.expect("wake"), None);
 
-    queue
-        .enqueue(job("ten", deployment(1), at_ms(10_000)))
-        .await
-        .expect("enqueue");
+    enqueue(&queue, "ten", deployment(1), at_ms(10_000)).await;
     assert_eq!(
         queue.next_wake(None).await.expect("wake"),
         Some(at_ms(10_000))
     );
-    queue
-        .enqueue(job("five", deployment(1), at_ms(5_000)))
-        .await
-        .expect("enqueue");
+    enqueue(&queue, "five", deployment(1), at_ms(5_000)).await;
     assert_eq!(
         queue.next_wake(None).await.expect("wake"),
         Some(at_ms(5_000))
@@ -361,20 +329,13 @@ async fn next_wake_is_the_earliest_instant_a_job_becomes_receivable() {
 // new job that took the id of an acked one.
 #[tokio::test]
 async fn a_stale_receipt_never_matches_a_later_job() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let queue = open_queue(&db_path(&dir)).await;
-    queue
-        .enqueue(job("old", deployment(1), t0()))
-        .await
-        .expect("enqueue");
+    let (_dir, queue) = new_queue().await;
+    enqueue(&queue, "old", deployment(1), t0()).await;
     let lost = receive(&queue, t0()).await.expect("due");
     let redelivered = receive(&queue, at_ms(30_000)).await.expect("lease over");
     queue.ack(&redelivered.receipt).await.expect("ack");
 
-    queue
-        .enqueue(job("new", deployment(1), t0()))
-        .await
-        .expect("enqueue");
+    enqueue(&queue, "new", deployment(1), t0()).await;
     let fresh = receive(&queue, at_ms(30_000)).await.expect("due");
     assert_eq!(fresh.receive_count, lost.receive_count);
 
@@ -383,7 +344,7 @@ async fn a_stale_receipt_never_matches_a_later_job() {
         .await
         .expect_err("receipt of another job");
     assert!(matches!(stale, QueueError::StaleReceipt), "{stale:?}");
-    assert_eq!(queue.pending(None).await.expect("pending"), 1);
+    assert_eq!(pending(&queue).await, 1);
     queue.ack(&fresh.receipt).await.expect("ack");
 }
 
@@ -393,10 +354,13 @@ async fn concurrent_receivers_on_two_handles_get_each_job_once() {
     let first = open_queue(&db_path(&dir)).await;
     let second = open_queue(&db_path(&dir)).await;
     for n in 0..40 {
-        first
-            .enqueue(job(&format!("job-{n}"), deployment(n % 3), at_ms(n as i64)))
-            .await
-            .expect("enqueue");
+        enqueue(
+            &first,
+            &format!("job-{n}"),
+            deployment(n % 3),
+            at_ms(n as i64),
+        )
+        .await;
     }
 
     let barrier = Arc::new(Barrier::new(8));
@@ -435,18 +399,14 @@ async fn concurrent_receivers_on_two_handles_get_each_job_once() {
 
 #[tokio::test]
 async fn only_takes_jobs_of_any_of_several_deployments() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let queue = open_queue(&db_path(&dir)).await;
+    let (_dir, queue) = new_queue().await;
     let (first, second, elsewhere) = (deployment(1), deployment(2), deployment(3));
     for (key, id) in [
         ("elsewhere", elsewhere),
         ("first", first),
         ("second", second),
     ] {
-        queue
-            .enqueue(job(key, id, at_ms(-1_000)))
-            .await
-            .expect("enqueue");
+        enqueue(&queue, key, id, at_ms(-1_000)).await;
     }
     let ours = [first, second];
     let mut taken = Vec::new();
@@ -467,18 +427,14 @@ async fn only_takes_jobs_of_any_of_several_deployments() {
 
 #[tokio::test]
 async fn receiving_up_to_a_number_takes_the_earliest_due_and_hides_them() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let queue = open_queue(&db_path(&dir)).await;
+    let (_dir, queue) = new_queue().await;
     for (key, due) in [
         ("third", -100),
         ("first", -300),
         ("later", 1_000),
         ("second", -200),
     ] {
-        queue
-            .enqueue(job(key, deployment(1), at_ms(due)))
-            .await
-            .expect("enqueue");
+        enqueue(&queue, key, deployment(1), at_ms(due)).await;
     }
     let taken = queue
         .receive_up_to(2, t0(), LEASE, None)
@@ -496,8 +452,7 @@ async fn receiving_up_to_a_number_takes_the_earliest_due_and_hides_them() {
 
 #[tokio::test]
 async fn jobs_queued_as_received_are_hidden_and_acked_with_their_receipts() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let queue = open_queue(&db_path(&dir)).await;
+    let (_dir, queue) = new_queue().await;
     let taken = queue
         .enqueue_received(vec![job("now", deployment(1), t0())], 4, t0(), LEASE)
         .await
@@ -510,13 +465,12 @@ async fn jobs_queued_as_received_are_hidden_and_acked_with_their_receipts() {
         .ack(&taken[0].receipt)
         .await
         .expect("its receipt acks it");
-    assert_eq!(queue.pending(None).await.expect("pending"), 0);
+    assert_eq!(pending(&queue).await, 0);
 }
 
 #[tokio::test]
 async fn queueing_as_received_takes_only_due_jobs_and_only_as_many_as_there_is_room_for() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let queue = open_queue(&db_path(&dir)).await;
+    let (_dir, queue) = new_queue().await;
     let jobs = vec![
         job("later", deployment(1), at_ms(1_000)),
         job("first", deployment(1), t0()),
@@ -545,12 +499,8 @@ async fn queueing_as_received_takes_only_due_jobs_and_only_as_many_as_there_is_r
 
 #[tokio::test]
 async fn a_job_already_queued_is_not_handed_out_again() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let queue = open_queue(&db_path(&dir)).await;
-    queue
-        .enqueue(job("once", deployment(1), t0()))
-        .await
-        .expect("enqueue");
+    let (_dir, queue) = new_queue().await;
+    enqueue(&queue, "once", deployment(1), t0()).await;
     let held = receive(&queue, t0())
         .await
         .expect("received by another worker");
@@ -568,13 +518,9 @@ async fn a_job_already_queued_is_not_handed_out_again() {
 
 #[tokio::test]
 async fn acking_several_receipts_at_once_deletes_only_the_fresh_ones() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let queue = open_queue(&db_path(&dir)).await;
+    let (_dir, queue) = new_queue().await;
     for key in ["a", "b", "c"] {
-        queue
-            .enqueue(job(key, deployment(1), t0()))
-            .await
-            .expect("enqueue");
+        enqueue(&queue, key, deployment(1), t0()).await;
     }
     let taken = queue
         .receive_up_to(3, t0(), LEASE, None)
@@ -595,7 +541,7 @@ async fn acking_several_receipts_at_once_deletes_only_the_fresh_ones() {
         acked, 2,
         "the first's old receipt is stale and acks nothing"
     );
-    assert_eq!(queue.pending(None).await.expect("pending"), 1);
+    assert_eq!(pending(&queue).await, 1);
     queue
         .ack(&again.receipt)
         .await
@@ -604,8 +550,7 @@ async fn acking_several_receipts_at_once_deletes_only_the_fresh_ones() {
 
 #[tokio::test]
 async fn a_job_due_microseconds_ago_is_taken_at_once_and_one_due_microseconds_ahead_is_not() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let queue = open_queue(&db_path(&dir)).await;
+    let (_dir, queue) = new_queue().await;
     let now = t0() + TimeDelta::microseconds(500);
     let jobs = vec![
         job(
