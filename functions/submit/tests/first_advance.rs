@@ -3,17 +3,22 @@
 //! both in one append gets the request alone, and the orchestrator schedules the steps, as it
 //! does for a user who bears its name.
 
-use std::collections::BTreeMap;
+mod support;
+
+use std::sync::LazyLock;
 
 use async_trait::async_trait;
-use overture_domain::secret::{SecretString, SecretValues};
+use overture_domain::secret::SecretValues;
+use overture_domain::testing::events::{advance, failure, scheduled, start, success};
+use overture_domain::testing::t;
 use overture_domain::DeploymentCommand;
-use overture_events::{DeploymentEvent, DeploymentId, ErrorClass, Timestamp};
+use overture_events::{DeploymentEvent, DeploymentId, ErrorClass};
 use overture_kit::memory::{FixedClock, MemoryLog};
 use overture_kit::payload::MemoryPayloads;
 use overture_kit::{execute, Cause, DeploymentLog, Loaded, LogError, ORCHESTRATOR_ACTOR};
 use overture_submit::again::{redeploy, redrive, Redeploy, Redrive};
-use overture_submit::{submit, SealError, SealSecrets, Submission, SubmitPorts};
+use overture_submit::{submit, SubmitPorts};
+use support::{submission, NothingToSeal};
 
 /// `build` and `lint` need nothing; `ship` needs both.
 const BLUEPRINT: &str = "name: first
@@ -23,46 +28,16 @@ steps:
   ship: { run: noop, needs: [build, lint] }
 ";
 
-fn t(seconds: i64) -> Timestamp {
-    Timestamp::from_timestamp(1_700_000_000 + seconds, 0).expect("in range")
-}
-
-/// The blueprint declares no secret and makes no key: nothing is sealed.
-struct NothingToSeal;
-
-#[async_trait]
-impl SealSecrets for NothingToSeal {
-    async fn seal(
-        &self,
-        _: DeploymentId,
-        _: &str,
-        _: &SecretValues,
-        _: Option<&SecretString>,
-    ) -> Result<String, SealError> {
-        Err(SealError::Failed("nothing was to be sealed".into()))
-    }
-}
-
-fn submission(text: &str) -> Submission {
-    Submission {
-        triggered_by: None,
-        source: "first.yaml".into(),
-        text: text.into(),
-        tenant: "acme".into(),
-        requested_by: "ada".into(),
-        trigger: "test".into(),
-        params: BTreeMap::new(),
-        secrets: SecretValues::new(),
-        files: BTreeMap::new(),
-        cloud: None,
-    }
-}
-
-fn scheduled(step: &str, attempt: u32, at: Timestamp) -> DeploymentEvent {
-    DeploymentEvent::StepScheduled {
-        step: step.into(),
-        attempt,
-        not_before: at,
+/// The submit's ports on this log and clock; nothing is sealed and the files are kept in
+/// memory.
+fn ports<'a>(log: &'a dyn DeploymentLog, clock: &'a FixedClock) -> SubmitPorts<'a> {
+    // No blueprint here has files: the store stays empty, so the tests may share it.
+    static PAYLOADS: LazyLock<MemoryPayloads> = LazyLock::new(MemoryPayloads::default);
+    SubmitPorts {
+        log,
+        seals: &NothingToSeal,
+        payloads: &*PAYLOADS,
+        clock,
     }
 }
 
@@ -74,12 +49,7 @@ fn types(events: &[DeploymentEvent]) -> Vec<&'static str> {
 async fn a_submit_records_the_request_and_its_first_steps_in_one_append() {
     let log = MemoryLog::new(t(0));
     let clock = FixedClock(t(5));
-    let ports = SubmitPorts {
-        log: &log,
-        seals: &NothingToSeal,
-        payloads: &MemoryPayloads::default(),
-        clock: &clock,
-    };
+    let ports = ports(&log, &clock);
     let id = submit(submission(BLUEPRINT), &ports)
         .await
         .expect("submitted");
@@ -93,7 +63,7 @@ async fn a_submit_records_the_request_and_its_first_steps_in_one_append() {
     // `ship` waits for the others; the first two may start at once.
     assert_eq!(
         events[1..],
-        [scheduled("build", 1, t(5)), scheduled("lint", 1, t(5))]
+        [scheduled("build", 1, 5), scheduled("lint", 1, 5)]
     );
 }
 
@@ -101,12 +71,7 @@ async fn a_submit_records_the_request_and_its_first_steps_in_one_append() {
 async fn a_redeploy_records_its_request_and_its_first_steps_in_one_append() {
     let log = MemoryLog::new(t(0));
     let clock = FixedClock(t(7));
-    let ports = SubmitPorts {
-        log: &log,
-        seals: &NothingToSeal,
-        payloads: &MemoryPayloads::default(),
-        clock: &clock,
-    };
+    let ports = ports(&log, &clock);
     let from = submit(submission(BLUEPRINT), &ports)
         .await
         .expect("submitted");
@@ -140,7 +105,7 @@ async fn a_redeploy_records_its_request_and_its_first_steps_in_one_append() {
     assert_eq!(log.appends(), 2, "one commit for each deployment");
     assert_eq!(
         log.events(id)[1..],
-        [scheduled("build", 1, t(7)), scheduled("lint", 1, t(7))]
+        [scheduled("build", 1, 7), scheduled("lint", 1, 7)]
     );
 }
 
@@ -156,62 +121,26 @@ async fn record(log: &MemoryLog, id: DeploymentId, command: DeploymentCommand) {
 #[tokio::test]
 async fn a_redrive_records_itself_and_the_steps_it_makes_ready_in_one_append() {
     let log = MemoryLog::new(t(0));
-    let ports = SubmitPorts {
-        log: &log,
-        seals: &NothingToSeal,
-        payloads: &MemoryPayloads::default(),
-        clock: &FixedClock(t(1)),
-    };
+    let clock = FixedClock(t(1));
+    let ports = ports(&log, &clock);
     let id = submit(submission(BLUEPRINT), &ports)
         .await
         .expect("submitted");
     // `build` succeeds, `lint` fails for good, and the deployment ends failed.
     for step in ["build", "lint"] {
-        record(
-            &log,
-            id,
-            DeploymentCommand::StartAttempt {
-                step: step.into(),
-                attempt: 1,
-                sandbox: step.into(),
-                now: t(2),
-            },
-        )
-        .await;
+        record(&log, id, start(step, 1, 2)).await;
     }
-    record(
-        &log,
-        id,
-        DeploymentCommand::RecordSuccess {
-            step: "build".into(),
-            attempt: 1,
-            outputs: BTreeMap::new(),
-            duration_ms: 1,
-        },
-    )
-    .await;
-    record(
-        &log,
-        id,
-        DeploymentCommand::RecordFailure {
-            step: "lint".into(),
-            attempt: 1,
-            error_class: ErrorClass::StepFailed,
-            exit_code: Some(1),
-            message: "lint failed".into(),
-            duration_ms: 1,
-            now: t(3),
-        },
-    )
-    .await;
+    record(&log, id, success("build", 1)).await;
+    record(&log, id, failure("lint", 1, ErrorClass::StepFailed, 3)).await;
     record(&log, id, DeploymentCommand::RecordSecretsPurged).await;
-    record(&log, id, DeploymentCommand::Advance { now: t(3) }).await;
+    record(&log, id, advance(3)).await;
     assert!(log.load(id).await.expect("loads").state.is_finished());
     let before = log.events(id).len();
     let appends = log.appends();
 
+    let clock = FixedClock(t(9));
     let ports = SubmitPorts {
-        clock: &FixedClock(t(9)),
+        clock: &clock,
         ..ports
     };
     redrive(
@@ -233,7 +162,7 @@ async fn a_redrive_records_itself_and_the_steps_it_makes_ready_in_one_append() {
         ["DeploymentRedriven", "StepScheduled"]
     );
     // `lint` runs again as its second attempt; `ship` waits for it.
-    assert_eq!(events[before + 1], scheduled("lint", 2, t(9)));
+    assert_eq!(events[before + 1], scheduled("lint", 2, 9));
 }
 
 /// A log that refuses, as too large, an append of more events than it holds (as DynamoDB's
@@ -276,12 +205,8 @@ async fn a_store_that_cannot_hold_the_first_steps_with_the_request_records_the_r
         log: log.clone(),
         at_most: 2,
     };
-    let ports = SubmitPorts {
-        log: &holding,
-        seals: &NothingToSeal,
-        payloads: &MemoryPayloads::default(),
-        clock: &FixedClock(t(1)),
-    };
+    let clock = FixedClock(t(1));
+    let ports = ports(&holding, &clock);
     let id = submit(submission(BLUEPRINT), &ports)
         .await
         .expect("submitted");
@@ -294,12 +219,8 @@ async fn a_store_that_cannot_hold_the_first_steps_with_the_request_records_the_r
 #[tokio::test]
 async fn a_user_named_as_the_orchestrator_gets_the_request_alone() {
     let log = MemoryLog::new(t(0));
-    let ports = SubmitPorts {
-        log: &log,
-        seals: &NothingToSeal,
-        payloads: &MemoryPayloads::default(),
-        clock: &FixedClock(t(1)),
-    };
+    let clock = FixedClock(t(1));
+    let ports = ports(&log, &clock);
     let mut named = submission(BLUEPRINT);
     named.requested_by = ORCHESTRATOR_ACTOR.into();
     let id = submit(named, &ports).await.expect("submitted");

@@ -3,6 +3,8 @@
 //! the signer of is read, that no request chooses its tenant or requester, and that no secret's
 //! value or token ever comes back.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
@@ -11,15 +13,15 @@ use lambda_http::http::StatusCode;
 use lambda_http::request::RequestContext;
 use lambda_http::{Body, Request, RequestExt, Response};
 use overture_domain::secret::{SecretString, SecretValues};
-use overture_domain::DeploymentState;
 use overture_events::{CloudAccount, DeploymentEvent, DeploymentId, Timestamp};
 use overture_kit::memory::{FixedClock, MemoryLog};
 use overture_kit::payload::{MemoryPayloads, PayloadError, StorePayloads};
-use overture_kit::{Cause, DeploymentLog, Loaded, LogError};
+use overture_kit::DeploymentLog;
 use overture_submit::http::{on_request, HttpPorts};
 use overture_submit::{CheckToken, SealError, SealSecrets, SubmitPorts, TokenError};
 use secrecy::ExposeSecret;
 use serde_json::{json, Value};
+use support::DownLog;
 
 const SECRET: &str = "s3cr3t-value-never-shown";
 const TOKEN: &str = "gAAAA-token-never-shown";
@@ -75,30 +77,6 @@ impl SealSecrets for FakeSeal {
             Sealing::Unavailable => Err(SealError::Unavailable("KMS throttled the call".into())),
             Sealing::Refused => Err(SealError::Failed("KMS: no such key".into())),
         }
-    }
-}
-
-/// A log that cannot be written.
-struct DownLog;
-
-#[async_trait]
-impl DeploymentLog for DownLog {
-    async fn load(&self, _: DeploymentId) -> Result<Loaded, LogError> {
-        Ok(Loaded {
-            state: DeploymentState::default(),
-            revision: None,
-        })
-    }
-
-    async fn append(
-        &self,
-        _: DeploymentId,
-        _: &str,
-        _: Option<u64>,
-        _: Vec<DeploymentEvent>,
-        _: &Cause,
-    ) -> Result<(), LogError> {
-        Err(LogError::Unavailable("the table is throttled".into()))
     }
 }
 
@@ -335,42 +313,18 @@ async fn a_malformed_body_is_answered_400_without_quoting_it() {
         .body(Body::from(format!("{{\"secrets\": {SECRET}")))
         .expect("request")
         .with_request_context(signed_context());
-    let log = MemoryLog::new(Timestamp::UNIX_EPOCH);
-    let seal = FakeSeal::new(Sealing::Works);
-    let payloads = MemoryPayloads::default();
-    let ports = HttpPorts {
-        submit: SubmitPorts {
-            log: &log,
-            seals: &seal,
-            payloads: &payloads,
-            clock: &FixedClock(Timestamp::UNIX_EPOCH),
-        },
-        tokens: None,
-    };
-    let (status, body) = read(&on_request(not_json, &ports).await);
+    let (status, body, ..) = answer_request_on(not_json, None).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
 }
 
 #[tokio::test]
 async fn only_post_submits() {
-    let log = MemoryLog::new(Timestamp::UNIX_EPOCH);
-    let seal = FakeSeal::new(Sealing::Works);
-    let payloads = MemoryPayloads::default();
-    let ports = HttpPorts {
-        submit: SubmitPorts {
-            log: &log,
-            seals: &seal,
-            payloads: &payloads,
-            clock: &FixedClock(Timestamp::UNIX_EPOCH),
-        },
-        tokens: None,
-    };
     let get = lambda_http::http::Request::builder()
         .method("GET")
         .body(Body::Empty)
         .expect("request")
         .with_request_context(signed_context());
-    let (status, _) = read(&on_request(get, &ports).await);
+    let (status, ..) = answer_request_on(get, None).await;
     assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
 }
 
@@ -556,12 +510,21 @@ fn the_request_type_never_needs_printing() {
     assert!(!format!("{values:?}").contains(SECRET));
 }
 
-/// Answers `request` on a working seal and an empty log; the log and the seal, to look at.
+/// Answers `request` on a working seal, an empty log and an identity service that is up; the
+/// log and the seal, to look at.
 async fn answer_request(request: Request) -> (StatusCode, Value, MemoryLog, FakeSeal) {
+    answer_request_on(request, Some(&FakeIdentity { up: true })).await
+}
+
+/// Answers `request` on a working seal, an empty log and these tokens' checker; the log and
+/// the seal, to look at.
+async fn answer_request_on(
+    request: Request,
+    tokens: Option<&dyn CheckToken>,
+) -> (StatusCode, Value, MemoryLog, FakeSeal) {
     let log = MemoryLog::new(Timestamp::UNIX_EPOCH);
     let seal = FakeSeal::new(Sealing::Works);
     let payloads = MemoryPayloads::default();
-    let identity = FakeIdentity { up: true };
     let ports = HttpPorts {
         submit: SubmitPorts {
             log: &log,
@@ -569,10 +532,20 @@ async fn answer_request(request: Request) -> (StatusCode, Value, MemoryLog, Fake
             payloads: &payloads,
             clock: &FixedClock(Timestamp::UNIX_EPOCH),
         },
-        tokens: Some(&identity),
+        tokens,
     };
     let (status, body) = read(&on_request(request, &ports).await);
     (status, body, log, seal)
+}
+
+/// Asserts the answer left nothing recorded and nothing sealed.
+#[track_caller]
+fn assert_nothing_recorded_or_sealed(case: &str, log: &MemoryLog, seal: &FakeSeal) {
+    assert_eq!(log.appends(), 0, "{case}: nothing recorded");
+    assert!(
+        seal.sealed.lock().expect("lock").is_empty(),
+        "{case}: nothing sealed"
+    );
 }
 
 #[tokio::test]
@@ -615,11 +588,7 @@ async fn a_request_without_a_verified_signer_is_refused_403_and_nothing_is_recor
                 .is_some_and(|m| m.contains("AWS_IAM") && m.contains("SigV4")),
             "{case}: the answer says how to be let in: {body}"
         );
-        assert_eq!(log.appends(), 0, "{case}: nothing recorded");
-        assert!(
-            seal.sealed.lock().expect("lock").is_empty(),
-            "{case}: nothing sealed"
-        );
+        assert_nothing_recorded_or_sealed(case, &log, &seal);
     }
 }
 
@@ -668,11 +637,7 @@ async fn a_body_cannot_choose_its_tenant_or_its_requester() {
                 .is_some_and(|p| p.contains(&format!("leave `{field}` out"))),
             "{case}: the fix is named: {answer}"
         );
-        assert_eq!(log.appends(), 0, "{case}: nothing recorded");
-        assert!(
-            seal.sealed.lock().expect("lock").is_empty(),
-            "{case}: nothing sealed"
-        );
+        assert_nothing_recorded_or_sealed(case, &log, &seal);
     }
 }
 
@@ -710,10 +675,6 @@ async fn what_the_engine_could_not_run_is_answered_400_and_nothing_is_recorded()
             .filter_map(|p| p["field"].as_str())
             .collect();
         assert!(fields.contains(&field), "{field}: {answer}");
-        assert_eq!(log.appends(), 0, "nothing recorded");
-        assert!(
-            seal.sealed.lock().expect("lock").is_empty(),
-            "nothing sealed"
-        );
+        assert_nothing_recorded_or_sealed(field, &log, &seal);
     }
 }

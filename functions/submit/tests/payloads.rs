@@ -1,34 +1,18 @@
 //! The blueprint's files go to the payload store and `DeploymentRequested` names them by size
 //! and hash, so a mebibyte of files still makes an event that fits one DynamoDB item (400 KB).
 
+mod support;
+
 use std::collections::BTreeMap;
 
-use async_trait::async_trait;
-use overture_domain::secret::{SecretString, SecretValues};
-use overture_events::{DeploymentEvent, DeploymentId, Timestamp};
+use overture_events::{DeploymentEvent, Timestamp};
 use overture_kit::memory::{FixedClock, MemoryLog};
 use overture_kit::payload::{payload_hash, MemoryPayloads, StorePayloads};
-use overture_submit::{submit, SealError, SealSecrets, Submission, SubmitPorts};
+use overture_submit::{submit, Submission, SubmitPorts};
+use support::{submission, NothingToSeal};
 
 /// A DynamoDB item's limit.
 const DYNAMODB_ITEM_BYTES: usize = 400 * 1024;
-
-struct NoSeal;
-
-#[async_trait]
-impl SealSecrets for NoSeal {
-    async fn seal(
-        &self,
-        _: DeploymentId,
-        _: &str,
-        _: &SecretValues,
-        _: Option<&SecretString>,
-    ) -> Result<String, SealError> {
-        Err(SealError::Failed(
-            "this blueprint has nothing to seal".into(),
-        ))
-    }
-}
 
 /// Four files of 250 000 bytes and a `main.tf`: just under the 1 MiB a deployment records.
 fn a_mebibyte_of_files() -> BTreeMap<String, String> {
@@ -55,20 +39,12 @@ async fn a_mebibyte_of_files_makes_a_deployment_requested_well_under_a_dynamodb_
     let payloads = MemoryPayloads::default();
     let id = submit(
         Submission {
-            triggered_by: None,
-            source: "b.yaml".into(),
-            text: "name: big\nsteps:\n  infra: { run: terraform, with: { dir: infra } }\n".into(),
-            tenant: "acme".into(),
-            requested_by: "ada".into(),
-            trigger: "test".into(),
-            params: BTreeMap::new(),
-            secrets: SecretValues::new(),
             files: files.clone(),
-            cloud: None,
+            ..submission("name: big\nsteps:\n  infra: { run: terraform, with: { dir: infra } }\n")
         },
         &SubmitPorts {
             log: &log,
-            seals: &NoSeal,
+            seals: &NothingToSeal,
             payloads: &payloads,
             clock: &FixedClock(Timestamp::UNIX_EPOCH),
         },

@@ -1,11 +1,12 @@
 //! The tenant is checked where every way in passes: a bad one is refused, naming the flag and
 //! the rule, and nothing is sealed or recorded.
 
+mod support;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
 use overture_domain::secret::{SecretString, SecretValues};
-use overture_domain::DeploymentState;
 use overture_events::{CloudAccount, DeploymentEvent, DeploymentId, Timestamp};
 use overture_kit::memory::FixedClock;
 use overture_kit::payload::MemoryPayloads;
@@ -23,11 +24,9 @@ struct Counting {
 
 #[async_trait]
 impl DeploymentLog for Counting {
-    async fn load(&self, _: DeploymentId) -> Result<Loaded, LogError> {
-        Ok(Loaded {
-            state: DeploymentState::default(),
-            revision: None,
-        })
+    async fn load(&self, deployment: DeploymentId) -> Result<Loaded, LogError> {
+        // No deployment has begun, as in the log that cannot be written.
+        support::DownLog.load(deployment).await
     }
 
     async fn append(
@@ -57,18 +56,11 @@ impl SealSecrets for Counting {
     }
 }
 
+/// [`support::submission`] of the text, for this tenant.
 fn submission(tenant: &str, text: &str) -> Submission {
     Submission {
-        triggered_by: None,
-        source: "b.yaml".into(),
-        text: text.into(),
         tenant: tenant.into(),
-        requested_by: "ada".into(),
-        trigger: "test".into(),
-        params: Default::default(),
-        secrets: Default::default(),
-        files: Default::default(),
-        cloud: None,
+        ..support::submission(text)
     }
 }
 
