@@ -7,11 +7,12 @@ use std::sync::{Mutex, PoisonError};
 use async_trait::async_trait;
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage, SqsMessageAttribute};
 use overture_domain::secret::{SecretString, SecretValues};
+use overture_domain::testing::t;
 use overture_domain::trigger::{parse, IncomingEvent, TriggerFile};
-use overture_events::{DeploymentEvent, DeploymentId, Timestamp};
-use overture_kit::memory::MemoryLog;
+use overture_events::{DeploymentEvent, DeploymentId};
+use overture_kit::memory::{FixedClock, MemoryLog};
 use overture_kit::payload::MemoryPayloads;
-use overture_kit::{Clock, DeploymentLog, ReadStream};
+use overture_kit::{DeploymentLog, ReadStream};
 use overture_submit::{SealError, SealSecrets, SubmitPorts};
 use secrecy::ExposeSecret;
 
@@ -134,14 +135,6 @@ impl SecretVariables for Variables {
     }
 }
 
-struct At(Timestamp);
-
-impl Clock for At {
-    fn now(&self) -> Timestamp {
-        self.0
-    }
-}
-
 const TRIGGERS: &str = r#"triggers:
   - name: on-release
     on: { source: artifacts, type: release.published }
@@ -204,12 +197,12 @@ struct World {
     payloads: MemoryPayloads,
     bundle: TriggerBundle,
     variables: Variables,
-    clock: At,
+    clock: FixedClock,
 }
 
 impl World {
     fn new() -> Self {
-        let now = Timestamp::from_timestamp(1_800_000_000, 0).expect("a time");
+        let now = t(0);
         Self {
             ledger: MemoryLedger::default(),
             log: MemoryLog::new(now),
@@ -217,7 +210,17 @@ impl World {
             payloads: MemoryPayloads::default(),
             bundle: bundle(),
             variables: Variables(HashMap::from([("APP_TOKEN", "s3cr3t-token")])),
-            clock: At(now),
+            clock: FixedClock(now),
+        }
+    }
+
+    /// The submit's ports, on this world's log, seals, payloads and clock.
+    fn submit_ports(&self) -> SubmitPorts<'_> {
+        SubmitPorts {
+            log: &self.log,
+            seals: &self.seals,
+            payloads: &self.payloads,
+            clock: &self.clock,
         }
     }
 
@@ -226,12 +229,7 @@ impl World {
             ledger: &self.ledger,
             blueprints: &self.bundle,
             secrets: &self.variables,
-            submit: SubmitPorts {
-                log: &self.log,
-                seals: &self.seals,
-                payloads: &self.payloads,
-                clock: &self.clock,
-            },
+            submit: self.submit_ports(),
             clock: &self.clock,
         }
     }
@@ -250,6 +248,16 @@ impl World {
             .iter()
             .map(|d| (d.trigger.clone(), d.decision))
             .collect()
+    }
+
+    /// The orchestrator records the deployment's end.
+    async fn end(&self, id: DeploymentId, end: DeploymentEvent) {
+        let cause = overture_kit::Cause::new("orchestrator", id, id.uuid());
+        let loaded = self.log.load(id).await.expect("loaded");
+        self.log
+            .append(id, "acme", loaded.revision, vec![end], &cause)
+            .await
+            .expect("appended");
     }
 
     fn requested(&self, id: DeploymentId) -> DeploymentEvent {
@@ -448,12 +456,7 @@ impl World {
             bundle,
             ledger: &self.ledger,
             secrets: &self.variables,
-            submit: SubmitPorts {
-                log: &self.log,
-                seals: &self.seals,
-                payloads: &self.payloads,
-                clock: &self.clock,
-            },
+            submit: self.submit_ports(),
             clock: &self.clock,
         }
     }
@@ -564,25 +567,17 @@ async fn the_memory_ledger_keeps_the_contract() {
 async fn only_ends_of_deployments_are_published_from_the_stream() {
     use crate::ends::{on_stream_records, EndPorts};
     use aws_lambda_events::event::dynamodb::Event;
-    use overture_kit::Cause;
 
     let world = World::new();
     let id = world.send(&release("r-1", "stable"), None).await.started[0].id;
-    let cause = Cause::new("orchestrator", id, id.uuid());
-    let loaded = world.log.load(id).await.expect("loaded");
     world
-        .log
-        .append(
+        .end(
             id,
-            "acme",
-            loaded.revision,
-            vec![DeploymentEvent::DeploymentFailed {
+            DeploymentEvent::DeploymentFailed {
                 reason: "a step failed".into(),
-            }],
-            &cause,
+            },
         )
-        .await
-        .expect("appended");
+        .await;
     let records: Vec<serde_json::Value> = ReadStream::read_stream(&world.log, id, 0)
         .await
         .expect("read")
@@ -638,8 +633,6 @@ fn stream_record(envelope: &overture_events::Envelope) -> serde_json::Value {
 
 #[tokio::test]
 async fn a_forged_end_on_the_queue_starts_nothing_and_the_real_end_still_chains() {
-    use overture_kit::Cause;
-
     let world = World::new();
     let published = Published(Some(world.bundle.clone()));
     let id = world.send(&release("r-1", "stable"), None).await.started[0].id;
@@ -669,19 +662,7 @@ async fn a_forged_end_on_the_queue_starts_nothing_and_the_real_end_still_chains(
         "nothing recorded for a forged end"
     );
 
-    let cause = Cause::new("orchestrator", id, id.uuid());
-    let loaded = world.log.load(id).await.expect("loaded");
-    world
-        .log
-        .append(
-            id,
-            "acme",
-            loaded.revision,
-            vec![DeploymentEvent::DeploymentSucceeded {}],
-            &cause,
-        )
-        .await
-        .expect("appended");
+    world.end(id, DeploymentEvent::DeploymentSucceeded {}).await;
     let genuine = end_of(
         id,
         &world.log.load(id).await.expect("loaded").state,
