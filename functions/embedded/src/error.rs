@@ -53,3 +53,40 @@ pub enum EngineError {
         revision: u64,
     },
 }
+
+#[cfg(test)]
+mod tests {
+    use overture_domain::DeploymentError;
+    use overture_infra::sqlite::QueueError;
+    use overture_orchestrator::OrchestratorError;
+
+    use super::*;
+
+    #[test]
+    fn a_functions_error_reads_as_the_function_wrote_it_and_stays_typed() {
+        let refused = || OrchestratorError::Refused {
+            deployment: DeploymentId::from_uuid(uuid::Uuid::nil()),
+            source: DeploymentError::AlreadyFinished,
+        };
+        let error = EngineError::from(refused());
+        assert_eq!(error.to_string(), refused().to_string());
+        assert!(matches!(
+            error,
+            EngineError::Orchestrator(OrchestratorError::Refused { .. })
+        ));
+        let error = EngineError::from(QueueError::StaleReceipt);
+        assert_eq!(
+            error.to_string(),
+            "the receipt is stale: its job was acked or received again"
+        );
+    }
+
+    #[test]
+    fn a_deployment_without_events_is_named() {
+        let deployment = DeploymentId::from_uuid(uuid::Uuid::nil());
+        assert_eq!(
+            EngineError::NoEvents { deployment }.to_string(),
+            format!("deployment {deployment} has no recorded events")
+        );
+    }
+}

@@ -34,3 +34,32 @@ impl From<overture_embedded::EngineError> for Failure {
         Failure::Engine(anyhow::Error::msg(error.to_string()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use overture_domain::DeploymentError;
+    use overture_embedded::EngineError;
+    use overture_events::DeploymentId;
+    use overture_orchestrator::OrchestratorError;
+
+    use super::*;
+
+    #[test]
+    fn an_engine_failure_prints_its_message_once() {
+        let deployment = DeploymentId::from_uuid(uuid::Uuid::nil());
+        let error = EngineError::from(OrchestratorError::Refused {
+            deployment,
+            source: DeploymentError::AlreadyFinished,
+        });
+        let message = error.to_string();
+        let Failure::Engine(printed) = Failure::from(error) else {
+            panic!("an engine error is the engine's failure (exit code 3)");
+        };
+        // As `main` prints it: the cause the message names is not repeated after it.
+        assert_eq!(format!("{printed:#}"), message);
+        assert!(
+            message.starts_with(&format!("deployment {deployment}: ")),
+            "{message}"
+        );
+    }
+}
