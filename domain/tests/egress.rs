@@ -3,14 +3,14 @@
 //! target is outside the policy, then it is refused, naming the destination and why; and an
 //! attempt refused so fails its step at once, never retried.
 
-use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
-use chrono::{DateTime, TimeDelta, Utc};
 use overture_domain::blueprint::parse;
 use overture_domain::deployment::{Deployment, DeploymentCommand as C, DeploymentState};
 use overture_domain::egress::{Destination, EgressRefusal, LoopbackEgress, Origin};
 use overture_domain::retry::{decide, RetryDecision};
+use overture_domain::testing::events::{requested, scheduled, started_until};
+use overture_domain::testing::t;
 use overture_events::{DeploymentEvent as E, ErrorClass, RetryRule};
 
 use LoopbackEgress::{Declared, Operator, Refused};
@@ -176,33 +176,10 @@ steps:
     .expect("valid")
     .snapshot;
     Deployment::replay([
-        E::DeploymentRequested {
-            triggered_by: None,
-            tenant: "acme".into(),
-            requested_by: "ada".into(),
-            trigger: "api".into(),
-            source: "probe.yaml".into(),
-            blueprint,
-            blueprint_hash: "h".into(),
-            params: BTreeMap::new(),
-            cloud: None,
-        },
-        E::StepScheduled {
-            step: "call".into(),
-            attempt: 1,
-            not_before: t(0),
-        },
-        E::StepStarted {
-            step: "call".into(),
-            attempt: 1,
-            sandbox: "call-1".into(),
-            lease_until: Some(t(660)),
-        },
+        requested("probe.yaml", blueprint),
+        scheduled("call", 1, 0),
+        started_until("call", 1, t(660)),
     ])
-}
-
-fn t(seconds: i64) -> DateTime<Utc> {
-    DateTime::<Utc>::UNIX_EPOCH + TimeDelta::seconds(1_800_000_000 + seconds)
 }
 
 #[test]

@@ -15,6 +15,8 @@ use overture_domain::deployment::{
 };
 use overture_domain::duration::MAX_DURATION_MS;
 use overture_domain::services::ServiceInstance;
+use overture_domain::testing::events::{self, request, requested, scheduled, started};
+use overture_domain::testing::t;
 use overture_events::{
     BlueprintSnapshot, DeploymentEvent as E, ErrorClass, HostKeySource, RetryRule, ServiceCheck,
     ServiceProvision, ServiceRequirement, StepSpec,
@@ -22,36 +24,7 @@ use overture_events::{
 use proptest::prelude::*;
 
 fn base() -> DateTime<Utc> {
-    DateTime::<Utc>::UNIX_EPOCH + TimeDelta::seconds(1_800_000_000)
-}
-
-fn requested(blueprint: BlueprintSnapshot, params: BTreeMap<String, String>) -> E {
-    E::DeploymentRequested {
-        triggered_by: None,
-        tenant: "acme".into(),
-        requested_by: "ada".into(),
-        trigger: "cli".into(),
-        source: "b.yaml".into(),
-        blueprint,
-        blueprint_hash: "h".into(),
-        params,
-        cloud: None,
-    }
-}
-
-fn request(blueprint: BlueprintSnapshot, params: BTreeMap<String, String>) -> C {
-    C::Request {
-        triggered_by: None,
-        tenant: "acme".into(),
-        requested_by: "ada".into(),
-        trigger: "cli".into(),
-        source: "b.yaml".into(),
-        blueprint,
-        blueprint_hash: "h".into(),
-        params,
-        cloud: None,
-        sealed: None,
-    }
+    t(0)
 }
 
 /// Decides `command` on `state` and folds what it decided, as a handler does.
@@ -77,36 +50,18 @@ fn recorded_with(wait_ms: u64, grace_ms: u64) -> Vec<E> {
             wait_ms,
         },
     );
-    let scheduled = |step: &str| E::StepScheduled {
-        step: step.into(),
-        attempt: 1,
-        not_before: base(),
-    };
-    let started = |step: &str| E::StepStarted {
-        step: step.into(),
-        attempt: 1,
-        sandbox: format!("{step}-1"),
-        lease_until: None,
-    };
     vec![
-        requested(blueprint, BTreeMap::new()),
-        scheduled("a"),
-        scheduled("b"),
-        started("a"),
-        started("b"),
+        requested("b.yaml", blueprint),
+        scheduled("a", 1, 0),
+        scheduled("b", 1, 0),
+        started("a", 1),
+        started("b", 1),
     ]
 }
 
+/// The step's first attempt failed as `step-failed`, at the deployment's instant.
 fn failure(step: &str) -> C {
-    C::RecordFailure {
-        step: step.into(),
-        attempt: 1,
-        error_class: ErrorClass::StepFailed,
-        exit_code: Some(1),
-        message: "boom".into(),
-        duration_ms: 1,
-        now: base(),
-    }
+    events::failure(step, 1, ErrorClass::StepFailed, 0)
 }
 
 #[test]
@@ -154,7 +109,11 @@ fn a_request_the_engine_cannot_run_is_refused_naming_the_fields() {
         .insert("infra//../main.tf".into(), String::new());
     let params = BTreeMap::from([("who".to_owned(), "a\0b".to_owned())]);
 
-    let then = Deployment::handle(&DeploymentState::default(), request(blueprint, params));
+    let mut request = request(blueprint, None);
+    if let C::Request { params: asked, .. } = &mut request {
+        *asked = params;
+    }
+    let then = Deployment::handle(&DeploymentState::default(), request);
 
     let Err(DeploymentError::Unrunnable(BlueprintError(problems))) = then else {
         panic!("refused: {then:?}");
@@ -472,9 +431,9 @@ proptest! {
     ) {
         // Recorded as it is, or asked for through the aggregate's own door, which may refuse.
         let mut state = if through_the_door {
-            step(DeploymentState::default(), request(blueprint, BTreeMap::new()))
+            step(DeploymentState::default(), request(blueprint, None))
         } else {
-            Deployment::replay([requested(blueprint, BTreeMap::new())])
+            Deployment::replay([requested("b.yaml", blueprint)])
         };
         for command in commands {
             let command = concrete(&state, command);
