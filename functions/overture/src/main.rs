@@ -43,6 +43,8 @@ mod history;
 mod input;
 mod json_lines;
 mod lock;
+#[cfg(test)]
+mod man_pages;
 mod output;
 mod progress;
 mod render;
