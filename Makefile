@@ -19,6 +19,7 @@ test: setup
 	scripts/check-pure.sh
 	scripts/check-stack.sh
 	scripts/check-kinds.py
+	scripts/check-rooms.py
 	scripts/check-book.sh
 	cargo test --workspace --no-fail-fast
 
