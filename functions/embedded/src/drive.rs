@@ -361,7 +361,7 @@ impl<'a> Drive<'a> {
         let only = (!matches!(self.scope, Scope::Every)).then_some(self.driven.as_slice());
         let next_wake = engine.queue.next_wake(only).await?;
         let room = self.workers.available_permits();
-        if room == 0 || !next_wake.is_some_and(|at| at <= engine.clock.now()) {
+        if room == 0 || next_wake.is_none_or(|at| at > engine.clock.now()) {
             return Ok(next_wake);
         }
         let jobs = engine

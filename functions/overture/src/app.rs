@@ -48,10 +48,10 @@ pub struct Cli {
 
 impl Cli {
     /// The program to run inside a sandbox, if that is the command; otherwise the command line.
-    pub fn sandboxed(self) -> Result<SandboxedCommand, Self> {
+    pub fn sandboxed(self) -> Result<SandboxedCommand, Box<Self>> {
         match self.command {
             Command::Sandboxed(command) => Ok(command),
-            command => Err(Self { command, ..self }),
+            command => Err(Box::new(Self { command, ..self })),
         }
     }
 

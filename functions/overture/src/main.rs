@@ -80,7 +80,7 @@ fn main() -> ExitCode {
     // directory.
     let cli = match cli.sandboxed() {
         Ok(command) => return command.main(),
-        Err(cli) => cli,
+        Err(cli) => *cli,
     };
     let runtime = if cli.on_one_thread() {
         tokio::runtime::Builder::new_current_thread()

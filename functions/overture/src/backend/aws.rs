@@ -445,31 +445,6 @@ pub async fn check(queries: &DynamoQueries) -> Result<Vec<String>, Failure> {
     Ok(differences)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::check_submit_url;
-
-    #[test]
-    fn secrets_leave_this_machine_only_over_https() {
-        for url in [
-            "https://abc.lambda-url.eu-west-1.on.aws/",
-            "http://127.0.0.1:9000/lambda-url/submit/",
-            "http://localhost:9000/lambda-url/submit/",
-            "http://[::1]:9000/lambda-url/submit/",
-        ] {
-            assert!(check_submit_url(url).is_ok(), "{url}");
-        }
-        for url in [
-            "http://10.0.0.5/submit",
-            "http://example.com/",
-            "ftp://127.0.0.1/",
-            "nonsense",
-        ] {
-            assert!(check_submit_url(url).is_err(), "{url}");
-        }
-    }
-}
-
 /// The serverless form, its clients made from the environment when a command needs them.
 pub struct AwsBackend;
 
@@ -575,5 +550,30 @@ impl super::Backend for AwsBackend {
 
     async fn publish_triggers(&self, file: &Path) -> Result<(), Failure> {
         triggers::publish(file).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_submit_url;
+
+    #[test]
+    fn secrets_leave_this_machine_only_over_https() {
+        for url in [
+            "https://abc.lambda-url.eu-west-1.on.aws/",
+            "http://127.0.0.1:9000/lambda-url/submit/",
+            "http://localhost:9000/lambda-url/submit/",
+            "http://[::1]:9000/lambda-url/submit/",
+        ] {
+            assert!(check_submit_url(url).is_ok(), "{url}");
+        }
+        for url in [
+            "http://10.0.0.5/submit",
+            "http://example.com/",
+            "ftp://127.0.0.1/",
+            "nonsense",
+        ] {
+            assert!(check_submit_url(url).is_err(), "{url}");
+        }
     }
 }
