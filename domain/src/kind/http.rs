@@ -1,12 +1,21 @@
 //! The `http` kind: one HTTP request through curl, judged by its status, whose answer's fields
-//! may become outputs. Its URL must be `http://` or `https://`, checked as far as the blueprint
-//! writes it and again once the attempt renders it.
+//! may become outputs.
+//!
+//! - Settings ([`HttpSettings`]): `url`, required; `method` (GET unless given), `headers`,
+//!   `body`, `expect_status` (any 2xx unless given), `outputs` (output names to JSON pointers
+//!   into the answer), `via` (`bastion`: through the blueprint's bastion), all optional. The
+//!   URL, the headers' values and the body may be templates.
+//! - Checks: the URL is `http://` or `https://`, as far as the blueprint writes it here and
+//!   again once the attempt renders it ([`url_problem`]); the method is one of
+//!   [`HTTP_METHODS`]; headers are texts; statuses are HTTP statuses; outputs are JSON pointers.
+//! - Other half: `functions/runner/src/kind/http.rs` renders the call into a curl config, makes
+//!   it (through a tunnel behind the bastion), and judges the answer.
 
 use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::{optional, plain, required, text, Setting};
+use super::{optional, plain, required, text, Problems, Reading, Setting};
 
 /// The name a blueprint's `run:` gives the kind.
 pub const NAME: &str = "http";
@@ -31,46 +40,115 @@ pub const HTTP_METHODS: [&str; 6] = ["GET", "POST", "PUT", "PATCH", "DELETE", "H
 /// The URL schemes an `http` step may call.
 pub const HTTP_SCHEMES: [&str; 2] = ["http", "https"];
 
-/// Whether the step says `via: bastion`.
+/// An `http` step's settings, read. Its texts are as written: the runner renders the URL, the
+/// headers' values and the body when the attempt starts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpSettings {
+    /// The URL, as written.
+    pub url: String,
+    /// The method, one of [`HTTP_METHODS`].
+    pub method: &'static str,
+    /// The headers, names to values as written, in the map's order.
+    pub headers: Vec<(String, String)>,
+    /// The body, as written.
+    pub body: Option<String>,
+    /// The statuses that succeed; `None`: any 2xx.
+    pub expect_status: Option<Vec<u16>>,
+    /// Output names to JSON pointers into the answer, in the map's order.
+    pub outputs: Vec<(String, String)>,
+    /// Whether the call goes through the blueprint's bastion (`via: bastion`).
+    pub via_bastion: bool,
+}
+
+/// Whether the step says `via: bastion` (read on its own, before the other settings are
+/// checked).
 pub(crate) fn goes_via_bastion(with: &BTreeMap<String, Value>) -> bool {
     with.get("via").and_then(Value::as_str) == Some(VIA_BASTION)
 }
 
-/// What is wrong with one setting's value.
-pub(crate) fn setting_problem(key: &str, value: &Value) -> Option<String> {
-    match key {
-        "url" => text(value)
-            .err()
-            .or_else(|| literal_url_problem(value.as_str().unwrap_or_default())),
-        "body" => text(value).err(),
-        "via" => (value.as_str() != Some(VIA_BASTION)).then(|| {
+/// Reads an `http` step's `with`, or says every problem as (field below `with`, problem).
+pub fn read(with: &BTreeMap<String, Value>) -> Result<HttpSettings, Problems> {
+    let mut reading = Reading::start(NAME, &SETTINGS, with);
+    let mut url = None;
+    let mut settings = HttpSettings {
+        url: String::new(),
+        method: "GET",
+        headers: vec![],
+        body: None,
+        expect_status: None,
+        outputs: vec![],
+        via_bastion: false,
+    };
+    for (key, value) in with {
+        let (key, read) = (key.as_str(), &mut settings);
+        match key {
+            "url" => url = reading.value(key, read_url(value)),
+            "body" => read.body = reading.value(key, text(value).map(str::to_owned)),
+            "via" => read.via_bastion = reading.value(key, read_via(value)).is_some(),
+            "method" => read.method = reading.value(key, read_method(value)).unwrap_or("GET"),
+            "headers" => read.headers = reading.value(key, read_headers(value)).unwrap_or_default(),
+            "expect_status" => read.expect_status = reading.value(key, expected_statuses(value)),
+            "outputs" => read.outputs = reading.value(key, read_outputs(value)).unwrap_or_default(),
+            _ => {}
+        }
+    }
+    reading.finish(url.map(|url| HttpSettings { url, ..settings }))
+}
+
+/// The URL as written, its scheme checked as far as the text tells.
+fn read_url(value: &Value) -> Result<String, String> {
+    let url = text(value)?;
+    literal_url_problem(url).map_or(Ok(url.to_owned()), Err)
+}
+
+/// `via`: only the bastion.
+fn read_via(value: &Value) -> Result<(), String> {
+    (value.as_str() == Some(VIA_BASTION))
+        .then_some(())
+        .ok_or_else(|| {
             format!(
                 "`{}` is not a way through; the only one is `{VIA_BASTION}`",
                 plain(value)
             )
-        }),
-        "method" => match value.as_str() {
-            Some(method) if HTTP_METHODS.contains(&method) => None,
-            _ => Some(format!(
+        })
+}
+
+/// The method, one of [`HTTP_METHODS`].
+fn read_method(value: &Value) -> Result<&'static str, String> {
+    value
+        .as_str()
+        .and_then(|method| HTTP_METHODS.into_iter().find(|known| *known == method))
+        .ok_or_else(|| {
+            format!(
                 "`{}` is not a method; use one of {}",
                 plain(value),
                 HTTP_METHODS.join(", ")
-            )),
-        },
-        "headers" => match value.as_object() {
-            Some(map) if map.values().all(Value::is_string) => None,
-            _ => Some("must be a map of header names to text".to_owned()),
-        },
-        "expect_status" => expected_statuses(value).err(),
-        "outputs" => match value.as_object() {
-            Some(map) if map.values().all(|v| v.as_str().is_some_and(is_pointer)) => None,
-            _ => Some(
-                "must map output names to JSON pointers into the answer, like `/server/id`"
-                    .to_owned(),
-            ),
-        },
-        _ => None,
-    }
+            )
+        })
+}
+
+/// Header names to texts.
+fn read_headers(value: &Value) -> Result<Vec<(String, String)>, String> {
+    named_texts(value, |_| true).ok_or_else(|| "must be a map of header names to text".to_owned())
+}
+
+/// Output names to JSON pointers.
+fn read_outputs(value: &Value) -> Result<Vec<(String, String)>, String> {
+    named_texts(value, is_pointer).ok_or_else(|| {
+        "must map output names to JSON pointers into the answer, like `/server/id`".to_owned()
+    })
+}
+
+/// A map of names to texts that each pass `good`, in the map's order.
+fn named_texts(value: &Value, good: fn(&str) -> bool) -> Option<Vec<(String, String)>> {
+    value
+        .as_object()?
+        .iter()
+        .map(|(name, value)| {
+            let text = value.as_str().filter(|text| good(text))?;
+            Some((name.clone(), text.to_owned()))
+        })
+        .collect()
 }
 
 /// What is wrong with a rendered `http` URL: anything but `http://` or `https://` at its start

@@ -1,11 +1,18 @@
 //! The step kinds. [`Kind`] is the one place a step's `run:` is read into a kind; each kind's
-//! module owns its name, the `with` settings it takes and the checks on them:
+//! module owns its name, the `with` settings it takes, the typed struct they are read into and
+//! the checks on them:
 //!
 //! - [`script`], [`noop`], [`terraform`], [`ansible`], [`http`], [`wait_ssh`], [`servers`].
 //!
+//! [`Kind::read`] reads a step's `with` into a [`StepKind`], the kind with its settings typed,
+//! or says every problem; validation reports those problems ([`Kind::check_with`]) and the
+//! runner reads the recorded `with` through the same function, so the two never read a
+//! setting differently. Templates stay as written in the typed settings: the runner renders
+//! them when the attempt starts.
+//!
 //! The runner's half of each kind (preparing the sandbox command, judging the exit) is the file
 //! of the same name in `functions/runner/src/kind/`. What several kinds share (host lists, plain
-//! paths, text settings) is below.
+//! paths, text settings, the frame of every reading) is below.
 
 pub mod ansible;
 pub mod http;
@@ -24,6 +31,17 @@ use serde_json::Value;
 
 use crate::template::Template;
 
+pub use ansible::AnsibleSettings;
+pub use http::HttpSettings;
+pub use script::ScriptSettings;
+pub use servers::ServersSettings;
+pub use terraform::TerraformSettings;
+pub use wait_ssh::WaitSshSettings;
+
+/// What is wrong with a step's `with`, as (field below `with`, problem), in the order messages
+/// give them.
+pub type Problems = Vec<(String, String)>;
+
 /// One `with` setting of a kind.
 pub(crate) struct Setting {
     name: &'static str,
@@ -41,6 +59,132 @@ pub(crate) const fn optional(name: &'static str) -> Setting {
     Setting {
         name,
         required: false,
+    }
+}
+
+/// A kind's `with` as it is read: the problems found so far, in the order messages give them:
+/// the settings missing, the settings the kind does not take, then each value's problems in
+/// the map's order, then what is wrong with the values read together.
+pub(crate) struct Reading {
+    problems: Problems,
+}
+
+impl Reading {
+    /// Starts reading `with` for the kind `kind`, which takes `settings`: notes the required
+    /// settings missing and those it does not take.
+    pub(crate) fn start(kind: &str, settings: &[Setting], with: &BTreeMap<String, Value>) -> Self {
+        let mut problems = Vec::new();
+        for setting in settings.iter().filter(|s| s.required) {
+            if !with.contains_key(setting.name) {
+                problems.push((
+                    String::new(),
+                    format!("a `{kind}` step needs `with.{}`", setting.name),
+                ));
+            }
+        }
+        for key in with.keys() {
+            if !settings.iter().any(|s| s.name == key) {
+                let known: Vec<&str> = settings.iter().map(|s| s.name).collect();
+                let hint = if known.is_empty() {
+                    "it takes none".to_owned()
+                } else {
+                    format!("it takes: {}", known.join(", "))
+                };
+                problems.push((
+                    format!(".{key}"),
+                    format!("unknown setting for a `{kind}` step; {hint}"),
+                ));
+            }
+        }
+        Reading { problems }
+    }
+
+    /// The value of the setting `key`, read, or its problem noted.
+    pub(crate) fn value<T>(&mut self, key: &str, read: Result<T, String>) -> Option<T> {
+        read.map_err(|problem| self.problems.push((format!(".{key}"), problem)))
+            .ok()
+    }
+
+    /// Notes problems found in the settings read together.
+    pub(crate) fn extend(&mut self, problems: impl IntoIterator<Item = (String, String)>) {
+        self.problems.extend(problems);
+    }
+
+    /// The settings, when nothing was wrong; `settings` is `None` only when a required setting
+    /// is missing, which [`start`](Self::start) noted.
+    pub(crate) fn finish<T>(self, settings: Option<T>) -> Result<T, Problems> {
+        match settings {
+            Some(settings) if self.problems.is_empty() => Ok(settings),
+            _ => Err(self.problems),
+        }
+    }
+}
+
+/// A step's kind with its settings read ([`Kind::read`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum StepKind {
+    /// A shell command.
+    Script(ScriptSettings),
+    /// Nothing at all.
+    Noop,
+    /// `terraform apply` of a folder.
+    Terraform(TerraformSettings),
+    /// `ansible-playbook` against hosts.
+    Ansible(AnsibleSettings),
+    /// One HTTP request.
+    Http(HttpSettings),
+    /// A wait for hosts to answer SSH.
+    WaitSsh(WaitSshSettings),
+    /// Servers and security groups made in the tenant's cloud.
+    Servers(ServersSettings),
+}
+
+impl StepKind {
+    /// The kind, without its settings.
+    pub fn kind(&self) -> Kind {
+        match self {
+            StepKind::Script(_) => Kind::Script,
+            StepKind::Noop => Kind::Noop,
+            StepKind::Terraform(_) => Kind::Terraform,
+            StepKind::Ansible(_) => Kind::Ansible,
+            StepKind::Http(_) => Kind::Http,
+            StepKind::WaitSsh(_) => Kind::WaitSsh,
+            StepKind::Servers(_) => Kind::Servers,
+        }
+    }
+
+    /// The hosts the step logs in to, for the kinds that take `hosts`.
+    pub fn hosts(&self) -> Option<&Hosts> {
+        match self {
+            StepKind::Ansible(settings) => Some(&settings.hosts),
+            StepKind::WaitSsh(settings) => Some(&settings.hosts),
+            _ => None,
+        }
+    }
+}
+
+/// The hosts a `hosts` setting names, as written (their addresses may be templates).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hosts {
+    /// The blueprint's host group it names, if it names one rather than a list.
+    pub group: Option<String>,
+    /// The addresses, as written.
+    pub addresses: Vec<String>,
+}
+
+impl Hosts {
+    /// Reads a `hosts` setting: a host group of the blueprint, or a list ([`host_list`]).
+    pub(crate) fn read(
+        value: &Value,
+        groups: &BTreeMap<String, Vec<String>>,
+    ) -> Result<Hosts, String> {
+        Ok(Hosts {
+            group: value.as_str().map(str::to_owned),
+            addresses: host_list(value, groups)?
+                .into_iter()
+                .map(str::to_owned)
+                .collect(),
+        })
     }
 }
 
@@ -98,45 +242,25 @@ impl Kind {
         }
     }
 
-    fn settings(self) -> &'static [Setting] {
-        match self {
-            Kind::Script => &script::SETTINGS,
-            Kind::Noop => &noop::SETTINGS,
-            Kind::Terraform => &terraform::SETTINGS,
-            Kind::Ansible => &ansible::SETTINGS,
-            Kind::Http => &http::SETTINGS,
-            Kind::WaitSsh => &wait_ssh::SETTINGS,
-            Kind::Servers => &servers::SETTINGS,
-        }
-    }
-
-    /// What is wrong with one setting's value, read on its own.
-    fn setting_problem(
+    /// Reads a step's `with` into the kind's typed settings, or says every problem with them,
+    /// as (field below `with`, problem). `hosts` are the blueprint's host groups.
+    pub fn read(
         self,
-        key: &str,
-        value: &Value,
+        with: &BTreeMap<String, Value>,
         hosts: &BTreeMap<String, Vec<String>>,
-    ) -> Option<String> {
-        match self {
-            Kind::Script => script::setting_problem(key, value),
-            Kind::Terraform => terraform::setting_problem(key, value),
-            Kind::Ansible => ansible::setting_problem(key, value, hosts),
-            Kind::Http => http::setting_problem(key, value),
-            Kind::WaitSsh => wait_ssh::setting_problem(key, value, hosts),
-            Kind::Noop | Kind::Servers => None,
-        }
-    }
-
-    /// What is wrong with the settings read together, once each has been read on its own, as
-    /// (field below `with`, problem).
-    fn settings_problems(self, with: &BTreeMap<String, Value>) -> Vec<(String, String)> {
-        match self {
-            Kind::Script => script::command_problems(with),
-            // Its settings refer to each other (a server to its groups, a rule to a group), so
-            // they are read as a whole.
-            Kind::Servers => servers::read(with).err().unwrap_or_default(),
-            _ => vec![],
-        }
+    ) -> Result<StepKind, Problems> {
+        Ok(match self {
+            Kind::Script => StepKind::Script(script::read(with)?),
+            Kind::Noop => {
+                noop::read(with)?;
+                StepKind::Noop
+            }
+            Kind::Terraform => StepKind::Terraform(terraform::read(with)?),
+            Kind::Ansible => StepKind::Ansible(ansible::read(with, hosts)?),
+            Kind::Http => StepKind::Http(http::read(with)?),
+            Kind::WaitSsh => StepKind::WaitSsh(wait_ssh::read(with, hosts)?),
+            Kind::Servers => StepKind::Servers(servers::read_step(with)?),
+        })
     }
 
     /// Every problem with a step's `with` settings, as (field below `with`, problem).
@@ -144,39 +268,8 @@ impl Kind {
         self,
         with: &BTreeMap<String, Value>,
         hosts: &BTreeMap<String, Vec<String>>,
-    ) -> Vec<(String, String)> {
-        let kind = self.name();
-        let settings = self.settings();
-        let mut problems = Vec::new();
-        for setting in settings.iter().filter(|s| s.required) {
-            if !with.contains_key(setting.name) {
-                problems.push((
-                    String::new(),
-                    format!("a `{kind}` step needs `with.{}`", setting.name),
-                ));
-            }
-        }
-        for key in with.keys() {
-            if !settings.iter().any(|s| s.name == key) {
-                let known: Vec<&str> = settings.iter().map(|s| s.name).collect();
-                let hint = if known.is_empty() {
-                    "it takes none".to_owned()
-                } else {
-                    format!("it takes: {}", known.join(", "))
-                };
-                problems.push((
-                    format!(".{key}"),
-                    format!("unknown setting for a `{kind}` step; {hint}"),
-                ));
-            }
-        }
-        for (key, value) in with {
-            if let Some(text) = self.setting_problem(key, value, hosts) {
-                problems.push((format!(".{key}"), text));
-            }
-        }
-        problems.extend(self.settings_problems(with));
-        problems
+    ) -> Problems {
+        self.read(with, hosts).err().unwrap_or_default()
     }
 
     /// Whether a step of this kind reaches its hosts through the blueprint's bastion (when it
@@ -308,12 +401,12 @@ pub fn address_problem(address: &str) -> Option<String> {
     })
 }
 
-/// What is wrong with a `vars` setting (`terraform`, `ansible`).
-pub(crate) fn vars_problem(value: &Value) -> Option<String> {
+/// A `vars` setting (`terraform`, `ansible`): variable names to values, templates as written.
+pub(crate) fn vars(value: &Value) -> Result<serde_json::Map<String, Value>, String> {
     value
         .as_object()
-        .is_none()
-        .then(|| "must be a map of variable names to values".to_owned())
+        .cloned()
+        .ok_or_else(|| "must be a map of variable names to values".to_owned())
 }
 
 pub(crate) fn text(value: &Value) -> Result<&str, String> {
@@ -432,6 +525,63 @@ mod tests {
                 "{kind} {settings}"
             );
         }
+    }
+
+    #[test]
+    fn a_step_s_settings_are_read_into_its_kind_s_own_with_their_defaults() {
+        let groups = BTreeMap::from([("web".to_owned(), vec!["10.0.0.1:22".to_owned()])]);
+        let read = |kind: Kind, settings: Value| kind.read(&with(settings), &groups);
+        assert_eq!(
+            read(Kind::WaitSsh, json!({"hosts": "web"})),
+            Ok(StepKind::WaitSsh(WaitSshSettings {
+                hosts: Hosts {
+                    group: Some("web".into()),
+                    addresses: vec!["10.0.0.1:22".into()],
+                },
+                wait: wait_ssh::DEFAULT_SSH_WAIT,
+            }))
+        );
+        let Ok(StepKind::Http(http)) = read(
+            Kind::Http,
+            json!({"url": "https://{{ params.host }}/x", "method": "HEAD",
+                   "headers": {"a": "{{ secrets.token }}", "b": "2"}, "via": "bastion"}),
+        ) else {
+            panic!("an http step's settings read");
+        };
+        assert_eq!(http.url, "https://{{ params.host }}/x", "kept as written");
+        assert_eq!(http.method, "HEAD");
+        assert_eq!(
+            http.headers,
+            vec![
+                ("a".to_owned(), "{{ secrets.token }}".to_owned()),
+                ("b".to_owned(), "2".to_owned())
+            ]
+        );
+        assert!(http.via_bastion && http.expect_status.is_none() && http.body.is_none());
+        let Ok(StepKind::Terraform(terraform)) = read(Kind::Terraform, json!({"dir": "infra/"}))
+        else {
+            panic!("a terraform step's settings read");
+        };
+        assert_eq!((terraform.folder(), terraform.vars.len()), ("infra", 0));
+        assert_eq!(read(Kind::Noop, json!({})), Ok(StepKind::Noop));
+        assert_eq!(
+            read(Kind::Noop, json!({"x": 1})),
+            Err(vec![(
+                ".x".to_owned(),
+                "unknown setting for a `noop` step; it takes none".to_owned()
+            )])
+        );
+        assert_eq!(
+            read(
+                Kind::Ansible,
+                json!({"playbook": "site.yml", "hosts": ["a:22"]})
+            )
+            .map(|kind| kind.hosts().cloned()),
+            Ok(Some(Hosts {
+                group: None,
+                addresses: vec!["a:22".into()]
+            }))
+        );
     }
 
     #[test]

@@ -1,12 +1,17 @@
-//! The `script` kind: a shell command run in the sandbox. Its references to parameters,
-//! outputs and secrets become environment variables ([`crate::shell`]), so where each stands in
-//! the command's quoting is checked here.
+//! The `script` kind: a shell command run in the sandbox.
+//!
+//! - Settings ([`ScriptSettings`]): `command`, required, text; a template.
+//! - Checks: the command is text, and each of its references to parameters, outputs and
+//!   secrets stands where the shell can take it from an environment variable
+//!   ([`crate::shell`]): its place in the command's quoting is checked here.
+//! - Other half: `functions/runner/src/kind/script.rs` turns the references into variables and
+//!   runs the command; its outputs are the `key=value` lines it writes to `$OVERTURE_OUTPUTS`.
 
 use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::{required, text, Setting};
+use super::{required, text, Problems, Reading, Setting};
 use crate::template::Template;
 
 /// The name a blueprint's `run:` gives the kind.
@@ -15,24 +20,30 @@ pub const NAME: &str = "script";
 /// The `with` settings it takes.
 pub(crate) const SETTINGS: [Setting; 1] = [required("command")];
 
-/// What is wrong with one setting's value.
-pub(crate) fn setting_problem(key: &str, value: &Value) -> Option<String> {
-    match key {
-        "command" => text(value).err(),
-        _ => None,
-    }
+/// A `script` step's settings, read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScriptSettings {
+    /// The command, as written (its references rendered by the runner).
+    pub command: String,
 }
 
-/// What is wrong with where the command's references stand in its shell quoting, as (field
-/// below `with`, problem).
-pub(crate) fn command_problems(with: &BTreeMap<String, Value>) -> Vec<(String, String)> {
-    let Some(command) = with.get("command").and_then(Value::as_str) else {
-        return vec![];
-    };
-    script_quoting(command)
-        .into_iter()
-        .map(|p| (".command".to_owned(), p))
-        .collect()
+/// Reads a `script` step's `with`, or says every problem as (field below `with`, problem).
+pub fn read(with: &BTreeMap<String, Value>) -> Result<ScriptSettings, Problems> {
+    let mut reading = Reading::start(NAME, &SETTINGS, with);
+    let mut command = None;
+    for (key, value) in with {
+        if key == "command" {
+            command = reading.value(key, text(value).map(str::to_owned));
+        }
+    }
+    if let Some(command) = &command {
+        reading.extend(
+            script_quoting(command)
+                .into_iter()
+                .map(|p| (".command".to_owned(), p)),
+        );
+    }
+    reading.finish(command.map(|command| ScriptSettings { command }))
 }
 
 /// What is wrong with where a `script` command's references stand in its shell quoting (see

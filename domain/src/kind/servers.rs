@@ -1,6 +1,7 @@
-//! The `servers` step kind's settings: the security groups and servers a step makes in the
-//! tenant's cloud, read from its `with` into [`ServersSettings`] and checked, so that validation
-//! and the runner read them the same way.
+//! The `servers` kind: the security groups and servers a step makes in the tenant's cloud.
+//!
+//! - Settings ([`ServersSettings`]), read from the step's `with` by [`read`] so that validation
+//!   and the runner read them the same way:
 //!
 //! ```yaml
 //! with:
@@ -13,6 +14,12 @@
 //!     web-1: { security_groups: [web], image: "{{ params.image }}", flavor: m1.small }
 //!   timeout: 2m                 # how long to wait for every server to be ACTIVE
 //! ```
+//!
+//! - Checks: names a cloud takes as host names, groups and rules that refer to groups of the
+//!   step, CIDRs, at most one bastion, a wait that is a duration.
+//! - Other half: `functions/runner/src/kind/servers.rs` plans the cloud resources and runs
+//!   `overture provision` in the sandbox to make them; the step's outputs are the servers'
+//!   addresses and the groups' ids.
 
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -20,7 +27,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{optional, plain, required, Setting};
+use super::{optional, plain, required, Problems, Reading, Setting};
 use crate::duration::{read_duration, DurationError};
 
 /// The name a blueprint's `run:` gives the kind.
@@ -91,6 +98,16 @@ pub enum Source {
     Group(String),
     /// Every address of this CIDR.
     Cidr(String),
+}
+
+/// Reads a `servers` step's `with` as every kind's is read: the settings it takes, then
+/// [`read`].
+pub(crate) fn read_step(with: &BTreeMap<String, Value>) -> Result<ServersSettings, Problems> {
+    let mut reading = Reading::start(NAME, &SETTINGS, with);
+    // Its settings refer to each other (a server to its groups, a rule to a group), so they
+    // are read as a whole.
+    let settings = read(with).map_err(|problems| reading.extend(problems)).ok();
+    reading.finish(settings)
 }
 
 /// Reads a `servers` step's `with`, or says every problem as (field below `with`, problem).

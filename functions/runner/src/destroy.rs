@@ -18,6 +18,7 @@ use overture_domain::{Deployment, DeploymentCommand, DeploymentError, Deployment
 use overture_events::{DeploymentId, StepSpec};
 use overture_kit::payload::StorePayloads;
 use overture_kit::{execute, Cause, DeploymentLog};
+use serde_json::Value;
 
 use crate::attempt::{fetch_files, shown_output, with_tail};
 use crate::logs::{AttemptLogs, LogName};
@@ -208,7 +209,10 @@ fn check(state: &DeploymentState, secrets: &SecretValues) -> Result<(), DestroyR
 
 /// The secrets a Terraform step's variables refer to.
 pub fn secrets_used(spec: &StepSpec) -> BTreeSet<String> {
-    let texts = spec.with.get("vars").map(strings_in).unwrap_or_default();
+    let vars = overture_domain::kind::terraform::read(&spec.with)
+        .map(|settings| Value::Object(settings.vars))
+        .unwrap_or_default();
+    let texts = strings_in(&vars);
     texts
         .into_iter()
         .filter_map(|text| Template::parse(text).ok())

@@ -17,7 +17,7 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr};
 
 use overture_domain::egress::{Destination, EgressRefusal, LoopbackEgress, Origin};
-use overture_domain::kind::{self, Kind};
+use overture_domain::kind::{self, Kind, StepKind};
 
 use crate::step::StepInput;
 
@@ -140,12 +140,20 @@ fn own_targets(input: &StepInput<'_>) -> Vec<(String, u16)> {
                 .collect()
         })
         .unwrap_or_default();
-    if let Some(url) = input.text_setting("url") {
-        if let Some(target) = input.render(url).ok().as_deref().and_then(url_host_port) {
+    if let Some(url) = http_url(input) {
+        if let Some(target) = input.render(&url).ok().as_deref().and_then(url_host_port) {
             targets.push(target);
         }
     }
     targets
+}
+
+/// The URL an `http` step calls, as written.
+fn http_url(input: &StepInput<'_>) -> Option<String> {
+    match input.kind() {
+        Ok(StepKind::Http(settings)) => Some(settings.url),
+        _ => None,
+    }
 }
 
 /// The first target the step itself connects to that `allowed` leaves out, and why: a step
@@ -161,8 +169,8 @@ pub async fn refused_target(
     if input.bastion().ok().flatten().is_some() {
         return None;
     }
-    if let Some(url) = input.text_setting("url") {
-        if let Some(host) = input.render(url).ok().as_deref().and_then(ipv6_url_host) {
+    if let Some(url) = http_url(input) {
+        if let Some(host) = input.render(&url).ok().as_deref().and_then(ipv6_url_host) {
             return Some(EgressRefusal::Ipv6 {
                 target: format!("the URL's host {host}"),
             });

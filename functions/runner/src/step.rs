@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use overture_domain::blueprint::used_outputs;
-use overture_domain::kind::{self, uses_bastion};
+use overture_domain::kind::{uses_bastion, Hosts, Kind, Problems, StepKind};
 use overture_domain::secret::{
     secret_within, Masker, SecretString, SecretValues, SSH_KEY_SECRET, TOKEN_SECRET,
 };
@@ -45,14 +45,25 @@ pub struct StepInput<'a> {
 }
 
 impl StepInput<'_> {
-    /// A `with` setting.
-    pub fn setting(&self, key: &str) -> Option<&Value> {
-        self.spec.with.get(key)
-    }
-
-    /// A `with` setting that is text.
-    pub fn text_setting(&self, key: &str) -> Option<&str> {
-        self.setting(key).and_then(Value::as_str)
+    /// The step's kind with its settings, read from its recorded `with` by the kind's own
+    /// reader in `overture_domain::kind` (the one validation used), against the blueprint's
+    /// host groups. Its problems (which validation refused before the deployment was
+    /// recorded) are one message: `with.FIELD: PROBLEM; ...`.
+    pub fn kind(&self) -> Result<StepKind, String> {
+        let Some(kind) = Kind::of(self.spec) else {
+            return Err(format!(
+                "this engine cannot run steps of kind `{}`",
+                self.spec.kind
+            ));
+        };
+        let no_groups = BTreeMap::new();
+        let groups = self
+            .state
+            .blueprint
+            .as_ref()
+            .map_or(&no_groups, |blueprint| &blueprint.hosts);
+        kind.read(&self.spec.with, groups)
+            .map_err(settings_problems)
     }
 
     /// Those of the step's [`files`](Self::files) under `dir` (relative to the blueprint's
@@ -168,26 +179,20 @@ impl StepInput<'_> {
         })
     }
 
-    /// The addresses of the step's `hosts` setting (a host group or a list), rendered.
-    pub fn hosts(&self) -> Result<Vec<String>, String> {
-        let value = self
-            .setting("hosts")
-            .ok_or("the step has no `with.hosts`")?;
-        let groups = self
-            .state
-            .blueprint
-            .as_ref()
-            .map(|b| &b.hosts)
-            .ok_or("the deployment has no blueprint")?;
-        kind::host_list(value, groups)?
-            .into_iter()
-            .map(|address| self.render(address))
-            .collect()
+    /// The servers of the step's `hosts` setting, whatever its kind, rendered and read.
+    pub fn ssh_addresses(&self) -> Result<Vec<SshAddress>, String> {
+        let kind = self.kind()?;
+        self.render_hosts(kind.hosts().ok_or("the step has no `with.hosts`")?)
     }
 
-    /// The servers of the step's `hosts` setting, rendered and read.
-    pub fn ssh_addresses(&self) -> Result<Vec<SshAddress>, String> {
-        self.hosts()?
+    /// The servers of a `hosts` setting, rendered and read.
+    pub fn render_hosts(&self, hosts: &Hosts) -> Result<Vec<SshAddress>, String> {
+        let rendered = hosts
+            .addresses
+            .iter()
+            .map(|address| self.render(address))
+            .collect::<Result<Vec<_>, _>>()?;
+        rendered
             .iter()
             .map(|address| SshAddress::parse(address))
             .collect()
@@ -236,6 +241,16 @@ impl StepInput<'_> {
             user: bastion.user.clone(),
         }))
     }
+}
+
+/// The problems a kind's reader found in a step's recorded settings, as one message:
+/// `with.FIELD: PROBLEM; ...`.
+pub fn settings_problems(problems: Problems) -> String {
+    problems
+        .into_iter()
+        .map(|(field, problem)| format!("with{field}: {problem}"))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// The port SSH listens on unless an address says.

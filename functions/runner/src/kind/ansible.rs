@@ -1,5 +1,7 @@
-//! The `ansible` step kind: `ansible-playbook` runs a playbook from the blueprint's folder against
-//! the step's hosts, logging in over SSH with the deployment's own key.
+//! The runner's half of the `ansible` kind: `ansible-playbook` runs a playbook from the
+//! blueprint's folder against the step's hosts, logging in over SSH with the deployment's own
+//! key. Its settings ([`AnsibleSettings`]: `playbook`, `hosts`, `user`, `vars`) and their checks
+//! are the kind's other half, `domain/src/kind/ansible.rs`.
 //!
 //! [`prepare`] lays out the sandbox's `/work`:
 //!
@@ -23,7 +25,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use overture_domain::kind::Kind;
+use overture_domain::kind::AnsibleSettings;
 use overture_events::ErrorClass;
 use serde_json::{json, Value};
 
@@ -72,13 +74,9 @@ pipelining = True
 ";
 
 /// Builds the sandbox command of an attempt.
-pub fn prepare(input: &StepInput) -> Result<Prepared, String> {
-    let playbook = input
-        .text_setting("playbook")
-        .ok_or("the step has no `with.playbook` text")?;
-    let dir = Kind::Ansible
-        .bundle_dir(&input.spec.with)
-        .unwrap_or_default();
+pub fn prepare(input: &StepInput, settings: &AnsibleSettings) -> Result<Prepared, String> {
+    let playbook = settings.playbook.as_str();
+    let dir = settings.folder();
     let playbook_file = if dir.is_empty() {
         playbook
     } else {
@@ -87,7 +85,7 @@ pub fn prepare(input: &StepInput) -> Result<Prepared, String> {
             .and_then(|rest| rest.strip_prefix('/'))
             .unwrap_or(playbook)
     };
-    let user = match input.text_setting("user") {
+    let user = match &settings.user {
         Some(user) => input.render(user)?,
         None => DEFAULT_USER.to_owned(),
     };
@@ -95,9 +93,13 @@ pub fn prepare(input: &StepInput) -> Result<Prepared, String> {
     let key = input.ssh_key_file()?;
     let bastion = input.bastion()?;
 
-    let hosts: Vec<Host> = input.ssh_addresses()?.into_iter().map(Host::from).collect();
+    let hosts: Vec<Host> = input
+        .render_hosts(&settings.hosts)?
+        .into_iter()
+        .map(Host::from)
+        .collect();
     // A host group's name also becomes an inventory group, so a playbook may target it.
-    let group = input.text_setting("hosts");
+    let group = settings.hosts.group.as_deref();
     let inventory = inventory(
         &hosts,
         group,
@@ -105,10 +107,7 @@ pub fn prepare(input: &StepInput) -> Result<Prepared, String> {
         &format!("/work/{SSH_KEY_FILE}"),
         bastion.as_ref(),
     )?;
-    let vars = match input.setting("vars") {
-        Some(vars) => input.render_value(vars)?,
-        None => json!({}),
-    };
+    let vars = input.render_value(&Value::Object(settings.vars.clone()))?;
 
     let mut files: Vec<(PathBuf, Vec<u8>)> = input
         .files_under(&dir)
@@ -453,6 +452,7 @@ mod tests {
     use std::process::Command;
 
     use super::*;
+    use crate::kind::{conclude, prepare};
     use crate::testing::{input, requested, sandbox_result, BASTION, SSH_KEY as KEY};
 
     /// A recap as ansible-core 2.14 prints it (captured from a real run).

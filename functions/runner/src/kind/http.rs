@@ -1,4 +1,7 @@
-//! The `http` step kind: one REST call, made by `curl` inside the sandbox.
+//! The runner's half of the `http` kind: one REST call, made by `curl` inside the sandbox. Its
+//! settings ([`HttpSettings`]: `url`, `method`, `headers`, `body`, `expect_status`, `outputs`,
+//! `via`) and their checks are the kind's other half, `domain/src/kind/http.rs`; the rendered
+//! URL is checked here by the same rules ([`rules::url_problem`]).
 //!
 //! - [`prepare`] renders the call (URL, method, headers, body; secrets included) into files under
 //!   `/work`: the curl config [`CONFIG_FILE`] and the body [`BODY_FILE`]. The command line names
@@ -19,6 +22,7 @@
 use std::collections::BTreeMap;
 
 use overture_domain::kind::http as rules;
+use overture_domain::kind::HttpSettings;
 use overture_events::ErrorClass;
 use serde_json::Value;
 
@@ -69,8 +73,8 @@ fi"#;
 
 /// Builds the sandbox command of an attempt: the call rendered into files, curl to make it,
 /// through a tunnel when the step goes through the bastion.
-pub fn prepare(input: &StepInput) -> Result<Prepared, String> {
-    let call = Call::render(input)?;
+pub fn prepare(input: &StepInput, settings: &HttpSettings) -> Result<Prepared, String> {
+    let call = Call::render(input, settings)?;
     let bastion = input.bastion()?;
     let mut prepared = Prepared {
         command: format!("{CALL}\nexit $code"),
@@ -156,13 +160,15 @@ exit $code"#
 }
 
 /// Judges the call by curl's exit code and the answer it left.
-pub fn conclude(input: &StepInput, code: i32, result: &SandboxResult) -> Verdict {
-    let expect = match Expectation::of(input) {
-        Ok(expect) => expect,
-        Err(problem) => return Verdict::failed(problem),
-    };
+pub fn conclude(
+    input: &StepInput,
+    settings: &HttpSettings,
+    code: i32,
+    result: &SandboxResult,
+) -> Verdict {
+    let expect = Expectation::of(input, settings);
     let headers = collected(&result.collected, HEADERS_FILE).unwrap_or_default();
-    let answer = if input.text_setting("method") == Some("HEAD") {
+    let answer = if settings.method == "HEAD" {
         // With `head`, curl writes the headers where the body would go: there is no body.
         &[]
     } else {
@@ -252,46 +258,22 @@ struct Call {
 }
 
 impl Call {
-    fn render(input: &StepInput) -> Result<Self, String> {
-        let url = input.render(
-            input
-                .text_setting("url")
-                .ok_or("the step has no `with.url` text")?,
-        )?;
+    fn render(input: &StepInput, settings: &HttpSettings) -> Result<Self, String> {
+        let url = input.render(&settings.url)?;
         // Validation saw only the URL's written start; a template may have rendered any scheme.
         if let Some(problem) = rules::url_problem(&url) {
             return Err(format!("`with.url`: {problem}"));
         }
-        let method = match input.setting("method") {
-            None => "GET",
-            Some(value) => value
-                .as_str()
-                .filter(|method| rules::HTTP_METHODS.contains(method))
-                .ok_or_else(|| {
-                    format!(
-                        "`with.method` must be one of {}",
-                        rules::HTTP_METHODS.join(", ")
-                    )
-                })?,
-        };
         let mut headers = Vec::new();
-        if let Some(value) = input.setting("headers") {
-            let map = value
-                .as_object()
-                .ok_or("`with.headers` must be a map of header names to text")?;
-            for (name, value) in map {
-                let value = value
-                    .as_str()
-                    .ok_or_else(|| format!("header `{name}` must be text"))?;
-                headers.push(header(name, &input.render(value)?)?);
-            }
+        for (name, value) in &settings.headers {
+            headers.push(header(name, &input.render(value)?)?);
         }
-        let body = match input.setting("body") {
+        let body = match &settings.body {
             None => None,
-            Some(value) => Some(input.render(value.as_str().ok_or("`with.body` must be text")?)?),
+            Some(body) => Some(input.render(body)?),
         };
         Ok(Self {
-            method: method.to_owned(),
+            method: settings.method.to_owned(),
             url,
             headers,
             body,
@@ -407,31 +389,14 @@ struct Expectation {
 }
 
 impl Expectation {
-    fn of(input: &StepInput) -> Result<Self, String> {
-        let statuses = input
-            .setting("expect_status")
-            .map(rules::expected_statuses)
-            .transpose()?;
-        let mut outputs = Vec::new();
-        if let Some(value) = input.setting("outputs") {
-            let map = value
-                .as_object()
-                .ok_or("`with.outputs` must map output names to JSON pointers")?;
-            for (name, pointer) in map {
-                let pointer = pointer
-                    .as_str()
-                    .ok_or_else(|| format!("output `{name}`: its JSON pointer must be text"))?;
-                outputs.push((name.clone(), pointer.to_owned()));
-            }
-        }
-        let url = input.text_setting("url").unwrap_or_default();
+    fn of(input: &StepInput, settings: &HttpSettings) -> Self {
+        let url = &settings.url;
         let url = input.render(url).unwrap_or_else(|_| url.to_owned());
-        let method = input.text_setting("method").unwrap_or("GET");
-        Ok(Self {
-            statuses,
-            outputs,
-            call: format!("{method} {url}"),
-        })
+        Self {
+            statuses: settings.expect_status.clone(),
+            outputs: settings.outputs.clone(),
+            call: format!("{} {url}", settings.method),
+        }
     }
 
     fn accepts(&self, status: u16) -> bool {
@@ -614,6 +579,7 @@ mod tests {
     use overture_domain::secret::{SecretString, SecretValues};
 
     use super::*;
+    use crate::kind::{conclude, prepare};
     use crate::step::SSH_KEY_FILE;
     use crate::testing::{input, key_secrets, prepared_file, requested, sandbox_result, BASTION};
 

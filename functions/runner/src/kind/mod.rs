@@ -12,7 +12,7 @@ pub mod servers;
 pub mod terraform;
 pub mod wait_ssh;
 
-use overture_domain::kind::Kind;
+use overture_domain::kind::{Kind, StepKind};
 
 use crate::step::{Prepared, StepInput, Verdict};
 use crate::SandboxResult;
@@ -25,16 +25,16 @@ pub fn kept_file(kind: Kind) -> Option<&'static str> {
     }
 }
 
-/// The sandbox command of a step, by its kind.
+/// The sandbox command of a step, by its kind, from its settings read ([`StepInput::kind`]).
 pub fn prepare(input: &StepInput) -> Result<Prepared, String> {
-    match Kind::of(input.spec) {
-        Some(Kind::Script) => script::prepare(input),
-        Some(Kind::Terraform) => terraform::prepare(input),
-        Some(Kind::Ansible) => ansible::prepare(input),
-        Some(Kind::Http) => http::prepare(input),
-        Some(Kind::WaitSsh) => wait_ssh::prepare(input),
-        Some(Kind::Servers) => servers::prepare(input),
-        Some(Kind::Noop) | None => Err(format!(
+    match input.kind()? {
+        StepKind::Script(settings) => script::prepare(input, &settings),
+        StepKind::Terraform(settings) => terraform::prepare(input, &settings),
+        StepKind::Ansible(settings) => ansible::prepare(input, &settings),
+        StepKind::Http(settings) => http::prepare(input, &settings),
+        StepKind::WaitSsh(settings) => wait_ssh::prepare(input, &settings),
+        StepKind::Servers(settings) => servers::prepare(input, &settings),
+        StepKind::Noop => Err(format!(
             "this engine cannot run steps of kind `{}`",
             input.spec.kind
         )),
@@ -43,13 +43,15 @@ pub fn prepare(input: &StepInput) -> Result<Prepared, String> {
 
 /// What the step's kind makes of its command's exit code.
 pub fn conclude(input: &StepInput, code: i32, result: &SandboxResult) -> Verdict {
-    match Kind::of(input.spec) {
-        Some(Kind::Terraform) => terraform::conclude(input, code, result),
-        Some(Kind::Ansible) => ansible::conclude(input, code, result),
-        Some(Kind::Http) => http::conclude(input, code, result),
-        Some(Kind::WaitSsh) => wait_ssh::conclude(input, code, result),
-        Some(Kind::Servers) => servers::conclude(input, code, result),
-        // `prepare` refused every other kind, so only a script gets this far.
-        _ => script::conclude(code, result),
+    match input.kind() {
+        Ok(StepKind::Terraform(_)) => terraform::conclude(code, result),
+        Ok(StepKind::Ansible(_)) => ansible::conclude(input, code, result),
+        Ok(StepKind::Http(settings)) => http::conclude(input, &settings, code, result),
+        Ok(StepKind::WaitSsh(settings)) => wait_ssh::conclude(input, &settings, code, result),
+        Ok(StepKind::Servers(settings)) => servers::conclude(&settings, code, result),
+        // `prepare` refused every other kind, and settings it could not read, so only a script
+        // gets this far.
+        Ok(StepKind::Script(_) | StepKind::Noop) => script::conclude(code, result),
+        Err(problem) => Verdict::failed(problem),
     }
 }

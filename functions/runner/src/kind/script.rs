@@ -1,4 +1,6 @@
-//! How a `script` step's command and environment are built, and its outputs read.
+//! The runner's half of the `script` kind: how a step's command and environment are built,
+//! and its outputs read. Its settings ([`ScriptSettings`]: the command) and their checks are the
+//! kind's other half, `domain/src/kind/script.rs`.
 //!
 //! Every `{{ ... }}` reference in the command becomes an expansion of a shell variable
 //! (`OVERTURE_REF_1`, ...) whose value travels in the environment, so the shell never runs or
@@ -7,9 +9,13 @@
 //! reference (unquoted, "...", '...', here-documents, `$( )`, backticks), so the step sees exactly
 //! the value in every one: see [`overture_domain::shell`]. A secret reaches the step only as an
 //! environment variable: never in the command text, never in an event.
+//!
+//! A script succeeds when it exits 0; its outputs are the `key=value` lines it writes to
+//! `$OVERTURE_OUTPUTS` ([`parse_outputs`]).
 
 use std::collections::BTreeMap;
 
+use overture_domain::kind::ScriptSettings;
 use overture_domain::shell::script_command;
 use overture_domain::template::Template;
 use secrecy::ExposeSecret;
@@ -18,13 +24,9 @@ use crate::step::{Prepared, Resolved, StepInput, Verdict};
 use crate::SandboxResult;
 
 /// Builds the command and environment of a script step from the deployment's state.
-pub fn prepare(input: &StepInput) -> Result<Prepared, String> {
-    let text = input
-        .text_setting("command")
-        .ok_or("the step has no `with.command` text")?;
-    let template = Template::parse(text).map_err(|e| e.to_string())?;
-    // Validation refused these before the deployment was recorded; a blueprint recorded by an
-    // older engine may still hold one.
+pub fn prepare(input: &StepInput, settings: &ScriptSettings) -> Result<Prepared, String> {
+    let template = Template::parse(&settings.command).map_err(|e| e.to_string())?;
+    // Reading the settings refused a reference the shell cannot take, so this does not fail.
     let command = script_command(&template, variable).map_err(|errors| {
         let problems: Vec<String> = errors.iter().map(ToString::to_string).collect();
         problems.join("; ")
@@ -117,6 +119,7 @@ pub fn parse_outputs(text: &str) -> Result<BTreeMap<String, String>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kind::prepare;
     use crate::testing::{input, requested, succeeded};
     use overture_domain::blueprint::parse;
     use overture_domain::secret::{SecretString, SecretValues};

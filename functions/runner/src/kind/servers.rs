@@ -1,7 +1,9 @@
-//! The `servers` step kind: security groups and servers made in the tenant's cloud with the
-//! user's token, by the engine's own program inside the step's sandbox.
+//! The runner's half of the `servers` kind: security groups and servers made in the tenant's
+//! cloud with the user's token, by the engine's own program inside the step's sandbox. Its
+//! settings ([`ServersSettings`]: `security_groups`, `servers`, `timeout`) and their checks are
+//! the kind's other half, `domain/src/kind/servers.rs`.
 //!
-//! - [`prepare`] resolves the step's settings ([`overture_domain::servers`]) for this deployment
+//! - [`prepare`] resolves the step's settings for this deployment
 //!   into a [`Plan`] and writes it to [`SPEC_FILE`]: every resource named
 //!   `<deployment prefix>-<name>` ([`resource_prefix`]) so deployments of one tenant never collide
 //!   and a retried attempt finds what an earlier one made, and every server given a cloud-config
@@ -17,8 +19,8 @@
 
 use std::collections::BTreeMap;
 
+use overture_domain::kind::servers::{ServersSettings, Source, BASTION_ROLE, GROUP_OUTPUT_PREFIX};
 use overture_domain::secret::TOKEN_SECRET;
-use overture_domain::servers::{self as settings, Source, GROUP_OUTPUT_PREFIX};
 use overture_events::{DeploymentId, ErrorClass};
 use serde::{Deserialize, Serialize};
 
@@ -119,14 +121,7 @@ pub fn cloud_config(hostname: &str, public_key: &str) -> String {
 }
 
 /// Resolves the step's settings for this attempt.
-pub fn plan(input: &StepInput) -> Result<Plan, String> {
-    let read = settings::read(&input.spec.with).map_err(|problems| {
-        problems
-            .into_iter()
-            .map(|(field, problem)| format!("with{field}: {problem}"))
-            .collect::<Vec<_>>()
-            .join("; ")
-    })?;
+pub fn plan(input: &StepInput, read: &ServersSettings) -> Result<Plan, String> {
     let public_key = input.state.ssh_public_key.as_deref().ok_or(
         "the deployment has no SSH key to install on its servers; deploy it again with this engine",
     )?;
@@ -165,7 +160,7 @@ pub fn plan(input: &StepInput) -> Result<Plan, String> {
                 cloud_name: cloud_name(name),
                 security_groups: server.security_groups.clone(),
                 metadata: if server.bastion {
-                    [("role".to_owned(), settings::BASTION_ROLE.to_owned())].into()
+                    [("role".to_owned(), BASTION_ROLE.to_owned())].into()
                 } else {
                     BTreeMap::new()
                 },
@@ -185,7 +180,7 @@ pub fn plan(input: &StepInput) -> Result<Plan, String> {
 
 /// Builds the sandbox command of an attempt: the plan in [`SPEC_FILE`], the engine's own
 /// program to carry it out, the identity URL and the token in its environment.
-pub fn prepare(input: &StepInput) -> Result<Prepared, String> {
+pub fn prepare(input: &StepInput, settings: &ServersSettings) -> Result<Prepared, String> {
     let cloud = input.state.cloud.as_ref().ok_or(
         "this step makes servers in the tenant's cloud, but the deployment was given no cloud \
          token; deploy it with --token-file FILE or OS_TOKEN, and --auth-url or OS_AUTH_URL",
@@ -194,7 +189,7 @@ pub fn prepare(input: &StepInput) -> Result<Prepared, String> {
         "the user's cloud token is not available to this engine; run `overture resume` with \
          --token-file FILE or OS_TOKEN set to a token of the deployment's project",
     )?;
-    let plan = plan(input)?;
+    let plan = plan(input, settings)?;
     let spec =
         serde_json::to_vec_pretty(&plan).map_err(|e| format!("cannot write the plan: {e}"))?;
     Ok(Prepared {
@@ -212,7 +207,7 @@ pub fn prepare(input: &StepInput) -> Result<Prepared, String> {
 }
 
 /// Judges `overture provision`'s exit: the outputs it wrote, or why it failed.
-pub fn conclude(input: &StepInput, code: i32, result: &SandboxResult) -> Verdict {
+pub fn conclude(settings: &ServersSettings, code: i32, result: &SandboxResult) -> Verdict {
     let reason = collected(&result.collected, ERROR_FILE)
         .map(|text| String::from_utf8_lossy(text).trim().to_owned())
         .filter(|text| !text.is_empty());
@@ -239,18 +234,17 @@ pub fn conclude(input: &StepInput, code: i32, result: &SandboxResult) -> Verdict
         Ok(outputs) => outputs,
         Err(problem) => return Verdict::failed(problem),
     };
-    let expected = match settings::read(&input.spec.with) {
-        Ok(read) => read
-            .servers
-            .into_keys()
-            .chain(
-                read.security_groups
-                    .into_keys()
-                    .map(|group| format!("{GROUP_OUTPUT_PREFIX}{group}")),
-            )
-            .collect::<Vec<_>>(),
-        Err(_) => vec![],
-    };
+    let expected: Vec<String> = settings
+        .servers
+        .keys()
+        .cloned()
+        .chain(
+            settings
+                .security_groups
+                .keys()
+                .map(|group| format!("{GROUP_OUTPUT_PREFIX}{group}")),
+        )
+        .collect();
     let missing: Vec<&str> = expected
         .iter()
         .filter(|key| !outputs.contains_key(*key))
@@ -304,6 +298,7 @@ mod tests {
     use secrecy::ExposeSecret;
 
     use super::*;
+    use crate::kind::{conclude, prepare};
     use crate::testing::{input, requested, sandbox_result};
 
     const TOKEN: &str = "5ec12e7t0k3n5ec12e7t0k3n5ec12e7t";

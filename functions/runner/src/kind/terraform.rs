@@ -1,5 +1,7 @@
-//! The `terraform` step kind: `terraform init` and `apply` on the configuration the blueprint
-//! recorded, with the state kept between attempts and for `overture destroy` ([`crate::destroy`]).
+//! The runner's half of the `terraform` kind: `terraform init` and `apply` on the configuration
+//! the blueprint recorded, with the state kept between attempts and for `overture destroy`
+//! ([`crate::destroy`]). Its settings ([`TerraformSettings`]: `dir`, `vars`) and their checks are
+//! the kind's other half, `domain/src/kind/terraform.rs`.
 //!
 //! Every run (an attempt, or a destroy) gets the same `/work`:
 //!
@@ -21,9 +23,10 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_json::Value;
 
+use overture_domain::kind::{terraform, Kind, TerraformSettings};
 use overture_events::ErrorClass;
 
-use crate::step::{collected, Prepared, StepInput, Verdict};
+use crate::step::{collected, settings_problems, Prepared, StepInput, Verdict};
 use crate::SandboxResult;
 
 /// Where the configuration's state is, under `/work`, kept between attempts and for `destroy`.
@@ -54,8 +57,8 @@ const RUN: &str =
 const INIT: &str = "run init -input=false -no-color";
 
 /// Builds the sandbox command of an attempt: init, apply, and the outputs read back.
-pub fn prepare(input: &StepInput) -> Result<Prepared, String> {
-    let mut prepared = workspace(input)?;
+pub fn prepare(input: &StepInput, settings: &TerraformSettings) -> Result<Prepared, String> {
+    let mut prepared = workspace(input, settings)?;
     prepared.command = format!(
         "{RUN}\ncd {CONFIG_DIR} && {INIT} \
          && run apply -auto-approve -input=false -no-color -var-file=../{VAR_FILE} \
@@ -67,7 +70,8 @@ pub fn prepare(input: &StepInput) -> Result<Prepared, String> {
 
 /// Builds the sandbox command that destroys what the step's attempts made.
 pub fn prepare_destroy(input: &StepInput) -> Result<Prepared, String> {
-    let mut prepared = workspace(input)?;
+    let settings = terraform::read(&input.spec.with).map_err(settings_problems)?;
+    let mut prepared = workspace(input, &settings)?;
     prepared.command = format!(
         "{RUN}\ncd {CONFIG_DIR} && {INIT} \
          && run destroy -auto-approve -input=false -no-color -var-file=../{VAR_FILE}"
@@ -77,7 +81,7 @@ pub fn prepare_destroy(input: &StepInput) -> Result<Prepared, String> {
 
 /// Judges the command's exit: 0 succeeds with the configuration's outputs; anything else is a
 /// failure of class `terraform`, which the retry policy retries once by default.
-pub fn conclude(_input: &StepInput, code: i32, result: &SandboxResult) -> Verdict {
+pub fn conclude(code: i32, result: &SandboxResult) -> Verdict {
     if code != 0 {
         return Verdict::Failure {
             class: ErrorClass::Terraform,
@@ -110,9 +114,10 @@ pub async fn keep_leftover_state(
         return Ok(false);
     };
     let loaded = log.load(deployment).await?;
-    let is_terraform = loaded.state.spec(&step).is_some_and(|spec| {
-        overture_domain::kind::is(spec, overture_domain::kind::Kind::Terraform)
-    });
+    let is_terraform = loaded
+        .state
+        .spec(&step)
+        .is_some_and(|spec| overture_domain::kind::is(spec, Kind::Terraform));
     let Some(left) = is_terraform.then(|| StateVersion::of(state)).flatten() else {
         return Ok(false);
     };
@@ -196,23 +201,16 @@ pub fn parse_outputs(json: &[u8]) -> Result<BTreeMap<String, String>, String> {
 }
 
 /// The JSON variable file of `with.vars`, every template rendered (secrets included).
-pub fn var_file(input: &StepInput) -> Result<Vec<u8>, String> {
-    let vars = match input.setting("vars") {
-        None => Value::Object(Default::default()),
-        Some(vars @ Value::Object(_)) => input
-            .render_value(vars)
-            .map_err(|problem| format!("with.vars: {problem}"))?,
-        Some(_) => return Err("`with.vars` must be a map of variable names to values".into()),
-    };
+pub fn var_file(input: &StepInput, settings: &TerraformSettings) -> Result<Vec<u8>, String> {
+    let vars = input
+        .render_value(&Value::Object(settings.vars.clone()))
+        .map_err(|problem| format!("with.vars: {problem}"))?;
     serde_json::to_vec_pretty(&vars).map_err(|e| format!("with.vars: {e}"))
 }
 
 /// Everything but the command: the configuration, the kept state, the variables.
-fn workspace(input: &StepInput) -> Result<Prepared, String> {
-    let dir = input
-        .text_setting("dir")
-        .ok_or("the step has no `with.dir` text")?
-        .trim_end_matches('/');
+fn workspace(input: &StepInput, settings: &TerraformSettings) -> Result<Prepared, String> {
+    let dir = settings.folder();
     let config = input.files_under(dir);
     if config.is_empty() {
         return Err(format!(
@@ -226,7 +224,7 @@ fn workspace(input: &StepInput) -> Result<Prepared, String> {
     if let Some(state) = &input.kept {
         files.push((STATE_FILE.into(), state.clone()));
     }
-    files.push((VAR_FILE.into(), var_file(input)?));
+    files.push((VAR_FILE.into(), var_file(input, settings)?));
     Ok(Prepared {
         command: String::new(),
         env: ENV
@@ -251,6 +249,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::kind::{conclude, prepare};
     use crate::testing::{input, requested, sandbox_result, succeeded};
 
     const BLUEPRINT: &str = "name: x\nparams: { region: {} }\nsecrets: [token]\nsteps:\n  net: { run: noop }\n  infra:\n    run: terraform\n    needs: [net]\n    with:\n      dir: infra/\n      vars: { region: '{{ params.region }}', token: '{{ secrets.token }}', subnet: '{{ steps.net.outputs.id }}', count: 2, tags: [a] }\n";
@@ -382,7 +381,10 @@ mod tests {
             .collect();
         let named: Vec<(&str, &str)> = named.iter().map(|(n, v)| (n.as_str(), *v)).collect();
         let state = requested(&blueprint, &named);
-        let vars = var_file(&input(&state, "infra", &SecretValues::new())).expect("renders");
+        let no_secrets = SecretValues::new();
+        let input = input(&state, "infra", &no_secrets);
+        let settings = terraform::read(&input.spec.with).expect("valid settings");
+        let vars = var_file(&input, &settings).expect("renders");
 
         let dir = std::env::temp_dir().join(format!("overture-tf-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir).expect("temp dir");

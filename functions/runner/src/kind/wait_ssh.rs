@@ -1,4 +1,6 @@
-//! The `wait-ssh` step kind: wait until every host answers with an SSH banner.
+//! The runner's half of the `wait-ssh` kind: wait until every host answers with an SSH banner.
+//! Its settings ([`WaitSshSettings`]: `hosts`, `timeout`) and their checks are the kind's other
+//! half, `domain/src/kind/wait_ssh.rs`.
 //!
 //! - [`prepare`] writes the hosts ([`HOSTS_FILE`], one `address<TAB>host<TAB>port` a line) and
 //!   the poll ([`POLL`] and [`PROBE`], bash scripts) under `/work`. The poll tries every silent
@@ -22,8 +24,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use overture_domain::duration::{format_duration, parse_duration};
-use overture_domain::kind::wait_ssh::DEFAULT_SSH_WAIT;
+use overture_domain::duration::format_duration;
+use overture_domain::kind::WaitSshSettings;
 use overture_events::ErrorClass;
 use serde_json::Value;
 
@@ -185,10 +187,10 @@ exit 1
 
 /// Builds the sandbox command of an attempt: the hosts and the poll, with network access, and
 /// behind a bastion the bastion, the probe through it and the deployment's key.
-pub fn prepare(input: &StepInput) -> Result<Prepared, String> {
-    let hosts = input.ssh_addresses()?;
+pub fn prepare(input: &StepInput, settings: &WaitSshSettings) -> Result<Prepared, String> {
+    let hosts = input.render_hosts(&settings.hosts)?;
     // Validation made sure the wait ends before the step's own timeout.
-    let wait = wait(input)?;
+    let wait = settings.wait;
     let lines: String = hosts.iter().map(hosts_line).collect();
     let mut prepared = Prepared {
         command: format!("exec /usr/bin/bash {SCRIPT_FILE}"),
@@ -298,7 +300,12 @@ fn jump_probe(bastion: &Jump) -> String {
 }
 
 /// Judges the poll's exit: every host answered, the deadline passed, or the poll broke.
-pub fn conclude(input: &StepInput, code: i32, result: &SandboxResult) -> Verdict {
+pub fn conclude(
+    input: &StepInput,
+    settings: &WaitSshSettings,
+    code: i32,
+    result: &SandboxResult,
+) -> Verdict {
     if let Some(error) = collected(&result.collected, HOST_KEYS_ERROR_FILE) {
         // `overture host-keys` failed before any server was tried.
         let class = if code == crate::servers::BACKEND_UNREACHABLE {
@@ -315,7 +322,7 @@ pub fn conclude(input: &StepInput, code: i32, result: &SandboxResult) -> Verdict
         };
     }
     let answers = parse_answers(collected(&result.collected, ANSWERS_FILE).unwrap_or_default());
-    let hosts: Vec<String> = match input.ssh_addresses() {
+    let hosts: Vec<String> = match input.render_hosts(&settings.hosts) {
         Ok(hosts) => hosts.into_iter().map(|t| t.address).collect(),
         Err(problem) => return Verdict::failed(problem),
     };
@@ -330,19 +337,7 @@ pub fn conclude(input: &StepInput, code: i32, result: &SandboxResult) -> Verdict
         }),
         Err(problem) => return Verdict::failed(problem),
     };
-    let wait = wait(input).unwrap_or(DEFAULT_SSH_WAIT);
-    judge(&hosts, bastion.as_ref(), wait, code, &answers)
-}
-
-fn wait(input: &StepInput) -> Result<Duration, String> {
-    match input.setting("timeout") {
-        None => Ok(DEFAULT_SSH_WAIT),
-        Some(value) => value
-            .as_str()
-            .and_then(parse_duration)
-            .filter(|wait| !wait.is_zero())
-            .ok_or_else(|| "`with.timeout` must be a duration, like 30s or 2m".to_owned()),
-    }
+    judge(&hosts, bastion.as_ref(), settings.wait, code, &answers)
 }
 
 /// One host's answer.
@@ -464,10 +459,12 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
+    use crate::kind::{conclude, prepare};
     use crate::step::SSH_KEY_FILE;
     use crate::testing::{
         input, key_secrets, prepared_file, requested, sandbox_result, BASTION, SSH_KEY,
     };
+    use overture_domain::kind::wait_ssh::DEFAULT_SSH_WAIT;
 
     /// Prepares the step `wait` of a blueprint whose parameter `ip` is 10.0.0.9.
     fn prepare_step(blueprint: &str) -> Result<Prepared, String> {
