@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 use reqwest::Method;
 use serde_json::json;
 
-use crate::support::{ssh, text, From, Key, Tenant, TestCloud};
+use crate::support::{ssh, text, Key, Tenant, TestCloud};
 
 /// The console output of a server, as the tenant reads it.
 async fn console(
@@ -66,15 +66,7 @@ async fn each_server_prints_its_own_host_keys_and_rekey_changes_them() {
     let cloud = TestCloud::start().await;
     let tenant = cloud.tenant("tenant-a").await;
     let other = cloud.tenant("tenant-b").await;
-    let group = cloud.default_group(&tenant).await;
-    let host = format!("{}/32", cloud.gateway(&tenant).await);
-    assert_eq!(
-        cloud
-            .ssh_rule(&tenant, &group, From::Prefix(&host))
-            .await
-            .status,
-        201
-    );
+    cloud.admit_ssh_from_host(&tenant).await;
     let key = Key::new();
     let one = cloud.boot(&tenant, json!({"name": "web-1"}), &key).await;
     let two = cloud.boot(&tenant, json!({"name": "web-2"}), &key).await;
@@ -126,11 +118,7 @@ async fn each_server_prints_its_own_host_keys_and_rekey_changes_them() {
     assert_eq!(unknown.status, 400, "{unknown:?}");
 
     let fault = cloud
-        .admin(
-            Method::POST,
-            "/admin/faults",
-            Some(json!({"project": "tenant-a", "kind": "rekey", "server": "web-1"})),
-        )
+        .fault(json!({"project": "tenant-a", "kind": "rekey", "server": "web-1"}))
         .await;
     assert_eq!(fault.status, 200, "{fault:?}");
     let now_offered = offered(one.address).await;

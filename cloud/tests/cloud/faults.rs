@@ -7,7 +7,7 @@ use reqwest::Method;
 use serde_json::json;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
-use crate::support::{reach_from_host, ssh, From, Key, Reach, TestCloud};
+use crate::support::{reach_from_host, ssh, Key, Reach, TestCloud};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backend_unreachable_fails_the_next_n_calls_of_that_project_only() {
@@ -15,11 +15,7 @@ async fn backend_unreachable_fails_the_next_n_calls_of_that_project_only() {
     let tenant = cloud.tenant("tenant-a").await;
     let other = cloud.tenant("tenant-b").await;
     let fault = cloud
-        .admin(
-            Method::POST,
-            "/admin/faults",
-            Some(json!({"project": "tenant-a", "kind": "backend-unreachable", "times": 2})),
-        )
+        .fault(json!({"project": "tenant-a", "kind": "backend-unreachable", "times": 2}))
         .await;
     assert_eq!(fault.status, 200, "{fault:?}");
 
@@ -57,22 +53,10 @@ async fn a_never_boot_server_is_active_with_an_address_and_no_sshd() {
     let cloud = TestCloud::start().await;
     let tenant = cloud.tenant("tenant-a").await;
     let fault = cloud
-        .admin(
-            Method::POST,
-            "/admin/faults",
-            Some(json!({"project": "tenant-a", "kind": "never-boot", "server": "web-1"})),
-        )
+        .fault(json!({"project": "tenant-a", "kind": "never-boot", "server": "web-1"}))
         .await;
     assert_eq!(fault.status, 200, "{fault:?}");
-    let group = cloud.default_group(&tenant).await;
-    let host = format!("{}/32", cloud.gateway(&tenant).await);
-    assert_eq!(
-        cloud
-            .ssh_rule(&tenant, &group, From::Prefix(&host))
-            .await
-            .status,
-        201
-    );
+    cloud.admit_ssh_from_host(&tenant).await;
 
     let key = Key::new();
     let broken = cloud.boot(&tenant, json!({"name": "web-1"}), &key).await;
@@ -87,10 +71,7 @@ async fn a_never_boot_server_is_active_with_an_address_and_no_sshd() {
     let other = cloud.boot(&tenant, json!({"name": "web-2"}), &key).await;
     assert_eq!(reach_from_host(other.address, 22).await, Reach::Open);
 
-    let cleared = cloud
-        .admin(Method::DELETE, "/admin/faults?project=tenant-a", None)
-        .await;
-    assert_eq!(cleared.status, 204);
+    cloud.clear_faults("tenant-a").await;
     let healthy = cloud.boot(&tenant, json!({"name": "web-1"}), &key).await;
     assert_eq!(reach_from_host(healthy.address, 22).await, Reach::Open);
 }
@@ -99,15 +80,7 @@ async fn a_never_boot_server_is_active_with_an_address_and_no_sshd() {
 async fn an_unreachable_server_refuses_everything_even_open_connections() {
     let cloud = TestCloud::start().await;
     let tenant = cloud.tenant("tenant-a").await;
-    let group = cloud.default_group(&tenant).await;
-    let host = format!("{}/32", cloud.gateway(&tenant).await);
-    assert_eq!(
-        cloud
-            .ssh_rule(&tenant, &group, From::Prefix(&host))
-            .await
-            .status,
-        201
-    );
+    cloud.admit_ssh_from_host(&tenant).await;
     let key = Key::new();
     let server = cloud.boot(&tenant, json!({"name": "web-1"}), &key).await;
 
@@ -119,11 +92,7 @@ async fn an_unreachable_server_refuses_everything_even_open_connections() {
     assert_eq!(&banner, b"SSH-2.0-");
 
     let fault = cloud
-        .admin(
-            Method::POST,
-            "/admin/faults",
-            Some(json!({"project": "tenant-a", "kind": "unreachable", "server": server.id})),
-        )
+        .fault(json!({"project": "tenant-a", "kind": "unreachable", "server": server.id}))
         .await;
     assert_eq!(fault.status, 200, "{fault:?}");
     assert_eq!(reach_from_host(server.address, 22).await, Reach::Refused);
@@ -136,17 +105,10 @@ async fn an_unreachable_server_refuses_everything_even_open_connections() {
     assert!(read.is_err(), "the connection was not reset: {read:?}");
 
     let unknown = cloud
-        .admin(
-            Method::POST,
-            "/admin/faults",
-            Some(json!({"project": "tenant-a", "kind": "unreachable", "server": "nope"})),
-        )
+        .fault(json!({"project": "tenant-a", "kind": "unreachable", "server": "nope"}))
         .await;
     assert_eq!(unknown.status, 404, "{unknown:?}");
 
-    let cleared = cloud
-        .admin(Method::DELETE, "/admin/faults?project=tenant-a", None)
-        .await;
-    assert_eq!(cleared.status, 204);
+    cloud.clear_faults("tenant-a").await;
     assert!(ssh(&key, server.address, "true").await.status.success());
 }

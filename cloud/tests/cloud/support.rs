@@ -224,6 +224,31 @@ impl TestCloud {
         .await
     }
 
+    /// Lets the host reach port 22 of the project's servers through its `default` group.
+    pub async fn admit_ssh_from_host(&self, tenant: &Tenant) {
+        let group = self.default_group(tenant).await;
+        let host = format!("{}/32", self.gateway(tenant).await);
+        let rule = self.ssh_rule(tenant, &group, From::Prefix(&host)).await;
+        assert_eq!(rule.status, 201, "{rule:?}");
+    }
+
+    /// Injects the fault `POST /admin/faults` is given.
+    pub async fn fault(&self, fault: Value) -> Reply {
+        self.admin(Method::POST, "/admin/faults", Some(fault)).await
+    }
+
+    /// Clears the project's faults, which the admin API answers with 204.
+    pub async fn clear_faults(&self, project: &str) {
+        let cleared = self
+            .admin(
+                Method::DELETE,
+                &format!("/admin/faults?project={project}"),
+                None,
+            )
+            .await;
+        assert_eq!(cleared.status, 204, "{cleared:?}");
+    }
+
     /// Asks for a server; returns its id.
     pub async fn create_server(&self, tenant: &Tenant, server: Value) -> String {
         let reply = self
