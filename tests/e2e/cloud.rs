@@ -324,23 +324,40 @@ fn a_failing_playbook_task_fails_the_deployment_and_still_closes_the_bastion() {
     }
 }
 
-#[test]
-fn a_server_that_never_boots_fails_at_once_with_bootstrap_timeout() {
+/// Deploys the example, with `change` applied, as tenant `acme` on a fresh local cloud in which
+/// `fault` was set first: the cloud and the CLI, to look at, and what `deploy` gave.
+fn deploy_under_fault(
+    fault: &[&str],
+    change: impl Fn(String) -> String,
+) -> (LocalCloud, Overture, (i32, Value, Output)) {
     let cloud = LocalCloud::up();
     let (token_file, _) = cloud.token("acme");
-    cloud.fault("acme", &["never-boot", "--server", "web-2"]);
+    cloud.fault("acme", fault);
     let o = Overture::new();
-    let file = blueprint(
-        &o,
-        |text| {
+    let file = blueprint(&o, change, None);
+    let deployed = deploy(&o, &cloud, &file, &token_file);
+    (cloud, o, deployed)
+}
+
+/// Lets the playbook waiting on `go_ahead` go on and waits for the deployment to end; its id
+/// and the CLI's exit code.
+fn go_ahead_and_wait(deploying: Deploying, go_ahead: &Path) -> (String, i32) {
+    std::fs::write(go_ahead, "").expect("go ahead");
+    let id = deploying.id.clone();
+    let finished = deploying.wait();
+    let _ = std::fs::remove_file(go_ahead);
+    (id, finished)
+}
+
+#[test]
+fn a_server_that_never_boots_fails_at_once_with_bootstrap_timeout() {
+    let (cloud, o, (code, status, output)) =
+        deploy_under_fault(&["never-boot", "--server", "web-2"], |text| {
             without_checks(text).replace(
                 "timeout: 2m }\n    timeout: 3m",
                 "timeout: 4s }\n    timeout: 1m",
             )
-        },
-        None,
-    );
-    let (code, status, output) = deploy(&o, &cloud, &file, &token_file);
+        });
     assert_eq!(code, 1, "{}", text(&output.stderr));
     let booted = step(&status, "booted");
     assert_eq!(booted["error_class"], "bootstrap-timeout");
@@ -358,12 +375,10 @@ fn quick_backend_retries(text: String) -> String {
 
 #[test]
 fn the_api_answering_503_five_times_is_retried_through() {
-    let cloud = LocalCloud::up();
-    let (token_file, _) = cloud.token("acme");
-    cloud.fault("acme", &["backend-unreachable", "--times", "5"]);
-    let o = Overture::new();
-    let file = blueprint(&o, quick_backend_retries, None);
-    let (code, status, output) = deploy(&o, &cloud, &file, &token_file);
+    let (cloud, o, (code, status, output)) = deploy_under_fault(
+        &["backend-unreachable", "--times", "5"],
+        quick_backend_retries,
+    );
     assert_eq!(code, 0, "{}", text(&output.stderr));
     assert_eq!(step(&status, "servers")["attempts"], 6);
     assert_closed_and_purged(&o, &cloud, "acme", status["id"].as_str().expect("id"));
@@ -371,12 +386,10 @@ fn the_api_answering_503_five_times_is_retried_through() {
 
 #[test]
 fn the_api_answering_503_six_times_fails_after_six_attempts() {
-    let cloud = LocalCloud::up();
-    let (token_file, _) = cloud.token("acme");
-    cloud.fault("acme", &["backend-unreachable", "--times", "6"]);
-    let o = Overture::new();
-    let file = blueprint(&o, quick_backend_retries, None);
-    let (code, status, output) = deploy(&o, &cloud, &file, &token_file);
+    let (cloud, o, (code, status, output)) = deploy_under_fault(
+        &["backend-unreachable", "--times", "6"],
+        quick_backend_retries,
+    );
     assert_eq!(code, 1, "{}", text(&output.stderr));
     let servers = step(&status, "servers");
     assert_eq!(servers["attempts"], 6);
@@ -394,10 +407,7 @@ fn a_server_made_unreachable_during_ansible_is_attempted_twice() {
     let web_2 = cloud.server("acme", "web-2");
     let name = web_2["name"].as_str().expect("name");
     cloud.fault("acme", &["unreachable", "--server", name]);
-    std::fs::write(&go_ahead, "").expect("go ahead");
-    let id = deploying.id.clone();
-    let finished = deploying.wait();
-    let _ = std::fs::remove_file(&go_ahead);
+    let (id, finished) = go_ahead_and_wait(deploying, &go_ahead);
     assert_eq!(finished, 1);
     let status = o.json(&["status", &id, "--json"]);
     let configure = step(&status, "configure");
@@ -433,10 +443,7 @@ fn a_server_whose_host_key_changed_after_pinning_is_refused_and_not_retried() {
     );
     let after = cloud.host_key_fingerprint(&web_2_id);
     assert_ne!(before, after, "web-2 has a new key");
-    std::fs::write(&go_ahead, "").expect("go ahead");
-    let id = deploying.id.clone();
-    let finished = deploying.wait();
-    let _ = std::fs::remove_file(&go_ahead);
+    let (id, finished) = go_ahead_and_wait(deploying, &go_ahead);
     assert_eq!(finished, 1);
 
     let status = o.json(&["status", &id, "--json"]);
@@ -847,9 +854,8 @@ steps:
     assert_eq!(outputs["visible"], "no", "{outputs}");
     assert_eq!(outputs["found"], "0", "{outputs}");
 
-    std::fs::write(&go_ahead, "").expect("go ahead");
-    assert_eq!(deploying.wait(), 0);
-    let _ = std::fs::remove_file(&go_ahead);
+    let (_, finished) = go_ahead_and_wait(deploying, &go_ahead);
+    assert_eq!(finished, 0);
 }
 
 #[test]
@@ -1022,7 +1028,6 @@ steps:
         "{allowed:?}"
     );
 
-    std::fs::write(&go_ahead, "").expect("go ahead");
-    assert_eq!(deploying.wait(), 0);
-    let _ = std::fs::remove_file(&go_ahead);
+    let (_, finished) = go_ahead_and_wait(deploying, &go_ahead);
+    assert_eq!(finished, 0);
 }

@@ -251,38 +251,14 @@ async fn at_a_cap_with_every_connection_busy_a_new_one_is_refused_saying_why() {
     assert!(o.deployment_ids().is_empty(), "nothing recorded");
 }
 
-/// A deployment that runs for a while, and one chained on its success.
-const CHAIN: &str = r#"triggers:
-  - name: slow-on-release
-    on: { source: artifacts, type: release.published }
-    deploy: slow.yaml
-    tenant: acme
-  - name: quick-after-slow
-    on: { source: overture, type: deployment.succeeded }
-    where: { "data.blueprint": slow }
-    deploy: quick.yaml
-    tenant: acme
-"#;
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_forged_overture_end_is_refused_at_every_door_and_the_real_end_still_chains() {
     let cloud = LocalCloud::up();
     let (_, token) = cloud.token("acme");
     // Over the API the tenant is the token's project id: the trigger file names acme by it.
-    let acme = cloud.project("acme")["id"]
-        .as_str()
-        .expect("acme's id")
-        .to_owned();
+    let acme = cloud.project_id("acme");
     let overture = Overture::new();
-    overture.blueprint(
-        "slow.yaml",
-        "name: slow\nsteps:\n  wait:\n    run: script\n    with: { command: sleep 15 }\n",
-    );
-    overture.blueprint("quick.yaml", "name: quick\nsteps:\n  done: { run: noop }\n");
-    let triggers = overture.blueprint(
-        "triggers.yaml",
-        &CHAIN.replace("tenant: acme", &format!("tenant: {acme}")),
-    );
+    let triggers = crate::triggers::slow_chain(&overture, &acme, 15);
     let server = Server::with_triggers(&overture, &cloud.auth_url, &triggers);
     let http = reqwest::Client::new();
     let post = |event: &Value| {

@@ -124,6 +124,15 @@ impl LocalCloud {
         self.project_in(name, "Default")
     }
 
+    /// The id of the project named `name` (of the `Default` domain): over the API, the tenant of
+    /// a token scoped to it.
+    pub fn project_id(&self, name: &str) -> String {
+        self.project(name)["id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name}'s id"))
+            .to_owned()
+    }
+
     /// The project named `name` of the Keystone domain `domain`, as the status shows it.
     pub fn project_in(&self, name: &str, domain: &str) -> Value {
         self.status()["projects"]

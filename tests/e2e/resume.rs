@@ -1,5 +1,7 @@
 //! Killing the engine in the middle of a step, then `overture resume`.
 
+use std::path::Path;
+
 use crate::support::{assert_causal, gone_within, marker, step_events, text, Overture};
 
 #[test]
@@ -28,9 +30,7 @@ steps:
         ),
     );
 
-    let engine = overture.deploy_until(&file, &["slow", "started (attempt 1)"]);
-    let id = engine.id.clone();
-    engine.kill();
+    let id = killed_when(&overture, &file, &["slow", "started (attempt 1)"]);
 
     let before = overture.events(&id);
     assert_eq!(
@@ -61,10 +61,7 @@ steps:
         &[("slow", vec!["first"]), ("last", vec!["slow"])].into(),
     );
     assert_eq!(
-        step_events(&after, "slow")
-            .iter()
-            .map(|(t, a)| format!("{t}#{a}"))
-            .collect::<Vec<_>>(),
+        attempts_of(&after, "slow"),
         [
             "StepScheduled#1",
             "StepStarted#1",
@@ -118,9 +115,7 @@ steps:
     with: { command: 'test "$OVERTURE_ATTEMPT" = 2' }
 "#,
     );
-    let engine = overture.deploy_until(&file, &["retrying: attempt 2"]);
-    let id = engine.id.clone();
-    engine.kill();
+    let id = killed_when(&overture, &file, &["retrying: attempt 2"]);
     assert_eq!(
         overture.events(&id).last().expect("events")["type"],
         "StepRetryScheduled",
@@ -153,6 +148,22 @@ steps:
         overture.json(&["status", &id, "--json"])["status"],
         "succeeded"
     );
+}
+
+/// Deploys `file` and kills the engine once its progress shows `words`; the deployment's id.
+fn killed_when(overture: &Overture, file: &Path, words: &[&str]) -> String {
+    let engine = overture.deploy_until(file, words);
+    let id = engine.id.clone();
+    engine.kill();
+    id
+}
+
+/// The step's events, each as `TYPE#ATTEMPT`.
+fn attempts_of(events: &[serde_json::Value], step: &str) -> Vec<String> {
+    step_events(events, step)
+        .iter()
+        .map(|(t, a)| format!("{t}#{a}"))
+        .collect()
 }
 
 fn timestamp(value: &serde_json::Value) -> chrono::DateTime<chrono::Utc> {
@@ -189,9 +200,7 @@ steps:
 "#
         ),
     );
-    let engine = overture.deploy_until(&file, &["charge", "started (attempt 1)"]);
-    let id = engine.id.clone();
-    engine.kill();
+    let id = killed_when(&overture, &file, &["charge", "started (attempt 1)"]);
 
     let resumed = overture.run(&["resume"]);
     assert_eq!(
@@ -207,10 +216,7 @@ steps:
     );
     let events = overture.events(&id);
     assert_eq!(
-        step_events(&events, "charge")
-            .iter()
-            .map(|(t, a)| format!("{t}#{a}"))
-            .collect::<Vec<_>>(),
+        attempts_of(&events, "charge"),
         [
             "StepScheduled#1",
             "StepStarted#1",

@@ -39,14 +39,8 @@ async fn a_tenant_deploys_over_http_and_another_tenant_sees_nothing_of_it() {
     let cloud = LocalCloud::up();
     let (_, token_a) = cloud.token("acme");
     let (_, token_b) = cloud.token("globex");
-    let acme = cloud.project("acme")["id"]
-        .as_str()
-        .expect("acme's id")
-        .to_owned();
-    let globex = cloud.project("globex")["id"]
-        .as_str()
-        .expect("globex's id")
-        .to_owned();
+    let acme = cloud.project_id("acme");
+    let globex = cloud.project_id("globex");
     let o = Overture::new();
     let server = Server::start(&o, &cloud.auth_url);
     let (a, b) = (Client::new(&token_a), Client::new(&token_b));

@@ -256,10 +256,7 @@ async fn events_over_http_deploy_only_into_the_callers_tenant_and_only_once() {
     let cloud = crate::local_cloud::LocalCloud::up();
     let (_, token) = cloud.token("acme");
     // Over the API the tenant is the token's project id: the trigger file names acme by it.
-    let acme = cloud.project("acme")["id"]
-        .as_str()
-        .expect("acme's id")
-        .to_owned();
+    let acme = cloud.project_id("acme");
     let overture = Overture::new();
     overture.blueprint("release.yaml", RELEASE_BLUEPRINT);
     let triggers = overture.blueprint(
@@ -356,20 +353,9 @@ const SLOW_CHAIN: &str = r#"triggers:
 async fn a_restarted_server_carries_on_the_chains_of_the_deployments_it_resumes() {
     let cloud = crate::local_cloud::LocalCloud::up();
     let (_, token) = cloud.token("acme");
-    let acme = cloud.project("acme")["id"]
-        .as_str()
-        .expect("acme's id")
-        .to_owned();
+    let acme = cloud.project_id("acme");
     let overture = Overture::new();
-    overture.blueprint(
-        "slow.yaml",
-        "name: slow\nsteps:\n  wait:\n    run: script\n    with: { command: sleep 8 }\n",
-    );
-    overture.blueprint("quick.yaml", "name: quick\nsteps:\n  done: { run: noop }\n");
-    let triggers = overture.blueprint(
-        "triggers.yaml",
-        &SLOW_CHAIN.replace("tenant: acme", &format!("tenant: {acme}")),
-    );
+    let triggers = slow_chain(&overture, &acme, 8);
     let server = Server::with_triggers(&overture, &cloud.auth_url, &triggers);
     let answer: Value = reqwest::Client::new()
         .post(format!("{}/v1/events", server.url))
@@ -436,6 +422,20 @@ async fn a_restarted_server_carries_on_the_chains_of_the_deployments_it_resumes(
         .events(&slow)
         .iter()
         .any(|event| event["type"] == "DeploymentSucceeded"));
+}
+
+/// [`SLOW_CHAIN`] for `tenant`, beside its blueprints (the slow one sleeping `seconds`); the
+/// trigger file's path.
+pub(crate) fn slow_chain(overture: &Overture, tenant: &str, seconds: u32) -> PathBuf {
+    overture.blueprint(
+        "slow.yaml",
+        &format!("name: slow\nsteps:\n  wait:\n    run: script\n    with: {{ command: sleep {seconds} }}\n"),
+    );
+    overture.blueprint("quick.yaml", "name: quick\nsteps:\n  done: { run: noop }\n");
+    overture.blueprint(
+        "triggers.yaml",
+        &SLOW_CHAIN.replace("tenant: acme", &format!("tenant: {tenant}")),
+    )
 }
 
 /// Looks every 100 ms until `done`, failing the test after two minutes: the server works on its
