@@ -78,7 +78,20 @@ pub async fn provision(
     plan: &Plan,
     progress: &mut (dyn FnMut(&str) + Send),
 ) -> Result<BTreeMap<String, String>, ProvisionError> {
-    let mut outputs = BTreeMap::new();
+    let group_ids = security_groups(cloud, plan, progress).await?;
+    let mut outputs = admit(cloud, plan, &group_ids, progress).await?;
+    let pending = start_servers(cloud, plan, &group_ids, progress).await?;
+    wait_active(cloud, plan, pending, &mut outputs, progress).await?;
+    Ok(outputs)
+}
+
+/// The plan's security groups, each found by its name in the cloud or made: their ids by the
+/// plan's names.
+async fn security_groups(
+    cloud: &Cloud,
+    plan: &Plan,
+    progress: &mut (dyn FnMut(&str) + Send),
+) -> Result<BTreeMap<String, String>, ProvisionError> {
     let mut group_ids = BTreeMap::new();
     for group in &plan.security_groups {
         let found = cloud.security_groups_named(&group.cloud_name).await?;
@@ -103,6 +116,17 @@ pub async fn provision(
         };
         group_ids.insert(group.name.clone(), id);
     }
+    Ok(group_ids)
+}
+
+/// Adds every group's rules (what each port admits); the outputs so far: each group's id.
+async fn admit(
+    cloud: &Cloud,
+    plan: &Plan,
+    group_ids: &BTreeMap<String, String>,
+    progress: &mut (dyn FnMut(&str) + Send),
+) -> Result<BTreeMap<String, String>, ProvisionError> {
+    let mut outputs = BTreeMap::new();
     for group in &plan.security_groups {
         let Some(group_id) = group_ids.get(&group.name) else {
             return Err(ProvisionError::UnknownGroup(group.name.clone()));
@@ -135,7 +159,17 @@ pub async fn provision(
             group_id.clone(),
         );
     }
+    Ok(outputs)
+}
 
+/// Finds or makes each of the plan's servers in its groups: their names and ids, not yet
+/// `ACTIVE`.
+async fn start_servers(
+    cloud: &Cloud,
+    plan: &Plan,
+    group_ids: &BTreeMap<String, String>,
+    progress: &mut (dyn FnMut(&str) + Send),
+) -> Result<Vec<(String, String)>, ProvisionError> {
     let mut pending = Vec::new();
     for server in &plan.servers {
         // By id: a name could match another group of the project, an id cannot.
@@ -152,6 +186,18 @@ pub async fn provision(
         let id = find_or_create(cloud, server, groups, progress).await?;
         pending.push((server.name.clone(), id));
     }
+    Ok(pending)
+}
+
+/// Waits, polling less and less often, until every pending server is `ACTIVE` with an address
+/// (added to `outputs` by its name), one is in `ERROR`, or the plan's boot wait is over.
+async fn wait_active(
+    cloud: &Cloud,
+    plan: &Plan,
+    mut pending: Vec<(String, String)>,
+    outputs: &mut BTreeMap<String, String>,
+    progress: &mut (dyn FnMut(&str) + Send),
+) -> Result<(), ProvisionError> {
     let wait = Duration::from_millis(plan.boot_wait_ms);
     progress(&format!(
         "waiting up to {} for {} server(s) to be ACTIVE",
@@ -184,7 +230,7 @@ pub async fn provision(
             }
         }
         if still.is_empty() {
-            return Ok(outputs);
+            return Ok(());
         }
         let now = Instant::now();
         if now >= deadline {

@@ -9,6 +9,7 @@
 //!   did not report failed are deleted, the others come back after their visibility timeout.
 
 use std::collections::VecDeque;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -106,27 +107,7 @@ impl Poller {
             return Ok(());
         };
         let function = trigger.function.as_str();
-        let checkpoint = self
-            .checkpoints
-            .as_ref()
-            .map(|dir| dir.join(checkpoint_name(function, arn, &shard)));
-        let after = checkpoint
-            .as_ref()
-            .and_then(|file| std::fs::read_to_string(file).ok())
-            .map(|sequence| sequence.trim().to_owned())
-            .filter(|sequence| !sequence.is_empty());
-        // The last record done with (where to read on from), and how to start without one.
-        let (start, mut position) = match (after, trigger.from_oldest) {
-            (Some(after), _) => (ShardIteratorType::AfterSequenceNumber, Some(after)),
-            (None, true) => (ShardIteratorType::TrimHorizon, None),
-            // LATEST: the records the shard holds now are passed over once, here, rather than
-            // with a LATEST iterator, which the idle refresh below would take again and again,
-            // skipping whatever arrived in between.
-            (None, false) => match self.last_sequence(arn, &shard).await? {
-                Some(last) => (ShardIteratorType::AfterSequenceNumber, Some(last)),
-                None => (ShardIteratorType::TrimHorizon, None),
-            },
-        };
+        let (checkpoint, start, mut position) = self.starting_point(trigger, arn, &shard).await?;
         let mut iterator = self
             .iterator(arn, &shard, start.clone(), position.clone())
             .await?;
@@ -176,40 +157,8 @@ impl Poller {
                 }
             }
             let batch: Vec<Record> = pending.iter().take(trigger.batch_size).cloned().collect();
-            let event = stream_event(&batch, arn, &trigger.region);
-            let done = match self.invoker.invoke(function, &event).await {
-                Ok(Outcome::Answered { failed }) => {
-                    let sequences: Vec<&str> = batch
-                        .iter()
-                        .map(|r| {
-                            r.dynamodb()
-                                .and_then(|d| d.sequence_number())
-                                .unwrap_or_default()
-                        })
-                        .collect();
-                    match resume_at(&sequences, &failed) {
-                        None => batch.len(),
-                        Some(at) => {
-                            tracing::warn!(function, failed = ?failed, "records failed; retrying from the first");
-                            at
-                        }
-                    }
-                }
-                Ok(Outcome::Failed { error_type }) => {
-                    tracing::warn!(
-                        function,
-                        error_type,
-                        records = batch.len(),
-                        "the batch failed"
-                    );
-                    0
-                }
-                Err(error) => {
-                    // The function never saw the batch: no retry of its is used up.
-                    tracing::warn!(function, %error, "not delivered");
-                    tokio::time::sleep(backoff(1)).await;
-                    continue;
-                }
+            let Some(done) = self.deliver(trigger, arn, &batch).await else {
+                continue;
             };
             pending.drain(..done);
             if let Some(last) = done.checked_sub(1) {
@@ -239,6 +188,82 @@ impl Poller {
             }
             tokio::time::sleep(backoff(attempts)).await;
         }
+    }
+
+    /// Where a shard is read from: its checkpoint file (when checkpoints are kept), how to
+    /// start, and the last record done with.
+    async fn starting_point(
+        &self,
+        trigger: &Trigger,
+        arn: &str,
+        shard: &str,
+    ) -> Result<(Option<PathBuf>, ShardIteratorType, Option<String>), LocalError> {
+        let function = trigger.function.as_str();
+        let checkpoint = self
+            .checkpoints
+            .as_ref()
+            .map(|dir| dir.join(checkpoint_name(function, arn, shard)));
+        let after = checkpoint
+            .as_ref()
+            .and_then(|file| std::fs::read_to_string(file).ok())
+            .map(|sequence| sequence.trim().to_owned())
+            .filter(|sequence| !sequence.is_empty());
+        // The last record done with (where to read on from), and how to start without one.
+        let (start, position) = match (after, trigger.from_oldest) {
+            (Some(after), _) => (ShardIteratorType::AfterSequenceNumber, Some(after)),
+            (None, true) => (ShardIteratorType::TrimHorizon, None),
+            // LATEST: the records the shard holds now are passed over once, here, rather than
+            // with a LATEST iterator, which the idle refresh of `follow_shard` would take again and again,
+            // skipping whatever arrived in between.
+            (None, false) => match self.last_sequence(arn, shard).await? {
+                Some(last) => (ShardIteratorType::AfterSequenceNumber, Some(last)),
+                None => (ShardIteratorType::TrimHorizon, None),
+            },
+        };
+        Ok((checkpoint, start, position))
+    }
+
+    /// Hands one batch to the trigger's function: how many of its records are done with (all,
+    /// those before the first that failed, or none when the batch failed); `None` when the
+    /// function never saw it, which uses up no retry.
+    async fn deliver(&self, trigger: &Trigger, arn: &str, batch: &[Record]) -> Option<usize> {
+        let function = trigger.function.as_str();
+        let event = stream_event(batch, arn, &trigger.region);
+        let done = match self.invoker.invoke(function, &event).await {
+            Ok(Outcome::Answered { failed }) => {
+                let sequences: Vec<&str> = batch
+                    .iter()
+                    .map(|r| {
+                        r.dynamodb()
+                            .and_then(|d| d.sequence_number())
+                            .unwrap_or_default()
+                    })
+                    .collect();
+                match resume_at(&sequences, &failed) {
+                    None => batch.len(),
+                    Some(at) => {
+                        tracing::warn!(function, failed = ?failed, "records failed; retrying from the first");
+                        at
+                    }
+                }
+            }
+            Ok(Outcome::Failed { error_type }) => {
+                tracing::warn!(
+                    function,
+                    error_type,
+                    records = batch.len(),
+                    "the batch failed"
+                );
+                0
+            }
+            Err(error) => {
+                // The function never saw the batch: no retry of its is used up.
+                tracing::warn!(function, %error, "not delivered");
+                tokio::time::sleep(backoff(1)).await;
+                return None;
+            }
+        };
+        Some(done)
     }
 
     /// The sequence number of the last record `shard` holds now, if it holds any.

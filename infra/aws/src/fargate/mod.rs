@@ -40,6 +40,8 @@
 //!    entrypoint itself fails (the input does not open, S3 refuses), it exits with 125 and leaves
 //!    no result.
 //!
+//! The sealed objects themselves, and both halves of the entrypoint, are in `sealed`.
+//!
 //! What a Fargate task cannot give that bubblewrap does: a step that asks for no network
 //! (`network: false`) still has the network of its subnets, since a task's network is its
 //! ENI's; the subnets' routes and the task's security groups decide what it reaches.
@@ -48,28 +50,28 @@
 //! started, or died first), the output is only what ECS says about the stop: the container's own
 //! lines are in CloudWatch Logs (`awslogs`), which this adapter does not read.
 
-use std::collections::HashMap;
 use std::io::Write as _;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use aws_sdk_ecs::error::ProvideErrorMetadata;
+use aws_sdk_ecs::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_ecs::operation::run_task::{RunTaskError, RunTaskOutput};
 use aws_sdk_ecs::types::{
     AssignPublicIp, AwsVpcConfiguration, ContainerOverride, LaunchType, NetworkConfiguration, Task,
     TaskOverride,
 };
-use aws_sdk_kms::primitives::Blob;
 use aws_sdk_kms::types::DataKeySpec;
 use aws_sdk_s3::primitives::ByteStream;
-use base64::Engine as _;
-use overture_events::DeploymentId;
 use overture_runner::{
     Cancel, OutputsFile, PortError, RunError, RunSandboxed, SandboxExit, SandboxJob, SandboxResult,
 };
-use overture_seal::{SealKey, SealedValue, NONCE_BYTES, ROOT_KEY_BYTES};
+use overture_seal::ROOT_KEY_BYTES;
 use secrecy::{ExposeSecret, SecretString};
-use serde::{Deserialize, Serialize};
+
+mod sealed;
+
+use sealed::{decode, seal, unseal};
+pub use sealed::{encode, open_input, seal_result, AttemptInput, AttemptRef, AttemptResult};
 
 /// The prefix of every attempt's objects.
 pub const KEY_PREFIX: &str = "steps/";
@@ -77,12 +79,8 @@ pub const KEY_PREFIX: &str = "steps/";
 pub const CONTAINER: &str = "step";
 /// How often a running task's state is asked for, unless set otherwise.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(5);
-/// What every sealed input and result starts with: the format and its version.
-const MAGIC: &[u8] = b"overture-step-v1\n";
 /// Who started a task, as `DescribeTasks` shows it.
 const STARTED_BY: &str = "overture-runner";
-/// The party a step's input is sealed for; the attempt itself is in the sealed name.
-const PARTY: &str = "step-task";
 /// Why the runner stops a task it abandoned.
 const ABANDONED: &str = "Overture abandoned the attempt";
 /// Why the runner stops a task past its timeout.
@@ -111,128 +109,6 @@ pub struct FargateSteps {
     key: String,
     tasks: StepTasks,
     poll: Duration,
-}
-
-/// The attempt a job runs, as its variables name it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AttemptRef {
-    /// The deployment.
-    pub deployment: DeploymentId,
-    /// The step.
-    pub step: String,
-    /// The attempt's number (0 for a run that is not an attempt, such as a destroy).
-    pub attempt: u32,
-}
-
-impl AttemptRef {
-    /// Where this attempt's objects are.
-    pub fn prefix(&self) -> String {
-        format!(
-            "{KEY_PREFIX}{}/{}/{}/",
-            self.deployment, self.step, self.attempt
-        )
-    }
-
-    /// The attempt whose input is at `key` (`steps/<deployment>/<step>/<attempt>/input.sealed`,
-    /// as [`FargateSteps::start`] puts it); `None` for any other key.
-    pub fn of_input_key(key: &str) -> Option<Self> {
-        let rest = key
-            .strip_prefix(KEY_PREFIX)?
-            .strip_suffix("/input.sealed")?;
-        let mut parts = rest.split('/');
-        let (deployment, step, attempt) = (parts.next()?, parts.next()?, parts.next()?);
-        if parts.next().is_some() || step.is_empty() {
-            return None;
-        }
-        let parsed = Self {
-            deployment: deployment.parse().ok()?,
-            step: step.to_owned(),
-            attempt: attempt.parse().ok()?,
-        };
-        // Only the key this attempt's input is put at: no second spelling of the same attempt.
-        (format!("{}input.sealed", parsed.prefix()) == key).then_some(parsed)
-    }
-
-    fn sealed_name(&self, what: &str) -> String {
-        format!("{what}/{}/{}", self.step, self.attempt)
-    }
-
-    fn encryption_context(&self) -> HashMap<String, String> {
-        HashMap::from([
-            ("purpose".to_owned(), "step-input".to_owned()),
-            ("deployment".to_owned(), self.deployment.to_string()),
-            ("step".to_owned(), self.step.clone()),
-            ("attempt".to_owned(), self.attempt.to_string()),
-        ])
-    }
-
-    fn of(job: &SandboxJob) -> Result<Self, RunError> {
-        let variable = |name: &str| {
-            job.env
-                .iter()
-                .find(|(key, _)| key == name)
-                .map(|(_, value)| value.as_str())
-        };
-        let refused =
-            |what: &str| RunError::Failed(PortError::refused(FargateError::Job(what.into())));
-        let deployment = variable("OVERTURE_DEPLOYMENT")
-            .and_then(|d| d.parse().ok())
-            .ok_or_else(|| refused("the job names no deployment (OVERTURE_DEPLOYMENT)"))?;
-        let step = variable("OVERTURE_STEP")
-            .ok_or_else(|| refused("the job names no step (OVERTURE_STEP)"))?
-            .to_owned();
-        let attempt = match variable("OVERTURE_ATTEMPT") {
-            Some(attempt) => attempt
-                .parse()
-                .map_err(|_| refused("the job's OVERTURE_ATTEMPT is not a number"))?,
-            None => 0,
-        };
-        Ok(Self {
-            deployment,
-            step,
-            attempt,
-        })
-    }
-}
-
-/// What a step task gets to run: the whole job, sealed.
-#[derive(Serialize, Deserialize)]
-pub struct AttemptInput {
-    /// Names the sandbox.
-    pub id: String,
-    /// Run with `/bin/sh -c`.
-    pub command: String,
-    /// Plain environment variables.
-    pub env: Vec<(String, String)>,
-    /// Secret environment variables.
-    pub secret_env: Vec<(String, String)>,
-    /// Files placed under `/work` (base64).
-    pub files: Vec<(PathBuf, String)>,
-    /// Files under `/work` to read back once the command has ended.
-    pub collect: Vec<PathBuf>,
-    /// Whether the step asked for network access (not enforced on Fargate).
-    pub network: bool,
-    /// Whether the step runs the engine's own program.
-    pub engine_program: bool,
-    /// When to kill the command, in milliseconds.
-    pub timeout_ms: u64,
-    /// How much output to keep (the tail).
-    pub output_limit: usize,
-    /// The deployment's secret values: the task masks them in what it prints (CloudWatch Logs)
-    /// and in the tail it leaves. An input sealed before there was this field has none.
-    #[serde(default)]
-    pub masked: Vec<String>,
-}
-
-/// What a step task left for the runner: the command's output tail, outputs and collected files.
-#[derive(Serialize, Deserialize)]
-pub struct AttemptResult {
-    /// The output's tail (base64).
-    pub output: String,
-    /// The `$OVERTURE_OUTPUTS` file (base64), or its size when too large to read.
-    pub outputs_file: Result<String, (u64, u64)>,
-    /// The files of [`AttemptInput::collect`] it left (base64).
-    pub collected: Vec<(PathBuf, String)>,
 }
 
 /// Why a step task could not be started, watched, stopped or read back; never carries a secret.
@@ -319,65 +195,7 @@ impl FargateSteps {
     pub async fn start(&self, job: SandboxJob) -> Result<StartedStep, RunError> {
         let attempt = AttemptRef::of(&job)?;
         let input_key = format!("{}input.sealed", attempt.prefix());
-        let generated = self
-            .kms
-            .generate_data_key()
-            .key_id(&self.key)
-            .key_spec(DataKeySpec::Aes256)
-            .set_encryption_context(Some(attempt.encryption_context()))
-            .send()
-            .await
-            .map_err(call("KMS", "GenerateDataKey"))
-            .map_err(unavailable)?;
-        let malformed = || {
-            unavailable(FargateError::Call {
-                service: "KMS",
-                operation: "GenerateDataKey",
-                message: "the answer has no 256-bit key".into(),
-            })
-        };
-        let root: [u8; ROOT_KEY_BYTES] = generated
-            .plaintext()
-            .and_then(|key| key.as_ref().try_into().ok())
-            .ok_or_else(malformed)?;
-        let encrypted = generated.ciphertext_blob().ok_or_else(malformed)?.as_ref();
-        let input = AttemptInput {
-            id: job.id.clone(),
-            command: job.command.clone(),
-            env: job.env.clone(),
-            secret_env: job
-                .secret_env
-                .iter()
-                .map(|(name, value)| (name.clone(), value.expose_secret().to_owned()))
-                .collect(),
-            files: job
-                .files
-                .iter()
-                .map(|(path, bytes)| (path.clone(), encode(bytes)))
-                .collect(),
-            collect: job.collect.clone(),
-            network: job.network,
-            engine_program: job.engine_program,
-            timeout_ms: u64::try_from(job.timeout.as_millis()).unwrap_or(u64::MAX),
-            output_limit: job.output_limit,
-            masked: job
-                .masked
-                .iter()
-                .map(|value| value.expose_secret().to_owned())
-                .collect(),
-        };
-        let plain =
-            SecretString::from(serde_json::to_string(&input).map_err(|e| {
-                RunError::Failed(PortError::refused(FargateError::Job(e.to_string())))
-            })?);
-        let body = seal(
-            &root,
-            encrypted,
-            &attempt,
-            "step-input",
-            plain.expose_secret().as_bytes(),
-        )
-        .map_err(|e| RunError::Failed(PortError::refused(e)))?;
+        let (root, body) = self.seal_input(&attempt, &job).await?;
         self.s3
             .put_object()
             .bucket(&self.bucket)
@@ -387,50 +205,7 @@ impl FargateSteps {
             .await
             .map_err(call("S3", "PutObject"))
             .map_err(unavailable)?;
-
-        let network = AwsVpcConfiguration::builder()
-            .set_subnets(Some(self.tasks.subnets.clone()))
-            .set_security_groups(
-                (!self.tasks.security_groups.is_empty())
-                    .then(|| self.tasks.security_groups.clone()),
-            )
-            .assign_public_ip(AssignPublicIp::Disabled)
-            .build()
-            .map_err(|e| RunError::Failed(PortError::refused(FargateError::Job(e.to_string()))))?;
-        let command = vec![
-            "overture".to_owned(),
-            "step-run".to_owned(),
-            "--bucket".to_owned(),
-            self.bucket.clone(),
-            "--input".to_owned(),
-            input_key.clone(),
-        ];
-        let ran = self
-            .ecs
-            .run_task()
-            .cluster(&self.tasks.cluster)
-            .task_definition(&self.tasks.task_definition)
-            .launch_type(LaunchType::Fargate)
-            .count(1)
-            .started_by(STARTED_BY)
-            .network_configuration(
-                NetworkConfiguration::builder()
-                    .awsvpc_configuration(network)
-                    .build(),
-            )
-            .overrides(
-                TaskOverride::builder()
-                    .container_overrides(
-                        ContainerOverride::builder()
-                            .name(CONTAINER)
-                            .set_command(Some(command))
-                            .build(),
-                    )
-                    .build(),
-            )
-            .send()
-            .await;
-        let ran = match ran {
+        let ran = match self.run_task(&input_key).await? {
             Ok(ran) => ran,
             Err(error) => {
                 let retry = transient(&error);
@@ -460,6 +235,100 @@ impl FargateSteps {
             job,
             started: Instant::now(),
         })
+    }
+
+    /// The job's input sealed under a fresh data key bound to the attempt: the key (kept for
+    /// the result) and the object's body.
+    async fn seal_input(
+        &self,
+        attempt: &AttemptRef,
+        job: &SandboxJob,
+    ) -> Result<([u8; ROOT_KEY_BYTES], Vec<u8>), RunError> {
+        let generated = self
+            .kms
+            .generate_data_key()
+            .key_id(&self.key)
+            .key_spec(DataKeySpec::Aes256)
+            .set_encryption_context(Some(attempt.encryption_context()))
+            .send()
+            .await
+            .map_err(call("KMS", "GenerateDataKey"))
+            .map_err(unavailable)?;
+        let malformed = || {
+            unavailable(FargateError::Call {
+                service: "KMS",
+                operation: "GenerateDataKey",
+                message: "the answer has no 256-bit key".into(),
+            })
+        };
+        let root: [u8; ROOT_KEY_BYTES] = generated
+            .plaintext()
+            .and_then(|key| key.as_ref().try_into().ok())
+            .ok_or_else(malformed)?;
+        let encrypted = generated.ciphertext_blob().ok_or_else(malformed)?.as_ref();
+        let input = AttemptInput::of(job);
+        let plain =
+            SecretString::from(serde_json::to_string(&input).map_err(|e| {
+                RunError::Failed(PortError::refused(FargateError::Job(e.to_string())))
+            })?);
+        let body = seal(
+            &root,
+            encrypted,
+            attempt,
+            "step-input",
+            plain.expose_secret().as_bytes(),
+        )
+        .map_err(|e| RunError::Failed(PortError::refused(e)))?;
+        Ok((root, body))
+    }
+
+    /// Asks ECS for the step's task, in the step subnets, told only where its input is.
+    async fn run_task(
+        &self,
+        input_key: &str,
+    ) -> Result<Result<RunTaskOutput, SdkError<RunTaskError>>, RunError> {
+        let network = AwsVpcConfiguration::builder()
+            .set_subnets(Some(self.tasks.subnets.clone()))
+            .set_security_groups(
+                (!self.tasks.security_groups.is_empty())
+                    .then(|| self.tasks.security_groups.clone()),
+            )
+            .assign_public_ip(AssignPublicIp::Disabled)
+            .build()
+            .map_err(|e| RunError::Failed(PortError::refused(FargateError::Job(e.to_string()))))?;
+        let command = vec![
+            "overture".to_owned(),
+            "step-run".to_owned(),
+            "--bucket".to_owned(),
+            self.bucket.clone(),
+            "--input".to_owned(),
+            input_key.to_owned(),
+        ];
+        Ok(self
+            .ecs
+            .run_task()
+            .cluster(&self.tasks.cluster)
+            .task_definition(&self.tasks.task_definition)
+            .launch_type(LaunchType::Fargate)
+            .count(1)
+            .started_by(STARTED_BY)
+            .network_configuration(
+                NetworkConfiguration::builder()
+                    .awsvpc_configuration(network)
+                    .build(),
+            )
+            .overrides(
+                TaskOverride::builder()
+                    .container_overrides(
+                        ContainerOverride::builder()
+                            .name(CONTAINER)
+                            .set_command(Some(command))
+                            .build(),
+                    )
+                    .build(),
+            )
+            .send()
+            .await)
     }
 
     /// Waits for a started task to stop, stopping it on `cancel` or at the job's timeout.
@@ -719,132 +588,11 @@ impl RunSandboxed for FargateSteps {
     }
 }
 
-/// Opens an attempt's sealed input (`input.sealed`), as the task's entrypoint does: the data key
-/// through `kms:Decrypt` bound to the attempt. Returns the data key too, for [`seal_result`].
-pub async fn open_input(
-    kms: &aws_sdk_kms::Client,
-    attempt: &AttemptRef,
-    sealed: &[u8],
-) -> Result<(AttemptInput, [u8; ROOT_KEY_BYTES]), FargateError> {
-    let (root, plain) = unseal(
-        sealed,
-        attempt,
-        "step-input",
-        |encrypted: Vec<u8>| async move {
-            let decrypted = kms
-                .decrypt()
-                .ciphertext_blob(Blob::new(encrypted))
-                .set_encryption_context(Some(attempt.encryption_context()))
-                .send()
-                .await
-                .map_err(call("KMS", "Decrypt"))?;
-            decrypted
-                .plaintext()
-                .and_then(|key| key.as_ref().try_into().ok())
-                .ok_or_else(|| FargateError::DoesNotOpen("input's data key is not 256 bits".into()))
-        },
-    )
-    .await?;
-    let input = serde_json::from_slice(&plain)
-        .map_err(|e| FargateError::DoesNotOpen(format!("input is malformed: {e}")))?;
-    Ok((input, root))
-}
-
-/// Seals what the step left (`result.sealed`) under the input's data key, as the task's
-/// entrypoint does before it exits.
-pub fn seal_result(
-    root: &[u8; ROOT_KEY_BYTES],
-    attempt: &AttemptRef,
-    result: &AttemptResult,
-) -> Result<Vec<u8>, FargateError> {
-    let plain =
-        serde_json::to_vec(result).map_err(|e| FargateError::Job(format!("result: {e}")))?;
-    seal(root, &[], attempt, "step-result", &plain)
-}
-
-/// Base64, as the input and the result carry bytes.
-pub fn encode(bytes: &[u8]) -> String {
-    base64::engine::general_purpose::STANDARD.encode(bytes)
-}
-
-fn decode(text: &str) -> Option<Vec<u8>> {
-    base64::engine::general_purpose::STANDARD.decode(text).ok()
-}
-
-/// `MAGIC | u16 key length (BE) | encrypted data key | nonce | ciphertext`, as kept states are
-/// laid out ([`crate::kept`]); a result carries no key (the runner holds it).
-fn seal(
-    root: &[u8; ROOT_KEY_BYTES],
-    encrypted: &[u8],
-    attempt: &AttemptRef,
-    what: &str,
-    plain: &[u8],
-) -> Result<Vec<u8>, FargateError> {
-    let key = SealKey::derive(root, None, PARTY, attempt.deployment);
-    let sealed = overture_seal::seal_bytes(
-        &key,
-        PARTY,
-        attempt.deployment,
-        &attempt.sealed_name(what),
-        plain,
-    )
-    .map_err(|e| FargateError::DoesNotOpen(e.to_string()))?;
-    let length = u16::try_from(encrypted.len())
-        .map_err(|_| FargateError::Job("the encrypted data key is longer than 64 KiB".into()))?;
-    let mut body = MAGIC.to_vec();
-    body.extend(length.to_be_bytes());
-    body.extend(encrypted);
-    body.extend(sealed.nonce);
-    body.extend(sealed.ciphertext);
-    Ok(body)
-}
-
-async fn unseal<F, Fut>(
-    body: &[u8],
-    attempt: &AttemptRef,
-    what: &str,
-    data_key: F,
-) -> Result<([u8; ROOT_KEY_BYTES], Vec<u8>), FargateError>
-where
-    F: FnOnce(Vec<u8>) -> Fut,
-    Fut: std::future::Future<Output = Result<[u8; ROOT_KEY_BYTES], FargateError>>,
-{
-    let refused = |reason: &str| FargateError::DoesNotOpen(format!("{what} {reason}"));
-    let rest = body
-        .strip_prefix(MAGIC)
-        .ok_or_else(|| refused("is not of this format"))?;
-    let (length, rest) = rest
-        .split_first_chunk::<2>()
-        .ok_or_else(|| refused("is cut short"))?;
-    let length = usize::from(u16::from_be_bytes(*length));
-    if rest.len() < length + NONCE_BYTES {
-        return Err(refused("is cut short"));
-    }
-    let (encrypted, rest) = rest.split_at(length);
-    let (nonce, ciphertext) = rest.split_at(NONCE_BYTES);
-    let root = data_key(encrypted.to_vec()).await?;
-    let key = SealKey::derive(&root, None, PARTY, attempt.deployment);
-    let sealed = SealedValue {
-        nonce: nonce
-            .try_into()
-            .map_err(|_| refused("has a malformed nonce"))?,
-        ciphertext: ciphertext.to_vec(),
-    };
-    let plain = overture_seal::open_bytes(
-        &key,
-        PARTY,
-        attempt.deployment,
-        &attempt.sealed_name(what),
-        &sealed,
-    )
-    .map_err(|e| refused(&format!("does not open: {e}")))?;
-    Ok((root, plain))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use aws_sdk_ecs::types::{Container, TaskStopCode};
+    use overture_events::DeploymentId;
 
     #[test]
     fn an_input_key_names_its_attempt_in_one_spelling_only() {
