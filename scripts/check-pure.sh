@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The domain and the event schema must build without tokio, AWS, SQLite or any network crate;
-# and a function deployed as a Lambda links no SQLite and none of the embedded engine's adapters.
+# a function deployed as a Lambda links no SQLite and none of the embedded engine's adapters;
+# and each Lambda links only the function it runs (docs/decisions/0006): no Lambda but the api's
+# links the HTTP framework (axum, utoipa), none but the runner's links the step kinds.
 set -euo pipefail
 status=0
 for crate in overture-events overture-domain; do
@@ -24,5 +26,20 @@ for crate in $lambdas; do
     else
         echo "check-pure: the Lambda $crate links no SQLite"
     fi
+    linked=$(cargo tree -p "$crate" -e normal --prefix none --format '{p}' | cut -d' ' -f1 | sort -u)
+    # What this Lambda must not link: what it is, then a pattern on the names `cargo tree` prints.
+    forbidden=()
+    [ "$crate" = overture-api-lambda ] || forbidden+=('the HTTP framework:axum.*|utoipa.*')
+    [ "$crate" = overture-runner-lambda ] || forbidden+=('the step kinds:overture-runner|overture-sandbox')
+    for rule in "${forbidden[@]}"; do
+        what=${rule%%:*} pattern=${rule#*:}
+        found=$(grep -xE "$pattern" <<<"$linked" | tr '\n' ' ' || true)
+        if [ -n "$found" ]; then
+            echo "check-pure: the Lambda $crate links $what (${found% }); only the function it runs may (docs/decisions/0006)" >&2
+            status=1
+        else
+            echo "check-pure: the Lambda $crate links none of $what"
+        fi
+    done
 done
 exit $status

@@ -16,12 +16,15 @@
 //! locked with the token could not be opened after the purge anyway, since the token is let go
 //! of then.
 
+#[cfg(feature = "runner")]
 use async_trait::async_trait;
 use aws_sdk_s3::primitives::ByteStream;
 use overture_events::DeploymentId;
 use overture_seal::{SealKey, SealedValue, NONCE_BYTES};
 
-use crate::seals::{call, port_error, DataKey, KmsSeals, SealsError};
+#[cfg(feature = "runner")]
+use crate::seals::port_error;
+use crate::seals::{call, DataKey, KmsSeals, SealsError};
 
 /// The prefix of every kept state's key.
 pub const KEY_PREFIX: &str = "kept/";
@@ -197,6 +200,7 @@ impl KmsSeals {
     }
 }
 
+#[cfg(feature = "runner")]
 #[async_trait]
 impl overture_runner::KeepStepState for KmsSeals {
     async fn load(

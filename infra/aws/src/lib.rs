@@ -41,24 +41,35 @@
 //!   shared by the submit and api functions and `overture --backend aws`.
 //! - `emulator` (feature `emulator`): the local AWS emulator as a child process, and the
 //!   requests it counted.
+//!
+//! An adapter that implements a function's port is built only with that function's feature
+//! (`submit`, `api`, `runner`, `orchestrator`, `projector`, `triggers`; the read models, whose
+//! port is the projector's, with `read-models`), and each `functions/*/lambda` enables its own:
+//! a Lambda links only the function it runs (docs/decisions/0006).
 
 pub mod config;
 pub mod custody;
 pub mod dynamodb;
 #[cfg(feature = "emulator")]
 pub mod emulator;
+#[cfg(feature = "runner")]
 pub mod fargate;
 pub mod function;
 pub mod kept;
 pub mod leases;
 pub mod logs;
+#[cfg(feature = "read-models")]
 pub mod query;
+#[cfg(feature = "read-models")]
 pub mod read_models;
+#[cfg(feature = "submit")]
 pub mod recording;
 pub mod s3;
 pub mod seals;
 pub mod signing;
 pub mod sqs;
 pub mod stack;
+#[cfg(feature = "runner")]
 pub mod step_task;
+#[cfg(feature = "triggers")]
 pub mod triggers;

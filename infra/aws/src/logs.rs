@@ -14,14 +14,20 @@
 //! (`tokio::task::block_in_place`): the writer must be used on tokio's multi-thread runtime, as
 //! the runner's Lambda and its tests run it; elsewhere its flush fails with an error saying so.
 
+#[cfg(feature = "runner")]
 use std::io::{self, Write};
 
 use aws_sdk_s3::error::{DisplayErrorContext, SdkError};
+#[cfg(feature = "runner")]
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::Client;
 use overture_events::DeploymentId;
-use overture_runner::logs::{AttemptLogs, LogName};
-use overture_runner::PortError;
+use overture_kit::query::AttemptLog;
+#[cfg(feature = "runner")]
+use overture_runner::{
+    logs::{AttemptLogs, LogName},
+    PortError,
+};
 
 use crate::s3::passes;
 
@@ -100,8 +106,12 @@ impl S3AttemptLogs {
     }
 
     /// The key of the object holding the output of this run of a step.
-    pub fn key(deployment: DeploymentId, step: &str, name: LogName) -> String {
-        format!("{}{name}.log", Self::step_prefix(deployment, step))
+    pub fn key(deployment: DeploymentId, step: &str, name: AttemptLog) -> String {
+        let prefix = Self::step_prefix(deployment, step);
+        match name {
+            AttemptLog::Attempt(attempt) => format!("{prefix}{attempt}.log"),
+            AttemptLog::Destroy => format!("{prefix}destroy.log"),
+        }
     }
 
     fn step_prefix(deployment: DeploymentId, step: &str) -> String {
@@ -141,7 +151,7 @@ impl S3AttemptLogs {
         &self,
         deployment: DeploymentId,
         step: &str,
-        name: LogName,
+        name: AttemptLog,
     ) -> Result<Option<Vec<u8>>, LogsError> {
         read_object(
             &self.client,
@@ -176,6 +186,8 @@ async fn read_object(
     Ok(Some(body.into_bytes().to_vec()))
 }
 
+/// The runner writes by its own name of a run; the object is the one the query port reads.
+#[cfg(feature = "runner")]
 impl AttemptLogs for S3AttemptLogs {
     fn create(
         &self,
@@ -186,7 +198,7 @@ impl AttemptLogs for S3AttemptLogs {
         Ok(Box::new(LogObject {
             client: self.client.clone(),
             bucket: self.bucket.clone(),
-            key: Self::key(deployment, step, name),
+            key: Self::key(deployment, step, query_name(name)),
             earlier: (name != LogName::Destroy).then(Vec::new),
             output: Vec::new(),
             not_kept: 0,
@@ -196,7 +208,17 @@ impl AttemptLogs for S3AttemptLogs {
     }
 }
 
+/// The runner's name of a run as the query port names its log.
+#[cfg(feature = "runner")]
+fn query_name(name: LogName) -> AttemptLog {
+    match name {
+        LogName::Attempt(attempt) => AttemptLog::Attempt(attempt),
+        LogName::Destroy => AttemptLog::Destroy,
+    }
+}
+
 /// One run's log, held in memory and put whole.
+#[cfg(feature = "runner")]
 struct LogObject {
     client: Client,
     bucket: String,
@@ -211,6 +233,7 @@ struct LogObject {
     unsaved: bool,
 }
 
+#[cfg(feature = "runner")]
 impl LogObject {
     async fn put(&mut self) -> Result<(), LogsError> {
         if self.earlier.is_none() {
@@ -256,6 +279,7 @@ impl LogObject {
     }
 }
 
+#[cfg(feature = "runner")]
 impl Write for LogObject {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
         let room = MAX_LOG.saturating_sub(self.output.len());
@@ -274,6 +298,7 @@ impl Write for LogObject {
     }
 }
 
+#[cfg(feature = "runner")]
 impl Drop for LogObject {
     fn drop(&mut self) {
         if self.unsaved {

@@ -13,8 +13,6 @@ use overture_kit::registry::ReadServiceRegistry;
 use overture_kit::{LogError, ReadStream};
 use overture_projector::{DeploymentViews, ViewError};
 
-use overture_runner::logs::LogName;
-
 use crate::dynamodb::DynamoDeployments;
 use crate::logs::{LogsError, S3AttemptLogs};
 use crate::read_models::DynamoReadModels;
@@ -106,15 +104,11 @@ impl QueryDeployments for DynamoQueries {
         step: &str,
         which: AttemptLog,
     ) -> Result<Option<Vec<u8>>, QueryError> {
-        let name = match which {
-            AttemptLog::Attempt(attempt) => LogName::Attempt(attempt),
-            AttemptLog::Destroy => LogName::Destroy,
-        };
         let outputs = self.outputs.as_ref().ok_or(QueryError::NotAvailable(
             "the attempts' output is in the payloads bucket: set OVERTURE_PAYLOADS_BUCKET \
              (`make local-aws` writes it to .overture/local-aws.env)",
         ))?;
-        outputs.read(id, step, name).await.map_err(from_logs)
+        outputs.read(id, step, which).await.map_err(from_logs)
     }
 
     async fn service_instances(&self, tenant: &str) -> Result<Vec<RegisteredInstance>, QueryError> {

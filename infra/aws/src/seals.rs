@@ -13,6 +13,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+#[cfg(any(feature = "submit", feature = "runner", feature = "orchestrator"))]
 use async_trait::async_trait;
 use aws_sdk_dynamodb::error::DisplayErrorContext;
 use aws_sdk_dynamodb::primitives::Blob as DynamoBlob;
@@ -347,6 +348,7 @@ impl KmsSeals {
     }
 }
 
+#[cfg(feature = "submit")]
 #[async_trait]
 impl overture_submit::SealSecrets for KmsSeals {
     async fn seal(
@@ -368,6 +370,7 @@ impl overture_submit::SealSecrets for KmsSeals {
     }
 }
 
+#[cfg(feature = "runner")]
 #[async_trait]
 impl overture_runner::OpenSeal for KmsSeals {
     async fn open(
@@ -382,6 +385,7 @@ impl overture_runner::OpenSeal for KmsSeals {
     }
 }
 
+#[cfg(feature = "orchestrator")]
 #[async_trait]
 impl overture_orchestrator::PurgeSecrets for KmsSeals {
     async fn purge(
@@ -399,6 +403,7 @@ impl overture_orchestrator::PurgeSecrets for KmsSeals {
 }
 
 /// The runner's port error for a seal's: whether a retry can help, as the seal said.
+#[cfg(feature = "runner")]
 pub(crate) fn port_error(error: SealsError) -> overture_runner::PortError {
     if error.is_retryable() {
         overture_runner::PortError::unavailable(error)

@@ -28,7 +28,9 @@ use aws_sdk_sqs::Client;
 use overture_events::Timestamp;
 use overture_kit::queue::{Delivery, Job, QueueError, Receipt, ReceiveJobs, SendJobs};
 use overture_kit::Clock;
+#[cfg(feature = "orchestrator")]
 use overture_orchestrator::queued::QueueOn;
+#[cfg(feature = "runner")]
 use overture_runner::ChangeVisibility;
 
 /// The longest SQS holds a message back (`DelaySeconds`).
@@ -58,6 +60,7 @@ const REFUSED: &[&str] = &[
 
 /// The orchestrator's work ([`overture_orchestrator::QueueWork`]) on SQS: attempts on the jobs
 /// queue, timers on the timers queue.
+#[cfg(feature = "orchestrator")]
 pub type SqsWork = QueueOn<SqsQueue, SqsQueue>;
 
 /// A call to SQS failed, or a message is not a job.
@@ -317,6 +320,7 @@ impl ReceiveJobs for SqsQueue {
 
 /// The runner's Lambda trigger changes its messages' visibility by the receipt handles Lambda
 /// hands it: the same `ChangeMessageVisibility` as [`ReceiveJobs::extend`].
+#[cfg(feature = "runner")]
 #[async_trait]
 impl ChangeVisibility for SqsQueue {
     async fn change_visibility(

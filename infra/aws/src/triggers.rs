@@ -19,6 +19,7 @@ use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_sqs::types::MessageAttributeValue;
+#[cfg(feature = "api")]
 use overture_api::{DeliverError, DeliverEvents};
 use overture_domain::trigger::IncomingEvent;
 use overture_triggers::bundle::{BundleError, LoadBundle, TriggerBundle};
@@ -28,6 +29,7 @@ use overture_triggers::{
     Claim, LedgerError, TriggerDecision, TriggerLedger, Verdict, DUPLICATE_REASON,
 };
 
+#[cfg(feature = "api")]
 use serde_json::{json, Value};
 
 use crate::dynamodb::DynamoError;
@@ -372,6 +374,7 @@ impl PublishEvents for SqsEvents {
     }
 }
 
+#[cfg(feature = "api")]
 #[async_trait]
 impl DeliverEvents for SqsEvents {
     async fn deliver(&self, event: &str, tenant: &str) -> Result<Value, DeliverError> {

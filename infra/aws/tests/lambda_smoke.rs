@@ -33,7 +33,7 @@ use overture_openstack::CloudAccess;
 use overture_orchestrator::queued::QueueOn;
 use overture_orchestrator::{orchestrate, OrchestratorPorts, Since};
 use overture_projector::DeploymentViews;
-use overture_runner::logs::LogName;
+use overture_kit::query::AttemptLog;
 use serde_json::{json, Value};
 
 /// How long the first invocation may take: `cargo lambda watch` builds the function first.
@@ -798,7 +798,7 @@ async fn the_runner_lambda_runs_a_steps_attempt_from_its_job_message() {
         "the attempt's success is recorded: {types:?}"
     );
     let output = S3AttemptLogs::new(stack.s3.clone(), PAYLOADS)
-        .read(stack.deployment, "build", LogName::Attempt(1))
+        .read(stack.deployment, "build", AttemptLog::Attempt(1))
         .await
         .expect("read")
         .expect("the attempt's log");

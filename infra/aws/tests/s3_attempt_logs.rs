@@ -11,6 +11,7 @@ use std::io::Write;
 use overture_aws::logs::{LogsError, S3AttemptLogs, MAX_LOG};
 use overture_aws::s3::{client, create_payloads_bucket};
 use overture_events::DeploymentId;
+use overture_kit::query::AttemptLog;
 use overture_runner::logs::{AttemptLogs, LogName};
 
 const BUCKET: &str = "overture-logs";
@@ -61,13 +62,13 @@ async fn each_run_of_a_step_reads_back_in_attempt_order() {
         reader.attempts(id, "build").await.expect("listed"),
         vec![1, 2, 10]
     );
-    let second = reader.read(id, "build", LogName::Attempt(2)).await;
+    let second = reader.read(id, "build", AttemptLog::Attempt(2)).await;
     assert_eq!(second.expect("read").as_deref(), Some(&b"attempt 2\n"[..]));
-    let destroy = reader.read(id, "build", LogName::Destroy).await;
+    let destroy = reader.read(id, "build", AttemptLog::Destroy).await;
     assert_eq!(destroy.expect("read").as_deref(), Some(&b"destroyed\n"[..]));
     assert_eq!(
         reader
-            .read(id, "build", LogName::Attempt(4))
+            .read(id, "build", AttemptLog::Attempt(4))
             .await
             .expect("read"),
         None
@@ -88,7 +89,7 @@ async fn a_run_that_printed_nothing_has_an_empty_log_put_when_its_writer_is_drop
             .expect("a log"),
     );
     assert_eq!(logs.attempts(id, "quiet").await.expect("listed"), vec![1]);
-    let read = logs.read(id, "quiet", LogName::Attempt(1)).await;
+    let read = logs.read(id, "quiet", AttemptLog::Attempt(1)).await;
     assert_eq!(read.expect("read"), Some(vec![]));
 }
 
@@ -110,7 +111,7 @@ async fn every_destroy_run_adds_to_the_steps_destroy_log() {
         LogName::Destroy,
         b"second run destroyed\n",
     );
-    let read = logs.read(id, "network", LogName::Destroy).await;
+    let read = logs.read(id, "network", AttemptLog::Destroy).await;
     assert_eq!(
         read.expect("read").as_deref(),
         Some(&b"first run failed\nsecond run destroyed\n"[..])
@@ -134,7 +135,7 @@ async fn a_log_keeps_the_first_bytes_of_a_long_run_and_says_how_many_it_dropped(
     }
     log.flush().expect("put");
     let read = logs
-        .read(id, "chatty", LogName::Attempt(1))
+        .read(id, "chatty", AttemptLog::Attempt(1))
         .await
         .expect("read")
         .expect("a log");

@@ -6,26 +6,34 @@
 //! closes the last lease on it. A grant that finds the rule being deleted by its last holder
 //! waits a moment for the delete to end, then makes the rule afresh.
 
+#[cfg(feature = "runner")]
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use async_trait::async_trait;
 use overture_domain::deployment::BastionAccess;
 use overture_events::{CloudAccount, DeploymentId};
+#[cfg(feature = "orchestrator")]
 use overture_orchestrator::{RevokeAccess, WorkError};
-use overture_runner::step::SshAddress;
-use overture_runner::{GrantAccess, GrantError};
+#[cfg(feature = "runner")]
+use overture_runner::{step::SshAddress, GrantAccess, GrantError};
 
-use super::{Cloud, CloudError, NewRule, RuleSource};
+use super::{Cloud, CloudError};
+#[cfg(feature = "runner")]
+use super::{NewRule, RuleSource};
 use std::sync::Arc;
 
-use overture_kit::leases::{
-    grant_leased, revoke_leased, LeaseBastionRules, LeaseError, Leased, Revocation, RuleKey,
-};
+#[cfg(feature = "runner")]
+use overture_kit::leases::grant_leased;
+#[cfg(feature = "orchestrator")]
+use overture_kit::leases::{revoke_leased, Revocation};
+use overture_kit::leases::{LeaseBastionRules, LeaseError, Leased, RuleKey};
 use overture_kit::TokenCustody;
 
 /// How often a grant finds the rule closing before it gives up for the retry policy to try again.
+#[cfg(feature = "runner")]
 const CLOSING_WAITS: u32 = 20;
 /// How long a grant waits for the last holder's delete to end before it asks again.
+#[cfg(feature = "runner")]
 const CLOSING_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// Opens and closes bastions for the engine with the tokens of the deployments it runs.
@@ -55,6 +63,7 @@ enum AccessError {
         wanted: String,
     },
     /// The engine's own address towards the bastion could not be found.
+    #[cfg_attr(not(feature = "runner"), allow(dead_code))]
     #[error("cannot find the engine's address towards the bastion {bastion}: {reason}")]
     NoRoute { bastion: String, reason: String },
     /// The cloud refused or failed.
@@ -117,6 +126,7 @@ impl CloudAccess {
     }
 }
 
+#[cfg(feature = "runner")]
 #[async_trait]
 impl GrantAccess for CloudAccess {
     async fn grant(
@@ -204,6 +214,7 @@ impl GrantAccess for CloudAccess {
     }
 }
 
+#[cfg(feature = "orchestrator")]
 #[async_trait]
 impl RevokeAccess for CloudAccess {
     async fn revoke(
@@ -246,6 +257,7 @@ impl RevokeAccess for CloudAccess {
 
 /// The engine's own address as a host at `host:port` sees it: the source address the kernel
 /// picks for the route there. A UDP `connect` only picks the route; it sends nothing.
+#[cfg(feature = "runner")]
 async fn local_address_towards(host: &str, port: u16) -> std::io::Result<IpAddr> {
     let target = tokio::net::lookup_host((host, port))
         .await?

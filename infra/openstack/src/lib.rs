@@ -17,15 +17,23 @@
 //! - `error`: [`CloudError`], classified the way callers act on it: a refused token, a backend
 //!   worth trying again, a missing resource, a conflict, another refusal.
 //!
+//! The ports a function defines are implemented only with that function's feature (`submit`:
+//! [`Keystone`]'s token check; `runner`: opening a bastion, the host keys, provisioning;
+//! `orchestrator`: closing a bastion), so a Lambda links only the function it runs
+//! (docs/decisions/0006).
+//!
 //! The token lives in a [`SecretString`]: it goes only into the `X-Auth-Token` header (marked
 //! sensitive), and every message taken from the cloud has it masked out.
 
+#[cfg(any(feature = "runner", feature = "orchestrator"))]
 mod access;
 mod compute;
+#[cfg(feature = "runner")]
 mod console;
 mod error;
 mod identity;
 mod network;
+#[cfg(feature = "runner")]
 mod provision;
 
 use std::fmt;
@@ -37,12 +45,15 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+#[cfg(any(feature = "runner", feature = "orchestrator"))]
 pub use access::CloudAccess;
 pub use compute::{NewServer, Server};
+#[cfg(feature = "runner")]
 pub use console::{host_keys, host_keys_at, MadeServer, ReadConsole, CONSOLE_WAIT};
 pub use error::{CloudError, UNREACHABLE_TEXT};
 pub use identity::TokenInfo;
 pub use network::{NewRule, RuleSource, SecurityGroup, SecurityGroupRule};
+#[cfg(feature = "runner")]
 pub use provision::{provision, ProvisionError};
 
 use identity::{Endpoints, TokenBody};
@@ -64,11 +75,13 @@ pub async fn validate_token(auth_url: &str, token: &SecretString) -> Result<Toke
 
 /// The cloud's identity service at one auth URL, which the operator configures: the submit
 /// function asks it whom a token sent over HTTP belongs to ([`overture_submit::CheckToken`]).
+#[cfg(feature = "submit")]
 #[derive(Clone, Debug)]
 pub struct Keystone {
     auth_url: String,
 }
 
+#[cfg(feature = "submit")]
 impl Keystone {
     /// Keystone v3 at `auth_url`.
     pub fn new(auth_url: impl Into<String>) -> Self {
@@ -78,6 +91,7 @@ impl Keystone {
     }
 }
 
+#[cfg(feature = "submit")]
 #[async_trait::async_trait]
 impl overture_submit::CheckToken for Keystone {
     async fn account(
