@@ -335,6 +335,7 @@ impl Decided {
 
 /// Moves one deployment on as far as it can go now; returns its state afterwards. `since` says
 /// which decisions are new, and so which jobs to queue (see the crate's header).
+#[tracing::instrument(name = "orchestrate", level = "info", skip_all, fields(%deployment, %cause))]
 pub async fn orchestrate(
     deployment: DeploymentId,
     cause: uuid::Uuid,

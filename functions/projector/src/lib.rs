@@ -178,6 +178,7 @@ pub const MAX_ROUNDS: u32 = 20;
 /// Folds one deployment's new `records` (in revision order; replays and gaps allowed) into its
 /// view and its tenant's summary. Returns how many records the stored view gained. Records after
 /// one the log does not hold yet change nothing ([`StreamProjectionError::Gap`], retryable).
+#[tracing::instrument(name = "project", level = "info", skip_all, fields(%deployment, records = records.len(), from = records.first().map(|r| r.revision), to = records.last().map(|r| r.revision)))]
 pub async fn project_stream(
     deployment: DeploymentId,
     records: &[Envelope],

@@ -251,6 +251,7 @@ fn submit_retryable(error: &SubmitError) -> bool {
 /// Evaluates every trigger of `file` for the event and starts each deployment they decide on,
 /// recording each decision. With `caller`, the tenant the event was delivered for, a trigger
 /// that would deploy into another tenant is refused.
+#[tracing::instrument(name = "triggers", level = "info", skip_all, fields(event = %event.id, source = %event.source, event_type = %event.event_type, depth = event.depth))]
 pub async fn dispatch(
     file: &TriggerFile,
     event: &IncomingEvent,
