@@ -74,6 +74,12 @@ impl Fixture {
         self.record(request(blueprint(BLUEPRINT), None)).await
     }
 
+    /// Moves the deployment on with the records the feed hands on.
+    async fn orchestrate_fed(&self) {
+        let fed = self.feed().await;
+        self.orchestrate(Since::Records(&fed)).await
+    }
+
     async fn orchestrate(&self, since: Since<'_>) {
         let ports = support::ports(&self.log, &self.queue, &self.clock);
         orchestrate(self.deployment, uuid::Uuid::now_v7(), since, &ports)
@@ -97,17 +103,13 @@ async fn a_deployments_second_event_does_not_queue_the_first_ones_attempts_again
     fixture.request().await;
 
     // Given the request, the orchestrator schedules both steps and queues each once.
-    fixture
-        .orchestrate(Since::Records(&fixture.feed().await))
-        .await;
+    fixture.orchestrate_fed().await;
     assert_eq!(fixture.queue.take(), queued(&[("build", 1), ("lint", 1)]));
 
     // When `build` starts, `lint` still waits, but nothing new was decided about it; the
     // orchestrator's own `StepScheduled` records, fed back, were queued already.
     fixture.start("build", 1).await;
-    fixture
-        .orchestrate(Since::Records(&fixture.feed().await))
-        .await;
+    fixture.orchestrate_fed().await;
     assert_eq!(fixture.queue.take(), queued(&[]));
 
     // A timer with no new records queues nothing either.
@@ -119,9 +121,7 @@ async fn a_deployments_second_event_does_not_queue_the_first_ones_attempts_again
 async fn a_retry_queues_only_the_new_attempt() {
     let fixture = Fixture::new();
     fixture.request().await;
-    fixture
-        .orchestrate(Since::Records(&fixture.feed().await))
-        .await;
+    fixture.orchestrate_fed().await;
     fixture.queue.take();
     fixture.start("build", 1).await;
 
@@ -134,9 +134,7 @@ async fn a_retry_queues_only_the_new_attempt() {
             now: fixture.clock.now(),
         })
         .await;
-    fixture
-        .orchestrate(Since::Records(&fixture.feed().await))
-        .await;
+    fixture.orchestrate_fed().await;
     assert_eq!(fixture.queue.take(), queued(&[("build", 2)]));
 }
 
@@ -144,9 +142,7 @@ async fn a_retry_queues_only_the_new_attempt() {
 async fn a_recovery_pass_queues_every_waiting_attempt_again() {
     let fixture = Fixture::new();
     fixture.request().await;
-    fixture
-        .orchestrate(Since::Records(&fixture.feed().await))
-        .await;
+    fixture.orchestrate_fed().await;
     fixture.queue.take();
     fixture.start("build", 1).await;
 
@@ -175,9 +171,7 @@ async fn the_steps_the_orchestrator_schedules_itself_are_queued_once() {
 async fn a_grace_deadline_is_queued_once_when_the_grace_period_starts() {
     let fixture = Fixture::new();
     fixture.request().await;
-    fixture
-        .orchestrate(Since::Records(&fixture.feed().await))
-        .await;
+    fixture.orchestrate_fed().await;
     fixture.start("build", 1).await;
     fixture.start("lint", 1).await;
 
@@ -185,16 +179,12 @@ async fn a_grace_deadline_is_queued_once_when_the_grace_period_starts() {
     fixture
         .record(failure("build", 1, ErrorClass::StepFailed, NOW))
         .await;
-    fixture
-        .orchestrate(Since::Records(&fixture.feed().await))
-        .await;
+    fixture.orchestrate_fed().await;
     let wakes = fixture.queue.take_wakes();
     assert_eq!(wakes.len(), 1, "{wakes:?}");
 
     // Moving on again before the deadline sets no second timer; a recovery pass does.
-    fixture
-        .orchestrate(Since::Records(&fixture.feed().await))
-        .await;
+    fixture.orchestrate_fed().await;
     assert!(fixture.queue.wakes().is_empty());
     fixture.orchestrate(Since::Unknown).await;
     assert_eq!(fixture.queue.wakes(), wakes);
@@ -208,9 +198,7 @@ async fn steps_a_runner_scheduled_with_an_outcome_are_queued_from_its_records() 
     };
     let two = "name: two\nsteps:\n  build: { run: noop }\n  ship: { run: noop, needs: [build] }\n";
     fixture.record(request(blueprint(two), None)).await;
-    fixture
-        .orchestrate(Since::Records(&fixture.feed().await))
-        .await;
+    fixture.orchestrate_fed().await;
     assert_eq!(fixture.queue.take(), queued(&[("build", 1)]));
 
     // The runner records `build`'s start, its success and `ship`'s schedule in one append.
@@ -225,9 +213,7 @@ async fn steps_a_runner_scheduled_with_an_outcome_are_queued_from_its_records() 
     .expect("the outcome is accepted");
 
     // The orchestrator did not decide it, but it queues it once, from the runner's records.
-    fixture
-        .orchestrate(Since::Records(&fixture.feed().await))
-        .await;
+    fixture.orchestrate_fed().await;
     assert_eq!(fixture.queue.take(), queued(&[("ship", 1)]));
     fixture.orchestrate(Since::Records(&[])).await;
     assert_eq!(fixture.queue.take(), queued(&[]));
@@ -237,17 +223,13 @@ async fn steps_a_runner_scheduled_with_an_outcome_are_queued_from_its_records() 
 async fn the_purge_and_the_deployments_end_are_one_commit() {
     let fixture = Fixture::new();
     fixture.request().await;
-    fixture
-        .orchestrate(Since::Records(&fixture.feed().await))
-        .await;
+    fixture.orchestrate_fed().await;
     for step in ["build", "lint"] {
         fixture.start(step, 1).await;
         fixture.record(success(step, 1)).await;
     }
     let appends = fixture.log.appends();
-    fixture
-        .orchestrate(Since::Records(&fixture.feed().await))
-        .await;
+    fixture.orchestrate_fed().await;
     let events = fixture.log.events(fixture.deployment);
     let ending: Vec<&str> = events
         .iter()
@@ -275,9 +257,7 @@ async fn steps_the_submit_scheduled_with_the_request_are_queued_from_its_records
     let appends = fixture.log.appends();
 
     // Fed those records, the orchestrator queues both attempts and schedules nothing again.
-    fixture
-        .orchestrate(Since::Records(&fixture.feed().await))
-        .await;
+    fixture.orchestrate_fed().await;
     assert_eq!(fixture.queue.take(), queued(&[("build", 1), ("lint", 1)]));
     assert_eq!(fixture.log.appends(), appends, "nothing more to record");
     assert_eq!(fixture.log.events(fixture.deployment).len(), 3);

@@ -7,6 +7,7 @@ mod support;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
+use overture_domain::deployment::DeploymentState;
 use overture_domain::services::{RegisteredInstance, ServiceInstance};
 use overture_domain::testing::events::{blueprint, instance, registered, requested};
 use overture_events::{DeploymentEvent, DeploymentId, Envelope, Metadata};
@@ -73,6 +74,24 @@ async fn request(log: &MemoryLog, id: DeploymentId, yaml: &str) {
     record(log, id, "test", vec![requested("b.yaml", blueprint(yaml))]).await;
 }
 
+/// Moves our deployment on at `time` of the fixtures' day, the registry holding what it holds.
+async fn move_ours_on(
+    log: &MemoryLog,
+    queued: &Queued,
+    registry: &Registry,
+    time: &str,
+    since: Since<'_>,
+) -> DeploymentState {
+    let clock = FixedClock(at(time));
+    let ports = OrchestratorPorts {
+        services: registry,
+        ..support::ports(log, queued, &clock)
+    };
+    orchestrate(ours(), uuid::Uuid::now_v7(), since, &ports)
+        .await
+        .expect("moved on")
+}
+
 fn types(log: &MemoryLog, id: DeploymentId) -> Vec<&'static str> {
     log.events(id)
         .iter()
@@ -87,20 +106,8 @@ async fn a_step_waits_on_a_timer_until_other_deployments_register_enough_instanc
     let registry = Registry::default();
     registry.register(theirs(), "10.0.0.7");
     let queued = Queued::default();
-    let ports = |clock| OrchestratorPorts {
-        services: &registry,
-        ..support::ports(&log, &queued, clock)
-    };
 
-    let clock_1001 = FixedClock(at("10:01"));
-    orchestrate(
-        ours(),
-        uuid::Uuid::now_v7(),
-        Since::Unknown,
-        &ports(&clock_1001),
-    )
-    .await
-    .expect("moved on");
+    move_ours_on(&log, &queued, &registry, "10:01", Since::Unknown).await;
     assert_eq!(
         types(&log, ours()),
         ["DeploymentRequested", "StepAwaitingServices"]
@@ -113,15 +120,7 @@ async fn a_step_waits_on_a_timer_until_other_deployments_register_enough_instanc
     );
 
     registry.register(theirs(), "10.0.0.8");
-    let clock_1002 = FixedClock(at("10:02"));
-    orchestrate(
-        ours(),
-        uuid::Uuid::now_v7(),
-        Since::Records(&[]),
-        &ports(&clock_1002),
-    )
-    .await
-    .expect("moved on");
+    move_ours_on(&log, &queued, &registry, "10:02", Since::Records(&[])).await;
     let events = log.events(ours());
     let resolved = events.iter().find_map(|event| match event {
         DeploymentEvent::ServicesResolved { step, services } => Some((step, services)),
@@ -142,29 +141,9 @@ async fn a_wait_past_its_deadline_fails_the_deployment_as_service_timeout() {
     request(&log, ours(), BALANCER).await;
     let registry = Registry::default();
     let queued = Queued::default();
-    let ports = |clock| OrchestratorPorts {
-        services: &registry,
-        ..support::ports(&log, &queued, clock)
-    };
-    let clock_1001 = FixedClock(at("10:01"));
-    orchestrate(
-        ours(),
-        uuid::Uuid::now_v7(),
-        Since::Unknown,
-        &ports(&clock_1001),
-    )
-    .await
-    .expect("moved on");
+    move_ours_on(&log, &queued, &registry, "10:01", Since::Unknown).await;
     // The timer, at the deadline.
-    let clock_1006 = FixedClock(at("10:06"));
-    let state = orchestrate(
-        ours(),
-        uuid::Uuid::now_v7(),
-        Since::Records(&[]),
-        &ports(&clock_1006),
-    )
-    .await
-    .expect("moved on");
+    let state = move_ours_on(&log, &queued, &registry, "10:06", Since::Records(&[])).await;
 
     assert!(state.is_finished());
     let events = log.events(ours());
