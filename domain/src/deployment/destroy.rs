@@ -4,9 +4,6 @@ use overture_events::DeploymentEvent;
 
 use super::{DeploymentError, DeploymentState};
 
-/// The step kind whose resources outlive the deployment and are destroyed on request.
-pub const DESTROYABLE_KIND: &str = "terraform";
-
 /// Starts tearing a finished deployment down, or carries on after a failure.
 pub(super) fn request_destroy(
     state: &DeploymentState,
@@ -55,7 +52,8 @@ pub(super) fn destroyable_steps(state: &DeploymentState) -> Vec<String> {
     order.retain(|name| {
         state
             .spec(name)
-            .is_some_and(|spec| spec.kind == DESTROYABLE_KIND)
+            .and_then(crate::kind::Kind::of)
+            .is_some_and(crate::kind::Kind::is_destroyable)
             && state.steps.get(name).is_some_and(|s| s.attempt > 0)
     });
     order

@@ -37,7 +37,6 @@ pub use actions::{actions, actions_besides_attempts, attempt_action, Action};
 use attempt::require_running;
 pub use attempt::ATTEMPT_LEASE_MARGIN;
 pub use commands::{DeploymentCommand, Interruption, SealedCredentials};
-pub use destroy::DESTROYABLE_KIND;
 pub use errors::DeploymentError;
 pub use failure::later;
 use overture_events::DeploymentEvent;
