@@ -124,6 +124,12 @@ impl RunnerError {
 }
 
 /// Runs one attempt and records its outcome.
+#[tracing::instrument(
+    name = "run_attempt",
+    level = "info",
+    skip_all,
+    fields(deployment = %job.deployment, step = %job.step, attempt = job.attempt, cause = ?job.cause)
+)]
 pub async fn run_attempt(
     job: &RunAttempt,
     ports: &RunnerPorts<'_>,
