@@ -7,53 +7,28 @@ use overture_events::{ErrorClass, RetryRule, StepSpec};
 /// The default rule for an error class (the retry table of the design).
 pub const fn default_rule(class: ErrorClass) -> RetryRule {
     match class {
-        ErrorClass::Terraform => RetryRule {
-            times: 1,
-            wait_ms: 0,
-        },
-        ErrorClass::BackendUnreachable => RetryRule {
-            times: 5,
-            wait_ms: 10_000,
-        },
-        ErrorClass::BootstrapTimeout => RetryRule {
-            times: 0,
-            wait_ms: 0,
-        },
-        ErrorClass::HostUnreachable => RetryRule {
-            times: 1,
-            wait_ms: 0,
-        },
+        ErrorClass::Terraform => rule(1, 0),
+        ErrorClass::BackendUnreachable => rule(5, 10_000),
+        ErrorClass::BootstrapTimeout => rule(0, 0),
+        ErrorClass::HostUnreachable => rule(1, 0),
         // Running the step again is what every durable execution engine does after a crash;
         // a step that must never run twice opts out with `interrupted: { times: 0 }`.
-        ErrorClass::Interrupted => RetryRule {
-            times: 2,
-            wait_ms: 0,
-        },
-        ErrorClass::StepFailed => RetryRule {
-            times: 0,
-            wait_ms: 0,
-        },
+        ErrorClass::Interrupted => rule(2, 0),
+        ErrorClass::StepFailed => rule(0, 0),
         // Connecting again would meet the same key: what changed needs a person to look.
-        ErrorClass::HostKeyMismatch => RetryRule {
-            times: 0,
-            wait_ms: 0,
-        },
+        ErrorClass::HostKeyMismatch => rule(0, 0),
         // Someone deleted the rule the deployment held: trying again would only hide that.
-        ErrorClass::BastionAccessLost => RetryRule {
-            times: 0,
-            wait_ms: 0,
-        },
+        ErrorClass::BastionAccessLost => rule(0, 0),
         // The wait was the step's whole chance: it never ran, and waiting again is a redrive.
-        ErrorClass::ServiceTimeout => RetryRule {
-            times: 0,
-            wait_ms: 0,
-        },
+        ErrorClass::ServiceTimeout => rule(0, 0),
         // The step never ran: its target is outside what it may reach, and stays so.
-        ErrorClass::EgressRefused => RetryRule {
-            times: 0,
-            wait_ms: 0,
-        },
+        ErrorClass::EgressRefused => rule(0, 0),
     }
+}
+
+/// A rule of `times` retries, `wait_ms` apart: the table above reads as a table.
+const fn rule(times: u32, wait_ms: u64) -> RetryRule {
+    RetryRule { times, wait_ms }
 }
 
 /// The rule that applies to a step's failures of one class.
@@ -167,10 +142,7 @@ mod tests {
         let mut step = step();
         step.retry.insert(
             ErrorClass::StepFailed,
-            RetryRule {
-                times: 2,
-                wait_ms: 1_000,
-            },
+            rule(2, 1_000),
         );
         assert_eq!(
             attempts_until_give_up(&step, ErrorClass::StepFailed),

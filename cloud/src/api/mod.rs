@@ -24,7 +24,8 @@ use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
-use crate::cloud::Cloud;
+use crate::cloud::{Cloud, Failure};
+use crate::state::{State, StateError};
 
 /// The cloud's routes.
 pub fn router(cloud: Arc<Cloud>) -> Router {
@@ -104,6 +105,62 @@ pub fn names_other_project(query: &HashMap<String, String>, project_id: &str) ->
         .iter()
         .filter_map(|key| query.get(*key))
         .any(|named| named != project_id)
+}
+
+/// How Nova or Neutron words its answers: the one thing their handlers do not share.
+pub struct Service {
+    /// A failure in the service's own error shape.
+    pub failure: fn(Failure) -> Response,
+    /// The 403 for a query or body naming a project other than the caller's.
+    pub other_project: fn() -> Response,
+}
+
+impl Service {
+    /// The found value under `key` with `status`, or the refusal in this service's error shape.
+    pub fn answer<T: serde::Serialize, E>(
+        &self,
+        status: StatusCode,
+        key: &str,
+        found: Result<T, E>,
+    ) -> Response
+    where
+        Failure: From<E>,
+    {
+        match found {
+            Ok(value) => reply(status, json!({ key: value })),
+            Err(refusal) => (self.failure)(refusal.into()),
+        }
+    }
+
+    /// 204 once the deletion is done, or the refusal in this service's error shape.
+    pub fn deleted(&self, done: Result<(), Failure>) -> Response {
+        match done {
+            Ok(()) => StatusCode::NO_CONTENT.into_response(),
+            Err(problem) => (self.failure)(problem),
+        }
+    }
+
+    /// A `GET` of a collection: what `find` shows of the caller's project, under `key`; refused
+    /// when the query names another project.
+    pub fn list(
+        &self,
+        cloud: &Cloud,
+        tenant: &Tenant,
+        query: &HashMap<String, String>,
+        key: &str,
+        find: impl FnOnce(&State, &str) -> Result<Vec<Value>, StateError>,
+    ) -> Response {
+        if names_other_project(query, &tenant.project_id) {
+            return (self.other_project)();
+        }
+        let found = cloud.read(|state| find(state, &tenant.project_id));
+        self.answer(StatusCode::OK, key, found)
+    }
+}
+
+/// Each item as `show` renders it: the body of a collection.
+pub fn each<T>(items: Vec<&T>, show: impl Fn(&T) -> Value) -> Vec<Value> {
+    items.into_iter().map(show).collect()
 }
 
 /// A caller holding a valid token: the project it is scoped to.

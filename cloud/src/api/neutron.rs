@@ -7,11 +7,11 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State as Shared};
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{names_other_project, parse, reply, unauthorized, Tenant};
+use super::{each, parse, reply, unauthorized, Service, Tenant};
 use crate::cloud::{Cloud, Failure};
 use crate::state::{NewRule, Rule, SecurityGroup, State, StateError};
 
@@ -72,17 +72,11 @@ fn forbidden() -> Response {
     )
 }
 
-/// The found value under `key` with `status`, or the refusal in this service's error shape.
-fn answer<T: serde::Serialize>(
-    status: StatusCode,
-    key: &str,
-    found: Result<T, StateError>,
-) -> Response {
-    match found {
-        Ok(value) => reply(status, json!({ key: value })),
-        Err(refusal) => failure(refusal.into()),
-    }
-}
+/// Neutron's words for a failure and for another project.
+const NEUTRON: Service = Service {
+    failure,
+    other_project: forbidden,
+};
 
 fn failure(failure: Failure) -> Response {
     let refusal = match failure {
@@ -134,7 +128,7 @@ pub async fn create_group(
         let group = state.create_group(&tenant.project_id, &new.name, &new.description)?;
         Ok::<_, StateError>(group_body(state, &tenant.project_id, &group))
     });
-    answer(StatusCode::CREATED, "security_group", created)
+    NEUTRON.answer(StatusCode::CREATED, "security_group", created)
 }
 
 /// `GET /network/v2.0/security-groups[?name=]`.
@@ -143,20 +137,17 @@ pub async fn list_groups(
     tenant: Tenant,
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
-    if names_other_project(&query, &tenant.project_id) {
-        return forbidden();
-    }
-    let groups = cloud.read(|state| {
-        state
-            .groups(&tenant.project_id, query.get("name").map(String::as_str))
-            .map(|groups| {
-                groups
-                    .into_iter()
-                    .map(|g| group_body(state, &tenant.project_id, g))
-                    .collect::<Vec<_>>()
-            })
-    });
-    answer(StatusCode::OK, "security_groups", groups)
+    NEUTRON.list(
+        &cloud,
+        &tenant,
+        &query,
+        "security_groups",
+        |state, project| {
+            let name = query.get("name").map(String::as_str);
+            let groups = state.groups(project, name)?;
+            Ok(each(groups, |g| group_body(state, project, g)))
+        },
+    )
 }
 
 /// `GET /network/v2.0/security-groups/{id}`.
@@ -170,7 +161,7 @@ pub async fn show_group(
             .group(&tenant.project_id, &id)
             .map(|g| group_body(state, &tenant.project_id, g))
     });
-    answer(StatusCode::OK, "security_group", group)
+    NEUTRON.answer(StatusCode::OK, "security_group", group)
 }
 
 /// `DELETE /network/v2.0/security-groups/{id}`: 409 while a server uses it.
@@ -179,10 +170,7 @@ pub async fn delete_group(
     tenant: Tenant,
     Path(id): Path<String>,
 ) -> Response {
-    match cloud.delete_group(&tenant.project_id, &id).await {
-        Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(problem) => failure(problem),
-    }
+    NEUTRON.deleted(cloud.delete_group(&tenant.project_id, &id).await)
 }
 
 /// `POST /network/v2.0/security-group-rules`: 201 once every server of the project enforces it.
@@ -215,13 +203,9 @@ pub async fn create_rule(
         remote_group_id: given.remote_group_id,
         description: given.description,
     };
-    match cloud.create_rule(&tenant.project_id, new).await {
-        Ok(rule) => reply(
-            StatusCode::CREATED,
-            json!({"security_group_rule": rule_body(&rule, &tenant.project_id)}),
-        ),
-        Err(problem) => failure(problem),
-    }
+    let created = cloud.create_rule(&tenant.project_id, new).await;
+    let created = created.map(|rule| rule_body(&rule, &tenant.project_id));
+    NEUTRON.answer(StatusCode::CREATED, "security_group_rule", created)
 }
 
 /// `GET /network/v2.0/security-group-rules[?security_group_id=]`.
@@ -230,23 +214,17 @@ pub async fn list_rules(
     tenant: Tenant,
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
-    if names_other_project(&query, &tenant.project_id) {
-        return forbidden();
-    }
-    let rules = cloud.read(|state| {
-        state
-            .rules(
-                &tenant.project_id,
-                query.get("security_group_id").map(String::as_str),
-            )
-            .map(|rules| {
-                rules
-                    .into_iter()
-                    .map(|r| rule_body(r, &tenant.project_id))
-                    .collect::<Vec<_>>()
-            })
-    });
-    answer(StatusCode::OK, "security_group_rules", rules)
+    NEUTRON.list(
+        &cloud,
+        &tenant,
+        &query,
+        "security_group_rules",
+        |state, project| {
+            let group = query.get("security_group_id").map(String::as_str);
+            let rules = state.rules(project, group)?;
+            Ok(each(rules, |r| rule_body(r, project)))
+        },
+    )
 }
 
 /// `GET /network/v2.0/security-group-rules/{id}`.
@@ -260,7 +238,7 @@ pub async fn show_rule(
             .rule(&tenant.project_id, &id)
             .map(|r| rule_body(r, &tenant.project_id))
     });
-    answer(StatusCode::OK, "security_group_rule", rule)
+    NEUTRON.answer(StatusCode::OK, "security_group_rule", rule)
 }
 
 /// `DELETE /network/v2.0/security-group-rules/{id}`: 204 once no server admits it any more.
@@ -269,10 +247,7 @@ pub async fn delete_rule(
     tenant: Tenant,
     Path(id): Path<String>,
 ) -> Response {
-    match cloud.delete_rule(&tenant.project_id, &id).await {
-        Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(problem) => failure(problem),
-    }
+    NEUTRON.deleted(cloud.delete_rule(&tenant.project_id, &id).await)
 }
 
 /// A group as Neutron shows it, its rules included.

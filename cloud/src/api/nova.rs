@@ -6,11 +6,11 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State as Shared};
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{names_other_project, parse, reply, unauthorized, Tenant};
+use super::{each, parse, reply, unauthorized, Service, Tenant};
 use crate::cloud::{Cloud, Failure};
 use crate::cloud_init;
 use crate::state::{timestamp, NewServer, Project, Server, ServerStatus, State, StateError};
@@ -53,17 +53,11 @@ fn error(status: StatusCode, message: &str) -> Response {
     )
 }
 
-/// The found value under `key` with `status`, or the refusal in this service's error shape.
-fn answer<T: serde::Serialize>(
-    status: StatusCode,
-    key: &str,
-    found: Result<T, StateError>,
-) -> Response {
-    match found {
-        Ok(value) => reply(status, json!({ key: value })),
-        Err(refusal) => failure(refusal.into()),
-    }
-}
+/// Nova's words for a failure and for another project.
+const NOVA: Service = Service {
+    failure,
+    other_project,
+};
 
 fn failure(failure: Failure) -> Response {
     match failure {
@@ -129,20 +123,13 @@ pub async fn list(
     tenant: Tenant,
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
-    if names_other_project(&query, &tenant.project_id) {
-        return other_project();
-    }
-    let servers = cloud.read(|state| {
-        state
-            .servers(&tenant.project_id, query.get("name").map(String::as_str))
-            .map(|servers| {
-                servers
-                    .iter()
-                    .map(|s| json!({"id": s.id, "name": s.name, "links": []}))
-                    .collect::<Vec<_>>()
-            })
-    });
-    answer(StatusCode::OK, "servers", servers)
+    NOVA.list(&cloud, &tenant, &query, "servers", |state, project| {
+        let servers = state.servers(project, query.get("name").map(String::as_str))?;
+        Ok(each(
+            servers,
+            |s| json!({"id": s.id, "name": s.name, "links": []}),
+        ))
+    })
 }
 
 /// `GET /compute/v2.1/servers/detail[?name=]`.
@@ -151,18 +138,11 @@ pub async fn list_detail(
     tenant: Tenant,
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
-    if names_other_project(&query, &tenant.project_id) {
-        return other_project();
-    }
-    let servers = cloud.read(|state| -> Result<Vec<Value>, StateError> {
-        let project = state.project(&tenant.project_id)?;
-        Ok(state
-            .servers(&tenant.project_id, query.get("name").map(String::as_str))?
-            .into_iter()
-            .map(|server| server_body(state, project, server))
-            .collect())
-    });
-    answer(StatusCode::OK, "servers", servers)
+    NOVA.list(&cloud, &tenant, &query, "servers", |state, project_id| {
+        let project = state.project(project_id)?;
+        let servers = state.servers(project_id, query.get("name").map(String::as_str))?;
+        Ok(each(servers, |server| server_body(state, project, server)))
+    })
 }
 
 /// `GET /compute/v2.1/servers/{id}`.
@@ -176,7 +156,7 @@ pub async fn show(
         let server = state.server(&tenant.project_id, &id)?;
         Ok(server_body(state, project, server))
     });
-    answer(StatusCode::OK, "server", server)
+    NOVA.answer(StatusCode::OK, "server", server)
 }
 
 /// `DELETE /compute/v2.1/servers/{id}`: 204 once its namespace, link and processes are gone.
@@ -185,10 +165,7 @@ pub async fn delete(
     tenant: Tenant,
     Path(id): Path<String>,
 ) -> Response {
-    match cloud.delete_server(&tenant.project_id, &id).await {
-        Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(problem) => failure(problem),
-    }
+    NOVA.deleted(cloud.delete_server(&tenant.project_id, &id).await)
 }
 
 /// The actions of `POST /servers/{id}/action` this cloud takes: only `os-getConsoleOutput`.
