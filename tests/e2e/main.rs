@@ -92,5 +92,6 @@ mod services;
 mod support;
 mod tenant_ids;
 mod terraform;
+mod tracing;
 mod triggers;
 mod wait_ssh;

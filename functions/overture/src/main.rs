@@ -53,9 +53,11 @@ mod timeline;
 mod token;
 mod triggers;
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
+use tracing_subscriber::fmt::format::FmtSpan;
 
 pub(crate) use failure::Failure;
 /// The embedded engine, by the name the modules that show its progress know it by.
@@ -68,11 +70,15 @@ pub(crate) use overture_embedded as engine;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    // At `OVERTURE_LOG=info` each handler's run (submit, orchestrate, run_attempt, project,
+    // triggers, api) prints one line as it ends, with what it worked on and how long it took.
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("OVERTURE_LOG")
                 .unwrap_or_else(|_| "warn".into()),
         )
+        .with_span_events(FmtSpan::CLOSE)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
     let cli = app::Cli::parse();

@@ -193,6 +193,12 @@ pub fn needs_cloud(blueprint: &BlueprintSnapshot) -> bool {
 }
 
 /// Validates, seals and records a deployment; returns its id.
+#[tracing::instrument(
+    name = "submit",
+    level = "info",
+    skip_all,
+    fields(tenant = %submission.tenant, requested_by = %submission.requested_by, source = %submission.source, deployment)
+)]
 pub async fn submit(
     submission: Submission,
     ports: &SubmitPorts<'_>,
@@ -223,6 +229,7 @@ pub async fn submit(
     store_files(&mut parsed.snapshot, ports.payloads).await?;
 
     let deployment = DeploymentId::from_uuid(Uuid::now_v7());
+    tracing::Span::current().record("deployment", tracing::field::display(deployment));
     let (account, sealed) = seal_for(
         deployment,
         &submission.tenant,

@@ -12,14 +12,17 @@ pub fn setting(name: &str) -> Result<String, MissingSetting> {
 }
 
 /// Logs to standard error (Lambda keeps it), at the level `OVERTURE_LOG` asks (default: warn),
-/// without a time of its own (Lambda stamps every line).
+/// without a time of its own (Lambda stamps every line); each handler's span is logged as it
+/// ends, at `info`.
 pub fn init_tracing() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("OVERTURE_LOG")
                 .unwrap_or_else(|_| "warn".into()),
         )
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
         .without_time()
+        .with_ansi(false)
         .init();
 }
 

@@ -20,11 +20,14 @@ use std::sync::LazyLock;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
 use axum::http::{header, HeaderMap, StatusCode};
-use axum::{middleware, Json, Router};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
+use tracing::Instrument;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, SecurityScheme};
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
@@ -97,7 +100,28 @@ pub fn router(api: Api) -> Router {
         .fallback(|| async { ApiError::NotFound("no such route; see /openapi.json".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(middleware::from_fn(trace_request))
         .with_state(api)
+}
+
+/// Opens a span for each request naming its method, its path (which names the deployment),
+/// its route and, once its token is checked, its tenant; and records the status it got.
+async fn trace_request(request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|path| path.as_str().to_owned());
+    let span = tracing::info_span!(
+        "api",
+        method = %request.method(),
+        path = %request.uri().path(),
+        route = route.as_deref().unwrap_or("(none)"),
+        tenant = tracing::field::Empty,
+        status = tracing::field::Empty,
+    );
+    let response = next.run(request).instrument(span.clone()).await;
+    span.record("status", response.status().as_u16());
+    response
 }
 
 /// The OpenAPI document, built from the handlers' annotations.
