@@ -40,12 +40,21 @@ pub fn requested(source: &str, blueprint: BlueprintSnapshot) -> E {
 
 /// The command [`requested`] records (its source `b.yaml`), with what was sealed.
 pub fn request(blueprint: BlueprintSnapshot, sealed: Option<SealedCredentials>) -> C {
+    request_from("b.yaml", blueprint, sealed)
+}
+
+/// The command [`requested`] records, read from `source`, with what was sealed.
+pub fn request_from(
+    source: &str,
+    blueprint: BlueprintSnapshot,
+    sealed: Option<SealedCredentials>,
+) -> C {
     C::Request {
         triggered_by: None,
         tenant: "acme".into(),
         requested_by: "ada".into(),
         trigger: "cli".into(),
-        source: "b.yaml".into(),
+        source: source.into(),
         blueprint,
         blueprint_hash: "h".into(),
         params: BTreeMap::new(),

@@ -4,7 +4,7 @@ use super::shop::*;
 
 /// network → (app, dns) → check, where network and dns are Terraform steps; dns never started.
 fn infra_requested() -> E {
-    let blueprint = parse(
+    let blueprint = kit::blueprint(
         r#"
 name: infra
 steps:
@@ -13,20 +13,8 @@ steps:
   dns: { run: terraform, with: { dir: dns }, needs: [app] }
   data: { run: terraform, with: { dir: data }, needs: [network] }
 "#,
-    )
-    .expect("valid")
-    .snapshot;
-    E::DeploymentRequested {
-        triggered_by: None,
-        tenant: "acme".into(),
-        requested_by: "ada".into(),
-        trigger: "cli".into(),
-        source: "infra.yaml".into(),
-        blueprint,
-        blueprint_hash: "h".into(),
-        params: BTreeMap::new(),
-        cloud: None,
-    }
+    );
+    kit::requested("infra.yaml", blueprint)
 }
 
 /// network and data were applied, app failed, so dns never started.

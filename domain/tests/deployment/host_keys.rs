@@ -1,11 +1,9 @@
 //! Pinning SSH host keys, given/when/then: a host is pinned once, with the keys first learned,
 //! and never again; a refused key is never retried.
 
-use std::collections::BTreeMap;
-
-use overture_domain::blueprint::parse;
 use overture_domain::deployment::{Deployment, DeploymentCommand as C, PinnedHost};
 use overture_domain::retry::{decide, RetryDecision};
+use overture_domain::testing::events as kit;
 use overture_events::{DeploymentEvent as E, ErrorClass, HostKeySource, PinnedHostKey};
 
 /// Two ed25519 host keys made by `ssh-keygen`.
@@ -17,19 +15,10 @@ fn key(blob: &str) -> PinnedHostKey {
 }
 
 fn requested() -> E {
-    E::DeploymentRequested {
-        triggered_by: None,
-        tenant: "acme".into(),
-        requested_by: "ada".into(),
-        trigger: "cli".into(),
-        source: "x.yaml".into(),
-        blueprint: parse("name: x\nsteps:\n  conf: { run: noop }\n")
-            .expect("valid")
-            .snapshot,
-        blueprint_hash: "h".into(),
-        params: BTreeMap::new(),
-        cloud: None,
-    }
+    kit::requested(
+        "x.yaml",
+        kit::blueprint("name: x\nsteps:\n  conf: { run: noop }\n"),
+    )
 }
 
 fn pin(server: &str, host: &str, learned: HostKeySource, blob: &str) -> PinnedHost {
@@ -91,9 +80,7 @@ fn a_pinned_host_is_never_pinned_again_with_other_keys() {
 
 #[test]
 fn a_host_key_mismatch_is_never_retried_by_default() {
-    let spec = parse("name: x\nsteps:\n  conf: { run: noop }\n")
-        .expect("valid")
-        .snapshot
+    let spec = kit::blueprint("name: x\nsteps:\n  conf: { run: noop }\n")
         .steps
         .remove(0);
     assert_eq!(

@@ -1,15 +1,13 @@
 //! Redrive, given/when/then: a failed deployment carried on from its failed and abandoned
 //! steps, in the same stream; steps that succeeded keep their outputs and do not run again.
 
-use std::collections::BTreeMap;
-
-use overture_domain::blueprint::parse;
 use overture_domain::deployment::{
     actions, Action, Deployment, DeploymentCommand as C, DeploymentError, DeploymentState, Phase,
     SealedCredentials, StepStatus,
 };
 use overture_domain::history::check_determinism;
 use overture_domain::projection::{project, DeploymentStatus};
+use overture_domain::testing::events as kit;
 use overture_domain::testing::events::{scheduled, started, succeeded_with};
 use overture_domain::testing::t;
 use overture_events::{
@@ -19,7 +17,7 @@ use uuid::Uuid;
 
 fn requested() -> E {
     // build → (unit, lint) → package; lint retries step-failed twice.
-    let blueprint = parse(
+    let blueprint = kit::blueprint(
         r#"
 name: shop
 secrets: [api_key]
@@ -30,20 +28,8 @@ steps:
   lint: { run: noop, needs: [build], retry: { step-failed: { times: 2, wait: 5s } } }
   package: { run: noop, needs: [unit, lint] }
 "#,
-    )
-    .expect("valid")
-    .snapshot;
-    E::DeploymentRequested {
-        triggered_by: None,
-        tenant: "acme".into(),
-        requested_by: "ada".into(),
-        trigger: "cli".into(),
-        source: "shop.yaml".into(),
-        blueprint,
-        blueprint_hash: "h".into(),
-        params: BTreeMap::new(),
-        cloud: None,
-    }
+    );
+    kit::requested("shop.yaml", blueprint)
 }
 
 fn failure(step: &str, attempt: u32, now: i64) -> C {

@@ -4,23 +4,13 @@ use super::shop::*;
 
 #[test]
 fn a_request_is_recorded_with_its_sealed_secrets() {
-    let then = given([]).when(C::Request {
-        triggered_by: None,
-        tenant: "acme".into(),
-        requested_by: "ada".into(),
-        trigger: "cli".into(),
-        source: "shop.yaml".into(),
-        blueprint: blueprint(),
-        blueprint_hash: "h".into(),
-        params: BTreeMap::new(),
-        cloud: None,
-        sealed: Some(SealedCredentials {
-            seal: "seal-1".into(),
-            secrets: vec!["api_key".into()],
-            ssh_public_key: Some("ssh-ed25519 AAAA overture".into()),
-            token: false,
-        }),
-    });
+    let sealed = SealedCredentials {
+        seal: "seal-1".into(),
+        secrets: vec!["api_key".into()],
+        ssh_public_key: Some("ssh-ed25519 AAAA overture".into()),
+        token: false,
+    };
+    let then = given([]).when(kit::request_from("shop.yaml", blueprint(), Some(sealed)));
     assert_eq!(
         then,
         Ok(vec![
@@ -37,20 +27,8 @@ fn a_request_is_recorded_with_its_sealed_secrets() {
 
 #[test]
 fn a_second_request_is_refused() {
-    let request = C::Request {
-        triggered_by: None,
-        tenant: "acme".into(),
-        requested_by: "ada".into(),
-        trigger: "cli".into(),
-        source: "s".into(),
-        blueprint: blueprint(),
-        blueprint_hash: "h".into(),
-        params: BTreeMap::new(),
-        cloud: None,
-        sealed: None,
-    };
     given([requested()])
-        .when(request)
+        .when(kit::request_from("s", blueprint(), None))
         .then_error(DeploymentError::AlreadyRequested);
 }
 

@@ -12,6 +12,7 @@ use overture_domain::deployment::{
     actions, actions_besides_attempts, attempt_action, Action, Deployment, DeploymentCommand as C,
     DeploymentState, Outcome, Phase, StepStatus,
 };
+use overture_domain::testing::events as kit;
 use overture_domain::testing::events::{
     abandoned, advance, blueprint, failed, ran, scheduled, started, succeeded,
 };
@@ -19,17 +20,7 @@ use overture_domain::testing::{given, t};
 use overture_events::{BlueprintSnapshot, DeploymentEvent as E, ErrorClass};
 
 fn requested(blueprint: BlueprintSnapshot) -> E {
-    E::DeploymentRequested {
-        triggered_by: None,
-        tenant: "acme".into(),
-        requested_by: "ada".into(),
-        trigger: "cli".into(),
-        source: "b.yaml".into(),
-        blueprint,
-        blueprint_hash: "h".into(),
-        params: BTreeMap::new(),
-        cloud: None,
-    }
+    kit::requested("b.yaml", blueprint)
 }
 
 /// root → (zeta, alpha, mid), listed out of alphabetical order; join needs all three.

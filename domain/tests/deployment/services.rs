@@ -2,13 +2,11 @@
 //! required services, their timeout, re-runs of watching steps, the seal a watching deployment
 //! keeps, and deregistration when it is destroyed.
 
-use std::collections::BTreeMap;
-
-use overture_domain::blueprint::parse;
 use overture_domain::deployment::{
     actions, Action, DeploymentCommand as C, DeploymentError, StepStatus,
 };
 use overture_domain::services::ServiceInstance;
+use overture_domain::testing::events as kit;
 use overture_domain::testing::events::{
     deregistered, instance, ran, registered, resolved, scheduled, started, succeeded,
 };
@@ -19,7 +17,7 @@ use overture_events::{BlueprintSnapshot, DeploymentEvent as E, ErrorClass, Servi
 /// lb waits for two `app` (2 min) and for `db` (30 s), watches `app` and takes its members;
 /// side sees no service. No step needs another: only services order them.
 fn blueprint() -> BlueprintSnapshot {
-    parse(
+    kit::blueprint(
         r#"
 name: cluster
 on_failure: { grace: 60s }
@@ -41,22 +39,10 @@ steps:
   side: { run: noop }
 "#,
     )
-    .expect("valid")
-    .snapshot
 }
 
 fn requested() -> E {
-    E::DeploymentRequested {
-        triggered_by: None,
-        tenant: "acme".into(),
-        requested_by: "ada".into(),
-        trigger: "cli".into(),
-        source: "cluster.yaml".into(),
-        blueprint: blueprint(),
-        blueprint_hash: "h".into(),
-        params: BTreeMap::new(),
-        cloud: None,
-    }
+    kit::requested("cluster.yaml", blueprint())
 }
 
 fn sealed() -> E {
@@ -606,7 +592,7 @@ fn given_a_succeeded_watching_deployment_when_destroyed_then_it_deregisters_stop
 
 #[test]
 fn given_a_step_that_only_watches_when_observing_then_it_is_scheduled_with_the_members_there_are() {
-    let only_watches = parse(
+    let only_watches = kit::blueprint(
         r#"
 name: conf
 steps:
@@ -615,20 +601,8 @@ steps:
     with: { command: "echo {{ services.web.count }}" }
     watch: [web]
 "#,
-    )
-    .expect("valid")
-    .snapshot;
-    let requested = E::DeploymentRequested {
-        triggered_by: None,
-        tenant: "acme".into(),
-        requested_by: "ada".into(),
-        trigger: "cli".into(),
-        source: "conf.yaml".into(),
-        blueprint: only_watches,
-        blueprint_hash: "h".into(),
-        params: BTreeMap::new(),
-        cloud: None,
-    };
+    );
+    let requested = kit::requested("conf.yaml", only_watches);
     assert_eq!(
         given([requested.clone()]).when(C::Advance { now: t(0) }),
         Ok(vec![]),

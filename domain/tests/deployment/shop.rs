@@ -2,13 +2,12 @@
 //! histories they start from, and what every family's tests use (the kit's builders and
 //! harness: `overture_domain::testing`).
 
-pub use std::collections::BTreeMap;
 
-pub use overture_domain::blueprint::parse;
 pub use overture_domain::deployment::{
     actions, Action, DeploymentCommand as C, DeploymentError, Interruption, SealedCredentials,
     StepStatus,
 };
+pub use overture_domain::testing::events as kit;
 pub use overture_domain::testing::events::{
     attempt_failed, failure, scheduled, start, succeeded, success,
 };
@@ -17,7 +16,7 @@ pub use overture_events::{BlueprintSnapshot, DeploymentEvent as E, ErrorClass};
 
 /// build → (unit, lint) → package; lint retries step-failed twice, 5 s apart; grace 60 s.
 pub fn blueprint() -> BlueprintSnapshot {
-    parse(
+    kit::blueprint(
         r#"
 name: shop
 on_failure: { grace: 60s }
@@ -28,22 +27,10 @@ steps:
   package: { run: noop, needs: [unit, lint] }
 "#,
     )
-    .expect("valid")
-    .snapshot
 }
 
 pub fn requested() -> E {
-    E::DeploymentRequested {
-        triggered_by: None,
-        tenant: "acme".into(),
-        requested_by: "ada".into(),
-        trigger: "cli".into(),
-        source: "shop.yaml".into(),
-        blueprint: blueprint(),
-        blueprint_hash: "h".into(),
-        params: BTreeMap::new(),
-        cloud: None,
-    }
+    kit::requested("shop.yaml", blueprint())
 }
 
 /// Started at t(0) or later: every step of [`blueprint`] has the default 10 min timeout, so
