@@ -140,9 +140,26 @@ for link in re.findall(r"\]\(([^)\s]+)\)", readme):
     if problem:
         failures.append(("README.md", link, problem))
 
+# A path the text names in backticks (`functions/runner/src/kind/`) is a promise to a reader
+# looking for the code: it must name what the repository holds.
+NAMED_PATH = re.compile(r"`((?:events|domain|functions|infra|cloud|bench|tests|scripts|examples)/[A-Za-z0-9_./-]+)`")
+texts = ["README.md", "ARCHITECTURE.md"] + [
+    os.path.join(top, name)
+    for top, _, names in os.walk("docs")
+    for name in names
+    if name.endswith(".md")
+]
+for text in sorted(texts):
+    with open(text, encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            for named in NAMED_PATH.findall(line):
+                path = named.split(":")[0].rstrip("/")
+                if "//" not in path and not os.path.exists(path):
+                    failures.append((f"{text}:{number}", named, "names a path the repository does not hold"))
+
 for page, link, problem in failures:
     print(f"check-book: {page}: link {link}: {problem}", file=sys.stderr)
 if failures:
     sys.exit(1)
-print(f"check-book: {len(pages)} pages built into {OUT}, every link resolves")
+print(f"check-book: {len(pages)} pages built into {OUT}, every link resolves, every path named is there")
 EOF
