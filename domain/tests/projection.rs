@@ -3,12 +3,15 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use overture_domain::blueprint::parse;
 use overture_domain::projection::{
     steps_of, Change, DeploymentStatus, Folding, ReadModels, Touched,
 };
+use overture_domain::testing::events::blueprint;
+use overture_domain::testing::folds::BothWays;
 use overture_domain::StepStatus;
-use overture_events::{DeploymentEvent as E, DeploymentId, Envelope, ErrorClass, Metadata};
+use overture_events::{
+    BlueprintSnapshot, DeploymentEvent as E, DeploymentId, Envelope, ErrorClass, Metadata,
+};
 use uuid::Uuid;
 
 fn at(seconds: i64) -> DateTime<Utc> {
@@ -32,22 +35,36 @@ fn envelope(id: DeploymentId, tenant: &str, revision: u64, event: E) -> Envelope
     }
 }
 
+/// A deployment of the blueprint for `tenant`, requested by `u` from the CLI, read from `f`.
+fn requested(tenant: &str, blueprint: BlueprintSnapshot) -> E {
+    E::DeploymentRequested {
+        triggered_by: None,
+        tenant: tenant.into(),
+        requested_by: "u".into(),
+        trigger: "cli".into(),
+        source: "f".into(),
+        blueprint,
+        blueprint_hash: "h".into(),
+        params: BTreeMap::new(),
+        cloud: None,
+    }
+}
+
+/// The views after folding `events` of one deployment of `acme`, at revisions from 0.
+fn folded(id: DeploymentId, events: impl IntoIterator<Item = E>) -> ReadModels {
+    let mut models = ReadModels::default();
+    for (revision, event) in (0..).zip(events) {
+        models
+            .apply(&envelope(id, "acme", revision, event))
+            .expect("folds");
+    }
+    models
+}
+
 fn history(id: DeploymentId, tenant: &str, ending: E) -> Vec<Envelope> {
-    let blueprint = parse("name: app\nsteps:\n  a: { run: noop }\n  b: { run: noop }\n")
-        .expect("valid")
-        .snapshot;
+    let blueprint = blueprint("name: app\nsteps:\n  a: { run: noop }\n  b: { run: noop }\n");
     let events = vec![
-        E::DeploymentRequested {
-            triggered_by: None,
-            tenant: tenant.into(),
-            requested_by: "u".into(),
-            trigger: "cli".into(),
-            source: "f".into(),
-            blueprint,
-            blueprint_hash: "h".into(),
-            params: BTreeMap::new(),
-            cloud: None,
-        },
+        requested(tenant, blueprint),
         E::StepScheduled {
             step: "a".into(),
             attempt: 1,
@@ -191,21 +208,9 @@ fn an_envelope_that_does_not_match_the_schema_is_an_error() {
 fn the_grants_ledger_opens_and_closes_each_grant_with_its_pair_of_events() {
     use overture_domain::projection::GrantKind;
     let id = DeploymentId::from_uuid(Uuid::now_v7());
-    let blueprint = parse("name: app\nsteps:\n  a: { run: noop }\n")
-        .expect("valid")
-        .snapshot;
+    let blueprint = blueprint("name: app\nsteps:\n  a: { run: noop }\n");
     let events = [
-        E::DeploymentRequested {
-            triggered_by: None,
-            tenant: "acme".into(),
-            requested_by: "u".into(),
-            trigger: "cli".into(),
-            source: "f".into(),
-            blueprint,
-            blueprint_hash: "h".into(),
-            params: BTreeMap::new(),
-            cloud: None,
-        },
+        requested("acme", blueprint),
         E::CredentialsSealed {
             seal: "token:x".into(),
             secrets: vec![],
@@ -262,21 +267,9 @@ fn the_grants_ledger_opens_and_closes_each_grant_with_its_pair_of_events() {
 fn a_bastion_rule_kept_for_other_holders_says_so_in_the_ledger() {
     let id = DeploymentId::from_uuid(Uuid::now_v7());
     let other = DeploymentId::from_uuid(Uuid::now_v7());
-    let blueprint = parse("name: app\nsteps:\n  a: { run: noop }\n")
-        .expect("valid")
-        .snapshot;
+    let blueprint = blueprint("name: app\nsteps:\n  a: { run: noop }\n");
     let events = [
-        E::DeploymentRequested {
-            triggered_by: None,
-            tenant: "acme".into(),
-            requested_by: "u".into(),
-            trigger: "cli".into(),
-            source: "f".into(),
-            blueprint,
-            blueprint_hash: "h".into(),
-            params: BTreeMap::new(),
-            cloud: None,
-        },
+        requested("acme", blueprint),
         E::BastionAccessGranted {
             rule: "rule-1".into(),
             security_group: "sg-1".into(),
@@ -289,12 +282,7 @@ fn a_bastion_rule_kept_for_other_holders_says_so_in_the_ledger() {
             kept_for: vec![other],
         },
     ];
-    let mut models = ReadModels::default();
-    for (revision, event) in events.into_iter().enumerate() {
-        models
-            .apply(&envelope(id, "acme", revision as u64, event))
-            .expect("folds");
-    }
+    let models = folded(id, events);
     let grants = &models.deployments[&id].grants;
     assert!(grants.iter().all(|g| !g.is_open()), "{grants:?}");
     assert_eq!(grants[0].kept_for, vec![other]);
@@ -437,26 +425,12 @@ fn an_event_decoded_only_as_far_as_the_views_need_folds_as_the_whole_event() {
             .map(|(revision, event)| envelope(id, "acme", revision, event)),
     );
 
-    let mut whole = ReadModels::default();
-    let mut lean = ReadModels::default();
-    let mut touched = Touched::new();
+    let mut folds = BothWays::default();
     for record in &records {
-        let decoded = Change::decode(&record.event_type, &record.data.to_string())
-            .expect("decodes only what the views need");
-        let event = E::from_parts(&record.event_type, record.data.clone()).expect("decodes");
-        assert_eq!(decoded, Change::from(event), "{}", record.event_type);
-        whole.apply(record).expect("folds");
-        lean.apply_change(
-            Folding {
-                deployment: id,
-                revision: record.revision,
-                at: record.metadata.recorded_at,
-                change: decoded,
-            },
-            &mut touched,
-        );
-        assert_eq!(lean, whole, "after {}", record.event_type);
+        folds.fold(record);
+        assert_eq!(folds.lean, folds.whole, "after {}", record.event_type);
     }
+    let BothWays { lean, touched, .. } = folds;
     assert_eq!(lean.deployments[&id].status, DeploymentStatus::Cancelled);
     // The records started the view: every step of it is to be written.
     assert!(touched[&id].all);
@@ -488,11 +462,7 @@ fn the_steps_records_may_change_are_named_without_decoding_them() {
 #[test]
 fn a_step_awaiting_services_and_a_rerun_of_a_watching_step_show_in_the_views() {
     let id = DeploymentId::from_uuid(Uuid::now_v7());
-    let blueprint = parse(
-        "name: app\nsteps:\n  a: { run: noop }\n  b: { run: noop, requires: [{ service: web }], watch: [web] }\n",
-    )
-    .expect("valid")
-    .snapshot;
+    let blueprint = blueprint("name: app\nsteps:\n  a: { run: noop }\n  b: { run: noop, requires: [{ service: web }], watch: [web] }\n");
     let members = |list: &[&str]| list.iter().map(|m| (*m).to_owned()).collect::<Vec<_>>();
     let scheduled = |step: &str, attempt| E::StepScheduled {
         step: step.into(),
@@ -512,17 +482,7 @@ fn a_step_awaiting_services_and_a_rerun_of_a_watching_step_show_in_the_views() {
         duration_ms: 5,
     };
     let awaiting = vec![
-        E::DeploymentRequested {
-            triggered_by: None,
-            tenant: "acme".into(),
-            requested_by: "u".into(),
-            trigger: "cli".into(),
-            source: "f".into(),
-            blueprint,
-            blueprint_hash: "h".into(),
-            params: BTreeMap::new(),
-            cloud: None,
-        },
+        requested("acme", blueprint),
         scheduled("a", 1),
         E::StepAwaitingServices {
             step: "b".into(),
@@ -608,7 +568,7 @@ fn a_step_awaiting_services_and_a_rerun_of_a_watching_step_show_in_the_views() {
 /// A blueprint (the instances of `app` come from elsewhere) whose step `web` requires `db`
 /// and watches `app`, and whose step `cron` requires `app` and `db`.
 fn services_blueprint() -> overture_events::BlueprintSnapshot {
-    parse(
+    blueprint(
         "name: svc
 steps:
   app: { run: noop }
@@ -616,8 +576,6 @@ steps:
   cron: { run: noop, requires: [{ service: app, count: 2 }, { service: db }] }
 ",
     )
-    .expect("valid")
-    .snapshot
 }
 
 fn registered(address: &str, port: u16) -> E {
@@ -640,19 +598,8 @@ fn the_service_registry_is_folded_from_registrations_and_the_blueprint() {
     use overture_domain::registry::{still_interested, InterestKey};
     let id = DeploymentId::from_uuid(Uuid::new_v4());
     let other = DeploymentId::from_uuid(Uuid::new_v4());
-    let requested = |tenant: &str| E::DeploymentRequested {
-        triggered_by: None,
-        tenant: tenant.into(),
-        requested_by: "u".into(),
-        trigger: "cli".into(),
-        source: "f".into(),
-        blueprint: services_blueprint(),
-        blueprint_hash: "h".into(),
-        params: BTreeMap::new(),
-        cloud: None,
-    };
     let events = vec![
-        requested("acme"),
+        requested("acme", services_blueprint()),
         registered("10.0.0.9", 8000),
         registered("10.0.0.10", 8000),
         registered("10.0.0.9", 7000),
@@ -671,7 +618,12 @@ fn the_service_registry_is_folded_from_registrations_and_the_blueprint() {
         .collect();
     // Another tenant's deployment registers the same address: a registry of its own.
     let theirs = [
-        envelope(other, "globex", 0, requested("globex")),
+        envelope(
+            other,
+            "globex",
+            0,
+            requested("globex", services_blueprint()),
+        ),
         envelope(other, "globex", 1, registered("10.0.0.9", 8000)),
     ];
 

@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, TimeDelta, Utc};
 use overture_domain::blueprint::parse;
 use overture_domain::deployment::{Deployment, DeploymentState};
-use overture_domain::projection::{Change, Folding, ProjectLabel, ReadModels, Touched};
+use overture_domain::projection::ProjectLabel;
+use overture_domain::testing::folds::BothWays;
 use overture_events::{CloudAccount, DeploymentEvent as E, DeploymentId, Envelope, Metadata};
 use uuid::Uuid;
 
@@ -84,25 +85,11 @@ fn an_old_record_keyed_by_name_is_read_as_its_recorded_project_id_by_every_fold(
         .chain(old_records(theirs, THEIRS))
         .collect();
 
-    let mut whole = ReadModels::default();
-    let mut lean = ReadModels::default();
-    let mut touched = Touched::new();
+    let mut folds = BothWays::default();
     for record in &records {
-        let decoded = Change::decode(&record.event_type, &record.data.to_string())
-            .expect("decodes only what the views need");
-        let event = E::from_parts(&record.event_type, record.data.clone()).expect("decodes");
-        assert_eq!(decoded, Change::from(event), "{}", record.event_type);
-        whole.apply(record).expect("folds");
-        lean.apply_change(
-            Folding {
-                deployment: DeploymentId::from_stream(&record.stream).expect("a stream"),
-                revision: record.revision,
-                at: record.metadata.recorded_at,
-                change: decoded,
-            },
-            &mut touched,
-        );
+        folds.fold(record);
     }
+    let BothWays { whole, lean, .. } = folds;
     assert_eq!(
         lean, whole,
         "the rebuild's fold agrees with the whole event's"

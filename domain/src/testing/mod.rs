@@ -9,8 +9,11 @@
 //!   `given(events).when(command).then(events)` or `.then_error(error)`.
 //! - [`life`]: a deployment's life decided command by command, as the handlers would, at the
 //!   instant each command is handled, with the stream it leaves.
+//! - [`folds`]: the read models folded from whole events and from a rebuild's lean decode, side
+//!   by side ([`folds::BothWays`]).
 
 pub mod events;
+pub mod folds;
 pub mod harness;
 pub mod life;
 
