@@ -50,6 +50,17 @@ fn requested(tenant: &str, blueprint: BlueprintSnapshot) -> E {
     }
 }
 
+/// The bastion's rule `rule-1`, opened for 10.1.0.1 to 10.1.0.10:22.
+fn rule_1_granted() -> E {
+    E::BastionAccessGranted {
+        rule: "rule-1".into(),
+        security_group: "sg-1".into(),
+        bastion: "10.1.0.10".into(),
+        source: "10.1.0.1".into(),
+        port: 22,
+    }
+}
+
 /// The views after folding `events` of one deployment of `acme`, at revisions from 0.
 fn folded(id: DeploymentId, events: impl IntoIterator<Item = E>) -> ReadModels {
     let mut models = ReadModels::default();
@@ -217,13 +228,7 @@ fn the_grants_ledger_opens_and_closes_each_grant_with_its_pair_of_events() {
             ssh_public_key: Some("ssh-ed25519 AAAAC3Nz overture-x".into()),
             token: true,
         },
-        E::BastionAccessGranted {
-            rule: "rule-1".into(),
-            security_group: "sg-1".into(),
-            bastion: "10.1.0.10".into(),
-            source: "10.1.0.1".into(),
-            port: 22,
-        },
+        rule_1_granted(),
         E::BastionAccessRevoked {
             rule: "rule-1".into(),
             kept_for: vec![],
@@ -270,13 +275,7 @@ fn a_bastion_rule_kept_for_other_holders_says_so_in_the_ledger() {
     let blueprint = blueprint("name: app\nsteps:\n  a: { run: noop }\n");
     let events = [
         requested("acme", blueprint),
-        E::BastionAccessGranted {
-            rule: "rule-1".into(),
-            security_group: "sg-1".into(),
-            bastion: "10.1.0.10".into(),
-            source: "10.1.0.1".into(),
-            port: 22,
-        },
+        rule_1_granted(),
         E::BastionAccessRevoked {
             rule: "rule-1".into(),
             kept_for: vec![other],

@@ -5,20 +5,17 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, TimeDelta, Utc};
 use overture_domain::blueprint::parse;
 use overture_domain::deployment::{Deployment, DeploymentState};
 use overture_domain::projection::ProjectLabel;
+use overture_domain::testing::events::envelopes;
 use overture_domain::testing::folds::BothWays;
-use overture_events::{CloudAccount, DeploymentEvent as E, DeploymentId, Envelope, Metadata};
+use overture_domain::testing::t;
+use overture_events::{CloudAccount, DeploymentEvent as E, DeploymentId, Envelope};
 use uuid::Uuid;
 
 const OURS: &str = "5f2c0e7a9b1d4e3f8a6c2b0d9e7f1a3c";
 const THEIRS: &str = "c81d4e2a7f3b4c5d9e0a1b2c3d4e5f60";
-
-fn at(seconds: i64) -> DateTime<Utc> {
-    DateTime::<Utc>::UNIX_EPOCH + TimeDelta::seconds(1_800_000_000 + seconds)
-}
 
 /// The account an older build recorded: the project's id and name, no domain.
 fn old_account(project_id: &str) -> CloudAccount {
@@ -57,23 +54,11 @@ fn old_records(id: DeploymentId, project_id: &str) -> Vec<Envelope> {
             port: 8000,
         },
     ];
-    (0..)
+    let stamped: Vec<_> = (0..)
         .zip(events)
-        .map(|(revision, event)| Envelope {
-            stream: id.stream(),
-            revision,
-            id: Uuid::new_v4(),
-            event_type: event.event_type().into(),
-            data: event.data(),
-            metadata: Metadata {
-                tenant: "acme".into(),
-                actor: "acme".into(),
-                correlation_id: id.uuid(),
-                causation_id: id.uuid(),
-                recorded_at: at(revision as i64),
-            },
-        })
-        .collect()
+        .map(|(at, event)| (event, t(at)))
+        .collect();
+    envelopes(id, &stamped)
 }
 
 #[test]
