@@ -1,114 +1,16 @@
 //! The per-stream projector on a read-model store held in memory: the contract every store
 //! keeps (so the suite itself is shown passable), and how the projector gives up.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use overture_domain::projection::{DeploymentView, TenantDelta, TenantView};
-use overture_domain::registry::{still_interested, Registry};
-use overture_domain::services::RegisteredInstance;
 use overture_events::{DeploymentId, Envelope, Metadata, Timestamp};
-use overture_kit::registry::{ReadServiceRegistry, RegistryError};
 use overture_kit::{LogError, ReadStream};
+use overture_projector::contract::MemoryViews;
 use overture_projector::{project_stream, DeploymentViews, StreamProjectionError, ViewError};
 use uuid::Uuid;
-
-/// Views and summaries in memory; clones share them, as two clients of one store would.
-#[derive(Clone, Default)]
-struct MemoryViews {
-    views: Arc<Mutex<HashMap<DeploymentId, DeploymentView>>>,
-    tenants: Arc<Mutex<HashMap<String, TenantView>>>,
-    registry: Arc<Mutex<Registry>>,
-}
-
-#[async_trait]
-impl DeploymentViews for MemoryViews {
-    async fn view(&self, deployment: DeploymentId) -> Result<Option<DeploymentView>, ViewError> {
-        let views = self.views.lock().unwrap_or_else(PoisonError::into_inner);
-        Ok(views.get(&deployment).cloned())
-    }
-
-    async fn view_of_steps(
-        &self,
-        deployment: DeploymentId,
-        steps: &BTreeSet<String>,
-    ) -> Result<Option<DeploymentView>, ViewError> {
-        let views = self.views.lock().unwrap_or_else(PoisonError::into_inner);
-        Ok(views.get(&deployment).map(|view| {
-            let mut view = view.clone();
-            view.steps.retain(|name, _| steps.contains(name));
-            view
-        }))
-    }
-
-    async fn save(
-        &self,
-        view: &DeploymentView,
-        loaded_at: Option<u64>,
-        delta: &TenantDelta,
-        steps: &BTreeSet<String>,
-        written: &Registry,
-    ) -> Result<(), ViewError> {
-        // Every lock, views first, held together: the save is all or nothing.
-        let mut views = self.views.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut tenants = self.tenants.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut registry = self.registry.lock().unwrap_or_else(PoisonError::into_inner);
-        if views.get(&view.id).map(|v| v.revision) != loaded_at {
-            return Err(ViewError::Conflict {
-                deployment: view.id,
-                loaded_at,
-            });
-        }
-        // The header replaced, and only the named steps: the others stay as stored.
-        let mut stored = view.clone();
-        stored.steps = views.remove(&view.id).map(|v| v.steps).unwrap_or_default();
-        for (name, step) in view.steps.iter().filter(|(name, _)| steps.contains(*name)) {
-            stored.steps.insert(name.clone(), step.clone());
-        }
-        views.insert(view.id, stored);
-        let summary = delta.apply_to(tenants.remove(&view.tenant), &view.tenant);
-        tenants.insert(view.tenant.clone(), summary);
-        registry.merge(written.clone());
-        Ok(())
-    }
-
-    async fn tenant(&self, tenant: &str) -> Result<Option<TenantView>, ViewError> {
-        let tenants = self.tenants.lock().unwrap_or_else(PoisonError::into_inner);
-        Ok(tenants.get(tenant).cloned())
-    }
-}
-
-#[async_trait]
-impl ReadServiceRegistry for MemoryViews {
-    async fn service_instances(
-        &self,
-        tenant: &str,
-    ) -> Result<Vec<RegisteredInstance>, RegistryError> {
-        let registry = self.registry.lock().unwrap_or_else(PoisonError::into_inner);
-        Ok(registry.service_instances(tenant))
-    }
-
-    async fn interested_deployments(
-        &self,
-        tenant: &str,
-        service: &str,
-    ) -> Result<Vec<DeploymentId>, RegistryError> {
-        let registry = self.registry.lock().unwrap_or_else(PoisonError::into_inner);
-        let views = self.views.lock().unwrap_or_else(PoisonError::into_inner);
-        Ok(registry
-            .interested(tenant, service)
-            .filter(|(id, watched)| {
-                views.get(id).is_some_and(|view| {
-                    let destroy = view.destroy.as_ref().map(|d| d.status);
-                    still_interested(view.status, destroy, *watched)
-                })
-            })
-            .map(|(id, _)| id)
-            .collect())
-    }
-}
 
 async fn clients() -> (MemoryViews, MemoryViews) {
     let store = MemoryViews::default();

@@ -2,17 +2,14 @@
 //! fixture in the shape AWS delivers (two deployments' events and an item that is not an event),
 //! on a read-model store held in memory.
 
-use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, PoisonError};
-
 use async_trait::async_trait;
 use aws_lambda_events::event::dynamodb::Event;
 use aws_lambda_events::event::streams::DynamoDbEventResponse;
-use overture_domain::projection::{DeploymentView, TenantDelta, TenantView};
 use overture_events::{DeploymentId, Envelope};
 use overture_kit::batch::BatchFailed;
 use overture_kit::{LogError, ReadStream};
-use overture_projector::{on_stream_records, DeploymentViews, ViewError};
+use overture_projector::contract::MemoryViews;
+use overture_projector::{on_stream_records, DeploymentViews};
 
 fn batch() -> Event {
     serde_json::from_str(include_str!("fixtures/stream-records.json")).expect("the fixture")
@@ -33,75 +30,6 @@ fn failed(response: &Result<DynamoDbEventResponse, BatchFailed>) -> Vec<String> 
         .iter()
         .filter_map(|f| f.item_identifier.clone())
         .collect()
-}
-
-/// Views and summaries in memory; saving fails for the deployment in `broken`.
-#[derive(Clone, Default)]
-struct MemoryViews {
-    views: Arc<Mutex<HashMap<DeploymentId, DeploymentView>>>,
-    tenants: Arc<Mutex<HashMap<String, TenantView>>>,
-    broken: Option<DeploymentId>,
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("the table is throttled")]
-struct Throttled;
-
-#[async_trait]
-impl DeploymentViews for MemoryViews {
-    async fn view(&self, deployment: DeploymentId) -> Result<Option<DeploymentView>, ViewError> {
-        let views = self.views.lock().unwrap_or_else(PoisonError::into_inner);
-        Ok(views.get(&deployment).cloned())
-    }
-
-    async fn view_of_steps(
-        &self,
-        deployment: DeploymentId,
-        steps: &BTreeSet<String>,
-    ) -> Result<Option<DeploymentView>, ViewError> {
-        let views = self.views.lock().unwrap_or_else(PoisonError::into_inner);
-        Ok(views.get(&deployment).map(|view| {
-            let mut view = view.clone();
-            view.steps.retain(|name, _| steps.contains(name));
-            view
-        }))
-    }
-
-    async fn save(
-        &self,
-        view: &DeploymentView,
-        loaded_at: Option<u64>,
-        delta: &TenantDelta,
-        steps: &BTreeSet<String>,
-        _: &overture_domain::registry::Registry,
-    ) -> Result<(), ViewError> {
-        if self.broken == Some(view.id) {
-            return Err(ViewError::Unavailable(Box::new(Throttled)));
-        }
-        let mut views = self.views.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut tenants = self.tenants.lock().unwrap_or_else(PoisonError::into_inner);
-        if views.get(&view.id).map(|v| v.revision) != loaded_at {
-            return Err(ViewError::Conflict {
-                deployment: view.id,
-                loaded_at,
-            });
-        }
-        // The header replaced, and only the named steps: the others stay as stored.
-        let mut stored = view.clone();
-        stored.steps = views.remove(&view.id).map(|v| v.steps).unwrap_or_default();
-        for (name, step) in view.steps.iter().filter(|(name, _)| steps.contains(*name)) {
-            stored.steps.insert(name.clone(), step.clone());
-        }
-        views.insert(view.id, stored);
-        let summary = delta.apply_to(tenants.remove(&view.tenant), &view.tenant);
-        tenants.insert(view.tenant.clone(), summary);
-        Ok(())
-    }
-
-    async fn tenant(&self, tenant: &str) -> Result<Option<TenantView>, ViewError> {
-        let tenants = self.tenants.lock().unwrap_or_else(PoisonError::into_inner);
-        Ok(tenants.get(tenant).cloned())
-    }
 }
 
 /// A registry in which nobody waits for a service, and a queue that takes nothing: the
@@ -209,10 +137,7 @@ async fn a_batch_delivered_again_changes_nothing() {
 
 #[tokio::test]
 async fn a_deployment_whose_view_cannot_be_saved_is_delivered_again_from_its_first_record() {
-    let views = MemoryViews {
-        broken: Some(deployment(1)),
-        ..MemoryViews::default()
-    };
+    let views = MemoryViews::throttled_for(deployment(1));
     let response = on_stream_records(&batch(), &NoLog, &views, &NOBODY_WAITS).await;
     assert_eq!(
         failed(&response),
@@ -227,10 +152,7 @@ async fn a_batch_none_of_whose_deployments_can_be_folded_fails_its_invocation_as
     let mut one = batch();
     one.records
         .retain(|r| r.change.sequence_number.as_deref() != Some("222200000000000000000002"));
-    let views = MemoryViews {
-        broken: Some(deployment(1)),
-        ..MemoryViews::default()
-    };
+    let views = MemoryViews::throttled_for(deployment(1));
     let outcome = on_stream_records(&one, &NoLog, &views, &NOBODY_WAITS).await;
     let failed = outcome.expect_err("no deployment of the batch was folded");
     assert_eq!(failed.error_type(), "Retryable", "{failed}");

@@ -10,7 +10,8 @@
 //!
 //! The cases by what they check: `delivery` (records delivered again, out of order, or by
 //! racing projectors), `saves` (what a save writes: exact tenant counters, only the changed
-//! steps), `registry` (the service registry written by the same saves).
+//! steps), `registry` (the service registry written by the same saves). `memory` holds a
+//! store in memory that keeps the contract, for the projector's own tests.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -28,10 +29,12 @@ use uuid::Uuid;
 use crate::{project_stream, DeploymentViews, StreamProjectionError};
 
 pub use delivery::*;
+pub use memory::{MemoryViews, Throttled};
 pub use registry::*;
 pub use saves::*;
 
 mod delivery;
+mod memory;
 mod registry;
 mod saves;
 
