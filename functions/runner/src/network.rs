@@ -277,13 +277,13 @@ steps:
     with: { command: "true" }
 "#;
 
-    fn shown(destinations: &[Destination]) -> Vec<String> {
-        destinations.iter().map(ToString::to_string).collect()
-    }
-
-    #[tokio::test]
-    async fn a_step_may_reach_its_cloud_servers_bastion_targets_and_declared_egress() {
-        let blueprint = parse(BLUEPRINT).expect("valid").snapshot;
+    /// The blueprint requested on tenant-b's cloud (Keystone on the loopback), whose token's
+    /// catalog lists `endpoints`.
+    fn on_tenant_b_cloud(
+        blueprint: &str,
+        endpoints: Vec<String>,
+    ) -> overture_domain::DeploymentState {
+        let blueprint = parse(blueprint).expect("valid").snapshot;
         let mut state = requested(&blueprint, &[]);
         state.cloud = Some(CloudAccount {
             auth_url: "http://127.0.0.1:5000/identity/v3".into(),
@@ -291,8 +291,18 @@ steps:
             project: "tenant-b".into(),
             domain: "Default".into(),
             user: "tenant-b".into(),
-            endpoints: vec![],
+            endpoints,
         });
+        state
+    }
+
+    fn shown(destinations: &[Destination]) -> Vec<String> {
+        destinations.iter().map(ToString::to_string).collect()
+    }
+
+    #[tokio::test]
+    async fn a_step_may_reach_its_cloud_servers_bastion_targets_and_declared_egress() {
+        let state = on_tenant_b_cloud(BLUEPRINT, vec![]);
         let state = Deployment::apply(
             state,
             succeeded(
@@ -333,23 +343,17 @@ steps:
 
     #[tokio::test]
     async fn a_step_may_reach_every_endpoint_of_its_tokens_catalog_and_no_other_port() {
-        let blueprint = parse(BLUEPRINT).expect("valid").snapshot;
-        let mut state = requested(&blueprint, &[]);
         // Keystone on the loopback, Nova on another port of it, Neutron on its own host.
-        state.cloud = Some(CloudAccount {
-            auth_url: "http://127.0.0.1:5000/identity/v3".into(),
-            project_id: "p1".into(),
-            project: "tenant-b".into(),
-            domain: "Default".into(),
-            user: "tenant-b".into(),
-            endpoints: vec![
+        let state = on_tenant_b_cloud(
+            BLUEPRINT,
+            vec![
                 "127.0.0.1:5000".into(),
                 "127.0.0.1:8774".into(),
                 "192.0.2.7:9696".into(),
                 "localhost:9292".into(),
                 "[::1]:8776".into(),
             ],
-        });
+        );
         let secrets = key_secrets();
 
         let build = policy(&input(&state, "build", &secrets), LoopbackEgress::Operator).await;
@@ -369,17 +373,7 @@ steps:
 
     /// The blueprint's state with a cloud on the loopback, as the local cloud serves it.
     fn with_cloud_on_loopback(blueprint: &str) -> overture_domain::DeploymentState {
-        let blueprint = parse(blueprint).expect("valid").snapshot;
-        let mut state = requested(&blueprint, &[]);
-        state.cloud = Some(CloudAccount {
-            auth_url: "http://127.0.0.1:5000/identity/v3".into(),
-            project_id: "p1".into(),
-            project: "tenant-b".into(),
-            domain: "Default".into(),
-            user: "tenant-b".into(),
-            endpoints: vec!["127.0.0.1:8774".into()],
-        });
-        state
+        on_tenant_b_cloud(blueprint, vec!["127.0.0.1:8774".into()])
     }
 
     #[tokio::test]
