@@ -6,7 +6,6 @@
 
 use overture_runner::fakes::Quiet;
 use overture_runner::limits::LimitReached;
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -15,6 +14,10 @@ use async_trait::async_trait;
 use chrono::TimeDelta;
 use overture_domain::blueprint::parse;
 use overture_domain::deployment::{Interruption, ATTEMPT_LEASE_MARGIN};
+use overture_domain::testing::events::{
+    abandoned, requested, scheduled, started_until, succeeded, SSH_KEY as HOST_KEY,
+};
+use overture_domain::testing::t;
 use overture_events::{
     BlueprintSnapshot, DeploymentEvent as E, DeploymentId, ErrorClass, StoredFile, Timestamp,
 };
@@ -26,10 +29,6 @@ use overture_runner::{
     RunAttempt, RunError, RunSandboxed, RunnerPorts, SandboxExit, SandboxJob, SandboxResult,
     Unrunnable,
 };
-
-fn t(seconds: i64) -> Timestamp {
-    Timestamp::UNIX_EPOCH + TimeDelta::seconds(1_800_000_000 + seconds)
-}
 
 /// A deployment whose one step, `build`, is a script with a 1 min timeout.
 const BLUEPRINT: &str =
@@ -168,22 +167,8 @@ impl Fixture {
         };
         fixture
             .record(vec![
-                E::DeploymentRequested {
-                    triggered_by: None,
-                    tenant: "t".into(),
-                    requested_by: "u".into(),
-                    trigger: "cli".into(),
-                    source: "x.yaml".into(),
-                    blueprint,
-                    blueprint_hash: "h".into(),
-                    params: BTreeMap::new(),
-                    cloud: None,
-                },
-                E::StepScheduled {
-                    step: "build".into(),
-                    attempt: 1,
-                    not_before: t(0),
-                },
+                requested("x.yaml", blueprint),
+                scheduled("build", 1, 0),
             ])
             .await;
         fixture
@@ -204,6 +189,18 @@ impl Fixture {
     }
 
     async fn run(&self) -> AttemptReport {
+        self.try_run(&self.payloads, LoopbackEgress::Operator)
+            .await
+            .expect("the job is handled")
+    }
+
+    /// Runs `build`'s first attempt, its files fetched from `payloads`, with what the operator
+    /// allows of the host's loopback.
+    async fn try_run(
+        &self,
+        payloads: &dyn StorePayloads,
+        loopback: LoopbackEgress,
+    ) -> Result<AttemptReport, overture_runner::RunnerError> {
         let ports = RunnerPorts {
             log: &self.log,
             sandbox: &self.sandbox,
@@ -212,8 +209,8 @@ impl Fixture {
             access: &Quiet,
             logs: &Quiet,
             clock: &self.clock,
-            payloads: &self.payloads,
-            loopback: LoopbackEgress::Operator,
+            payloads,
+            loopback,
         };
         let job = RunAttempt {
             deployment: self.deployment,
@@ -221,17 +218,7 @@ impl Fixture {
             attempt: 1,
             cause: Some(self.cause),
         };
-        self.try_run(&ports, &job)
-            .await
-            .expect("the job is handled")
-    }
-
-    async fn try_run(
-        &self,
-        ports: &RunnerPorts<'_>,
-        job: &RunAttempt,
-    ) -> Result<AttemptReport, overture_runner::RunnerError> {
-        run_attempt(job, ports, &self.lease).await
+        run_attempt(&job, &ports, &self.lease).await
     }
 
     fn events(&self) -> Vec<E> {
@@ -296,13 +283,9 @@ async fn a_recorded_success_schedules_the_steps_it_makes_ready_in_the_same_commi
     assert_eq!(appends, 3);
 }
 
+/// `build`'s first attempt, started by another runner, its lease lasting until `lease_until`.
 fn started_elsewhere(lease_until: Timestamp) -> E {
-    E::StepStarted {
-        step: "build".into(),
-        attempt: 1,
-        sandbox: "elsewhere".into(),
-        lease_until: Some(lease_until),
-    }
+    started_until("build", 1, lease_until)
 }
 
 #[tokio::test(start_paused = true)]
@@ -399,11 +382,7 @@ async fn an_attempt_cancelled_while_it_runs_is_killed_and_records_nothing_more()
                     requested_by: "ada".into(),
                     reason: "wrong version".into(),
                 },
-                E::StepAbandoned {
-                    step: "build".into(),
-                    attempt: 1,
-                    reason: "cancelled by ada".into(),
-                },
+                abandoned("build", 1, "cancelled by ada"),
             ])
             .await;
     };
@@ -434,15 +413,7 @@ async fn a_job_the_sandbox_refuses_fails_the_attempt_at_once_as_step_failed() {
 async fn a_job_for_an_attempt_that_already_ended_is_obsolete() {
     let fixture = Fixture::new(Sandbox::Exits(0, "")).await;
     fixture
-        .record(vec![
-            started_elsewhere(t(121)),
-            E::StepSucceeded {
-                step: "build".into(),
-                attempt: 1,
-                outputs: BTreeMap::new(),
-                duration_ms: 1,
-            },
-        ])
+        .record(vec![started_elsewhere(t(121)), succeeded("build", 1)])
         .await;
     assert!(matches!(fixture.run().await, AttemptReport::Obsolete(_)));
     assert_eq!(fixture.sandbox.runs.load(Ordering::SeqCst), 0);
@@ -481,14 +452,20 @@ impl Fixture {
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_step_runs_the_files_it_fetched_by_the_recorded_hash() {
-    let (blueprint, payloads, _) = terraform_blueprint().await;
+/// Runs the Terraform step of `blueprint` once, its files in `payloads`: the `main.tf` its
+/// sandbox was given.
+async fn main_tf_run(blueprint: BlueprintSnapshot, payloads: MemoryPayloads) -> Option<String> {
     let fixture = Fixture::with(Sandbox::Exits(1, ""), blueprint, payloads).await;
     fixture.run().await;
     assert_eq!(fixture.sandbox.runs.load(Ordering::SeqCst), 1);
+    fixture.sandbox_file("config/main.tf")
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_step_runs_the_files_it_fetched_by_the_recorded_hash() {
+    let (blueprint, payloads, _) = terraform_blueprint().await;
     assert_eq!(
-        fixture.sandbox_file("config/main.tf").as_deref(),
+        main_tf_run(blueprint, payloads).await.as_deref(),
         Some("resource \"terraform_data\" \"x\" {}\n")
     );
 }
@@ -503,11 +480,10 @@ async fn a_deployment_recorded_with_its_files_inline_runs_them_as_recorded() {
     blueprint
         .files
         .insert("infra/main.tf".into(), "# recorded inline\n".into());
-    let fixture = Fixture::with(Sandbox::Exits(1, ""), blueprint, MemoryPayloads::default()).await;
-    fixture.run().await;
-    assert_eq!(fixture.sandbox.runs.load(Ordering::SeqCst), 1);
     assert_eq!(
-        fixture.sandbox_file("config/main.tf").as_deref(),
+        main_tf_run(blueprint, MemoryPayloads::default())
+            .await
+            .as_deref(),
         Some("# recorded inline\n")
     );
 }
@@ -545,31 +521,17 @@ async fn a_step_whose_files_cannot_be_fetched_now_leaves_the_job_to_be_retried()
     }
     let (blueprint, payloads, _) = terraform_blueprint().await;
     let fixture = Fixture::with(Sandbox::Exits(0, ""), blueprint, payloads).await;
-    let ports = RunnerPorts {
-        log: &fixture.log,
-        sandbox: &fixture.sandbox,
-        seals: &Quiet,
-        kept: &Quiet,
-        access: &Quiet,
-        logs: &Quiet,
-        clock: &fixture.clock,
-        payloads: &Down,
-        loopback: LoopbackEgress::Operator,
-    };
-    let job = RunAttempt {
-        deployment: fixture.deployment,
-        step: "build".into(),
-        attempt: 1,
-        cause: Some(fixture.cause),
-    };
-    let error = fixture.try_run(&ports, &job).await.expect_err("retried");
+    let error = fixture
+        .try_run(&Down, LoopbackEgress::Operator)
+        .await
+        .expect_err("retried");
     assert!(error.to_string().contains("infra/main.tf"), "{error}");
     assert_eq!(fixture.sandbox.runs.load(Ordering::SeqCst), 0, "never run");
     assert_eq!(fixture.types().last(), Some(&"StepStarted"));
 }
 
-/// A host key made by `ssh-keygen -t ed25519`, and its fingerprint as `ssh-keygen -l` shows it.
-const HOST_KEY: &str = "AAAAC3NzaC1lZDI1NTE5AAAAIAfBWyWT1kqcBW4flZkhx+YZ0qby94sbtGBA2zMPVSew";
+/// The fingerprint of the kit's host key (made by `ssh-keygen -t ed25519`), as `ssh-keygen -l`
+/// shows it.
 const HOST_KEY_FINGERPRINT: &str = "SHA256:GpulLj0N5uMRxkGkIwsvYxaagsDoerjfcTR0ZcWIKVo";
 
 #[tokio::test(start_paused = true)]
@@ -800,24 +762,10 @@ async fn call(url: &str, egress: &str, loopback: LoopbackEgress) -> (AttemptRepo
     .expect("valid")
     .snapshot;
     let fixture = Fixture::with(Sandbox::Exits(0, ""), blueprint, MemoryPayloads::default()).await;
-    let ports = RunnerPorts {
-        log: &fixture.log,
-        sandbox: &fixture.sandbox,
-        seals: &Quiet,
-        kept: &Quiet,
-        access: &Quiet,
-        logs: &Quiet,
-        clock: &fixture.clock,
-        payloads: &fixture.payloads,
-        loopback,
-    };
-    let job = RunAttempt {
-        deployment: fixture.deployment,
-        step: "build".into(),
-        attempt: 1,
-        cause: Some(fixture.cause),
-    };
-    let report = fixture.try_run(&ports, &job).await.expect("handled");
+    let report = fixture
+        .try_run(&fixture.payloads, loopback)
+        .await
+        .expect("handled");
     (
         report,
         fixture.sandbox.runs.load(Ordering::SeqCst),

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
-use overture_domain::blueprint::parse;
+use overture_domain::testing::events::{blueprint, requested};
 use overture_events::{DeploymentEvent as E, DeploymentId, Timestamp};
 use overture_kit::batch::BatchFailed;
 use overture_kit::memory::MemoryLog;
@@ -170,17 +170,7 @@ async fn scheduled(deployments: &[DeploymentId], more: &[E]) -> MemoryLog {
     let log = MemoryLog::new(at("10:00:00"));
     for &deployment in deployments {
         let mut events = vec![
-            E::DeploymentRequested {
-                triggered_by: None,
-                tenant: "t".into(),
-                requested_by: "u".into(),
-                trigger: "cli".into(),
-                source: "x.yaml".into(),
-                blueprint: parse(BLUEPRINT).expect("valid").snapshot,
-                blueprint_hash: "h".into(),
-                params: Default::default(),
-                cloud: None,
-            },
+            requested("x.yaml", blueprint(BLUEPRINT)),
             E::StepScheduled {
                 step: "build".into(),
                 attempt: 1,
@@ -189,7 +179,7 @@ async fn scheduled(deployments: &[DeploymentId], more: &[E]) -> MemoryLog {
         ];
         events.extend(more.iter().cloned());
         let cause = Cause::new("test", deployment, uuid::Uuid::now_v7());
-        log.append(deployment, "t", None, events, &cause)
+        log.append(deployment, "acme", None, events, &cause)
             .await
             .expect("append");
     }
@@ -221,6 +211,26 @@ fn ports<'a>(log: &'a dyn DeploymentLog, sandbox: &'a FakeSandbox) -> RunnerPort
     }
 }
 
+/// Hands the fixture's messages `ids` to the trigger, as one batch, on `log` and `sandbox`.
+async fn deliver(
+    ids: &[&str],
+    log: &dyn DeploymentLog,
+    sandbox: &FakeSandbox,
+    sent: &Sent,
+    visibility: &Visibility,
+) -> Result<SqsBatchResponse, BatchFailed> {
+    on_job_messages(&batch(ids), &ports(log, sandbox), sent, visibility).await
+}
+
+/// As [`deliver`], where the test looks at neither the jobs sent again nor the visibility.
+async fn deliver_alone(
+    ids: &[&str],
+    log: &dyn DeploymentLog,
+    sandbox: &FakeSandbox,
+) -> Result<SqsBatchResponse, BatchFailed> {
+    deliver(ids, log, sandbox, &Sent::default(), &Visibility::default()).await
+}
+
 /// The payload store: these blueprints take no files.
 static NO_FILES: std::sync::LazyLock<overture_kit::payload::MemoryPayloads> =
     std::sync::LazyLock::new(Default::default);
@@ -230,13 +240,7 @@ async fn a_due_job_runs_and_its_message_is_acknowledged() {
     let log = scheduled(&[deployment(1)], &[]).await;
     let sandbox = sandbox(Duration::from_secs(1));
     let (sent, visibility) = (Sent::default(), Visibility::default());
-    let response = on_job_messages(
-        &batch(&["m-due"]),
-        &ports(&log, &sandbox),
-        &sent,
-        &visibility,
-    )
-    .await;
+    let response = deliver(&["m-due"], &log, &sandbox, &sent, &visibility).await;
     assert_eq!(failed(&response), Vec::<&str>::new());
     assert_eq!(sandbox.runs.load(Ordering::SeqCst), 1);
     // Its one step's success ends the deployment, which sealed nothing to purge.
@@ -257,13 +261,7 @@ async fn a_long_step_keeps_its_message_hidden_until_its_attempts_lease_ends() {
     let log = scheduled(&[deployment(1)], &[]).await;
     let sandbox = sandbox(Duration::from_secs(130));
     let visibility = Visibility::default();
-    let response = on_job_messages(
-        &batch(&["m-due"]),
-        &ports(&log, &sandbox),
-        &Sent::default(),
-        &visibility,
-    )
-    .await;
+    let response = deliver(&["m-due"], &log, &sandbox, &Sent::default(), &visibility).await;
     assert_eq!(failed(&response), Vec::<&str>::new());
     let changes = visibility.0.lock().expect("changes").clone();
     // One call, not one a second nor one a minute: hidden until the attempt's lease ends, when
@@ -290,13 +288,7 @@ async fn a_duplicate_delivered_while_its_attempt_runs_comes_back_when_the_lease_
     let log = scheduled(&[deployment(1)], &[started]).await;
     let sandbox = sandbox(Duration::from_secs(1));
     let visibility = Visibility::default();
-    let response = on_job_messages(
-        &batch(&["m-due"]),
-        &ports(&log, &sandbox),
-        &Sent::default(),
-        &visibility,
-    )
-    .await;
+    let response = deliver(&["m-due"], &log, &sandbox, &Sent::default(), &visibility).await;
     assert_eq!(failed(&response), ["m-due"], "SQS must keep it");
     assert_eq!(sandbox.runs.load(Ordering::SeqCst), 0, "no second run");
     assert_eq!(
@@ -312,13 +304,7 @@ async fn a_job_delivered_before_it_is_due_goes_back_for_the_rest_of_its_wait() {
     let log = scheduled(&[deployment(1)], &[]).await;
     let sandbox = sandbox(Duration::from_secs(1));
     let sent = Sent::default();
-    let response = on_job_messages(
-        &batch(&["m-early"]),
-        &ports(&log, &sandbox),
-        &sent,
-        &Visibility::default(),
-    )
-    .await;
+    let response = deliver(&["m-early"], &log, &sandbox, &sent, &Visibility::default()).await;
     assert_eq!(
         failed(&response),
         Vec::<&str>::new(),
@@ -340,25 +326,14 @@ async fn a_job_delivered_before_it_is_due_goes_back_for_the_rest_of_its_wait() {
 async fn a_message_that_is_not_a_job_is_reported_failed_to_end_in_the_dead_letter_queue() {
     let log = scheduled(&[deployment(1)], &[]).await;
     let sandbox = sandbox(Duration::from_secs(1));
-    let response = on_job_messages(
-        &batch(&["m-unreadable", "m-due"]),
-        &ports(&log, &sandbox),
-        &Sent::default(),
-        &Visibility::default(),
-    )
-    .await;
+    let response = deliver_alone(&["m-unreadable", "m-due"], &log, &sandbox).await;
     assert_eq!(failed(&response), ["m-unreadable"]);
     assert_eq!(sandbox.runs.load(Ordering::SeqCst), 1, "only the job ran");
 
     // Alone in its batch, it fails the invocation, as one that handling again cannot mend.
-    let alone = on_job_messages(
-        &batch(&["m-unreadable"]),
-        &ports(&log, &sandbox),
-        &Sent::default(),
-        &Visibility::default(),
-    )
-    .await
-    .expect_err("the whole batch failed");
+    let alone = deliver_alone(&["m-unreadable"], &log, &sandbox)
+        .await
+        .expect_err("the whole batch failed");
     assert_eq!(alone.error_type(), "NonRetryable", "{alone}");
 }
 
@@ -369,14 +344,9 @@ async fn a_batch_whose_every_job_failed_fails_its_invocation_as_retryable() {
         unreachable: deployment(2),
     };
     let sandbox = sandbox(Duration::from_secs(1));
-    let failed = on_job_messages(
-        &batch(&["m-other"]),
-        &ports(&log, &sandbox),
-        &Sent::default(),
-        &Visibility::default(),
-    )
-    .await
-    .expect_err("the whole batch failed");
+    let failed = deliver_alone(&["m-other"], &log, &sandbox)
+        .await
+        .expect_err("the whole batch failed");
     assert_eq!(failed.error_type(), "Retryable", "{failed}");
     assert_eq!(failed.failed, 1);
     assert_eq!(sandbox.runs.load(Ordering::SeqCst), 0);
@@ -389,13 +359,7 @@ async fn one_message_that_cannot_be_handled_fails_alone() {
         unreachable: deployment(2),
     };
     let sandbox = sandbox(Duration::from_secs(1));
-    let response = on_job_messages(
-        &batch(&["m-due", "m-other", "m-third"]),
-        &ports(&log, &sandbox),
-        &Sent::default(),
-        &Visibility::default(),
-    )
-    .await;
+    let response = deliver_alone(&["m-due", "m-other", "m-third"], &log, &sandbox).await;
     assert_eq!(failed(&response), ["m-other"]);
     assert_eq!(sandbox.runs.load(Ordering::SeqCst), 2);
     for handled in [deployment(1), deployment(3)] {
