@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::support::{
-    files_containing, gone_within, marker, step_events, text, types, Deploying, Overture,
+    files_containing, gone_within, id_of, marker, step_events, text, types, Deploying, Overture,
 };
 
 /// How long an engine may take to carry a cancel out: a runner notices its attempt abandoned
@@ -178,9 +178,8 @@ fn ctrl_c_on_deploy_cancels_the_deployment_and_says_so() {
 
 #[test]
 fn a_second_ctrl_c_leaves_at_once_and_resume_finishes_the_cancel() {
-    let o = Overture::new();
     let marker = marker("cancel-twice");
-    let file = o.blueprint(
+    let (o, file) = Overture::with_blueprint(
         "twice.yaml",
         &format!(
             r#"
@@ -286,14 +285,12 @@ fn refused(output: &Output, naming: &str) {
 
 #[test]
 fn cancelling_an_ended_or_unknown_deployment_is_refused_with_exit_code_2() {
-    let o = Overture::new();
-    let file = o.blueprint(
+    let (o, file) = Overture::with_blueprint(
         "done.yaml",
         "name: done\nsteps:\n  a: { run: script, with: { command: 'true' } }\n",
     );
-    let (code, status, _) = o.deploy(&file, &[]);
-    assert_eq!(code, 0);
-    let id = status["id"].as_str().expect("id").to_owned();
+    let status = o.deploy_ok(&file, &[]);
+    let id = id_of(&status);
     let before = o.events(&id);
 
     let ended = o.run(&["cancel", &id]);

@@ -8,7 +8,7 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 use crate::local_cloud::{example, in_namespace, listening_programs, LocalCloud};
-use crate::support::{files_containing, gone_within, text, types, Deploying, Overture};
+use crate::support::{files_containing, gone_within, id_of, text, types, Deploying, Overture};
 
 /// `overture deploy FILE`, acting with the token in `token_file`.
 pub(crate) fn deploy_command(
@@ -180,7 +180,7 @@ fn hello_world_answers_on_both_servers_configured_through_the_bastion() {
     let o = Overture::new();
     let (code, status, output) = deploy(&o, &cloud, &example().join("blueprint.yaml"), &token_file);
     assert_eq!(code, 0, "{}", text(&output.stderr));
-    let id = status["id"].as_str().expect("id").to_owned();
+    let id = id_of(&status);
     assert_eq!(
         status["tenant"],
         cloud.project("acme")["id"],
@@ -848,8 +848,7 @@ steps:
 "#,
     );
     let target = format!("target={}", workspace.display());
-    let (code, status, output) = o.deploy(&probe, &["--tenant", "tenant-b", "--param", &target]);
-    assert_eq!(code, 0, "{}", text(&output.stderr));
+    let status = o.deploy_ok(&probe, &["--tenant", "tenant-b", "--param", &target]);
     let outputs = &step(&status, "look")["outputs"];
     assert_eq!(outputs["visible"], "no", "{outputs}");
     assert_eq!(outputs["found"], "0", "{outputs}");
@@ -997,8 +996,7 @@ steps:
     )
     .expect("playbook");
 
-    let (code, status, output) = o.deploy(&b, &["--tenant", "tenant-b"]);
-    assert_eq!(code, 0, "{}\n{status}", text(&output.stderr));
+    let status = o.deploy_ok(&b, &["--tenant", "tenant-b"]);
     assert_eq!(step(&status, "infra")["status"], "succeeded");
     assert_eq!(step(&status, "configure")["status"], "succeeded");
     assert!(

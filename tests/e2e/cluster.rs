@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::cloud::{assert_closed_and_purged, deploy, step};
 use crate::local_cloud::{in_namespace, LocalCloud};
-use crate::support::{text, Overture};
+use crate::support::{id_of, text, Overture};
 
 /// The example's folder.
 fn cluster() -> PathBuf {
@@ -122,7 +122,7 @@ fn the_cluster_waits_at_run_time_and_haproxy_serves_exactly_the_registered_membe
     let file = cluster_blueprint(&o, "blueprint.yaml", |text| text);
     let (code, status, output) = deploy(&o, &cloud, &file, &token_file);
     assert_eq!(code, 0, "{}", text(&output.stderr));
-    let id = status["id"].as_str().expect("id").to_owned();
+    let id = id_of(&status);
 
     // Both application servers answered through haproxy, each with the database's answer.
     let answers: BTreeSet<String> = ["check-1", "check-2"]
@@ -188,13 +188,13 @@ fn a_scale_out_reruns_only_the_watching_step_and_its_destroy_takes_the_member_ou
     let cluster_file = cluster_blueprint(&o, "blueprint.yaml", |text| text);
     let (code, status, output) = deploy(&o, &cloud, &cluster_file, &token_file);
     assert_eq!(code, 0, "{}", text(&output.stderr));
-    let first = status["id"].as_str().expect("id").to_owned();
+    let first = id_of(&status);
     let started_before = of_type(&o, &first, "StepStarted").len();
 
     let scale_file = cluster_blueprint(&o, "scale-out.yaml", |text| text);
     let (code, status, output) = deploy(&o, &cloud, &scale_file, &token_file);
     assert_eq!(code, 0, "{}", text(&output.stderr));
-    let second = status["id"].as_str().expect("id").to_owned();
+    let second = id_of(&status);
 
     // The first deployment's lb alone ran again, for the reason the trail gives.
     let reruns = of_type(&o, &first, "StepRerunRequested");
@@ -262,7 +262,7 @@ fn a_service_that_never_appears_ends_in_service_timeout_with_the_bastion_closed_
     });
     let (code, status, output) = deploy(&o, &cloud, &file, &token_file);
     assert_eq!(code, 1, "{}", text(&output.stderr));
-    let id = status["id"].as_str().expect("id").to_owned();
+    let id = id_of(&status);
     assert_eq!(status["status"], "failed");
     let reason = status["reason"].as_str().expect("reason");
     // How many of the two were registered by the deadline depends on how fast the machine
@@ -291,7 +291,7 @@ fn a_service_whose_check_fails_is_not_registered() {
     });
     let (code, status, output) = deploy(&o, &cloud, &file, &token_file);
     assert_eq!(code, 1, "{}", text(&output.stderr));
-    let id = status["id"].as_str().expect("id").to_owned();
+    let id = id_of(&status);
     let failure = of_type(&o, &id, "StepAttemptFailed")
         .into_iter()
         .find(|event| event["data"]["step"] == "app")

@@ -151,9 +151,8 @@ fn a_hundred_deploys_at_once(overture: &Overture) {
 
 #[test]
 fn rebuilding_or_importing_the_read_models_is_refused_while_a_deploy_runs() {
-    let overture = Overture::new();
     let slow = marker("rebuild-refused");
-    let file = overture.blueprint(
+    let (overture, file) = Overture::with_blueprint(
         "slow.yaml",
         &format!(
             r#"
@@ -195,9 +194,8 @@ steps:
 
 #[test]
 fn a_deploy_prints_its_own_end_when_the_shared_feed_is_past_its_view() {
-    let overture = Overture::new();
     let slow = marker("feed-ahead");
-    let file = overture.blueprint(
+    let (overture, file) = Overture::with_blueprint(
         "slow.yaml",
         &format!(
             r#"

@@ -44,12 +44,10 @@ fn not_private(dir: &Path) -> Vec<String> {
 
 #[test]
 fn the_data_directory_is_0700_and_every_file_in_it_0600() {
-    let overture = Overture::new();
-    let file = overture.blueprint("modes.yaml", BLUEPRINT);
+    let (overture, file) = Overture::with_blueprint("modes.yaml", BLUEPRINT);
     // While an engine holds the database open, its -wal and -shm are there too.
     let serving = Serving::start(&overture);
-    let (code, _, output) = overture.deploy_with_secret(&file, "token", "s3cr3t-modes");
-    assert_eq!(code, 0, "{}", text(&output.stderr));
+    overture.deploy_ok_with_secret(&file, "token", "s3cr3t-modes");
     let db = overture.data_dir().join("overture.db");
     for beside in ["overture.db-wal", "overture.db-shm"] {
         assert!(overture.data_dir().join(beside).exists(), "{beside}");
@@ -62,10 +60,8 @@ fn the_data_directory_is_0700_and_every_file_in_it_0600() {
 
 #[test]
 fn an_older_data_directory_with_wider_modes_is_narrowed_when_opened() {
-    let overture = Overture::new();
-    let file = overture.blueprint("modes.yaml", BLUEPRINT);
-    let (code, _, output) = overture.deploy_with_secret(&file, "token", "s3cr3t-modes");
-    assert_eq!(code, 0, "{}", text(&output.stderr));
+    let (overture, file) = Overture::with_blueprint("modes.yaml", BLUEPRINT);
+    overture.deploy_ok_with_secret(&file, "token", "s3cr3t-modes");
     let dir = overture.data_dir();
     let set = |path: &Path, mode: u32| {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");

@@ -37,8 +37,7 @@ fn diamond_needs() -> BTreeMap<&'static str, Vec<&'static str>> {
 
 #[test]
 fn a_diamond_passes_outputs_along_and_succeeds() {
-    let overture = Overture::new();
-    let file = overture.blueprint("diamond.yaml", DIAMOND);
+    let (overture, file) = Overture::with_blueprint("diamond.yaml", DIAMOND);
     let (code, status, output) = overture.deploy(&file, &["--param", "base=5"]);
     assert_eq!(code, 0, "{}", text(&output.stderr));
 
@@ -93,9 +92,8 @@ fn a_diamond_passes_outputs_along_and_succeeds() {
 
 #[test]
 fn a_failing_step_fails_the_deployment_while_its_grace_period_lets_a_sibling_finish() {
-    let overture = Overture::new();
     let slow = marker("slow-sibling");
-    let file = overture.blueprint(
+    let (overture, file) = Overture::with_blueprint(
         "grace.yaml",
         &format!(
             r#"
@@ -202,8 +200,7 @@ steps:
 
 #[test]
 fn a_step_retried_by_its_own_policy_succeeds_on_a_later_attempt() {
-    let overture = Overture::new();
-    let file = overture.blueprint(
+    let (overture, file) = Overture::with_blueprint(
         "flaky.yaml",
         r#"
 name: flaky
@@ -233,8 +230,8 @@ steps:
 
 #[test]
 fn a_tampered_read_model_is_caught_by_replay_check_and_mended_by_replay() {
-    let overture = Overture::new();
-    let file = overture.blueprint("one.yaml", "name: one\nsteps:\n  only: { run: noop }\n");
+    let (overture, file) =
+        Overture::with_blueprint("one.yaml", "name: one\nsteps:\n  only: { run: noop }\n");
     let (code, status, _) = overture.deploy(&file, &[]);
     assert_eq!(code, 0);
     let db = overture.data_dir().join("overture.db");
@@ -262,8 +259,7 @@ fn a_tampered_read_model_is_caught_by_replay_check_and_mended_by_replay() {
 
 #[test]
 fn graph_draws_a_blueprint_and_a_deployment_with_its_states() {
-    let overture = Overture::new();
-    let file = overture.blueprint("diamond.yaml", DIAMOND);
+    let (overture, file) = Overture::with_blueprint("diamond.yaml", DIAMOND);
     let drawn = overture.run(&["graph", file.to_str().expect("path")]);
     assert!(drawn.status.success());
     assert!(text(&drawn.stdout).contains("source --> double"));

@@ -63,8 +63,7 @@ fn revisions(envelopes: &[Value]) -> Vec<u64> {
 
 #[test]
 fn events_reads_as_a_timeline_with_the_retry_decision_and_filters_it_and_its_json() {
-    let o = Overture::new();
-    let file = o.blueprint("retried.yaml", RETRIED);
+    let (o, file) = Overture::with_blueprint("retried.yaml", RETRIED);
     let output = o
         .command(&["deploy", file.to_str().expect("utf-8 path"), "--json"])
         .args(["--tenant", "acme", "--secret", "token=OVERTURE_E2E_SECRET"])

@@ -5,7 +5,7 @@ use chrono::{DateTime, FixedOffset, Utc};
 use overture_domain::projection::project;
 use serde_json::Value;
 
-use crate::support::{envelopes, text, Overture};
+use crate::support::{envelopes, id_of, text, Overture};
 
 /// prepare → flaky; flaky fails its first attempt and is retried (a second attempt, 200 ms
 /// later), which succeeds.
@@ -24,10 +24,9 @@ steps:
 /// A test deployment of [`RETRIED`], run to its end: its id, its final status and its events.
 fn retried(overture: &Overture) -> (String, Value, Vec<Value>) {
     let file = overture.blueprint("retried.yaml", RETRIED);
-    let (code, status, output) = overture.deploy(&file, &[]);
-    assert_eq!(code, 0, "{}", text(&output.stderr));
+    let status = overture.deploy_ok(&file, &[]);
     assert_eq!(status["steps"]["flaky"]["attempts"], 2, "{status}");
-    let id = status["id"].as_str().expect("an id").to_owned();
+    let id = id_of(&status);
     let events = overture.events(&id);
     (id, status, events)
 }

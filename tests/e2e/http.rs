@@ -217,8 +217,7 @@ fn an_unreachable_backend_is_retried_as_configured_until_it_answers_on_attempt_6
     let server = unreachable_then_ok(5);
     let overture = Overture::new();
     let file = one_call(&overture, &server.url("/servers"), "");
-    let (code, status, output) = overture.deploy(&file, &[]);
-    assert_eq!(code, 0, "{}", text(&output.stderr));
+    let status = overture.deploy_ok(&file, &[]);
     assert_eq!(status["status"], "succeeded");
     assert_eq!(status["steps"]["call"]["attempts"], 6);
     assert_eq!(status["steps"]["call"]["outputs"]["status"], "200");
@@ -250,9 +249,7 @@ fn an_unreachable_backend_fails_the_deployment_after_exactly_6_attempts() {
     let server = unreachable_then_ok(6);
     let overture = Overture::new();
     let file = one_call(&overture, &server.url("/servers"), "");
-    let (code, status, output) = overture.deploy(&file, &[]);
-    assert_eq!(code, 1, "{}", text(&output.stderr));
-    assert_eq!(status["status"], "failed");
+    let status = overture.deploy_failed(&file, &[]);
     assert_eq!(status["steps"]["call"]["status"], "failed");
     assert_eq!(status["steps"]["call"]["attempts"], 6);
     assert_eq!(
@@ -323,9 +320,7 @@ fn an_unexpected_status_fails_the_step_after_one_attempt() {
     let overture = Overture::new();
     // Retries of backend-unreachable are allowed, and still a 404 is not retried.
     let file = one_call(&overture, &server.url("/servers/9"), "");
-    let (code, status, output) = overture.deploy(&file, &[]);
-    assert_eq!(code, 1, "{}", text(&output.stderr));
-    assert_eq!(status["status"], "failed");
+    let status = overture.deploy_failed(&file, &[]);
     assert_eq!(status["steps"]["call"]["attempts"], 1);
     let events = overture.events(status["id"].as_str().expect("id"));
     assert_eq!(of_step(&events, "StepStarted", "call").len(), 1);
@@ -360,8 +355,7 @@ fn outputs_picked_from_the_answer_flow_into_a_later_step() {
             json!({"server": {"id": 42, "name": format!("web-{size}"), "ips": ["10.0.0.5"]}});
         Reply(201, "Created", server.to_string())
     });
-    let overture = Overture::new();
-    let file = overture.blueprint(
+    let (overture, file) = Overture::with_blueprint(
         "create.yaml",
         &format!(
             r#"
@@ -387,8 +381,7 @@ steps:
             server.url("/servers")
         ),
     );
-    let (code, status, output) = overture.deploy(&file, &["--param", "size=cx32"]);
-    assert_eq!(code, 0, "{}", text(&output.stderr));
+    let status = overture.deploy_ok(&file, &["--param", "size=cx32"]);
     let outputs = &status["steps"]["create"]["outputs"];
     assert_eq!(
         outputs,
@@ -442,8 +435,7 @@ fn a_secret_sent_in_a_header_reaches_the_server_and_nothing_else() {
             )
         })
     };
-    let overture = Overture::new();
-    let file = overture.blueprint(
+    let (overture, file) = Overture::with_blueprint(
         "whoami.yaml",
         &format!(
             r#"

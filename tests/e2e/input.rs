@@ -26,8 +26,7 @@ fn nothing_recorded(overture: &Overture) {
 
 #[test]
 fn an_invalid_blueprint_is_refused_naming_the_file_and_field() {
-    let overture = Overture::new();
-    let file = overture.blueprint(
+    let (overture, file) = Overture::with_blueprint(
         "cycle.yaml",
         "name: c\nsteps:\n  a: { run: noop, needs: [b] }\n  b: { run: noop, needs: [a] }\n",
     );
@@ -115,8 +114,7 @@ fn unknown_deployments_are_refused() {
 
 #[test]
 fn steps_whose_files_or_hosts_are_missing_are_refused() {
-    let overture = Overture::new();
-    let file = overture.blueprint(
+    let (overture, file) = Overture::with_blueprint(
         "tools.yaml",
         r#"
 name: tools
@@ -212,8 +210,7 @@ fn assert_refused_printably(overture: &Overture, command: std::process::Command,
 
 #[test]
 fn a_key_given_twice_is_refused_with_both_lines() {
-    let overture = Overture::new();
-    let file = overture.blueprint(
+    let (overture, file) = Overture::with_blueprint(
         "twice.yaml",
         "name: twice\nsteps:\n  a: { run: noop }\n  b: { run: noop }\n  a: { run: script, with: { command: 'true' } }\n",
     );
@@ -287,8 +284,8 @@ fn control_characters_in_names_are_refused_and_never_printed_raw() {
 
 #[test]
 fn a_tenant_is_held_to_the_name_rule() {
-    let overture = Overture::new();
-    let file = overture.blueprint("t.yaml", "name: t\nsteps:\n  a: { run: noop }\n");
+    let (overture, file) =
+        Overture::with_blueprint("t.yaml", "name: t\nsteps:\n  a: { run: noop }\n");
     let path = file.to_str().expect("path");
     for tenant in ["", "../../x", "acme\u{1b}[2J", "Acme"] {
         let mut command = overture.command(&["deploy", path]);
@@ -302,8 +299,7 @@ fn a_tenant_is_held_to_the_name_rule() {
             ],
         );
     }
-    let (code, status, output) = overture.deploy(&file, &["--tenant", "team-7"]);
-    assert_eq!(code, 0, "{}", text(&output.stderr));
+    let status = overture.deploy_ok(&file, &["--tenant", "team-7"]);
     assert_eq!(status["tenant"], "team-7");
     let (code, status, _) = overture.deploy(&file, &[]);
     assert_eq!(
@@ -314,8 +310,7 @@ fn a_tenant_is_held_to_the_name_rule() {
 
 #[test]
 fn an_http_url_of_another_scheme_is_refused_when_written_and_failed_when_rendered() {
-    let overture = Overture::new();
-    let file = overture.blueprint(
+    let (overture, file) = Overture::with_blueprint(
         "file.yaml",
         "name: f\nsteps:\n  read: { run: http, with: { url: 'file:///etc/passwd' } }\n",
     );
@@ -354,8 +349,7 @@ fn an_http_url_of_another_scheme_is_refused_when_written_and_failed_when_rendere
 
 #[test]
 fn a_step_needing_itself_is_reported_beside_another_cycle() {
-    let overture = Overture::new();
-    let file = overture.blueprint(
+    let (overture, file) = Overture::with_blueprint(
         "cycles.yaml",
         "name: c\nsteps:\n  a: { run: noop, needs: [a] }\n  b: { run: noop, needs: [c] }\n  c: { run: noop, needs: [b] }\n",
     );

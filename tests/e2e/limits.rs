@@ -115,8 +115,7 @@ fn greedy_steps_fail_naming_their_limit_while_another_deployment_runs_on() {
             "echo first line; head -c 20M /dev/zero | tr \"\\0\" x; echo; echo last line",
         ),
     );
-    let (code, status, output) = overture.deploy(&flood, &[]);
-    assert_eq!(code, 0, "{}", text(&output.stderr));
+    let status = overture.deploy_ok(&flood, &[]);
     let id = status["id"].as_str().expect("an id");
     let logs = overture.run(&["logs", id, "greedy"]);
     assert!(logs.status.success(), "{}", text(&logs.stderr));
@@ -154,8 +153,7 @@ fn greedy_steps_fail_naming_their_limit_while_another_deployment_runs_on() {
 
 #[test]
 fn a_limit_that_is_not_one_is_refused_naming_the_file_the_field_and_the_fix() {
-    let overture = Overture::new();
-    let file = overture.blueprint(
+    let (overture, file) = Overture::with_blueprint(
         "bad.yaml",
         &one_step("bad", "{ memory: lots, pids: 2 }", "true"),
     );

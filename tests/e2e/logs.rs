@@ -24,10 +24,8 @@ steps:
 
 #[test]
 fn each_attempt_keeps_its_own_masked_output() {
-    let overture = Overture::new();
-    let file = overture.blueprint("flaky.yaml", FLAKY);
-    let (_, status, output) = overture.deploy_with_secret(&file, "token", SECRET);
-    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let (overture, file) = Overture::with_blueprint("flaky.yaml", FLAKY);
+    let status = overture.deploy_ok_with_secret(&file, "token", SECRET);
     let id = status["id"].as_str().expect("id");
 
     let latest = overture.run(&["logs", id, "flaky"]);
@@ -65,8 +63,7 @@ fn each_attempt_keeps_its_own_masked_output() {
 
 #[test]
 fn asking_for_a_step_or_attempt_that_has_no_log_says_what_there_is() {
-    let overture = Overture::new();
-    let file = overture.blueprint(
+    let (overture, file) = Overture::with_blueprint(
         "one.yaml",
         "name: one\nsteps:\n  only: { run: script, with: { command: 'echo hi' } }\n",
     );
@@ -88,8 +85,7 @@ fn asking_for_a_step_or_attempt_that_has_no_log_says_what_there_is() {
 
 #[test]
 fn follow_prints_an_attempt_while_it_runs_and_stops_when_it_ends() {
-    let overture = Overture::new();
-    let file = overture.blueprint(
+    let (overture, file) = Overture::with_blueprint(
         "slow.yaml",
         "name: slow\nsteps:\n  slow: { run: script, with: { command: 'echo first; sleep 2; echo second' } }\n",
     );
@@ -136,8 +132,7 @@ fn follow_prints_an_attempt_while_it_runs_and_stops_when_it_ends() {
 
 #[test]
 fn following_the_latest_attempt_waits_for_it_and_goes_on_through_the_retries() {
-    let overture = Overture::new();
-    let file = overture.blueprint(
+    let (overture, file) = Overture::with_blueprint(
         "retried.yaml",
         r#"
 name: retried

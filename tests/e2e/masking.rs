@@ -118,8 +118,7 @@ async fn a_secret_anywhere_around_64_kib_of_one_long_line_is_masked_everywhere()
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_secret_shorter_than_4_bytes_is_refused_at_every_door_and_nothing_is_recorded() {
-    let o = Overture::new();
-    let file = o.blueprint("long-lines.yaml", LONG_LINES);
+    let (o, file) = Overture::with_blueprint("long-lines.yaml", LONG_LINES);
     let (code_cli, _, output) = o.deploy_with_secret(&file, "token", "abc");
     let said = text(&output.stderr);
     assert_eq!(code_cli, 2, "{said}");

@@ -4,18 +4,16 @@
 use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;
 
-use crate::support::{text, Overture};
+use crate::support::{id_of, text, Overture};
 
 #[test]
 fn reading_commands_end_quietly_when_their_reader_has_gone() {
-    let o = Overture::new();
-    let file = o.blueprint(
+    let (o, file) = Overture::with_blueprint(
         "echo.yaml",
         "name: echo\nsteps:\n  say: { run: script, with: { command: 'seq 1 2000' } }\n",
     );
-    let (code, status, _) = o.deploy(&file, &[]);
-    assert_eq!(code, 0);
-    let id = status["id"].as_str().expect("id").to_owned();
+    let status = o.deploy_ok(&file, &[]);
+    let id = id_of(&status);
 
     for args in [
         vec!["events", id.as_str(), "--json"],

@@ -91,8 +91,7 @@ fn an_export_imported_elsewhere_shows_the_same_and_a_second_import_changes_nothi
         }
     }
 
-    let to = Overture::new();
-    let file = to.blueprint("log.jsonl", &log);
+    let (to, file) = Overture::with_blueprint("log.jsonl", &log);
     let output = to.run(&["import", file.to_str().expect("utf-8")]);
     assert!(output.status.success(), "{}", text(&output.stderr));
     assert!(
@@ -173,8 +172,8 @@ fn a_corrupted_or_reordered_line_is_refused_with_its_number_and_nothing_is_impor
         ("skipped", skipped, 3, "takes revision"),
         ("mistyped", wrong_type, 2, "is not a `NoSuchEvent"),
     ] {
-        let to = Overture::new();
-        let file = to.blueprint(&format!("{name}.jsonl"), &(body.join("\n") + "\n"));
+        let (to, file) =
+            Overture::with_blueprint(&format!("{name}.jsonl"), &(body.join("\n") + "\n"));
         let output = to.run(&["import", file.to_str().expect("utf-8")]);
         let stderr = text(&output.stderr);
         assert_eq!(output.status.code(), Some(2), "{name}: {stderr}");
@@ -192,8 +191,7 @@ fn an_import_that_contradicts_the_log_is_refused_and_changes_nothing() {
     let (from, _) = recorded();
     let log = export(&from, &[]);
     // The same deployment's first event with other content, in a log that already has it.
-    let to = Overture::new();
-    let file = to.blueprint("log.jsonl", &log);
+    let (to, file) = Overture::with_blueprint("log.jsonl", &log);
     assert!(to
         .run(&["import", file.to_str().expect("utf-8")])
         .status

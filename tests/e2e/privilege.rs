@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::http::{HttpServer, Reply};
 use crate::servers::Sshd;
-use crate::support::{text, Overture};
+use crate::support::{id_of, text, Overture};
 
 /// The step's user (the sandbox crate's `STEP_UID`), as a user of Overture would find it.
 const STEP_UID: u32 = 65533;
@@ -43,8 +43,7 @@ fn step_log(overture: &Overture, id: &str, step: &str) -> String {
 fn deployed(overture: &Overture, file: &Path) -> String {
     let swappiness = std::fs::read("/proc/sys/vm/swappiness").expect("swappiness");
     let core_pattern = std::fs::read("/proc/sys/kernel/core_pattern").expect("core_pattern");
-    let (code, status, output) = overture.deploy(file, &[]);
-    assert_eq!(code, 0, "{}\n{status}", text(&output.stderr));
+    let status = overture.deploy_ok(file, &[]);
     assert_eq!(
         std::fs::read("/proc/sys/vm/swappiness").expect("swappiness"),
         swappiness
@@ -53,13 +52,12 @@ fn deployed(overture: &Overture, file: &Path) -> String {
         std::fs::read("/proc/sys/kernel/core_pattern").expect("core_pattern"),
         core_pattern
     );
-    status["id"].as_str().expect("an id").to_owned()
+    id_of(&status)
 }
 
 #[test]
 fn a_script_step_runs_as_its_own_user_and_cannot_write_the_kernels_settings() {
-    let overture = Overture::new();
-    let file = overture.blueprint(
+    let (overture, file) = Overture::with_blueprint(
         "probe.yaml",
         &format!(
             "name: probe\nsteps:\n  probe:\n    run: script\n    with:\n      command: '{}'\n",
@@ -72,8 +70,7 @@ fn a_script_step_runs_as_its_own_user_and_cannot_write_the_kernels_settings() {
 
 #[test]
 fn a_terraform_local_exec_runs_as_the_steps_user() {
-    let overture = Overture::new();
-    let file = overture.blueprint(
+    let (overture, file) = Overture::with_blueprint(
         "probe.yaml",
         "name: probe\nsteps:\n  infra:\n    run: terraform\n    timeout: 2m\n    with: { dir: network }\n",
     );
@@ -91,8 +88,7 @@ fn a_terraform_local_exec_runs_as_the_steps_user() {
 #[test]
 fn an_ansible_task_delegated_to_the_controller_runs_as_the_steps_user() {
     let sshd = Sshd::start();
-    let overture = Overture::new();
-    let file = overture.blueprint(
+    let (overture, file) = Overture::with_blueprint(
         "probe.yaml",
         &format!(
             "name: probe\nhosts:\n  web: [\"{}\"]\nsteps:\n  configure:\n    run: ansible\n    timeout: 2m\n    with: {{ playbook: playbook/site.yml, hosts: web, user: root }}\n",
@@ -144,8 +140,7 @@ fn an_http_steps_curl_runs_as_the_steps_user_with_no_capabilities() {
             Reply(200, "OK", "{}".to_owned())
         })
     };
-    let overture = Overture::new();
-    let file = overture.blueprint(
+    let (overture, file) = Overture::with_blueprint(
         "probe.yaml",
         &format!(
             "name: probe\nsteps:\n  call:\n    run: http\n    with: {{ url: \"{}\" }}\n",

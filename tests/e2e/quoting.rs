@@ -159,8 +159,7 @@ fn a_script_step_sees_exactly_each_value_in_every_quoting_context_and_runs_none(
 
 #[test]
 fn a_reference_whose_quoting_cannot_hold_a_value_is_refused_before_anything_runs() {
-    let overture = Overture::new();
-    let file = overture.blueprint(
+    let (overture, file) = Overture::with_blueprint(
         "unsafe.yaml",
         "name: unsafe\nparams: { v: {} }\nsteps:\n  a: { run: script, with: { command: 'echo ${X:-{{ params.v }}}' } }\n",
     );

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::support::{files_containing, marker, step_events, text, Overture};
+use crate::support::{files_containing, id_of, marker, step_events, text, Overture};
 
 /// `stamp` makes a value no second run of it would make again; `check` fails unless the key
 /// it is given opens (starts with `open-`), and passes `stamp` on.
@@ -53,7 +53,7 @@ fn failed_gated(overture: &Overture) -> (String, serde_json::Value) {
     assert_eq!(code, 1, "check refuses the first key: {shown}");
     assert_eq!(status["steps"]["stamp"]["status"], "succeeded");
     assert_eq!(status["steps"]["check"]["status"], "failed");
-    (status["id"].as_str().expect("id").to_owned(), status)
+    (id_of(&status), status)
 }
 
 #[test]
@@ -166,8 +166,7 @@ fn a_redrive_carries_a_failed_deployment_on_without_running_what_succeeded() {
 
 #[test]
 fn a_redrive_of_an_unknown_deployment_is_refused() {
-    let overture = Overture::new();
-    let file = overture.blueprint("gated.yaml", GATED);
+    let (overture, file) = Overture::with_blueprint("gated.yaml", GATED);
     let _ = with_key(
         &overture,
         &["deploy", file.to_str().expect("path")],
@@ -195,8 +194,7 @@ fn a_redrive_of_an_unknown_deployment_is_refused() {
 
 #[test]
 fn a_redeploy_runs_the_recorded_request_again_as_a_new_deployment() {
-    let overture = Overture::new();
-    let file = overture.blueprint("gated.yaml", GATED);
+    let (overture, file) = Overture::with_blueprint("gated.yaml", GATED);
     let path = file.to_str().expect("utf-8 path");
     let (code, first, shown) = with_key(
         &overture,
@@ -241,8 +239,7 @@ fn a_redeploy_runs_the_recorded_request_again_as_a_new_deployment() {
 
 #[test]
 fn a_running_or_cancelled_deployment_is_not_redriven() {
-    let overture = Overture::new();
-    let file = overture.blueprint(
+    let (overture, file) = Overture::with_blueprint(
         "slow.yaml",
         &format!(
             "name: slow\nsteps:\n  wait:\n    run: script\n    with: {{ command: 'sleep 120 # {}' }}\n",

@@ -6,9 +6,8 @@ use crate::support::{assert_causal, gone_within, marker, step_events, text, Over
 
 #[test]
 fn resume_after_sigkill_finishes_the_deployment_with_no_event_lost_or_duplicated() {
-    let overture = Overture::new();
     let slow = marker("interrupted-step");
-    let file = overture.blueprint(
+    let (overture, file) = Overture::with_blueprint(
         "resume.yaml",
         &format!(
             r#"
@@ -103,8 +102,7 @@ steps:
 
 #[test]
 fn a_retry_wait_in_progress_when_the_engine_dies_is_honoured_by_resume() {
-    let overture = Overture::new();
-    let file = overture.blueprint(
+    let (overture, file) = Overture::with_blueprint(
         "wait.yaml",
         r#"
 name: waits
@@ -184,9 +182,8 @@ fn resume_with_nothing_to_do_says_so() {
 
 #[test]
 fn a_step_that_opts_out_of_interrupted_retries_fails_and_resume_exits_1() {
-    let overture = Overture::new();
     let slow = marker("run-once");
-    let file = overture.blueprint(
+    let (overture, file) = Overture::with_blueprint(
         "once.yaml",
         &format!(
             r#"

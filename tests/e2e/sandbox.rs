@@ -36,8 +36,7 @@ steps:
 "#
         ),
     );
-    let (code, status, output) = overture.deploy(&file, &[]);
-    assert_eq!(code, 0, "{}", text(&output.stderr));
+    let status = overture.deploy_ok(&file, &[]);
     let outputs = &status["steps"]["peeker"]["outputs"];
     assert_eq!(
         outputs
@@ -80,8 +79,7 @@ fn a_command_too_long_for_an_argument_runs_and_one_over_the_limit_fails_at_once(
             "a".repeat(300_000)
         ),
     );
-    let (code, status, output) = overture.deploy(&long, &[]);
-    assert_eq!(code, 0, "{}", text(&output.stderr));
+    let status = overture.deploy_ok(&long, &[]);
     assert_eq!(status["steps"]["big"]["outputs"]["n"], "300000");
 
     // A command longer than a blueprint may be is refused before anything is recorded.
@@ -136,8 +134,7 @@ fn a_command_too_long_for_an_argument_runs_and_one_over_the_limit_fails_at_once(
 
 #[test]
 fn a_step_writing_more_than_1_mib_of_outputs_fails_at_once_saying_how_much() {
-    let overture = Overture::new();
-    let file = overture.blueprint(
+    let (overture, file) = Overture::with_blueprint(
         "outputs.yaml",
         r#"
 name: outputs
@@ -173,8 +170,7 @@ steps:
 
 #[test]
 fn an_output_too_large_for_a_variable_fails_the_step_that_uses_it_at_once_naming_the_variable() {
-    let overture = Overture::new();
-    let file = overture.blueprint(
+    let (overture, file) = Overture::with_blueprint(
         "variable.yaml",
         r#"
 name: variable

@@ -7,8 +7,7 @@ const SECRET: &str = "tok-7f3a9c-never-shown";
 
 #[test]
 fn a_secret_appears_in_no_event_read_model_output_or_file() {
-    let overture = Overture::new();
-    let file = overture.blueprint(
+    let (overture, file) = Overture::with_blueprint(
         "secret.yaml",
         r#"
 name: uses-a-secret
@@ -80,8 +79,7 @@ steps:
 
 #[test]
 fn an_output_holding_a_secret_that_a_later_step_uses_fails_its_step_instead_of_handing_on_stars() {
-    let overture = Overture::new();
-    let file = overture.blueprint(
+    let (overture, file) = Overture::with_blueprint(
         "handover.yaml",
         r#"
 name: hands-on-a-secret

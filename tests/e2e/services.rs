@@ -8,7 +8,7 @@
 
 use serde_json::{json, Value};
 
-use crate::support::{text, Overture};
+use crate::support::{id_of, text, Overture};
 
 const APP: &str = "name: app\nsteps:\n  app: { run: noop }\n";
 
@@ -81,13 +81,12 @@ fn with_events(lines: Vec<Value>, stream: &str, events: &[Value]) -> (Vec<Value>
 
 #[test]
 fn registered_instances_are_listed_per_tenant_and_service_and_rebuilt_by_a_replay() {
-    let from = Overture::new();
-    let file = from.blueprint("app.yaml", APP);
+    let (from, file) = Overture::with_blueprint("app.yaml", APP);
     let mut ids = Vec::new();
     for tenant in ["acme", "globex"] {
         let (code, status, output) = from.deploy(&file, &["--tenant", tenant]);
         assert_eq!(code, 0, "{}", text(&output.stderr));
-        ids.push(status["id"].as_str().expect("an id").to_owned());
+        ids.push(id_of(&status));
     }
     let export = from.run(&["export"]);
     assert!(export.status.success(), "{}", text(&export.stderr));

@@ -61,6 +61,33 @@ impl Overture {
         serde_json::from_slice(&output.stdout).expect("JSON on stdout")
     }
 
+    /// A fresh data directory with one blueprint file written beside it; returns both.
+    pub fn with_blueprint(name: &str, text: &str) -> (Self, PathBuf) {
+        let overture = Self::new();
+        let file = overture.blueprint(name, text);
+        (overture, file)
+    }
+
+    /// Deploys a blueprint file and asserts it succeeded (exit code 0, showing the progress
+    /// otherwise); returns the final status.
+    pub fn deploy_ok(&self, file: &Path, extra: &[&str]) -> Value {
+        exited(self.deploy(file, extra), 0)
+    }
+
+    /// Deploys a blueprint file and asserts it failed (exit code 1, status `failed`, showing the
+    /// progress otherwise); returns the final status.
+    pub fn deploy_failed(&self, file: &Path, extra: &[&str]) -> Value {
+        let status = exited(self.deploy(file, extra), 1);
+        assert_eq!(status["status"], "failed");
+        status
+    }
+
+    /// Deploys with one secret, as [`deploy_with_secret`](Self::deploy_with_secret), and asserts
+    /// it succeeded (exit code 0, showing the progress otherwise); returns the final status.
+    pub fn deploy_ok_with_secret(&self, file: &Path, name: &str, value: &str) -> Value {
+        exited(self.deploy_with_secret(file, name, value), 0)
+    }
+
     /// Deploys a blueprint file with `--json`; returns the exit code and the final status.
     pub fn deploy(&self, file: &Path, extra: &[&str]) -> (i32, Value, Output) {
         let mut args = vec!["deploy", file.to_str().expect("utf-8 path"), "--json"];
@@ -134,6 +161,36 @@ impl Drop for Overture {
             assert_deterministic(&self.events(&id));
         }
     }
+}
+
+/// The final status of a deploy, once its exit code is asserted to be `expected`; a different
+/// code fails the test showing the progress printed and the status.
+fn exited((code, status, output): (i32, Value, Output), expected: i32) -> Value {
+    assert_eq!(
+        code,
+        expected,
+        "overture deploy exited {code}, not {expected}:\n{}\n{status}",
+        text(&output.stderr)
+    );
+    status
+}
+
+/// A deployment's id, from its status.
+pub fn id_of(status: &Value) -> String {
+    status["id"]
+        .as_str()
+        .expect("the status has an id")
+        .to_owned()
+}
+
+/// Asserts one step of a final status ended as `ended` after `attempts` attempts.
+pub fn assert_step(status: &Value, step: &str, ended: &str, attempts: u64) {
+    let found = &status["steps"][step];
+    assert_eq!(
+        (found["status"].as_str(), found["attempts"].as_u64()),
+        (Some(ended), Some(attempts)),
+        "step {step}: {status}"
+    );
 }
 
 /// The envelopes of `events --json` lines, as the log holds them.

@@ -360,8 +360,7 @@ async fn a_record_made_when_the_tenant_was_the_name_is_read_through_its_recorded
     let old_log = as_recorded_by_name(&recorded, &format!("deployment-{deployment}"), "acme");
 
     // Imported into a new data directory, as a log moved from an older build would be.
-    let o = Overture::new();
-    let file = o.blueprint("old.jsonl", &old_log);
+    let (o, file) = Overture::with_blueprint("old.jsonl", &old_log);
     let output = o.run(&["import", file.to_str().expect("utf-8 path")]);
     assert!(output.status.success(), "{}", text(&output.stderr));
     let server = Server::start(&o, &cloud.auth_url);

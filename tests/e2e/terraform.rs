@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 
 use crate::support::{
-    assert_causal, files_containing, gone_within, marker, step_events, text, types, Overture,
+    assert_causal, files_containing, gone_within, id_of, marker, step_events, text, types, Overture,
 };
 
 /// Writes `main.tf` into the folder `dir` beside the blueprint file.
@@ -47,13 +47,6 @@ fn refused(overture: &Overture, args: &[&str]) -> String {
     message
 }
 
-fn id_of(status: &Value) -> String {
-    status["id"]
-        .as_str()
-        .expect("the status has an id")
-        .to_owned()
-}
-
 /// `first` records whether the attempt found a kept state; it is planned and applied before
 /// anything of the run is written to the state. `flaky` fails unless it did.
 const FAILS_UNTIL_STATE_IS_KEPT: &str = r#"
@@ -71,8 +64,7 @@ resource "terraform_data" "flaky" {
 
 #[test]
 fn a_failed_apply_is_retried_with_the_state_it_left_and_succeeds() {
-    let overture = Overture::new();
-    let file = overture.blueprint(
+    let (overture, file) = Overture::with_blueprint(
         "retried.yaml",
         "name: retried\nsteps:\n  infra: { run: terraform, with: { dir: infra } }\n",
     );
@@ -132,8 +124,7 @@ fn a_failed_apply_is_retried_with_the_state_it_left_and_succeeds() {
 
 #[test]
 fn a_configuration_that_always_fails_fails_after_two_attempts_and_can_still_be_destroyed() {
-    let overture = Overture::new();
-    let file = overture.blueprint(
+    let (overture, file) = Overture::with_blueprint(
         "broken.yaml",
         "name: broken\nsteps:\n  infra: { run: terraform, with: { dir: infra } }\n  after: { run: noop, needs: [infra] }\n",
     );
@@ -194,8 +185,7 @@ resource "terraform_data" "broken" {
 
 #[test]
 fn terraform_outputs_flow_into_a_later_script_step_and_sensitive_ones_are_left_out() {
-    let overture = Overture::new();
-    let file = overture.blueprint(
+    let (overture, file) = Overture::with_blueprint(
         "outputs.yaml",
         r#"
 name: outputs
@@ -271,8 +261,7 @@ fn the_terraform_example_deploys_and_destroys() {
         env!("CARGO_MANIFEST_DIR"),
         "/../../examples/terraform/blueprint.yaml"
     );
-    let (code, status, output) = overture.deploy(Path::new(example), &[]);
-    assert_eq!(code, 0, "{}", text(&output.stderr));
+    let status = overture.deploy_ok(Path::new(example), &[]);
     assert_eq!(
         status["steps"]["announce"]["outputs"]["announced"],
         "staging-net"
@@ -394,8 +383,7 @@ fn destroy_tears_a_deployment_down_dependents_first_and_only_once() {
 
 #[test]
 fn a_failed_destroy_exits_1_and_destroying_again_carries_on_from_the_step_that_failed() {
-    let overture = Overture::new();
-    let file = overture.blueprint(
+    let (overture, file) = Overture::with_blueprint(
         "revocable.yaml",
         r#"
 name: revocable
@@ -555,8 +543,7 @@ const SECRET: &str = "tf-9c41e7-never-shown";
 
 #[test]
 fn a_secret_in_terraform_vars_appears_nowhere_and_destroy_asks_for_it_again() {
-    let overture = Overture::new();
-    let file = overture.blueprint(
+    let (overture, file) = Overture::with_blueprint(
         "secret.yaml",
         r#"
 name: terraform-secret
@@ -675,9 +662,8 @@ output "echoed" {
 
 #[test]
 fn resume_keeps_the_state_a_run_killed_with_its_engine_had_written() {
-    let overture = Overture::new();
     let slow = marker("terraform-killed");
-    let file = overture.blueprint(
+    let (overture, file) = Overture::with_blueprint(
         "killed.yaml",
         r#"
 name: killed

@@ -6,8 +6,7 @@ const SECRET: &str = "tracing-s3cr3t-value";
 
 #[test]
 fn at_info_each_handler_names_the_deployment_it_worked_on_and_no_secret() {
-    let overture = Overture::new();
-    let file = overture.blueprint(
+    let (overture, file) = Overture::with_blueprint(
         "traced.yaml",
         r#"
 name: traced

@@ -77,8 +77,7 @@ fn banners(status: &Value, step: &str) -> BTreeMap<String, String> {
 #[test]
 fn a_host_group_whose_sshd_answers_succeeds_with_its_banner() {
     let sshd = Sshd::start();
-    let overture = Overture::new();
-    let file = overture.blueprint(
+    let (overture, file) = Overture::with_blueprint(
         "wait.yaml",
         &format!(
             r#"
@@ -93,8 +92,7 @@ steps:
             sshd.address()
         ),
     );
-    let (code, status, output) = overture.deploy(&file, &[]);
-    assert_eq!(code, 0, "{}", text(&output.stderr));
+    let status = overture.deploy_ok(&file, &[]);
     assert_eq!(status["steps"]["wait"]["attempts"], 1);
     let banners = banners(&status, "wait");
     assert_eq!(banners.len(), 1);
@@ -113,8 +111,7 @@ steps:
 fn the_step_keeps_trying_until_every_host_has_answered() {
     let sshd = Sshd::start();
     let late = LateHost::start(2);
-    let overture = Overture::new();
-    let file = overture.blueprint(
+    let (overture, file) = Overture::with_blueprint(
         "wait.yaml",
         &format!(
             r#"
@@ -132,8 +129,7 @@ steps:
             late.address()
         ),
     );
-    let (code, status, output) = overture.deploy(&file, &[]);
-    assert_eq!(code, 0, "{}", text(&output.stderr));
+    let status = overture.deploy_ok(&file, &[]);
     assert_eq!(
         status["steps"]["wait"]["attempts"], 1,
         "one attempt polls until all answered"
@@ -154,8 +150,7 @@ steps:
 #[test]
 fn a_host_that_never_answers_is_a_bootstrap_timeout_that_fails_the_deployment_at_once() {
     let address = format!("127.0.0.1:{}", closed_port());
-    let overture = Overture::new();
-    let file = overture.blueprint(
+    let (overture, file) = Overture::with_blueprint(
         "wait.yaml",
         &format!(
             r#"
@@ -219,8 +214,7 @@ steps:
 fn a_host_given_as_a_secret_is_reached_and_shown_nowhere() {
     let sshd = Sshd::start();
     let secret_host = sshd.address();
-    let overture = Overture::new();
-    let file = overture.blueprint(
+    let (overture, file) = Overture::with_blueprint(
         "secret-host.yaml",
         r#"
 name: secret-host
