@@ -42,20 +42,13 @@ fn recorded(log: &MemoryLog) -> Vec<(&'static str, String)> {
 #[tokio::test]
 async fn a_dead_lettered_attempt_is_recorded_and_its_retry_queued_once() {
     let log = two_steps("10:00").await;
-    let work = QueueOn {
-        attempts: SentJobs::default(),
-        timers: SentJobs::default(),
-    };
+    let work = support::queues_apart();
     let clock = FixedClock(at("10:05"));
     let ports = ports(&log, &work, &clock);
     let response = on_dead_letters(&batch(), &ports)
         .await
         .expect("answered with partial failures");
-    let kept: Vec<_> = response
-        .batch_item_failures
-        .iter()
-        .map(|f| f.item_identifier.as_str())
-        .collect();
+    let kept = support::kept(&response);
     assert_eq!(kept, ["m-unreadable"], "a message that is no job stays");
 
     let step = |s: &str| s.to_owned();

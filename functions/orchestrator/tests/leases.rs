@@ -12,7 +12,6 @@ use overture_domain::testing::events::{blueprint, requested, started_until, succ
 use overture_events::{CloudAccount, DeploymentEvent as E, DeploymentId};
 use overture_kit::leases::{revoke_leased, LeaseBastionRules, Leased, MemoryLeases, RuleKey};
 use overture_kit::memory::MemoryLog;
-use overture_orchestrator::queued::QueueOn;
 use overture_orchestrator::{
     orchestrate, OrchestratorPorts, Revocation, RevokeAccess, Since, WorkError,
 };
@@ -123,10 +122,7 @@ async fn the_first_deployment_to_end_keeps_the_rule_for_the_other_and_the_last_d
     }
     let log = MemoryLog::new(at("10:00"));
     ended_through_the_bastion(&log, shorter).await;
-    let work = QueueOn {
-        attempts: SentJobs::default(),
-        timers: SentJobs::default(),
-    };
+    let work = support::queues_apart();
     let clock = FixedClock(at("10:00"));
     let ports = OrchestratorPorts {
         access: &bastion,

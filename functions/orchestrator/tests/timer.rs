@@ -46,10 +46,7 @@ fn types(log: &MemoryLog) -> Vec<&'static str> {
 async fn a_due_timer_moves_its_deployment_on_and_an_early_one_is_sent_on_for_the_rest_of_its_wait()
 {
     let log = failing_in_grace().await;
-    let work = QueueOn {
-        attempts: SentJobs::default(),
-        timers: SentJobs::default(),
-    };
+    let work = support::queues_apart();
     let timers = SentJobs::default();
     let clock = FixedClock(at("10:05"));
     let ports = ports(&log, &work, &clock);
@@ -57,11 +54,7 @@ async fn a_due_timer_moves_its_deployment_on_and_an_early_one_is_sent_on_for_the
         .await
         .expect("answered with partial failures");
 
-    let kept: Vec<_> = response
-        .batch_item_failures
-        .iter()
-        .map(|f| f.item_identifier.as_str())
-        .collect();
+    let kept = support::kept(&response);
     assert_eq!(
         kept,
         ["m-no-deployment", "m-attempt", "m-unreadable"],

@@ -7,39 +7,18 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
 use overture_domain::secret::{SecretString, SecretValues};
-use overture_events::{CloudAccount, DeploymentEvent, DeploymentId, Timestamp};
-use overture_kit::memory::FixedClock;
+use overture_events::{CloudAccount, DeploymentId, Timestamp};
+use overture_kit::memory::{FixedClock, MemoryLog};
 use overture_kit::payload::MemoryPayloads;
-use overture_kit::{Cause, DeploymentLog, Loaded, LogError};
 use overture_submit::{
     submit, CloudSession, SealError, SealSecrets, Submission, SubmitError, SubmitPorts,
 };
 
-/// A log and a seal that count what is asked of them.
+/// A log in memory, and a seal that counts what is asked of it.
 #[derive(Default)]
 struct Counting {
-    appends: AtomicUsize,
+    log: MemoryLog,
     seals: AtomicUsize,
-}
-
-#[async_trait]
-impl DeploymentLog for Counting {
-    async fn load(&self, deployment: DeploymentId) -> Result<Loaded, LogError> {
-        // No deployment has begun, as in the log that cannot be written.
-        support::DownLog.load(deployment).await
-    }
-
-    async fn append(
-        &self,
-        _: DeploymentId,
-        _: &str,
-        _: Option<u64>,
-        _: Vec<DeploymentEvent>,
-        _: &Cause,
-    ) -> Result<(), LogError> {
-        self.appends.fetch_add(1, Ordering::SeqCst);
-        Ok(())
-    }
 }
 
 #[async_trait]
@@ -56,6 +35,27 @@ impl SealSecrets for Counting {
     }
 }
 
+impl Counting {
+    /// Submits `submission` on this log and seal, with no files, at the epoch.
+    async fn submit(&self, submission: Submission) -> Result<DeploymentId, SubmitError> {
+        submit(
+            submission,
+            &SubmitPorts {
+                log: &self.log,
+                seals: self,
+                payloads: &MemoryPayloads::default(),
+                clock: &FixedClock(Timestamp::UNIX_EPOCH),
+            },
+        )
+        .await
+    }
+
+    /// How many times the log was written.
+    fn appends(&self) -> usize {
+        self.log.appends()
+    }
+}
+
 /// [`support::submission`] of the text, for this tenant.
 fn submission(tenant: &str, text: &str) -> Submission {
     Submission {
@@ -68,17 +68,8 @@ const VALID: &str = "name: t\nsteps:\n  a: { run: noop }\n";
 
 async fn refused(submission: Submission) -> Vec<(String, String)> {
     let ports = Counting::default();
-    let result = submit(
-        submission,
-        &SubmitPorts {
-            log: &ports,
-            seals: &ports,
-            payloads: &MemoryPayloads::default(),
-            clock: &FixedClock(Timestamp::UNIX_EPOCH),
-        },
-    )
-    .await;
-    assert_eq!(ports.appends.load(Ordering::SeqCst), 0, "nothing recorded");
+    let result = ports.submit(submission).await;
+    assert_eq!(ports.appends(), 0, "nothing recorded");
     assert_eq!(ports.seals.load(Ordering::SeqCst), 0, "nothing sealed");
     match result {
         Err(SubmitError::Invalid(error)) => {
@@ -113,18 +104,11 @@ async fn a_bad_tenant_is_reported_with_the_blueprint_problems() {
 async fn the_default_tenant_and_names_in_the_rule_are_recorded() {
     for tenant in ["default", "acme", "team-7"] {
         let ports = Counting::default();
-        submit(
-            submission(tenant, VALID),
-            &SubmitPorts {
-                log: &ports,
-                seals: &ports,
-                payloads: &MemoryPayloads::default(),
-                clock: &FixedClock(Timestamp::UNIX_EPOCH),
-            },
-        )
-        .await
-        .unwrap_or_else(|error| panic!("{tenant}: {error}"));
-        assert_eq!(ports.appends.load(Ordering::SeqCst), 1);
+        ports
+            .submit(submission(tenant, VALID))
+            .await
+            .unwrap_or_else(|error| panic!("{tenant}: {error}"));
+        assert_eq!(ports.appends(), 1);
     }
 }
 
@@ -156,16 +140,9 @@ async fn a_cloud_project_is_a_tenant_when_it_is_safe_to_show() {
 
     // A project named as clouds allow (capitals, spaces) is not locked out.
     let ports = Counting::default();
-    submit(
-        with_project("Team Alpha"),
-        &SubmitPorts {
-            log: &ports,
-            seals: &ports,
-            payloads: &MemoryPayloads::default(),
-            clock: &FixedClock(Timestamp::UNIX_EPOCH),
-        },
-    )
-    .await
-    .expect("a project name with capitals and a space is a tenant");
-    assert_eq!(ports.appends.load(Ordering::SeqCst), 1);
+    ports
+        .submit(with_project("Team Alpha"))
+        .await
+        .expect("a project name with capitals and a space is a tenant");
+    assert_eq!(ports.appends(), 1);
 }

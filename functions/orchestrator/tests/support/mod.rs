@@ -37,6 +37,23 @@ impl SentJobs {
     }
 }
 
+/// Attempts and timers on queues of their own, as the stack sends them.
+pub fn queues_apart() -> overture_orchestrator::queued::QueueOn<SentJobs> {
+    overture_orchestrator::queued::QueueOn {
+        attempts: SentJobs::default(),
+        timers: SentJobs::default(),
+    }
+}
+
+/// The messages a batch's answer gives back to be delivered again, by id.
+pub fn kept(response: &aws_lambda_events::event::sqs::SqsBatchResponse) -> Vec<&str> {
+    response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.as_str())
+        .collect()
+}
+
 #[async_trait]
 impl SendJobs for SentJobs {
     fn max_delay(&self) -> Option<Duration> {
