@@ -8,30 +8,19 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use overture_sandbox::{Bubblewrap, Exit, LimitReached, SandboxRequest, StepLimits};
+use overture_sandbox::{Exit, LimitReached, SandboxOutcome, SandboxRequest, StepLimits};
 use tempfile::TempDir;
 
 const MIB: u64 = 1024 * 1024;
 
-fn sandbox() -> (Bubblewrap, TempDir) {
-    let root = tempfile::tempdir().expect("temporary directory");
-    (Bubblewrap::new(root.path().join("workspaces")), root)
-}
+mod support;
+
+use support::{run, sandbox};
 
 /// A request with small limits, which each test lowers further where it tests one.
 fn request(id: &str, command: &str) -> SandboxRequest {
     SandboxRequest {
-        id: format!("{id}-{}", uuid::Uuid::new_v4().simple()),
-        command: command.to_owned(),
-        env: vec![],
-        secret_env: vec![],
-        files: vec![],
-        network: false,
-        engine_program: false,
-        timeout: Duration::from_secs(60),
         output_limit: 64 * 1024,
-        collect: vec![],
-        log: None,
         limits: StepLimits {
             memory_bytes: 64 * MIB,
             pids: 64,
@@ -39,8 +28,24 @@ fn request(id: &str, command: &str) -> SandboxRequest {
             workspace_bytes: 8 * MIB,
             log_bytes: MIB,
         },
-        network_policy: None,
+        ..support::request(&format!("{id}-{}", uuid::Uuid::new_v4().simple()), command)
     }
+}
+
+/// Runs `request` in a sandbox of its own: it must end having reached `limit`, leaving nothing
+/// of the attempt behind. Its outcome.
+async fn reaches(request: SandboxRequest, limit: LimitReached) -> SandboxOutcome {
+    let (sandbox, root) = sandbox();
+    let id = request.id.clone();
+    let outcome = run(&sandbox, request).await;
+    assert_eq!(
+        outcome.exit,
+        Exit::LimitReached(limit),
+        "{}",
+        String::from_utf8_lossy(&outcome.output)
+    );
+    assert_gone(&id, &root);
+    outcome
 }
 
 /// Directories named `name` in the cgroup hierarchies, at any depth.
@@ -82,89 +87,48 @@ fn assert_gone(id: &str, root: &TempDir) {
     assert!(left.is_empty(), "workspaces left: {left:?}");
 }
 
-async fn run(sandbox: &Bubblewrap, request: SandboxRequest) -> overture_sandbox::SandboxOutcome {
-    sandbox
-        .run(request, std::future::pending())
-        .await
-        .expect("the sandbox runs")
-}
-
 #[tokio::test]
 async fn a_memory_hog_is_killed_as_out_of_memory() {
-    let (sandbox, root) = sandbox();
     // `tail` keeps the whole of a line that never ends.
     let request = request("hog", "head -c 512M /dev/zero | tail -n 1 > /dev/null");
-    let id = request.id.clone();
-    let outcome = run(&sandbox, request).await;
-    assert_eq!(
-        outcome.exit,
-        Exit::LimitReached(LimitReached::Memory { limit: 64 * MIB })
-    );
+    reaches(request, LimitReached::Memory { limit: 64 * MIB }).await;
     assert_eq!(
         LimitReached::Memory { limit: 64 * MIB }.to_string(),
         "out of memory (limit 64 MiB)"
     );
-    assert_gone(&id, &root);
 }
 
 #[tokio::test]
 async fn a_fork_bomb_reaches_the_process_limit() {
-    let (sandbox, root) = sandbox();
     let mut request = request(
         "bomb",
         "i=0; while [ $i -lt 1000 ]; do sleep 300 & i=$((i+1)); done; wait",
     );
     request.limits.pids = 16;
-    let id = request.id.clone();
-    let outcome = run(&sandbox, request).await;
-    assert_eq!(
-        outcome.exit,
-        Exit::LimitReached(LimitReached::Processes { limit: 16 }),
-        "{}",
-        String::from_utf8_lossy(&outcome.output)
-    );
-    // The sleeps it left are gone with the sandbox, and so is its group.
-    assert_gone(&id, &root);
+    // The sleeps it left go with the sandbox, and so does its group.
+    reaches(request, LimitReached::Processes { limit: 16 }).await;
 }
 
 #[tokio::test]
 async fn a_disk_filler_fills_only_its_workspace() {
-    let (sandbox, root) = sandbox();
     let mut request = request("filler", "dd if=/dev/zero of=big bs=64k count=1000");
     request.limits.workspace_bytes = 2 * MIB;
-    let id = request.id.clone();
-    let outcome = run(&sandbox, request).await;
-    assert_eq!(
-        outcome.exit,
-        Exit::LimitReached(LimitReached::Workspace { limit: 2 * MIB }),
-        "{}",
-        String::from_utf8_lossy(&outcome.output)
-    );
+    let outcome = reaches(request, LimitReached::Workspace { limit: 2 * MIB }).await;
     assert!(
         String::from_utf8_lossy(&outcome.output).contains("No space left on device"),
         "{}",
         String::from_utf8_lossy(&outcome.output)
     );
-    assert_gone(&id, &root);
 }
 
 #[tokio::test]
 async fn the_outputs_file_is_inside_the_workspace_limit_too() {
-    let (sandbox, root) = sandbox();
     let mut request = request(
         "outputs",
         "dd if=/dev/zero of=\"$OVERTURE_OUTPUTS\" bs=64k count=1000",
     );
     request.limits.workspace_bytes = 2 * MIB;
-    let id = request.id.clone();
-    let outcome = run(&sandbox, request).await;
-    assert_eq!(
-        outcome.exit,
-        Exit::LimitReached(LimitReached::Workspace { limit: 2 * MIB }),
-        "{}",
-        String::from_utf8_lossy(&outcome.output)
-    );
-    assert_gone(&id, &root);
+    reaches(request, LimitReached::Workspace { limit: 2 * MIB }).await;
 }
 
 #[tokio::test]

@@ -12,37 +12,20 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
-use overture_sandbox::{Bubblewrap, Destination, NetworkPolicy, SandboxOutcome, SandboxRequest};
+use overture_sandbox::{Destination, NetworkPolicy, SandboxRequest};
 use tempfile::TempDir;
 
-fn sandbox() -> (Bubblewrap, TempDir) {
-    let root = tempfile::tempdir().expect("temporary directory");
-    (Bubblewrap::new(root.path().join("workspaces")), root)
-}
+mod support;
 
+use support::{run, sandbox};
+
+/// A networked request of `command`, its policy allowing `allow`.
 fn request(command: &str, allow: Vec<Destination>) -> SandboxRequest {
     SandboxRequest {
-        id: format!("net-{}", uuid::Uuid::new_v4().simple()),
-        command: command.to_owned(),
-        env: vec![],
-        secret_env: vec![],
-        files: vec![],
         network: true,
-        engine_program: false,
-        timeout: Duration::from_secs(60),
-        output_limit: 1024 * 1024,
-        collect: vec![],
-        log: None,
-        limits: Default::default(),
         network_policy: Some(NetworkPolicy { allow }),
+        ..support::request(&format!("net-{}", uuid::Uuid::new_v4().simple()), command)
     }
-}
-
-async fn run(sandbox: &Bubblewrap, request: SandboxRequest) -> SandboxOutcome {
-    sandbox
-        .run(request, std::future::pending())
-        .await
-        .expect("the sandbox runs")
 }
 
 /// A shell line that prints `NAME ok` if a TCP connection to `address` opens, or

@@ -17,43 +17,15 @@ use overture_sandbox::{
 use secrecy::SecretString;
 use tempfile::TempDir;
 
+mod support;
+
+use support::{request, run, sandbox};
+
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-/// A sandbox whose workspaces go to a fresh temporary directory.
-fn sandbox() -> (Bubblewrap, TempDir) {
-    let root = tempfile::tempdir().expect("temporary directory");
-    (Bubblewrap::new(root.path().join("workspaces")), root)
-}
-
 fn workspaces(root: &TempDir) -> PathBuf {
     root.path().join("workspaces")
-}
-
-fn request(id: &str, command: &str) -> SandboxRequest {
-    SandboxRequest {
-        id: id.to_owned(),
-        command: command.to_owned(),
-        env: vec![],
-        secret_env: vec![],
-        files: vec![],
-        network: false,
-        engine_program: false,
-        timeout: Duration::from_secs(60),
-        output_limit: 1024 * 1024,
-        collect: vec![],
-        log: None,
-        limits: Default::default(),
-        network_policy: None,
-    }
-}
-
-/// Runs to the end, never cancelled.
-async fn run(sandbox: &Bubblewrap, request: SandboxRequest) -> SandboxOutcome {
-    sandbox
-        .run(request, std::future::pending())
-        .await
-        .expect("the sandbox runs")
 }
 
 fn text(bytes: &[u8]) -> String {
