@@ -9,7 +9,9 @@ use std::process::Command;
 use serde_json::Value;
 
 use crate::servers::{closed_port, Sshd};
-use crate::support::{assert_causal, files_containing, step_events, text, types, Overture};
+use crate::support::{
+    assert_causal, assert_step, files_containing, step_events, text, types, Overture,
+};
 
 /// Writes the blueprint and, beside it, `playbook/site.yml`; returns the blueprint's path.
 fn blueprint_with_playbook(overture: &Overture, blueprint: &str, playbook: &str) -> PathBuf {
@@ -88,8 +90,7 @@ steps:
         "- hosts: all\n  tasks:\n    - ansible.builtin.ping:\n",
     );
     let status = overture.deploy_failed(&file, &[]);
-    assert_eq!(status["steps"]["configure"]["status"], "failed");
-    assert_eq!(status["steps"]["configure"]["attempts"], 2);
+    assert_step(&status, "configure", "failed", 2);
     assert_eq!(
         status["steps"]["configure"]["error_class"],
         "host-unreachable"
@@ -354,15 +355,11 @@ steps:
     let events = overture.events(id);
     assert!(events.iter().any(|e| e["type"] == "SecretsPurged"));
     let mut shown = vec![text(&output.stdout), text(&output.stderr)];
-    for args in [
+    shown.extend(overture.printed(&[
         vec!["events", id, "--json"],
         vec!["events", id],
         vec!["status", id, "--json"],
-    ] {
-        let out = overture.run(&args);
-        shown.push(text(&out.stdout));
-        shown.push(text(&out.stderr));
-    }
+    ]));
     for (i, printed) in shown.iter().enumerate() {
         assert!(
             !printed.contains(SECRET),

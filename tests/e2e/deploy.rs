@@ -2,7 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::support::{assert_causal, gone_within, marker, step_events, text, types, Overture};
+use crate::support::{
+    assert_causal, assert_step, gone_within, marker, step_events, text, types, Overture,
+};
 
 const DIAMOND: &str = r#"
 name: diamond
@@ -49,8 +51,7 @@ fn a_diamond_passes_outputs_along_and_succeeds() {
         "10 + 25 from base 5"
     );
     for step in ["source", "double", "square", "total"] {
-        assert_eq!(status["steps"][step]["status"], "succeeded");
-        assert_eq!(status["steps"][step]["attempts"], 1);
+        assert_step(&status, step, "succeeded", 1);
     }
     assert!(status["started_at"].is_string() && status["finished_at"].is_string());
 

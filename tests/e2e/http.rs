@@ -13,7 +13,9 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::servers::closed_port;
-use crate::support::{assert_causal, files_containing, processes_with, text, Overture};
+use crate::support::{
+    assert_causal, assert_not_shown, files_containing, processes_with, text, Overture,
+};
 
 /// A request the server received.
 #[derive(Clone, Debug)]
@@ -484,12 +486,7 @@ steps:
         assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
         shown.push(text(&out.stdout));
     }
-    for (i, printed) in shown.iter().enumerate() {
-        assert!(
-            !printed.contains(SECRET),
-            "output {i} shows the secret:\n{printed}"
-        );
-    }
+    assert_not_shown(&shown, SECRET);
 
     let logs = overture.data_dir().join("logs");
     assert_eq!(

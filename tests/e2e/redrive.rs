@@ -120,11 +120,7 @@ fn a_redrive_carries_a_failed_deployment_on_without_running_what_succeeded() {
         .count();
     assert_eq!(stamp_started, 1, "no new StepStarted for stamp");
     assert!(
-        !overture
-            .data_dir()
-            .join("seals")
-            .join(format!("{id}.json"))
-            .exists(),
+        !overture.seal(&id).exists(),
         "the secrets sealed again are purged again"
     );
 

@@ -1,11 +1,27 @@
 //! What a script step can see: only its own workspace and the variables it was given; and what
 //! happens past the sandbox's limits: the attempt fails at once, saying which and by how much.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::support::{text, Overture};
+use crate::support::{assert_step, id_of, text, Overture};
+
+/// Deploys `file` and asserts it failed (exit code 1) at once, not after the job's lease;
+/// returns the final status and the progress printed.
+fn fails_at_once(overture: &Overture, file: &Path) -> (Value, String) {
+    let started = Instant::now();
+    let (code, status, output) = overture.deploy(file, &[]);
+    let took = started.elapsed();
+    let progress = text(&output.stderr);
+    assert_eq!(code, 1, "{progress}");
+    assert!(
+        took < Duration::from_secs(15),
+        "failed at once, not after the job's lease: {took:?}"
+    );
+    (status, progress)
+}
 
 #[test]
 fn a_step_sees_neither_the_data_directory_nor_root_nor_other_workspaces_and_only_its_variables() {
@@ -107,18 +123,9 @@ fn a_command_too_long_for_an_argument_runs_and_one_over_the_limit_fails_at_once(
             "{{params.p}}".repeat(70_000)
         ),
     );
-    let started = Instant::now();
-    let (code, status, output) = overture.deploy(&grown, &[]);
-    let took = started.elapsed();
-    let progress = text(&output.stderr);
-    assert_eq!(code, 1, "{progress}");
-    assert!(
-        took < Duration::from_secs(15),
-        "failed at once, not after the job's lease: {took:?}"
-    );
-    assert_eq!(status["steps"]["big"]["status"], "failed");
-    assert_eq!(status["steps"]["big"]["attempts"], 1);
-    let failure = only_failure(&overture, status["id"].as_str().expect("id"));
+    let (status, progress) = fails_at_once(&overture, &grown);
+    assert_step(&status, "big", "failed", 1);
+    let failure = only_failure(&overture, &id_of(&status));
     assert_eq!(failure["error_class"], "step-failed");
     let message = failure["message"].as_str().expect("message");
     assert!(message.contains("at most 1 MiB"), "{message}");
@@ -144,13 +151,8 @@ steps:
     with: { command: 'echo starting; yes k=0123456789 | head -c 2000000 > "$OVERTURE_OUTPUTS"' }
 "#,
     );
-    let started = Instant::now();
-    let (code, status, output) = overture.deploy(&file, &[]);
-    let took = started.elapsed();
-    let progress = text(&output.stderr);
-    assert_eq!(code, 1, "{progress}");
-    assert!(took < Duration::from_secs(15), "{took:?}");
-    let failure = only_failure(&overture, status["id"].as_str().expect("id"));
+    let (status, progress) = fails_at_once(&overture, &file);
+    let failure = only_failure(&overture, &id_of(&status));
     assert_eq!(failure["error_class"], "step-failed");
     assert_eq!(failure["exit_code"], 0);
     let message = failure["message"].as_str().expect("message");
@@ -184,14 +186,9 @@ steps:
     with: { command: 'echo "{{ steps.producer.outputs.big }}" | wc -c' }
 "#,
     );
-    let started = Instant::now();
-    let (code, status, output) = overture.deploy(&file, &[]);
-    let took = started.elapsed();
-    let progress = text(&output.stderr);
-    assert_eq!(code, 1, "{progress}");
-    assert!(took < Duration::from_secs(15), "{took:?}");
+    let (status, progress) = fails_at_once(&overture, &file);
     assert_eq!(status["steps"]["producer"]["status"], "succeeded");
-    let failure = only_failure(&overture, status["id"].as_str().expect("id"));
+    let failure = only_failure(&overture, &id_of(&status));
     assert_eq!(failure["step"], "consumer");
     assert_eq!(failure["error_class"], "step-failed");
     let message = failure["message"].as_str().expect("message");

@@ -1,7 +1,7 @@
 //! A secret given with `--secret` appears in no event, read model, progress line, error or file,
 //! and no step is handed `***` in its place.
 
-use crate::support::{files_containing, text, Overture};
+use crate::support::{assert_not_shown, files_containing, text, Overture};
 
 const SECRET: &str = "tok-7f3a9c-never-shown";
 
@@ -47,34 +47,18 @@ steps:
         .contains("failing with ***"));
 
     let mut shown = vec![text(&output.stdout), text(&output.stderr)];
-    for args in [
+    shown.extend(overture.printed(&[
         vec!["events", id],
         vec!["events", id, "--json"],
         vec!["status", id],
         vec!["list"],
         vec!["tenants"],
-    ] {
-        let out = overture.run(&args);
-        shown.push(text(&out.stdout));
-        shown.push(text(&out.stderr));
-    }
-    for (i, printed) in shown.iter().enumerate() {
-        assert!(
-            !printed.contains(SECRET),
-            "output {i} shows the secret:\n{printed}"
-        );
-    }
+    ]));
+    assert_not_shown(&shown, SECRET);
     assert!(events.iter().any(|e| e["type"] == "SecretsPurged"));
     let leaks = files_containing(&overture.data_dir(), SECRET.as_bytes());
     assert!(leaks.is_empty(), "files holding the secret: {leaks:?}");
-    assert!(
-        !overture
-            .data_dir()
-            .join("seals")
-            .join(format!("{id}.json"))
-            .exists(),
-        "the sealed secrets are purged"
-    );
+    assert!(!overture.seal(id).exists(), "the sealed secrets are purged");
 }
 
 #[test]
@@ -134,21 +118,12 @@ steps:
     );
 
     let mut shown = vec![text(&output.stdout), progress];
-    for args in [
+    shown.extend(overture.printed(&[
         vec!["events", id, "--json"],
         vec!["status", id, "--json"],
         vec!["logs", id, "producer"],
-    ] {
-        let out = overture.run(&args);
-        shown.push(text(&out.stdout));
-        shown.push(text(&out.stderr));
-    }
-    for (i, printed) in shown.iter().enumerate() {
-        assert!(
-            !printed.contains(SECRET),
-            "output {i} shows the secret:\n{printed}"
-        );
-    }
+    ]));
+    assert_not_shown(&shown, SECRET);
     let leaks = files_containing(&overture.data_dir(), SECRET.as_bytes());
     assert!(leaks.is_empty(), "files holding the secret: {leaks:?}");
 }

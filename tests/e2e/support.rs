@@ -120,6 +120,22 @@ impl Overture {
         )
     }
 
+    /// What each of `commands` printed: its stdout, then its stderr.
+    pub fn printed(&self, commands: &[Vec<&str>]) -> Vec<String> {
+        let mut shown = Vec::new();
+        for args in commands {
+            let out = self.run(args);
+            shown.push(text(&out.stdout));
+            shown.push(text(&out.stderr));
+        }
+        shown
+    }
+
+    /// Where a deployment's secrets are sealed while it runs.
+    pub fn seal(&self, id: &str) -> PathBuf {
+        self.data_dir().join("seals").join(format!("{id}.json"))
+    }
+
     /// Every deployment's id in the data directory, as `list --json` prints them.
     pub fn deployment_ids(&self) -> Vec<String> {
         self.json(&["list", "--json"])
@@ -191,6 +207,16 @@ pub fn assert_step(status: &Value, step: &str, ended: &str, attempts: u64) {
         (Some(ended), Some(attempts)),
         "step {step}: {status}"
     );
+}
+
+/// Asserts no one of `shown` holds `secret`.
+pub fn assert_not_shown(shown: &[String], secret: &str) {
+    for (i, printed) in shown.iter().enumerate() {
+        assert!(
+            !printed.contains(secret),
+            "output {i} shows the secret:\n{printed}"
+        );
+    }
 }
 
 /// The envelopes of `events --json` lines, as the log holds them.
