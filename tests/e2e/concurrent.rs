@@ -4,6 +4,7 @@
 
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -149,10 +150,11 @@ fn a_hundred_deploys_at_once(overture: &Overture) {
     assert_eq!(ids.len(), PROCESSES);
 }
 
-#[test]
-fn rebuilding_or_importing_the_read_models_is_refused_while_a_deploy_runs() {
-    let slow = marker("rebuild-refused");
-    let (overture, file) = Overture::with_blueprint(
+/// A data directory with `slow.yaml`: one step, `waits`, that sleeps two minutes (its
+/// processes marked for `test`).
+fn one_slow_step(test: &str) -> (Overture, PathBuf) {
+    let slow = marker(test);
+    Overture::with_blueprint(
         "slow.yaml",
         &format!(
             r#"
@@ -161,7 +163,12 @@ steps:
   waits: {{ run: script, with: {{ command: 'sleep 120 # {slow}' }} }}
 "#
         ),
-    );
+    )
+}
+
+#[test]
+fn rebuilding_or_importing_the_read_models_is_refused_while_a_deploy_runs() {
+    let (overture, file) = one_slow_step("rebuild-refused");
     let export = overture.blueprint("export.jsonl", "");
     let deploying = overture.deploy_until(&file, &["waits", "started"]);
 
@@ -194,17 +201,7 @@ steps:
 
 #[test]
 fn a_deploy_prints_its_own_end_when_the_shared_feed_is_past_its_view() {
-    let slow = marker("feed-ahead");
-    let (overture, file) = Overture::with_blueprint(
-        "slow.yaml",
-        &format!(
-            r#"
-name: slow
-steps:
-  waits: {{ run: script, with: {{ command: 'sleep 120 # {slow}' }} }}
-"#
-        ),
-    );
+    let (overture, file) = one_slow_step("feed-ahead");
     let mut deploying = overture
         .command(&["deploy", file.to_str().expect("utf-8 path"), "--json"])
         .stdout(Stdio::piped())

@@ -24,16 +24,7 @@ steps:
 
 /// Runs `overture events ID ARGS... --json`, expecting success: the envelopes printed.
 fn envelopes(o: &Overture, id: &str, args: &[&str]) -> Vec<Value> {
-    let mut all = vec!["events", id, "--json"];
-    all.extend_from_slice(args);
-    let output = o.run(&all);
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{all:?}: {}",
-        text(&output.stderr)
-    );
-    text(&output.stdout)
+    events_printed(o, &[&["events", id, "--json"], args].concat())
         .lines()
         .map(|line| serde_json::from_str(line).expect("one envelope per line"))
         .collect()
@@ -41,16 +32,22 @@ fn envelopes(o: &Overture, id: &str, args: &[&str]) -> Vec<Value> {
 
 /// Runs `overture events ID ARGS...` expecting success: the timeline's lines.
 fn timeline(o: &Overture, id: &str, args: &[&str]) -> Vec<String> {
-    let mut all = vec!["events", id];
-    all.extend_from_slice(args);
-    let output = o.run(&all);
+    events_printed(o, &[&["events", id], args].concat())
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Runs `overture` with `all` (an `events` command), expecting success: what it printed.
+fn events_printed(o: &Overture, all: &[&str]) -> String {
+    let output = o.run(all);
     assert_eq!(
         output.status.code(),
         Some(0),
         "{all:?}: {}",
         text(&output.stderr)
     );
-    text(&output.stdout).lines().map(str::to_owned).collect()
+    text(&output.stdout)
 }
 
 /// The revisions of envelopes.
