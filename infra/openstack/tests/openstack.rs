@@ -16,7 +16,7 @@ use overture_events::{CloudAccount, DeploymentId};
 use overture_infra::session::SessionTokens;
 use overture_openstack::{
     host_keys, provision, validate_token, Cloud, CloudAccess, CloudError, MadeServer, NewRule,
-    NewServer, ReadConsole as _, RuleSource, CONSOLE_WAIT,
+    NewServer, ReadConsole as _, RuleSource, SecurityGroup, CONSOLE_WAIT,
 };
 use overture_orchestrator::RevokeAccess;
 use overture_runner::servers::{cloud_config, GroupPlan, Plan, RuleFrom, RulePlan, ServerPlan};
@@ -88,6 +88,16 @@ impl TestCloud {
             )
             .await;
         SecretString::from(made["token"].as_str().expect("a token").to_owned())
+    }
+
+    /// A client of `project` (made if new), connected with a token good for an hour, and the
+    /// token.
+    async fn client(&self, project: &str) -> (Cloud, SecretString) {
+        let token = self.token(project, 3600).await;
+        let client = Cloud::connect(&self.auth_url(), token.clone())
+            .await
+            .expect("connects");
+        (client, token)
     }
 
     async fn fault(&self, fault: Value) {
@@ -203,21 +213,27 @@ async fn a_token_is_validated_and_a_refused_one_never_shown() {
     cloud.down().await;
 }
 
+/// A security group made on `client`'s project.
+async fn made_group(client: &Cloud, name: &str, description: &str) -> SecurityGroup {
+    client
+        .create_security_group(name, description)
+        .await
+        .expect("made")
+}
+
+/// The cloud answered that what was asked for is not there (or not the caller's to see).
+#[track_caller]
+fn assert_not_found<T: std::fmt::Debug>(answer: Result<T, CloudError>) {
+    assert!(matches!(answer, Err(CloudError::NotFound(_))), "{answer:?}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn security_groups_and_rules_are_made_found_and_deleted() {
     let cloud = TestCloud::up().await;
-    let client = Cloud::connect(&cloud.auth_url(), cloud.token("tenant-a", 3600).await)
-        .await
-        .expect("connects");
+    let (client, _) = cloud.client("tenant-a").await;
 
-    let web = client
-        .create_security_group("t1-web", "a test group")
-        .await
-        .expect("made");
-    let bastion = client
-        .create_security_group("t1-bastion", "")
-        .await
-        .expect("made");
+    let web = made_group(&client, "t1-web", "a test group").await;
+    let bastion = made_group(&client, "t1-bastion", "").await;
     assert_eq!(
         client
             .security_groups_named("t1-web")
@@ -264,10 +280,7 @@ async fn security_groups_and_rules_are_made_found_and_deleted() {
     assert_eq!(added.protocol.as_deref(), Some("tcp"));
 
     client.delete_rule(&cidr).await.expect("deleted");
-    assert!(matches!(
-        client.delete_rule(&cidr).await,
-        Err(CloudError::NotFound(_))
-    ));
+    assert_not_found(client.delete_rule(&cidr).await);
     assert_eq!(
         client
             .security_group(&web.id)
@@ -279,39 +292,23 @@ async fn security_groups_and_rules_are_made_found_and_deleted() {
     );
 
     // Another project sees none of it.
-    let other = Cloud::connect(&cloud.auth_url(), cloud.token("tenant-b", 3600).await)
-        .await
-        .expect("connects");
-    assert!(matches!(
-        other.security_group(&web.id).await,
-        Err(CloudError::NotFound(_))
-    ));
-    assert!(matches!(
-        other.delete_rule(&rule).await,
-        Err(CloudError::NotFound(_))
-    ));
+    let (other, _) = cloud.client("tenant-b").await;
+    assert_not_found(other.security_group(&web.id).await);
+    assert_not_found(other.delete_rule(&rule).await);
 
     client
         .delete_security_group(&web.id)
         .await
         .expect("deleted");
-    assert!(matches!(
-        client.security_group(&web.id).await,
-        Err(CloudError::NotFound(_))
-    ));
+    assert_not_found(client.security_group(&web.id).await);
     cloud.down().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_server_is_made_found_by_its_exact_name_and_deleted() {
     let cloud = TestCloud::up().await;
-    let client = Cloud::connect(&cloud.auth_url(), cloud.token("tenant-a", 3600).await)
-        .await
-        .expect("connects");
-    let group = client
-        .create_security_group("t2-web", "")
-        .await
-        .expect("made");
+    let (client, _) = cloud.client("tenant-a").await;
+    let group = made_group(&client, "t2-web", "").await;
     let id = client
         .create_server(&NewServer {
             name: "t2-web-1".into(),
@@ -398,24 +395,15 @@ async fn a_server_is_made_found_by_its_exact_name_and_deleted() {
         Err(CloudError::Conflict(_))
     ));
     client.delete_server(&id).await.expect("deleted");
-    assert!(matches!(
-        client.server(&id).await,
-        Err(CloudError::NotFound(_))
-    ));
-    assert!(matches!(
-        client.delete_server(&id).await,
-        Err(CloudError::NotFound(_))
-    ));
+    assert_not_found(client.server(&id).await);
+    assert_not_found(client.delete_server(&id).await);
     cloud.down().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unreachable_backend_is_a_backend_error() {
     let cloud = TestCloud::up().await;
-    let token = cloud.token("tenant-a", 3600).await;
-    let client = Cloud::connect(&cloud.auth_url(), token.clone())
-        .await
-        .expect("connects");
+    let (client, token) = cloud.client("tenant-a").await;
     cloud
         .fault(json!({"project": "tenant-a", "kind": "backend-unreachable", "times": 2}))
         .await;
@@ -481,10 +469,7 @@ fn plan(deployment: DeploymentId, prefix: &str) -> Plan {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_plan_made_twice_makes_everything_once_and_the_bastion_opens_for_the_engine_only() {
     let cloud = TestCloud::up().await;
-    let token = cloud.token("tenant-a", 3600).await;
-    let client = Cloud::connect(&cloud.auth_url(), token.clone())
-        .await
-        .expect("connects");
+    let (client, token) = cloud.client("tenant-a").await;
     let deployment = DeploymentId::from_uuid(uuid::Uuid::now_v7());
     let plan = plan(deployment, "t3");
     let mut lines = Vec::new();
