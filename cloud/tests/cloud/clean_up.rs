@@ -57,6 +57,17 @@ async fn a_shutdown_removes_everything_the_cloud_created() {
     assert_all_gone(&instance, &pids, &dir);
 }
 
+/// Sends `request` to the cloud and reads its JSON answer, `what` the test expects.
+async fn json_of(request: reqwest::RequestBuilder, what: &str) -> Value {
+    request
+        .send()
+        .await
+        .expect("an answer")
+        .json()
+        .await
+        .unwrap_or_else(|error| panic!("{what}: {error}"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clean_up_after_a_killed_cloud_removes_everything_it_created() {
     let dir = tempfile::tempdir().expect("a temporary directory");
@@ -84,53 +95,41 @@ async fn clean_up_after_a_killed_cloud_removes_everything_it_created() {
         .await
         .expect("an answer");
     assert_eq!(created.status().as_u16(), 200);
-    let token: Value = http
-        .post(format!("{}/admin/projects/tenant-a/tokens", info.url))
-        .header("X-Admin-Token", &admin)
-        .send()
-        .await
-        .expect("an answer")
-        .json()
-        .await
-        .expect("a token");
+    let token: Value = json_of(
+        http.post(format!("{}/admin/projects/tenant-a/tokens", info.url))
+            .header("X-Admin-Token", &admin),
+        "a token",
+    )
+    .await;
     let token = text(&token["token"]);
-    let server: Value = http
-        .post(format!("{}/compute/v2.1/servers", info.url))
-        .header("X-Auth-Token", &token)
-        .json(&json!({"server": {"name": "one"}}))
-        .send()
-        .await
-        .expect("an answer")
-        .json()
-        .await
-        .expect("a server");
+    let server: Value = json_of(
+        http.post(format!("{}/compute/v2.1/servers", info.url))
+            .header("X-Auth-Token", &token)
+            .json(&json!({"server": {"name": "one"}})),
+        "a server",
+    )
+    .await;
     let id = text(&server["server"]["id"]);
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        let shown: Value = http
-            .get(format!("{}/compute/v2.1/servers/{id}", info.url))
-            .header("X-Auth-Token", &token)
-            .send()
-            .await
-            .expect("an answer")
-            .json()
-            .await
-            .expect("a server");
+        let shown: Value = json_of(
+            http.get(format!("{}/compute/v2.1/servers/{id}", info.url))
+                .header("X-Auth-Token", &token),
+            "a server",
+        )
+        .await;
         if shown["server"]["status"] == "ACTIVE" {
             break;
         }
         assert!(Instant::now() < deadline, "not ACTIVE: {shown}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let status: Value = http
-        .get(format!("{}/admin/status", info.url))
-        .header("X-Admin-Token", &admin)
-        .send()
-        .await
-        .expect("an answer")
-        .json()
-        .await
-        .expect("a status");
+    let status: Value = json_of(
+        http.get(format!("{}/admin/status", info.url))
+            .header("X-Admin-Token", &admin),
+        "a status",
+    )
+    .await;
     let pids = sshd_pids(&status);
     assert_eq!(pids.len(), 1);
 

@@ -3,7 +3,6 @@
 
 use std::net::Ipv4Addr;
 
-use reqwest::Method;
 use serde_json::json;
 
 use crate::support::{ssh, text, Key, Tenant, TestCloud};
@@ -16,11 +15,10 @@ async fn console(
     length: serde_json::Value,
 ) -> String {
     let reply = cloud
-        .as_tenant(
+        .post_as(
             tenant,
-            Method::POST,
             &format!("/compute/v2.1/servers/{id}/action"),
-            Some(json!({"os-getConsoleOutput": {"length": length}})),
+            json!({"os-getConsoleOutput": {"length": length}}),
         )
         .await;
     assert_eq!(reply.status, 200, "{reply:?}");
@@ -99,20 +97,18 @@ async fn each_server_prints_its_own_host_keys_and_rekey_changes_them() {
 
     // Another project's token sees no such server.
     let elsewhere = cloud
-        .as_tenant(
+        .post_as(
             &other,
-            Method::POST,
             &format!("/compute/v2.1/servers/{}/action", one.id),
-            Some(json!({"os-getConsoleOutput": {}})),
+            json!({"os-getConsoleOutput": {}}),
         )
         .await;
     assert_eq!(elsewhere.status, 404, "{elsewhere:?}");
     let unknown = cloud
-        .as_tenant(
+        .post_as(
             &tenant,
-            Method::POST,
             &format!("/compute/v2.1/servers/{}/action", one.id),
-            Some(json!({"reboot": {"type": "SOFT"}})),
+            json!({"reboot": {"type": "SOFT"}}),
         )
         .await;
     assert_eq!(unknown.status, 400, "{unknown:?}");

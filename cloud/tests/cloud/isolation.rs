@@ -63,11 +63,10 @@ async fn a_project_cannot_see_or_touch_another_projects_resources() {
     let remote = cloud.ssh_rule(&b, &b_default, From::Group(&web)).await;
     assert_eq!(remote.status, 404, "{remote:?}");
     let borrowed = cloud
-        .as_tenant(
+        .post_as(
             &b,
-            Method::POST,
             "/compute/v2.1/servers",
-            Some(json!({"server": {"name": "x", "security_groups": [{"name": web}]}})),
+            json!({"server": {"name": "x", "security_groups": [{"name": web}]}}),
         )
         .await;
     assert_eq!(borrowed.status, 400, "{borrowed:?}");
@@ -89,23 +88,19 @@ async fn a_project_cannot_see_or_touch_another_projects_resources() {
 
     // Naming another project is forbidden.
     let foreign_group = cloud
-        .as_tenant(
+        .post_as(
             &b,
-            Method::POST,
             "/network/v2.0/security-groups",
-            Some(json!({"security_group": {"name": "x", "project_id": a.id}})),
+            json!({"security_group": {"name": "x", "project_id": a.id}}),
         )
         .await;
     assert_eq!(foreign_group.status, 403, "{foreign_group:?}");
     let foreign_rule = cloud
-        .as_tenant(
+        .post_as(
             &b,
-            Method::POST,
             "/network/v2.0/security-group-rules",
-            Some(
-                json!({"security_group_rule": {"security_group_id": b_default,
+            json!({"security_group_rule": {"security_group_id": b_default,
                 "direction": "ingress", "tenant_id": a.id}}),
-            ),
         )
         .await;
     assert_eq!(foreign_rule.status, 403, "{foreign_rule:?}");

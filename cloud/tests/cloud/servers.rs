@@ -125,11 +125,10 @@ async fn a_bad_server_request_is_refused_with_what_to_fix() {
     ];
     for server in cases {
         let reply = cloud
-            .as_tenant(
+            .post_as(
                 &tenant,
-                Method::POST,
                 "/compute/v2.1/servers",
-                Some(json!({ "server": server })),
+                json!({ "server": server }),
             )
             .await;
         assert_eq!(reply.status, 400, "{server}: {reply:?}");

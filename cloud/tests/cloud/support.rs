@@ -142,6 +142,11 @@ impl TestCloud {
         self.call(Some(&tenant.token), method, path, body).await
     }
 
+    /// POSTs `body` to the API as a project.
+    pub async fn post_as(&self, tenant: &Tenant, path: &str, body: Value) -> Reply {
+        self.as_tenant(tenant, Method::POST, path, Some(body)).await
+    }
+
     /// Calls the admin API.
     pub async fn admin(&self, method: Method, path: &str, body: Option<Value>) -> Reply {
         let request = self
