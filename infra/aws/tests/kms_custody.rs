@@ -4,7 +4,6 @@
 
 mod support;
 
-use aws_sdk_dynamodb::types::AttributeValue;
 use overture_aws::custody::{create_custody_table, KmsTokenCustody};
 use overture_domain::secret::SecretString;
 use overture_events::DeploymentId;
@@ -38,15 +37,22 @@ fn deployment() -> DeploymentId {
     DeploymentId::from_uuid(uuid::Uuid::now_v7())
 }
 
+impl Custody {
+    /// A new deployment of tenant `acme`, its token kept.
+    async fn kept(&self) -> DeploymentId {
+        let id = deployment();
+        self.custody
+            .keep(id, "acme", &SecretString::from(TOKEN))
+            .await
+            .expect("kept");
+        id
+    }
+}
+
 #[tokio::test]
 async fn a_token_kept_by_one_function_is_read_back_by_another_and_forgotten_at_the_end() {
     let (submit, runner) = (custody().await, custody().await);
-    let id = deployment();
-    submit
-        .custody
-        .keep(id, "acme", &SecretString::from(TOKEN))
-        .await
-        .expect("kept");
+    let id = submit.kept().await;
     let token = runner
         .custody
         .token(id, "acme")
@@ -72,12 +78,7 @@ async fn a_token_kept_by_one_function_is_read_back_by_another_and_forgotten_at_t
 #[tokio::test]
 async fn a_kept_token_opens_for_its_own_tenant_and_deployment_only() {
     let custody = custody().await;
-    let id = deployment();
-    custody
-        .custody
-        .keep(id, "acme", &SecretString::from(TOKEN))
-        .await
-        .expect("kept");
+    let id = custody.kept().await;
     let other_tenant = custody.custody.token(id, "globex").await;
     assert!(
         matches!(&other_tenant, Err(error @ CustodyError::Refused { .. }) if !error.is_retryable()),
@@ -85,28 +86,7 @@ async fn a_kept_token_opens_for_its_own_tenant_and_deployment_only() {
     );
 
     // The ciphertext copied to another deployment's item does not open there.
-    let item = custody
-        .dynamodb
-        .get_item()
-        .table_name(TABLE)
-        .key("deployment", AttributeValue::S(id.to_string()))
-        .send()
-        .await
-        .expect("read the item");
-    let mut copied = item.item().expect("kept").clone();
-    let elsewhere = deployment();
-    copied.insert(
-        "deployment".into(),
-        AttributeValue::S(elsewhere.to_string()),
-    );
-    custody
-        .dynamodb
-        .put_item()
-        .table_name(TABLE)
-        .set_item(Some(copied))
-        .send()
-        .await
-        .expect("copy");
+    let elsewhere = support::copied_to_another_deployment(&custody.dynamodb, TABLE, id).await;
     let moved = custody.custody.token(elsewhere, "acme").await;
     assert!(
         matches!(moved, Err(CustodyError::Refused { .. })),
@@ -117,21 +97,9 @@ async fn a_kept_token_opens_for_its_own_tenant_and_deployment_only() {
 #[tokio::test]
 async fn the_table_holds_no_token_in_clear() {
     let custody = custody().await;
-    let id = deployment();
-    custody
-        .custody
-        .keep(id, "acme", &SecretString::from(TOKEN))
-        .await
-        .expect("kept");
-    let scanned = custody
-        .dynamodb
-        .scan()
-        .table_name(TABLE)
-        .send()
-        .await
-        .expect("scan");
+    custody.kept().await;
     assert!(
-        !support::holds_bytes(scanned.items(), TOKEN.as_bytes()),
+        !support::table_holds(&custody.dynamodb, TABLE, TOKEN).await,
         "the table holds the token in clear"
     );
 }

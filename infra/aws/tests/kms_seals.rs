@@ -8,7 +8,6 @@ mod support;
 
 use std::sync::Arc;
 
-use aws_sdk_dynamodb::types::AttributeValue;
 use overture_aws::custody::{create_custody_table, KmsTokenCustody};
 use overture_aws::kept::KeptStates;
 use overture_aws::s3::create_payloads_bucket;
@@ -74,15 +73,27 @@ fn deployment() -> DeploymentId {
     DeploymentId::from_uuid(uuid::Uuid::now_v7())
 }
 
+impl Fixture {
+    /// A new deployment of tenant `acme`, its secrets sealed, with the user's token or not.
+    async fn sealed(&self, token: Option<&str>) -> DeploymentId {
+        let id = deployment();
+        self.seals
+            .seal_secrets(
+                id,
+                "acme",
+                &secrets(),
+                token.map(SecretString::from).as_ref(),
+            )
+            .await
+            .expect("sealed");
+        id
+    }
+}
+
 #[tokio::test]
 async fn secrets_sealed_with_a_token_open_in_another_function_while_the_token_is_kept() {
     let (submit, runner) = (fixture().await, fixture().await);
-    let id = deployment();
-    submit
-        .seals
-        .seal_secrets(id, "acme", &secrets(), Some(&SecretString::from(TOKEN)))
-        .await
-        .expect("sealed");
+    let id = submit.sealed(Some(TOKEN)).await;
     let opened = runner.seals.open_secrets(id, "acme").await.expect("opens");
     assert_eq!(opened["db"].expose_secret(), SECRET);
 
@@ -105,12 +116,7 @@ async fn secrets_sealed_with_a_token_open_in_another_function_while_the_token_is
 #[tokio::test]
 async fn a_seal_opens_for_its_own_tenant_and_deployment_only() {
     let fixture = fixture().await;
-    let id = deployment();
-    fixture
-        .seals
-        .seal_secrets(id, "acme", &secrets(), None)
-        .await
-        .expect("sealed");
+    let id = fixture.sealed(None).await;
     assert!(fixture.seals.open_secrets(id, "acme").await.is_ok());
     assert!(
         matches!(
@@ -120,28 +126,7 @@ async fn a_seal_opens_for_its_own_tenant_and_deployment_only() {
         "another tenant"
     );
 
-    let item = fixture
-        .dynamodb
-        .get_item()
-        .table_name(SEALS)
-        .key("deployment", AttributeValue::S(id.to_string()))
-        .send()
-        .await
-        .expect("read");
-    let mut moved = item.item().expect("sealed").clone();
-    let elsewhere = deployment();
-    moved.insert(
-        "deployment".into(),
-        AttributeValue::S(elsewhere.to_string()),
-    );
-    fixture
-        .dynamodb
-        .put_item()
-        .table_name(SEALS)
-        .set_item(Some(moved))
-        .send()
-        .await
-        .expect("copy");
+    let elsewhere = support::copied_to_another_deployment(&fixture.dynamodb, SEALS, id).await;
     assert!(
         matches!(
             fixture.seals.open_secrets(elsewhere, "acme").await,
@@ -154,23 +139,11 @@ async fn a_seal_opens_for_its_own_tenant_and_deployment_only() {
 #[tokio::test]
 async fn the_purge_deletes_the_seal_and_the_token_and_nothing_was_ever_in_clear() {
     let fixture = fixture().await;
-    let id = deployment();
-    fixture
-        .seals
-        .seal_secrets(id, "acme", &secrets(), Some(&SecretString::from(TOKEN)))
-        .await
-        .expect("sealed");
+    let id = fixture.sealed(Some(TOKEN)).await;
     for table in [SEALS, CUSTODY] {
-        let scanned = fixture
-            .dynamodb
-            .scan()
-            .table_name(table)
-            .send()
-            .await
-            .expect("scan");
         for needle in [SECRET, TOKEN] {
             assert!(
-                !support::holds_bytes(scanned.items(), needle.as_bytes()),
+                !support::table_holds(&fixture.dynamodb, table, needle).await,
                 "{table} holds a secret in clear"
             );
         }
@@ -227,12 +200,7 @@ async fn objects(s3: &aws_sdk_s3::Client, prefix: &str) -> Vec<Vec<u8>> {
 #[tokio::test]
 async fn a_kept_state_opens_in_another_function_and_no_byte_of_it_is_stored_in_clear() {
     let (runner, next_runner) = (fixture().await, fixture().await);
-    let id = deployment();
-    runner
-        .seals
-        .seal_secrets(id, "acme", &secrets(), Some(&SecretString::from(TOKEN)))
-        .await
-        .expect("sealed");
+    let id = runner.sealed(Some(TOKEN)).await;
     runner
         .seals
         .keep_state(id, "acme", "network", STATE.as_bytes())
@@ -288,12 +256,7 @@ async fn a_kept_state_opens_in_another_function_and_no_byte_of_it_is_stored_in_c
 #[tokio::test]
 async fn a_state_kept_again_replaces_the_last_and_the_purge_deletes_it() {
     let fixture = fixture().await;
-    let id = deployment();
-    fixture
-        .seals
-        .seal_secrets(id, "acme", &secrets(), None)
-        .await
-        .expect("sealed");
+    let id = fixture.sealed(None).await;
     for (step, state) in [
         ("network", "serial 1"),
         ("network", "serial 2"),

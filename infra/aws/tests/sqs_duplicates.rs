@@ -12,7 +12,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use aws_sdk_sqs::Client;
 use overture_aws::sqs::{create_queue, SqsQueue, SqsWork};
-use overture_domain::blueprint::parse;
+use overture_domain::testing::events::{blueprint, requested};
 use overture_events::job::Job;
 use overture_events::{DeploymentEvent as E, DeploymentId, Timestamp};
 use overture_kit::memory::MemoryLog;
@@ -90,17 +90,7 @@ async fn scheduled_and_sent_twice(log: &MemoryLog, queue: &SqsQueue) -> Deployme
     let deployment = DeploymentId::from_uuid(uuid::Uuid::now_v7());
     let now = chrono::Utc::now();
     let events = vec![
-        E::DeploymentRequested {
-            triggered_by: None,
-            tenant: "t".into(),
-            requested_by: "u".into(),
-            trigger: "cli".into(),
-            source: "x.yaml".into(),
-            blueprint: parse(BLUEPRINT).expect("valid").snapshot,
-            blueprint_hash: "h".into(),
-            params: Default::default(),
-            cloud: None,
-        },
+        requested("x.yaml", blueprint(BLUEPRINT)),
         E::StepScheduled {
             step: "build".into(),
             attempt: 1,
@@ -108,7 +98,7 @@ async fn scheduled_and_sent_twice(log: &MemoryLog, queue: &SqsQueue) -> Deployme
         },
     ];
     let cause = Cause::new("test", deployment, uuid::Uuid::now_v7());
-    log.append(deployment, "t", None, events, &cause)
+    log.append(deployment, "acme", None, events, &cause)
         .await
         .expect("append");
     let work: SqsWork = QueueOn::one(queue.clone());

@@ -26,6 +26,40 @@ const REGION: &str = "eu-west-1";
 /// How long the functions may take to answer first: `cargo lambda watch` builds them then.
 const FIRST_DELIVERY: Duration = Duration::from_secs(900);
 
+/// A deployment of one `noop` step, requested by `ada` of `tenant` from `local.yaml`.
+fn local_request(tenant: &str) -> DeploymentEvent {
+    DeploymentEvent::DeploymentRequested {
+        triggered_by: None,
+        tenant: tenant.into(),
+        requested_by: "ada".into(),
+        trigger: "cli".into(),
+        source: "local.yaml".into(),
+        blueprint: parse("name: local\nsteps:\n  build: { run: noop }\n")
+            .expect("valid")
+            .snapshot,
+        blueprint_hash: "h".into(),
+        params: BTreeMap::new(),
+        cloud: None,
+    }
+}
+
+/// A poller of the emulator's streams and queues, handing what it reads to `invoker`, with no
+/// checkpoints kept.
+fn poller(
+    config: &aws_config::SdkConfig,
+    sqs: &aws_sdk_sqs::Client,
+    invoker: Invoker,
+    queue_pollers: usize,
+) -> Poller {
+    Poller {
+        streams: aws_sdk_dynamodbstreams::Client::new(config),
+        sqs: sqs.clone(),
+        invoker,
+        queue_pollers,
+        checkpoints: None,
+    }
+}
+
 /// A child in its own process group, ended (the group, by its id) when dropped.
 struct Started(Child);
 
@@ -71,17 +105,24 @@ fn listening(port: u16) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_requested_deployment_reaches_the_projector_and_the_orchestrator_through_the_poller() {
-    let emulator_port = free_port();
-    let _emulator = start(Command::new("python3").args([
+/// The local AWS emulator on a free port, once it listens: its endpoint, and the SDK's settings
+/// for it.
+async fn emulator() -> (Started, String, aws_config::SdkConfig) {
+    let port = free_port();
+    let started = start(Command::new("python3").args([
         "scripts/aws-emulator.py",
         "--port",
-        &emulator_port.to_string(),
+        &port.to_string(),
     ]));
-    listening(emulator_port);
-    let endpoint = format!("http://127.0.0.1:{emulator_port}");
+    listening(port);
+    let endpoint = format!("http://127.0.0.1:{port}");
     let config = overture_aws::config::for_endpoint(&endpoint, REGION).await;
+    (started, endpoint, config)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_requested_deployment_reaches_the_projector_and_the_orchestrator_through_the_poller() {
+    let (_emulator, endpoint, config) = emulator().await;
 
     let stack = "overture-poller";
     let outputs = setup::stack(&config, stack, &[]).await.expect("the stack");
@@ -124,14 +165,12 @@ async fn a_requested_deployment_reaches_the_projector_and_the_orchestrator_throu
     let mut functions: Vec<&str> = found.iter().map(|t| t.function.as_str()).collect();
     functions.sort_unstable();
     assert_eq!(functions, ["orchestrator", "projector"]);
-    let poller = Poller {
-        streams: aws_sdk_dynamodbstreams::Client::new(&config),
-        sqs: sqs.clone(),
-        invoker: Invoker::new(&format!("http://127.0.0.1:{watch_port}"), FIRST_DELIVERY)
-            .expect("a client"),
-        queue_pollers: 1,
-        checkpoints: None,
-    };
+    let poller = poller(
+        &config,
+        &sqs,
+        Invoker::new(&format!("http://127.0.0.1:{watch_port}"), FIRST_DELIVERY).expect("a client"),
+        1,
+    );
     let polling = tokio::spawn(async move { poller.run(found).await });
 
     let dynamodb = aws_sdk_dynamodb::Client::new(&config);
@@ -141,19 +180,7 @@ async fn a_requested_deployment_reaches_the_projector_and_the_orchestrator_throu
         Arc::new(SystemClock),
     );
     let deployment = DeploymentId::from_uuid(uuid::Uuid::now_v7());
-    let requested = DeploymentEvent::DeploymentRequested {
-        triggered_by: None,
-        tenant: "local-tenant".into(),
-        requested_by: "ada".into(),
-        trigger: "cli".into(),
-        source: "local.yaml".into(),
-        blueprint: parse("name: local\nsteps:\n  build: { run: noop }\n")
-            .expect("valid")
-            .snapshot,
-        blueprint_hash: "h".into(),
-        params: BTreeMap::new(),
-        cloud: None,
-    };
+    let requested = local_request("local-tenant");
     let cause = Cause::new("submit", deployment, uuid::Uuid::now_v7());
     log.append(deployment, "local-tenant", None, vec![requested], &cause)
         .await
@@ -265,15 +292,7 @@ async fn next(received: &mut tokio::sync::mpsc::UnboundedReceiver<Invocation>) -
 
 #[tokio::test(flavor = "multi_thread")]
 async fn failed_items_come_back_and_the_others_are_done() {
-    let emulator_port = free_port();
-    let _emulator = start(Command::new("python3").args([
-        "scripts/aws-emulator.py",
-        "--port",
-        &emulator_port.to_string(),
-    ]));
-    listening(emulator_port);
-    let endpoint = format!("http://127.0.0.1:{emulator_port}");
-    let config = overture_aws::config::for_endpoint(&endpoint, REGION).await;
+    let (_emulator, _, config) = emulator().await;
     let stack = "overture-failures";
     // Long enough for a handled job to be deleted before it would show again, short enough
     // for the failed one to come back soon.
@@ -291,13 +310,12 @@ async fn failed_items_come_back_and_the_others_are_done() {
     let found = triggers::read(&lambda, &sqs, stack, Some(&only))
         .await
         .expect("the triggers");
-    let poller = Poller {
-        streams: aws_sdk_dynamodbstreams::Client::new(&config),
-        sqs: sqs.clone(),
-        invoker: Invoker::new(&functions, Duration::from_secs(60)).expect("a client"),
-        queue_pollers: 2,
-        checkpoints: None,
-    };
+    let poller = poller(
+        &config,
+        &sqs,
+        Invoker::new(&functions, Duration::from_secs(60)).expect("a client"),
+        2,
+    );
     let polling = tokio::spawn(async move { poller.run(found).await });
 
     // Two events of one command: one stream batch of two records for the projector.
@@ -307,19 +325,7 @@ async fn failed_items_come_back_and_the_others_are_done() {
         Arc::new(SystemClock),
     );
     let deployment = DeploymentId::from_uuid(uuid::Uuid::now_v7());
-    let requested = DeploymentEvent::DeploymentRequested {
-        triggered_by: None,
-        tenant: "t".into(),
-        requested_by: "ada".into(),
-        trigger: "cli".into(),
-        source: "local.yaml".into(),
-        blueprint: parse("name: local\nsteps:\n  build: { run: noop }\n")
-            .expect("valid")
-            .snapshot,
-        blueprint_hash: "h".into(),
-        params: BTreeMap::new(),
-        cloud: None,
-    };
+    let requested = local_request("t");
     let sealed = DeploymentEvent::CredentialsSealed {
         seal: "seal".into(),
         secrets: Vec::new(),
@@ -400,19 +406,7 @@ async fn failed_items_come_back_and_the_others_are_done() {
 
 async fn requested_on(log: &DynamoDeployments) {
     let deployment = DeploymentId::from_uuid(uuid::Uuid::now_v7());
-    let requested = DeploymentEvent::DeploymentRequested {
-        triggered_by: None,
-        tenant: "t".into(),
-        requested_by: "ada".into(),
-        trigger: "cli".into(),
-        source: "local.yaml".into(),
-        blueprint: parse("name: local\nsteps:\n  build: { run: noop }\n")
-            .expect("valid")
-            .snapshot,
-        blueprint_hash: "h".into(),
-        params: BTreeMap::new(),
-        cloud: None,
-    };
+    let requested = local_request("t");
     log.append(
         deployment,
         "t",
@@ -426,16 +420,7 @@ async fn requested_on(log: &DynamoDeployments) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_poller_started_again_goes_on_where_the_last_one_stopped() {
-    let emulator_port = free_port();
-    let _emulator = start(Command::new("python3").args([
-        "scripts/aws-emulator.py",
-        "--port",
-        &emulator_port.to_string(),
-    ]));
-    listening(emulator_port);
-    let config =
-        overture_aws::config::for_endpoint(&format!("http://127.0.0.1:{emulator_port}"), REGION)
-            .await;
+    let (_emulator, _, config) = emulator().await;
     let stack = "overture-restart";
     let outputs = setup::stack(&config, stack, &[]).await.expect("the stack");
     let log = DynamoDeployments::new(

@@ -105,3 +105,47 @@ pub fn holds_bytes(
         .flat_map(|item| item.values())
         .any(|value| walk(value, needle))
 }
+
+/// Whether any item of `table` holds `needle` in clear, read by a scan.
+#[allow(dead_code)] // Not every test binary scans.
+pub async fn table_holds(dynamodb: &aws_sdk_dynamodb::Client, table: &str, needle: &str) -> bool {
+    let scanned = dynamodb
+        .scan()
+        .table_name(table)
+        .send()
+        .await
+        .expect("scan");
+    holds_bytes(scanned.items(), needle.as_bytes())
+}
+
+/// Copies `table`'s item of deployment `from`, as it is, to a new deployment, as someone
+/// with write access to the table could; the new deployment.
+#[allow(dead_code)] // Not every test binary copies items.
+pub async fn copied_to_another_deployment(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    table: &str,
+    from: overture_events::DeploymentId,
+) -> overture_events::DeploymentId {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let item = dynamodb
+        .get_item()
+        .table_name(table)
+        .key("deployment", AttributeValue::S(from.to_string()))
+        .send()
+        .await
+        .expect("read the item");
+    let mut copied = item.item().expect("an item").clone();
+    let elsewhere = overture_events::DeploymentId::from_uuid(uuid::Uuid::now_v7());
+    copied.insert(
+        "deployment".into(),
+        AttributeValue::S(elsewhere.to_string()),
+    );
+    dynamodb
+        .put_item()
+        .table_name(table)
+        .set_item(Some(copied))
+        .send()
+        .await
+        .expect("copy");
+    elsewhere
+}
