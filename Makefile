@@ -34,12 +34,14 @@ local-aws-down:
 	@scripts/local-aws.sh down
 
 # ARCH=arm64 for Graviton (the stack's default Architecture is arm64).
+# One build per Lambda: built together, cargo would unify their features and every function
+# would carry the others' code (docs/decisions/0006).
 lambdas: setup
 	$(if $(filter arm64,$(ARCH)),rustup target add aarch64-unknown-linux-gnu,)
-	cargo lambda build --release $(if $(filter arm64,$(ARCH)),--arm64,) --output-format zip \
-		-p overture-submit-lambda -p overture-orchestrator-lambda \
-		-p overture-runner-lambda -p overture-projector-lambda \
-		-p overture-api-lambda -p overture-triggers-lambda
+	for function in submit orchestrator runner projector api triggers; do \
+		cargo lambda build --release $(if $(filter arm64,$(ARCH)),--arm64,) --output-format zip \
+			-p overture-$$function-lambda || exit 1; \
+	done
 
 clean:
 	cargo clean
