@@ -5,7 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# target/ is the book's even where cargo builds elsewhere (CARGO_TARGET_DIR), as on a fresh clone.
 out=target/book
+mkdir -p target
 mdbook build --dest-dir "$out" >/dev/null 2>target/book-build.log || {
     cat target/book-build.log >&2
     echo "check-book: mdbook build failed" >&2
