@@ -1,5 +1,6 @@
 # make demo   runs a real deployment on the embedded engine and shows its result
-# make test   runs every test
+# make test   runs every test (linked with mold and without incremental data: a clean clone
+#             builds everything once, and links about ninety test binaries)
 # make bench  prints the benchmark figures
 # make local-aws       starts the AWS form locally (emulator, stack, functions, poller) on 127.0.0.1
 # make local-aws-down  stops it
@@ -21,7 +22,7 @@ test: setup
 	scripts/check-kinds.py
 	scripts/check-rooms.py
 	scripts/check-book.sh
-	cargo test --workspace --no-fail-fast
+	CARGO_INCREMENTAL=0 RUSTFLAGS="$${RUSTFLAGS:-} -C link-arg=-fuse-ld=mold" cargo test --workspace --no-fail-fast
 
 bench: setup
 	cargo build --release -p overture -p overture-bench

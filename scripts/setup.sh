@@ -11,6 +11,8 @@ command -v nft >/dev/null || need+=(nftables)
 command -v sqlite3 >/dev/null || need+=(sqlite3)
 command -v cc >/dev/null || need+=(gcc libc6-dev)
 command -v make >/dev/null || need+=(make)
+# A faster linker for `make test`'s hundred test binaries (the Makefile asks gcc for it).
+command -v mold >/dev/null || need+=(mold)
 # The step kinds' tools: ansible (agentless, over ssh), curl (http), and an sshd for the tests.
 command -v ansible-playbook >/dev/null || need+=(ansible-core)
 command -v ssh >/dev/null || need+=(openssh-client)
