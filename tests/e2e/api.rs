@@ -43,12 +43,25 @@ impl Server {
         Self::serve_with(o, auth_url, triggers, &[])
     }
 
+    /// Starts it as [`Server::start`] does, logging at `OVERTURE_LOG=info` into the file `log`.
+    pub fn logging_into(o: &Overture, auth_url: &str, log: &Path) -> Self {
+        let mut command = o.command(&["serve", "--addr", "127.0.0.1:0", "--auth-url", auth_url]);
+        command
+            .env("OVERTURE_LOG", "info")
+            .stderr(std::fs::File::create(log).expect("the server's log file"));
+        Self::spawn(command)
+    }
+
     fn serve_with(o: &Overture, auth_url: &str, triggers: Option<&Path>, flags: &[&str]) -> Self {
         let mut command = o.command(&["serve", "--addr", "127.0.0.1:0", "--auth-url", auth_url]);
         if let Some(triggers) = triggers {
             command.arg("--triggers").arg(triggers);
         }
         command.args(flags);
+        Self::spawn(command)
+    }
+
+    fn spawn(mut command: std::process::Command) -> Self {
         let mut child = command
             .stdout(Stdio::piped())
             .spawn()

@@ -1,5 +1,7 @@
 //! `OVERTURE_LOG`: what each handler did, for the operator who asks.
 
+use crate::api::{Client, Server};
+use crate::local_cloud::LocalCloud;
 use crate::support::{text, Overture};
 
 const SECRET: &str = "tracing-s3cr3t-value";
@@ -57,5 +59,39 @@ steps:
         !text(&quiet.stderr).contains("close"),
         "without OVERTURE_LOG no span is logged: {}",
         text(&quiet.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn at_info_each_api_request_names_its_route_its_tenant_and_its_status_and_no_token() {
+    let cloud = LocalCloud::up();
+    let (_, token) = cloud.token("acme");
+    let tenant = cloud.project_id("acme");
+    let o = Overture::new();
+    let log = o.blueprint("serve.log", "");
+    let server = Server::logging_into(&o, &cloud.auth_url, &log);
+    let client = Client::new(&token);
+
+    let (listed, _) = client.get(&server.at("/v1/deployments")).await;
+    assert_eq!(listed.as_u16(), 200);
+    let (unknown, _) = client
+        .get(&server.at("/v1/deployments/01a22189-069a-73a2-afd3-3cd40be9fa76"))
+        .await;
+    assert_eq!(unknown.as_u16(), 404);
+    drop(server);
+
+    let logged = std::fs::read_to_string(&log).expect("the server's log");
+    for span in [
+        format!("api{{method=GET path=/v1/deployments route=/v1/deployments tenant={tenant} status=200}}"),
+        format!("api{{method=GET path=/v1/deployments/01a22189-069a-73a2-afd3-3cd40be9fa76 route=/v1/deployments/{{id}} tenant={tenant} status=404}}"),
+    ] {
+        assert!(
+            logged.lines().any(|line| line.contains(&span) && line.contains("close")),
+            "no line closes a span `{span}`:\n{logged}"
+        );
+    }
+    assert!(
+        !logged.contains(&token),
+        "the token leaked into the log:\n{logged}"
     );
 }

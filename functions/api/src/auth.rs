@@ -76,7 +76,7 @@ pub async fn authenticate(
             TokenError::Failed(_) => ApiError::Internal(error.to_string()),
         })?;
     let caller = Caller { account, token };
-    tracing::Span::current().record("tenant", caller.tenant());
+    tracing::Span::current().record("tenant", tracing::field::display(caller.tenant()));
     api.deployments.caller_seen(&caller).await;
     request.extensions_mut().insert(caller);
     Ok(next.run(request).await)

@@ -115,7 +115,7 @@ async fn trace_request(request: Request, next: Next) -> Response {
         "api",
         method = %request.method(),
         path = %request.uri().path(),
-        route = route.as_deref().unwrap_or("(none)"),
+        route = %route.as_deref().unwrap_or("(none)"),
         tenant = tracing::field::Empty,
         status = tracing::field::Empty,
     );
