@@ -151,6 +151,7 @@ fn refused(error: RunError) -> ApiError {
 
 /// Which deployments a list holds.
 #[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ListQuery {
     /// Only deployments with this status: running, succeeded, failed or cancelled.
@@ -230,6 +231,7 @@ pub(super) async fn owned_view(
 
 /// When to show a deployment as it stood.
 #[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct StatusQuery {
     /// As it stood then, folded from the log alone: after the event at this revision (0-based),

@@ -147,12 +147,14 @@ impl Follow {
 
 /// Which output of a step.
 #[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct LogQuery {
     /// The attempt (1-based); the step's last when left out.
     attempt: Option<u32>,
     /// The output of tearing the step down (`overture destroy`) instead of an attempt's.
     #[serde(default)]
+    #[param(required = false)]
     destroy: bool,
 }
 

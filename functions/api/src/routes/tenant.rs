@@ -40,10 +40,12 @@ pub(super) async fn tenant(
 
 /// Which grants.
 #[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct GrantsQuery {
     /// Only grants still open.
     #[serde(default)]
+    #[param(required = false)]
     open: bool,
 }
 
