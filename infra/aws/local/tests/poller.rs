@@ -66,8 +66,9 @@ struct Started(Child);
 impl Drop for Started {
     fn drop(&mut self) {
         if let Ok(group) = i32::try_from(self.0.id()) {
-            // SAFETY: signals the process group this test made for the child it started.
-            unsafe { libc::kill(-group, libc::SIGTERM) };
+            // SAFETY: signals the process group this test made for the child it started. SIGKILL:
+            // the emulator keeps nothing, and a teardown must not wait on it.
+            unsafe { libc::kill(-group, libc::SIGKILL) };
         }
         let _ = self.0.wait();
     }
