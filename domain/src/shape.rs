@@ -35,17 +35,22 @@ enum Open {
     List { path: String, items: usize },
 }
 
+/// The problem of a blueprint of `size` bytes, more than [`MAX_BLUEPRINT_BYTES`]: said with the
+/// file's whole size, also where only the first bytes past the limit were read.
+pub fn too_large(size: u64) -> BlueprintProblem {
+    BlueprintProblem {
+        field: "(top level)".into(),
+        problem: format!(
+            "the file is {size} bytes, more than the {MAX_BLUEPRINT_BYTES} (1 MiB) a blueprint may have; keep large data in the steps' folders"
+        ),
+    }
+}
+
 /// Every problem with the text's shape: too large, too deep, or a key given twice. Empty when
 /// the text may be handed to the YAML deserializer.
 pub fn check(text: &str) -> Vec<BlueprintProblem> {
     if text.len() > MAX_BLUEPRINT_BYTES {
-        return vec![BlueprintProblem {
-            field: "(top level)".into(),
-            problem: format!(
-                "the file is {} bytes, more than the {MAX_BLUEPRINT_BYTES} (1 MiB) a blueprint may have; keep large data in the steps' folders",
-                text.len()
-            ),
-        }];
+        return vec![too_large(text.len() as u64)];
     }
     let mut problems = Vec::new();
     let mut open: Vec<Open> = Vec::new();

@@ -397,12 +397,15 @@ fn a_deep_or_huge_blueprint_is_refused_naming_the_limit() {
         ),
     );
     let path = huge.to_str().expect("path");
+    let size = std::fs::metadata(&huge).expect("the file").len();
+    let said = format!("the file is {size} bytes");
     for command in ["validate", "deploy"] {
         assert_refused(
             &overture,
             &[command, path],
             &[
                 "huge.yaml",
+                &said,
                 "more than the 1048576 (1 MiB) a blueprint may have",
             ],
         );

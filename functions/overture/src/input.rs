@@ -29,12 +29,21 @@ pub fn read_blueprint(file: &Path) -> Result<(String, blueprint::ParsedBlueprint
     // One byte past the limit is enough to refuse it: a huge file is never read whole.
     let limit = u64::try_from(overture_domain::shape::MAX_BLUEPRINT_BYTES + 1).unwrap_or(u64::MAX);
     let mut bytes = Vec::new();
-    std::fs::File::open(file)
-        .and_then(|f| f.take(limit).read_to_end(&mut bytes))
+    let mut opened = std::fs::File::open(file).map_err(unreadable)?;
+    (&mut opened)
+        .take(limit)
+        .read_to_end(&mut bytes)
         .map_err(unreadable)?;
+    let bad = |problems| Failure::BadInput(problems_in(file, &problems));
+    if bytes.len() as u64 == limit {
+        // The message says the whole file's size, not the bytes read to refuse it.
+        let size = opened.metadata().map_or(limit, |m| m.len().max(limit));
+        return Err(bad(blueprint::BlueprintError(vec![
+            overture_domain::shape::too_large(size),
+        ])));
+    }
     let text = String::from_utf8(bytes)
         .map_err(|e| unreadable(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
-    let bad = |problems| Failure::BadInput(problems_in(file, &problems));
     let mut parsed = blueprint::parse(&text).map_err(bad)?;
     // Allowed, and shown: the user may have meant otherwise.
     for warning in &parsed.warnings {
