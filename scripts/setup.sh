@@ -68,6 +68,18 @@ if ! command -v mdbook >/dev/null; then
     hash -r
 fi
 
+# Standard clients the tests check Overture against (an OpenAPI validator, Schemathesis, the
+# CloudEvents SDK), in the project's own virtual environment so the machine's Python is left alone.
+root=$(cd "$(dirname "$0")/.." && pwd)
+clients=$root/scripts/clients-requirements.txt
+venv=$root/.venv
+if ! cmp -s "$clients" "$venv/installed-requirements.txt" 2>/dev/null; then
+    echo "setup: installing the standard clients into .venv (scripts/clients-requirements.txt)"
+    python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install --quiet -r "$clients"
+    cp "$clients" "$venv/installed-requirements.txt"
+fi
+
 # cargo-lambda runs the functions as AWS Lambda runs them, for their smoke tests.
 if ! command -v cargo-lambda >/dev/null; then
     echo "setup: installing cargo-lambda"
