@@ -115,6 +115,8 @@ impl Recorder {
             correlation_id: self.deployment.uuid(),
             causation_id: self.cause,
             recorded_at: self.at,
+            previous: None,
+            hash: None,
         };
         self.cause = id;
         self.at += TimeDelta::milliseconds(7);

@@ -31,6 +31,8 @@ fn envelope(id: DeploymentId, tenant: &str, revision: u64, event: E) -> Envelope
             correlation_id: id.uuid(),
             causation_id: id.uuid(),
             recorded_at: at(revision as i64),
+            previous: None,
+            hash: None,
         },
     }
 }

@@ -44,6 +44,14 @@ pub struct Metadata {
 
 /// An envelope together with its position in the global, ordered read of all streams.
 #[derive(Clone, Debug, PartialEq)]
+    /// The link of the stream's event before this one (64 zeros before the first), in hex;
+    /// absent on events recorded before the log was chained. See [`crate::chain`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<String>,
+    /// This event's own link, SHA-256 of `previous` and its content hash, in hex; set by the
+    /// log when it records the event. See [`crate::chain`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash: Option<String>,
 pub struct LogEntry {
     /// 1-based position across every stream; strictly increasing in append order.
     pub position: u64,

@@ -2,6 +2,7 @@
 //!
 //! - [`ids`]: deployment ids and the stream names derived from them.
 //! - [`envelope`]: the EventStoreDB-style envelope every stored event travels in.
+//! - [`chain`]: the hash chain that makes each stream tamper-evident, and its check.
 //! - [`blueprint`]: the blueprint snapshot a deployment records when it is requested.
 //! - [`deployment`]: the events of a deployment, with their stable type strings.
 //! - [`job`]: the bodies of the jobs on the step-and-timer queue.
@@ -11,6 +12,7 @@
 //! to it. Rules live in `overture-domain`.
 
 pub mod blueprint;
+pub mod chain;
 pub mod deployment;
 pub mod envelope;
 pub mod ids;

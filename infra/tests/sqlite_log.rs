@@ -46,6 +46,8 @@ fn event(event_type: &str, data: serde_json::Value) -> NewEvent {
             correlation_id: Uuid::from_u128(7),
             causation_id: Uuid::from_u128(8),
             recorded_at: recorded_at(),
+            previous: None,
+            hash: None,
         },
     }
 }

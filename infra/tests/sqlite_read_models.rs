@@ -39,6 +39,8 @@ mod rebuild {
                 correlation_id: Uuid::now_v7(),
                 causation_id: Uuid::now_v7(),
                 recorded_at: Timestamp::UNIX_EPOCH + chrono::TimeDelta::seconds(seconds),
+                previous: None,
+                hash: None,
             },
         }
     }

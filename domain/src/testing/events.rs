@@ -255,6 +255,8 @@ pub fn envelopes(id: DeploymentId, events: &[(E, Timestamp)]) -> Vec<Envelope> {
                 correlation_id: id.uuid(),
                 causation_id: id.uuid(),
                 recorded_at: *at,
+                previous: None,
+                hash: None,
             },
         })
         .collect()

@@ -332,6 +332,8 @@ fn envelopes(id: DeploymentId, events: &[E]) -> Vec<Envelope> {
                 correlation_id: id.uuid(),
                 causation_id: id.uuid(),
                 recorded_at: t(revision as i64),
+                previous: None,
+                hash: None,
             },
         })
         .collect()

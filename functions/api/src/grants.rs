@@ -145,6 +145,8 @@ mod tests {
                 },
             };
             models.apply(&envelope).expect("folds");
+                    previous: None,
+                    hash: None,
         }
     }
 

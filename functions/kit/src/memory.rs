@@ -86,6 +86,8 @@ impl DeploymentLog for MemoryLog {
             correlation_id: cause.correlation_id,
             causation_id: cause.causation_id,
             recorded_at: self.recorded_at,
+            previous: None,
+            hash: None,
         };
         let first = expected.map_or(0, |last| last + 1);
         if !events.is_empty() {

@@ -192,6 +192,8 @@ async fn a_registration_wakes_the_tenants_other_deployments_that_need_the_servic
             correlation_id: uuid::Uuid::now_v7(),
             causation_id: uuid::Uuid::now_v7(),
             recorded_at: at("10:03"),
+            previous: None,
+            hash: None,
         },
     };
 

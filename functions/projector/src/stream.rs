@@ -269,6 +269,8 @@ mod tests {
                 correlation_id: uuid::Uuid::now_v7(),
                 causation_id: uuid::Uuid::now_v7(),
                 recorded_at: chrono::Utc::now(),
+                previous: None,
+                hash: None,
             },
         }
     }

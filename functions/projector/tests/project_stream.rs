@@ -85,6 +85,8 @@ fn record(
             correlation_id: deployment.uuid(),
             causation_id: deployment.uuid(),
             recorded_at: Timestamp::UNIX_EPOCH,
+            previous: None,
+            hash: None,
         },
     }
 }

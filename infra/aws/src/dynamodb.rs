@@ -290,6 +290,8 @@ impl DeploymentLog for DynamoDeployments {
             correlation_id: cause.correlation_id,
             causation_id: cause.causation_id,
             recorded_at: self.clock.now(),
+            previous: None,
+            hash: None,
         })
         .map_err(unavailable)?;
         let first = expected.map_or(0, |last| last + 1);

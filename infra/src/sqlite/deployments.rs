@@ -118,6 +118,8 @@ impl DeploymentLog for SqliteDeployments {
             correlation_id: cause.correlation_id,
             causation_id: cause.causation_id,
             recorded_at: self.clock.now(),
+            previous: None,
+            hash: None,
         };
         let new_events = events
             .iter()

@@ -574,6 +574,8 @@ mod tests {
                 correlation_id: Uuid::from_u128(1),
                 causation_id: Uuid::from_u128(1),
                 recorded_at: chrono::DateTime::UNIX_EPOCH,
+                previous: None,
+                hash: None,
             },
         })
         .expect("encodable")

@@ -423,6 +423,8 @@ mod tests {
                     correlation_id: id.uuid(),
                     causation_id: id.uuid(),
                     recorded_at: chrono::DateTime::UNIX_EPOCH,
+                    previous: None,
+                    hash: None,
                 },
             },
         }

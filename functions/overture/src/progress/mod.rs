@@ -167,6 +167,8 @@ mod tests {
                 },
             },
         }
+                    previous: None,
+                    hash: None,
     }
 
     #[test]

@@ -225,6 +225,8 @@ mod tests {
                     correlation_id: uuid::Uuid::nil(),
                     causation_id: uuid::Uuid::nil(),
                     recorded_at: at(ms),
+                    previous: None,
+                    hash: None,
                 },
             })
             .collect()

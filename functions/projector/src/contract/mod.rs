@@ -209,6 +209,8 @@ fn deployment_of(
                 correlation_id: id.uuid(),
                 causation_id: id.uuid(),
                 recorded_at: at(requested + revision as i64),
+                previous: None,
+                hash: None,
             },
         })
         .collect();
