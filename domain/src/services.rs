@@ -21,6 +21,7 @@ pub const DEFAULT_SERVICE_WAIT: std::time::Duration = std::time::Duration::from_
 #[derive(
     Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
 )]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ServiceInstance {
     /// The service.
     pub service: String,
@@ -48,12 +49,14 @@ impl ServiceInstance {
 /// An instance in the tenant's registry, with the deployment that registered it (as
 /// `GET /v1/services` answers it).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RegisteredInstance {
     /// The deployment whose step registered it.
     pub deployment: overture_events::DeploymentId,
     /// The instance.
     pub instance: ServiceInstance,
     /// When it was registered.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub registered_at: overture_events::Timestamp,
 }
 

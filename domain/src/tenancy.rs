@@ -31,6 +31,7 @@ pub fn owns(caller: &str, tenant: &str) -> bool {
 
 /// The project a tenant id stands for, as people know it: its name and its domain's name.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ProjectLabel {
     /// The project's name (unique only within its domain).
     pub name: String,

@@ -168,6 +168,7 @@ pub struct RetryRule {
 
 /// Why an attempt failed, as the retry policy sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum ErrorClass {
     /// A terraform step exited non-zero.

@@ -9,6 +9,7 @@ use crate::Timestamp;
 ///
 /// This is the stable machine-readable form `overture events --json` prints, one per line.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Envelope {
     /// The stream the event belongs to, `deployment-<uuid>`.
     pub stream: String,
@@ -20,6 +21,7 @@ pub struct Envelope {
     #[serde(rename = "type")]
     pub event_type: String,
     /// The event's own fields.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub data: serde_json::Value,
     /// Who and what caused the event, and when it was recorded.
     pub metadata: Metadata,
@@ -27,6 +29,7 @@ pub struct Envelope {
 
 /// Context recorded beside every event.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Metadata {
     /// The tenant the deployment belongs to.
     pub tenant: String,
@@ -39,11 +42,8 @@ pub struct Metadata {
     #[serde(rename = "$causationId")]
     pub causation_id: Uuid,
     /// When the log recorded the event.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub recorded_at: Timestamp,
-}
-
-/// An envelope together with its position in the global, ordered read of all streams.
-#[derive(Clone, Debug, PartialEq)]
     /// The link of the stream's event before this one (64 zeros before the first), in hex;
     /// absent on events recorded before the log was chained. See [`crate::chain`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -52,6 +52,10 @@ pub struct Metadata {
     /// log when it records the event. See [`crate::chain`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hash: Option<String>,
+}
+
+/// An envelope together with its position in the global, ordered read of all streams.
+#[derive(Clone, Debug, PartialEq)]
 pub struct LogEntry {
     /// 1-based position across every stream; strictly increasing in append order.
     pub position: u64,

@@ -11,6 +11,7 @@ pub const STREAM_PREFIX: &str = "deployment-";
 
 /// Identifies one deployment; a UUID v7, so ids sort by creation time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(transparent)]
 pub struct DeploymentId(Uuid);
 

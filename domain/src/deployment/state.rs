@@ -15,6 +15,7 @@ pub use crate::steps::Steps;
 
 /// Where a step stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum StepStatus {
     /// Waiting for the steps it needs.

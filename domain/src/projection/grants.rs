@@ -9,6 +9,7 @@ use super::DeploymentView;
 /// One temporary grant of access, opened by one event and closed by another: the ledger that
 /// `overture grants` shows.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct GrantView {
     /// What is granted.
     pub kind: GrantKind,
@@ -17,9 +18,11 @@ pub struct GrantView {
     /// What it admits, for people.
     pub detail: String,
     /// When it was opened.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub opened_at: Timestamp,
     /// When it was closed; `None` while it is open.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime))]
     pub closed_at: Option<Timestamp>,
     /// For a bastion rule whose lease closed while other deployments still held the rule: those
     /// deployments, for which the rule was kept rather than deleted.
@@ -36,6 +39,7 @@ impl GrantView {
 
 /// The kinds of temporary grant a deployment holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum GrantKind {
     /// A security-group rule admitting the engine to the bastion's SSH port.

@@ -8,6 +8,7 @@ use super::DeploymentStatus;
 
 /// One tenant's summary: the `tenants --json` objects.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TenantView {
     /// The tenant.
     pub tenant: String,
@@ -22,6 +23,7 @@ pub struct TenantView {
     /// Every deployment.
     pub total: u64,
     /// When the newest deployment was requested.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime))]
     pub last_deployment_at: Option<Timestamp>,
 }
 

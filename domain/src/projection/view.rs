@@ -12,6 +12,7 @@ use crate::deployment::StepStatus;
 
 /// A deployment's overall status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum DeploymentStatus {
     /// Steps are still being run.
@@ -38,6 +39,7 @@ impl DeploymentStatus {
 
 /// One step within a deployment's status.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StepView {
     /// Where it stands.
     pub status: StepStatus,
@@ -45,9 +47,11 @@ pub struct StepView {
     pub attempts: u32,
     /// When its first attempt started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime))]
     pub started_at: Option<Timestamp>,
     /// When it succeeded, failed for good or was abandoned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime))]
     pub finished_at: Option<Timestamp>,
     /// The class of its last failed attempt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -59,6 +63,7 @@ pub struct StepView {
 
 /// The status of one deployment: the `status --json` object.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DeploymentView {
     /// The deployment id.
     pub id: DeploymentId,
@@ -75,8 +80,10 @@ pub struct DeploymentView {
     /// Every step, in blueprint order.
     pub steps: IndexMap<String, StepView>,
     /// When it was requested.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub started_at: Timestamp,
     /// When it ended.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime))]
     pub finished_at: Option<Timestamp>,
     /// Why it failed or was cancelled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -94,6 +101,7 @@ pub struct DeploymentView {
 /// A deployment view's header as stores keep it: everything but the steps, which are kept one
 /// by one ([`DeploymentView::header`], [`Header::with_steps`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = DeploymentSummary))]
 pub struct Header {
     /// The deployment id.
     pub id: DeploymentId,
@@ -108,8 +116,10 @@ pub struct Header {
     /// Overall status.
     pub status: DeploymentStatus,
     /// When it was requested.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub started_at: Timestamp,
     /// When it ended.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime))]
     pub finished_at: Option<Timestamp>,
     /// Why it failed or was cancelled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -165,10 +175,12 @@ impl DeploymentView {
 
 /// Where tearing a deployment down stands: the `destroy` object of `status --json`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DestroyView {
     /// `destroying`, `destroyed` or `failed` (asking again carries on).
     pub status: DestroyStatus,
     /// When this status was reached.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub at: Timestamp,
     /// Why the last try failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -177,6 +189,7 @@ pub struct DestroyView {
 
 /// Where tearing a deployment down stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum DestroyStatus {
     /// Resources are being destroyed.

@@ -5,18 +5,21 @@
 use overture_domain::projection::{DeploymentStatus, DeploymentView, GrantKind, GrantView};
 use overture_events::{DeploymentId, Timestamp};
 use serde::Serialize;
+use utoipa::ToSchema;
 
 /// A deployment holding an open lease on a bastion rule.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
 pub struct Holder {
     /// The deployment.
     pub deployment: DeploymentId,
     /// Since when it holds the rule.
+    #[schema(value_type = String, format = DateTime)]
     pub since: Timestamp,
 }
 
 /// One row of the grants ledger: a grant and the deployment that held it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Grant)]
 pub struct GrantRow {
     /// The deployment.
     pub deployment: DeploymentId,
@@ -142,11 +145,11 @@ mod tests {
                     correlation_id: id.uuid(),
                     causation_id: id.uuid(),
                     recorded_at: at(second),
+                    previous: None,
+                    hash: None,
                 },
             };
             models.apply(&envelope).expect("folds");
-                    previous: None,
-                    hash: None,
         }
     }
 

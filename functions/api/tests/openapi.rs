@@ -60,3 +60,75 @@ fn a_path_parameter_is_one_the_path_names_and_is_required() {
         }
     }
 }
+
+/// A client of the project's own virtual environment (`scripts/setup.sh` installs them).
+fn client(name: &str) -> std::path::PathBuf {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .find(|dir| dir.join("Cargo.lock").is_file())
+        .expect("the workspace's root");
+    let path = root.join(".venv/bin").join(name);
+    assert!(
+        path.is_file(),
+        "{} is missing: run scripts/setup.sh",
+        path.display()
+    );
+    path
+}
+
+#[test]
+fn a_real_validator_accepts_the_document() {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let file = dir.path().join("openapi.json");
+    let text =
+        serde_json::to_string_pretty(overture_api::document()).expect("the document is JSON");
+    std::fs::write(&file, text).expect("write the document");
+    let output = std::process::Command::new(client("openapi-spec-validator"))
+        .arg(&file)
+        .output()
+        .expect("run openapi-spec-validator");
+    assert!(
+        output.status.success(),
+        "openapi-spec-validator refuses the document:\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Whether `schema` says what its values hold: a named schema, a list of them, or text.
+fn typed(schema: &serde_json::Value) -> bool {
+    if schema.get("$ref").is_some() || schema["type"] == "string" {
+        return true;
+    }
+    schema["type"] == "array" && typed(&schema["items"])
+}
+
+#[test]
+fn every_answer_with_a_body_names_its_schema() {
+    let document = serde_json::to_value(overture_api::document()).expect("the document is JSON");
+    let mut untyped = Vec::new();
+    for (path, operations) in document["paths"].as_object().expect("paths") {
+        // The document itself is OpenAPI's own schema; an event's answer is typed with the
+        // CloudEvents binding's modes.
+        if path == "/openapi.json" || path == "/v1/events" {
+            continue;
+        }
+        for (method, operation) in operations.as_object().expect("operations") {
+            for (status, response) in operation["responses"].as_object().expect("responses") {
+                for (media, content) in response["content"].as_object().into_iter().flatten() {
+                    if !typed(&content["schema"]) {
+                        untyped.push(format!(
+                            "{method} {path} {status} {media}: {}",
+                            content["schema"]
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        untyped.is_empty(),
+        "answers without a schema a client generator can type:\n{}",
+        untyped.join("\n")
+    );
+}

@@ -10,7 +10,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use overture_domain::history::{self, Moment};
-use overture_domain::projection::{project, DeploymentStatus, DeploymentView};
+use overture_domain::projection::{project, DeploymentStatus, DeploymentView, Header};
 use overture_domain::secret::{SecretString, SecretValues};
 use overture_domain::text::escaped;
 use overture_domain::DeploymentError;
@@ -19,7 +19,6 @@ use overture_kit::query::DeploymentFilter;
 use overture_submit::again::Redrive;
 use overture_submit::{CloudSession, Submission, SubmitError};
 use serde::Deserialize;
-use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use super::json_body;
@@ -65,7 +64,7 @@ const SOURCE: &str = "blueprint";
     request_body = CreateDeployment,
     security(("token" = [])),
     responses(
-        (status = 201, description = "Recorded and started: the status object", body = Object,
+        (status = 201, description = "Recorded and started: the status object", body = DeploymentView,
          headers(("Location" = String, description = "The deployment's URL"))),
         (status = 400, description = "Malformed, or an invalid blueprint; nothing recorded", body = ErrorBody),
         (status = 401, body = ErrorBody),
@@ -165,7 +164,7 @@ pub(super) struct ListQuery {
     params(ListQuery),
     security(("token" = [])),
     responses(
-        (status = 200, description = "Status objects without steps", body = [Object]),
+        (status = 200, description = "Status objects without steps", body = [Header]),
         (status = 400, body = ErrorBody),
         (status = 401, body = ErrorBody),
     )
@@ -174,7 +173,7 @@ pub(super) async fn list_deployments(
     State(api): State<Api>,
     Extension(caller): Extension<Caller>,
     query: Result<Query<ListQuery>, QueryRejection>,
-) -> Result<Json<Vec<Value>>, ApiError> {
+) -> Result<Json<Vec<Header>>, ApiError> {
     let Query(query) = query.map_err(|_| {
         ApiError::BadRequest(
             "the only query parameter is status=running|succeeded|failed|cancelled".into(),
@@ -200,18 +199,7 @@ pub(super) async fn list_deployments(
             status,
         })
         .await?;
-    let rows: Result<Vec<Value>, ApiError> = views
-        .iter()
-        .map(|view| {
-            let mut value =
-                serde_json::to_value(view).map_err(|e| ApiError::Internal(e.to_string()))?;
-            if let Some(object) = value.as_object_mut() {
-                object.remove("steps");
-            }
-            Ok(value)
-        })
-        .collect();
-    Ok(Json(rows?))
+    Ok(Json(views.iter().map(DeploymentView::header).collect()))
 }
 
 /// The caller's deployment `id`, or 404 (also when it is another tenant's).
@@ -246,7 +234,7 @@ pub(super) struct StatusQuery {
     params(("id" = String, Path, description = "The deployment id"), StatusQuery),
     security(("token" = [])),
     responses(
-        (status = 200, description = "The status object", body = Object),
+        (status = 200, description = "The status object", body = DeploymentView),
         (status = 400, description = "`at` is not a revision or a time of it", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody),
@@ -286,7 +274,7 @@ pub(super) async fn get_deployment(
     params(("id" = String, Path, description = "The deployment id")),
     security(("token" = [])),
     responses(
-        (status = 202, description = "Recorded; the status object", body = Object),
+        (status = 202, description = "Recorded; the status object", body = DeploymentView),
         (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody),
         (status = 409, description = "It has already ended", body = ErrorBody),
@@ -345,7 +333,7 @@ pub struct RedriveDeployment {
     request_body(content = Option<RedriveDeployment>, description = "The secrets, given again"),
     security(("token" = [])),
     responses(
-        (status = 202, description = "Recorded and started: the status object", body = Object),
+        (status = 202, description = "Recorded and started: the status object", body = DeploymentView),
         (status = 400, description = "Malformed, or a secret is missing; nothing recorded", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody),

@@ -40,7 +40,7 @@ fn json_line<T: serde::Serialize>(value: &T) -> String {
     security(("token" = [])),
     responses(
         (status = 200, description = "The envelopes, oldest first; or an event stream",
-         content(([Object] = "application/json"), (String = "text/event-stream"))),
+         content(([Envelope] = "application/json"), (String = "text/event-stream"))),
         (status = 400, body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody),

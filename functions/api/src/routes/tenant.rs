@@ -21,7 +21,7 @@ use crate::Api;
     path = "/v1/tenant",
     security(("token" = [])),
     responses(
-        (status = 200, description = "The tenant's summary", body = Object),
+        (status = 200, description = "The tenant's summary", body = TenantView),
         (status = 401, body = ErrorBody),
     )
 )]
@@ -56,7 +56,7 @@ pub(super) struct GrantsQuery {
     params(GrantsQuery),
     security(("token" = [])),
     responses(
-        (status = 200, description = "The grants", body = [Object]),
+        (status = 200, description = "The grants", body = [GrantRow]),
         (status = 400, body = ErrorBody),
         (status = 401, body = ErrorBody),
     )
@@ -85,7 +85,7 @@ pub(super) async fn grants(
     path = "/v1/services",
     security(("token" = [])),
     responses(
-        (status = 200, description = "The registered instances", body = [Object]),
+        (status = 200, description = "The registered instances", body = [RegisteredInstance]),
         (status = 401, body = ErrorBody),
     )
 )]
