@@ -203,6 +203,67 @@ pub async fn submit(
     submission: Submission,
     ports: &SubmitPorts<'_>,
 ) -> Result<DeploymentId, SubmitError> {
+    let deployment = DeploymentId::from_uuid(Uuid::now_v7());
+    submit_checked(None, deployment, submission, ports).await?;
+    Ok(deployment)
+}
+
+/// Whether [`submit_as`] recorded the deployment or found it recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Submitted {
+    /// This call recorded it.
+    Recorded,
+    /// The same request (the same tenant, asked for by the same trigger and event) was recorded
+    /// under the id before: nothing was sealed or recorded again.
+    AlreadyRecorded,
+}
+
+/// Like [`submit`], under an id the caller derived (a trigger's, from its claim of an event), so
+/// that recording is idempotent: a request already recorded under the id is
+/// [`Submitted::AlreadyRecorded`], and another request under it is refused.
+#[tracing::instrument(
+    name = "submit",
+    level = "info",
+    skip_all,
+    fields(tenant = %submission.tenant, requested_by = %submission.requested_by, source = %submission.source, deployment = %deployment)
+)]
+pub async fn submit_as(
+    deployment: DeploymentId,
+    submission: Submission,
+    ports: &SubmitPorts<'_>,
+) -> Result<Submitted, SubmitError> {
+    let request = (submission.tenant.clone(), submission.triggered_by.clone());
+    let recorded = |state: &overture_domain::DeploymentState| {
+        let same = state.tenant == request.0 && state.triggered_by == request.1;
+        match state.blueprint {
+            None => Ok(None),
+            Some(_) if same => Ok(Some(Submitted::AlreadyRecorded)),
+            Some(_) => Err(SubmitError::Refused(DeploymentError::AlreadyRequested)),
+        }
+    };
+    match submit_checked(Some(&recorded), deployment, submission, ports).await {
+        Ok(submitted) => Ok(submitted),
+        // Another delivery recorded it between the look and the append.
+        Err(SubmitError::Refused(DeploymentError::AlreadyRequested)) => {
+            recorded(&ports.log.load(deployment).await?.state)?
+                .ok_or(SubmitError::Refused(DeploymentError::AlreadyRequested))
+        }
+        Err(error) => Err(error),
+    }
+}
+
+/// What a request already recorded under the id says: `None` when there is none.
+type LookFirst<'a> = &'a (dyn Fn(&overture_domain::DeploymentState) -> Result<Option<Submitted>, SubmitError>
+         + Sync);
+
+/// Checks, seals and records the submission under `deployment`; with `look_first`, looks at
+/// what is recorded under the id before sealing anything.
+async fn submit_checked(
+    look_first: Option<LookFirst<'_>>,
+    deployment: DeploymentId,
+    submission: Submission,
+    ports: &SubmitPorts<'_>,
+) -> Result<Submitted, SubmitError> {
     let tenant = tenant_problem(&submission.tenant, submission.cloud.is_some());
     let mut parsed = blueprint::parse(&submission.text).map_err(|mut error| {
         error.0.splice(0..0, tenant.clone());
@@ -228,8 +289,13 @@ pub async fn submit(
 
     store_files(&mut parsed.snapshot, ports.payloads).await?;
 
-    let deployment = DeploymentId::from_uuid(Uuid::now_v7());
     tracing::Span::current().record("deployment", tracing::field::display(deployment));
+    if let Some(look) = look_first {
+        // Sealing again would overwrite the seal of the deployment already recorded.
+        if let Some(found) = look(&ports.log.load(deployment).await?.state)? {
+            return Ok(found);
+        }
+    }
     let (account, sealed) = seal_for(
         deployment,
         &submission.tenant,
@@ -257,7 +323,7 @@ pub async fn submit(
         sealed,
     };
     record_and_advance(ports, deployment, &submission.tenant, &cause, command).await?;
-    Ok(deployment)
+    Ok(Submitted::Recorded)
 }
 
 /// Appends the events of `command` (a `Request` or a `Redrive`) and of the advance that follows

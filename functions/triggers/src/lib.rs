@@ -2,10 +2,13 @@
 //!
 //! The rules are the domain's ([`overture_domain::trigger`]); this crate acts on them.
 //! [`dispatch`] evaluates every trigger of a trigger file for one event. A match claims
-//! (source, event id, trigger) in the [`TriggerLedger`] before it submits the deployment, so an
-//! event delivered again starts nothing new however many receivers get it at once; a claim whose
-//! deployment could not be started for a reason that may pass is released, so the event's next
-//! delivery can start it. Every decision is recorded: deployed, duplicate, not matched, refused.
+//! (source, event id, trigger) in the [`TriggerLedger`] before it submits the deployment, under
+//! an id derived from the claim ([`deployment_for`]), so an event delivered again starts nothing
+//! new however many receivers get it at once: recording under the id is idempotent. A claim whose
+//! deployment could not be started for a reason that may pass is released; one whose delivery
+//! died before recording anything is found by the next delivery, which sees nothing recorded
+//! under the id and deploys. Every decision is recorded: deployed, duplicate, not matched,
+//! refused.
 //!
 //! - [`bundle`]: a trigger file with the blueprints it deploys, as one document: what
 //!   `overture --backend aws triggers publish` stores for the function to read.
@@ -31,7 +34,7 @@ use overture_domain::text::escaped;
 use overture_domain::trigger::{Decision, IncomingEvent, Trigger, TriggerFile};
 use overture_events::{DeploymentId, TriggeredBy};
 use overture_kit::Clock;
-use overture_submit::{submit, Submission, SubmitError, SubmitPorts};
+use overture_submit::{submit_as, Submission, SubmitError, SubmitPorts, Submitted};
 use serde::{Deserialize, Serialize};
 
 /// The reason recorded with a duplicate delivery.
@@ -105,11 +108,31 @@ pub struct Claim<'a> {
     pub trigger: &'a str,
 }
 
+/// The id of the deployment a claim starts: the same for every delivery of the event, so that
+/// recording it is idempotent and a delivery finds what an earlier one recorded.
+///
+/// A name-based UUID (version 8, the SHA-256 of the tenant, source, event id and trigger, each
+/// length-prefixed so that no two tuples share a name), as RFC 9562 describes it.
+pub fn deployment_for(tenant: &str, claim: Claim<'_>) -> DeploymentId {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    hash.update(b"overture trigger deployment\0");
+    for part in [tenant, claim.source, claim.event_id, claim.trigger] {
+        hash.update(u64::try_from(part.len()).unwrap_or(u64::MAX).to_be_bytes());
+        hash.update(part.as_bytes());
+    }
+    let digest = hash.finalize();
+    let mut bytes = [0; 16];
+    bytes.copy_from_slice(&digest[..16]);
+    DeploymentId::from_uuid(uuid::Builder::from_custom_bytes(bytes).into_uuid())
+}
+
 /// The ledger of claims and decisions.
 #[async_trait]
 pub trait TriggerLedger: Send + Sync {
-    /// Claims the (event, trigger) pair: `true` for the one caller that gets it. Every other
-    /// caller gets `false`, and the ledger records its delivery as a duplicate (at `at`).
+    /// Claims the (event, trigger) pair at `at`: `true` for the one caller that gets it, `false`
+    /// for every other. It records no decision: the caller decides whether a later delivery is a
+    /// duplicate, by what is recorded under the claim's deployment id ([`deployment_for`]).
     async fn claim(&self, claim: Claim<'_>, at: &str) -> Result<bool, LedgerError>;
     /// Gives a claim up, so that the event's next delivery can claim it again.
     async fn release(&self, claim: Claim<'_>) -> Result<(), LedgerError>;
@@ -299,15 +322,26 @@ pub async fn dispatch(
             event_id: &event.id,
             trigger: &trigger.name,
         };
-        if !ports.ledger.claim(claim, &at).await? {
-            // The ledger recorded the duplicate with the claim.
-            done.decisions
-                .push(decided(Verdict::Duplicate, None, DUPLICATE_REASON.into()));
+        let id = deployment_for(&trigger.tenant, claim);
+        let first = ports.ledger.claim(claim, &at).await?;
+        if !first && recorded(id, &trigger.name, ports).await? {
+            let duplicate = decided(
+                Verdict::Duplicate,
+                Some(id.to_string()),
+                DUPLICATE_REASON.into(),
+            );
+            keep(&mut done, duplicate, ports).await?;
             continue;
         }
-        match start(trigger, params, event, ports).await {
-            Ok((id, source)) => {
-                let why = format!("{source} for tenant {}", trigger.tenant);
+        // Claimed before and nothing recorded under the id: the delivery that claimed it died
+        // before recording, or is recording now. Recording under the derived id is idempotent,
+        // so deploying here deploys once either way.
+        match start(trigger, params, event, id, ports).await {
+            Ok((Submitted::Recorded, source)) => {
+                let mut why = format!("{source} for tenant {}", trigger.tenant);
+                if !first {
+                    why.push_str(TAKEN_OVER);
+                }
                 let deployed = decided(Verdict::Deployed, Some(id.to_string()), why);
                 keep(&mut done, deployed, ports).await?;
                 done.started.push(Started {
@@ -315,6 +349,14 @@ pub async fn dispatch(
                     trigger: trigger.name.clone(),
                     depth: event.depth,
                 });
+            }
+            Ok((Submitted::AlreadyRecorded, _)) => {
+                let duplicate = decided(
+                    Verdict::Duplicate,
+                    Some(id.to_string()),
+                    DUPLICATE_REASON.into(),
+                );
+                keep(&mut done, duplicate, ports).await?;
             }
             Err(Unstarted::Refused(why)) => {
                 keep(&mut done, decided(Verdict::Refused, None, why), ports).await?;
@@ -330,6 +372,28 @@ pub async fn dispatch(
         }
     }
     Ok(done)
+}
+
+/// Said of a deployment recorded by a delivery that found the event claimed.
+const TAKEN_OVER: &str =
+    " (an earlier delivery claimed the event and recorded nothing: deployed on this one)";
+
+/// Whether a deployment is recorded under `id`.
+async fn recorded(
+    id: DeploymentId,
+    trigger: &str,
+    ports: &TriggerPorts<'_>,
+) -> Result<bool, DispatchError> {
+    let loaded = ports
+        .submit
+        .log
+        .load(id)
+        .await
+        .map_err(|error| DispatchError::Start {
+            trigger: trigger.to_owned(),
+            error: SubmitError::Log(error),
+        })?;
+    Ok(loaded.state.blueprint.is_some())
 }
 
 async fn keep(
@@ -350,14 +414,15 @@ enum Unstarted {
     Failed(SubmitError),
 }
 
-/// Submits the trigger's deployment as `overture deploy` would; returns its id and the
-/// blueprint's source.
+/// Submits the trigger's deployment as `overture deploy` would, under the id derived from the
+/// claim; returns whether it recorded it and the blueprint's source.
 async fn start(
     trigger: &Trigger,
     params: BTreeMap<String, String>,
     event: &IncomingEvent,
+    id: DeploymentId,
     ports: &TriggerPorts<'_>,
-) -> Result<(DeploymentId, String), Unstarted> {
+) -> Result<(Submitted, String), Unstarted> {
     let blueprint = ports
         .blueprints
         .blueprint(&trigger.deploy)
@@ -383,8 +448,8 @@ async fn start(
             depth: event.depth,
         }),
     };
-    match submit(submission, &ports.submit).await {
-        Ok(id) => Ok((id, source)),
+    match submit_as(id, submission, &ports.submit).await {
+        Ok(submitted) => Ok((submitted, source)),
         Err(SubmitError::Invalid(problems)) => Err(Unstarted::Refused(
             problems
                 .0

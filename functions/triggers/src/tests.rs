@@ -29,6 +29,8 @@ struct MemoryLedger {
     decisions: Mutex<Vec<TriggerDecision>>,
     /// When set, every call fails as an unavailable store would.
     down: bool,
+    /// When set, a claim cannot be given back: as when the process dies holding it.
+    keeps_claims: bool,
 }
 
 fn key(claim: Claim<'_>) -> (String, String, String) {
@@ -50,30 +52,21 @@ impl MemoryLedger {
 
 #[async_trait]
 impl TriggerLedger for MemoryLedger {
-    async fn claim(&self, claim: Claim<'_>, at: &str) -> Result<bool, LedgerError> {
+    async fn claim(&self, claim: Claim<'_>, _: &str) -> Result<bool, LedgerError> {
         self.check()?;
         let won = self
             .claims
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(key(claim));
-        if !won {
-            self.record(&TriggerDecision {
-                at: at.into(),
-                source: claim.source.into(),
-                event_id: claim.event_id.into(),
-                trigger: claim.trigger.into(),
-                decision: Verdict::Duplicate,
-                deployment: None,
-                reason: DUPLICATE_REASON.into(),
-            })
-            .await?;
-        }
         Ok(won)
     }
 
     async fn release(&self, claim: Claim<'_>) -> Result<(), LedgerError> {
         self.check()?;
+        if self.keeps_claims {
+            return Err(LedgerError::Unavailable("the process died".into()));
+        }
         self.claims
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -400,6 +393,64 @@ async fn a_deployment_that_could_not_be_recorded_releases_its_claim_for_the_next
     world.seals.unavailable = false;
     let dispatched = world.send(&release("r-1", "stable"), None).await;
     assert_eq!(dispatched.started.len(), 1, "{:?}", dispatched.decisions);
+}
+
+#[tokio::test]
+async fn a_delivery_that_died_between_claim_and_record_is_deployed_by_the_next_delivery() {
+    let mut world = World::new();
+    // The first delivery claims the event and dies before its deployment is recorded: the key
+    // service fails, and its claim is never given back.
+    world.seals.unavailable = true;
+    world.ledger.keeps_claims = true;
+    dispatch(&file(), &release("r-1", "stable"), None, &world.ports())
+        .await
+        .expect_err("the first delivery dies");
+    assert!(world.log.events(derived()).is_empty());
+
+    world.seals.unavailable = false;
+    let again = world.send(&release("r-1", "stable"), None).await;
+    assert_eq!(again.started.len(), 1, "{:?}", again.decisions);
+    let id = again.started[0].id;
+    assert_eq!(id, derived(), "the id is derived from the claim");
+    assert!(matches!(
+        world.requested(id),
+        DeploymentEvent::DeploymentRequested { .. }
+    ));
+    let third = world.send(&release("r-1", "stable"), None).await;
+    assert!(third.started.is_empty());
+
+    // The decision log says what happened: deployed on the second delivery, then a duplicate.
+    let decisions: Vec<_> = world
+        .ledger
+        .decisions()
+        .await
+        .expect("decisions")
+        .into_iter()
+        .filter(|d| d.trigger == "on-release")
+        .collect();
+    assert_eq!(
+        decisions.iter().map(|d| d.decision).collect::<Vec<_>>(),
+        [Verdict::Deployed, Verdict::Duplicate],
+        "{decisions:#?}"
+    );
+    assert!(
+        decisions[0].reason.contains("an earlier delivery claimed"),
+        "{:?}",
+        decisions[0]
+    );
+    assert_eq!(decisions[1].deployment, Some(id.to_string()));
+}
+
+/// The deployment the trigger `on-release` starts for the event `r-1`.
+fn derived() -> DeploymentId {
+    deployment_for(
+        "acme",
+        Claim {
+            source: "artifacts",
+            event_id: "r-1",
+            trigger: "on-release",
+        },
+    )
 }
 
 #[tokio::test]

@@ -25,9 +25,7 @@ use overture_domain::trigger::IncomingEvent;
 use overture_triggers::bundle::{BundleError, LoadBundle, TriggerBundle};
 use overture_triggers::ends::{PublishError, PublishEvents};
 use overture_triggers::queue::TENANT_ATTRIBUTE;
-use overture_triggers::{
-    Claim, LedgerError, TriggerDecision, TriggerLedger, Verdict, DUPLICATE_REASON,
-};
+use overture_triggers::{Claim, LedgerError, TriggerDecision, TriggerLedger, Verdict};
 
 #[cfg(feature = "api")]
 use serde_json::{json, Value};
@@ -116,16 +114,6 @@ impl TriggerLedger for DynamoTriggerLedger {
                     .as_service_error()
                     .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
             {
-                self.record(&TriggerDecision {
-                    at: at.to_owned(),
-                    source: claim.source.to_owned(),
-                    event_id: claim.event_id.to_owned(),
-                    trigger: claim.trigger.to_owned(),
-                    decision: Verdict::Duplicate,
-                    deployment: None,
-                    reason: DUPLICATE_REASON.into(),
-                })
-                .await?;
                 Ok(false)
             }
             Err(error) => Err(self.failed("PutItem", error)),

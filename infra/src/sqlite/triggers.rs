@@ -1,14 +1,11 @@
 //! The trigger ledger in the data directory's SQLite file: which (event, trigger) pairs were
 //! claimed, and every decision taken ([`overture_triggers::TriggerLedger`]).
 //!
-//! A claim is an `INSERT OR IGNORE` of (source, event id, trigger) in one IMMEDIATE
-//! transaction, which also records the duplicate when the pair was claimed before: however many
-//! processes receive the same event at once, exactly one of them wins each pair and deploys.
+//! A claim is an `INSERT OR IGNORE` of (source, event id, trigger): however many processes
+//! receive the same event at once, exactly one of them wins each pair.
 
 use async_trait::async_trait;
-use overture_triggers::{
-    Claim, LedgerError, TriggerDecision, TriggerLedger, Verdict, DUPLICATE_REASON,
-};
+use overture_triggers::{Claim, LedgerError, TriggerDecision, TriggerLedger, Verdict};
 use rusqlite::params;
 
 use super::{Database, DbError};
@@ -37,37 +34,19 @@ struct UnknownVerdict(String);
 
 #[async_trait]
 impl TriggerLedger for SqliteTriggerLedger {
-    async fn claim(&self, claim: Claim<'_>, at: &str) -> Result<bool, LedgerError> {
-        let (source, event_id, trigger, at) = (
+    async fn claim(&self, claim: Claim<'_>, _at: &str) -> Result<bool, LedgerError> {
+        let (source, event_id, trigger) = (
             claim.source.to_owned(),
             claim.event_id.to_owned(),
             claim.trigger.to_owned(),
-            at.to_owned(),
         );
         self.db
             .with_connection(move |connection| {
-                let tx = connection.savepoint()?;
-                let inserted = tx.execute(
+                let inserted = connection.execute(
                     "INSERT OR IGNORE INTO trigger_claims (source, event_id, trigger)
                      VALUES (?1, ?2, ?3)",
                     params![source, event_id, trigger],
                 )?;
-                if inserted == 0 {
-                    tx.execute(
-                        "INSERT INTO trigger_decisions
-                             (at, source, event_id, trigger, decision, deployment, reason)
-                         VALUES (?1, ?2, ?3, ?4, ?5, NULL, ?6)",
-                        params![
-                            at,
-                            source,
-                            event_id,
-                            trigger,
-                            Verdict::Duplicate.as_str(),
-                            DUPLICATE_REASON
-                        ],
-                    )?;
-                }
-                tx.commit()?;
                 Ok(inserted == 1)
             })
             .await
