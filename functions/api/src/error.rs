@@ -44,6 +44,9 @@ pub enum ApiError {
     /// The body is not JSON.
     #[error("send the body as JSON, with Content-Type: application/json")]
     UnsupportedMediaType,
+    /// The body's type is not one this route reads; the message names those it reads.
+    #[error("{0}")]
+    UnsupportedContent(String),
     /// This method is not allowed on this route.
     #[error("this method is not allowed here")]
     MethodNotAllowed,
@@ -90,6 +93,7 @@ impl ApiError {
             ApiError::PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             ApiError::RequestTimeout => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
             ApiError::UnsupportedMediaType => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported"),
+            ApiError::UnsupportedContent(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported"),
             ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),

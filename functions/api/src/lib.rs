@@ -8,7 +8,8 @@
 //! - [`auth`]: the `X-Auth-Token` check with the cloud's identity service; the tenant is the
 //!   token's project.
 //! - [`error`]: errors as JSON with stable codes.
-//! - [`events`]: `POST /v1/events`, events for a server's trigger file.
+//! - [`events`]: `POST /v1/events`, events for a server's trigger file, in the CloudEvents
+//!   HTTP binding's three modes.
 //! - [`grants`]: the grant rows of `GET /v1/grants` (and of `overture grants`).
 //! - [`recorded`]: [`recorded::Recorded`], the engine where recording a deployment starts it
 //!   (the serverless form, whose events table's stream drives every deployment).
@@ -92,9 +93,9 @@ impl DeliverError {
 /// A server's trigger file: evaluates events for a tenant and starts what they decide.
 #[async_trait]
 pub trait DeliverEvents: Send + Sync {
-    /// Evaluates the event (its JSON text) for `tenant`; answers every trigger's decision and
-    /// the deployments started (`{"deployments": [...], "decisions": [...]}`).
-    async fn deliver(&self, event: &str, tenant: &str) -> Result<serde_json::Value, DeliverError>;
+    /// Evaluates the event (its JSON text: a CloudEvent in the JSON format, or an EventBridge
+    /// event) for `tenant`; answers every trigger's decision and the deployments started.
+    async fn deliver(&self, event: &str, tenant: &str) -> Result<events::Delivered, DeliverError>;
 }
 
 /// The application's state: the ports the routes use.

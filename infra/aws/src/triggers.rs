@@ -20,15 +20,14 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_sqs::types::MessageAttributeValue;
 #[cfg(feature = "api")]
+use overture_api::events::Delivered;
+#[cfg(feature = "api")]
 use overture_api::{DeliverError, DeliverEvents};
 use overture_domain::trigger::IncomingEvent;
 use overture_triggers::bundle::{BundleError, LoadBundle, TriggerBundle};
 use overture_triggers::ends::{PublishError, PublishEvents};
 use overture_triggers::queue::TENANT_ATTRIBUTE;
 use overture_triggers::{Claim, LedgerError, TriggerDecision, TriggerLedger, Verdict};
-
-#[cfg(feature = "api")]
-use serde_json::{json, Value};
 
 use crate::dynamodb::DynamoError;
 use crate::s3::{passes, S3Error};
@@ -365,7 +364,7 @@ impl PublishEvents for SqsEvents {
 #[cfg(feature = "api")]
 #[async_trait]
 impl DeliverEvents for SqsEvents {
-    async fn deliver(&self, event: &str, tenant: &str) -> Result<Value, DeliverError> {
+    async fn deliver(&self, event: &str, tenant: &str) -> Result<Delivered, DeliverError> {
         let value = serde_json::from_str(event)
             .map_err(|e| DeliverError::NotAnEvent(format!("the event: not JSON: {e}")))?;
         let incoming = IncomingEvent::from_json(value)
@@ -378,12 +377,12 @@ impl DeliverEvents for SqsEvents {
             }
         })?;
         // The triggers function decides later; `overture triggers log` shows what it decided.
-        Ok(json!({
-            "queued": message,
-            "source": incoming.source,
-            "id": incoming.id,
-            "deployments": [],
-            "decisions": [],
-        }))
+        Ok(Delivered {
+            source: incoming.source,
+            id: incoming.id,
+            deployments: Vec::new(),
+            decisions: Vec::new(),
+            queued: Some(message),
+        })
     }
 }

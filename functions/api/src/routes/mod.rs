@@ -158,6 +158,11 @@ pub(crate) fn body_of(
     if !accepted {
         return Err(ApiError::UnsupportedMediaType);
     }
+    read_body(body)
+}
+
+/// The request's body, whatever its type, or why it could not be read (too large, stalled).
+pub(crate) fn read_body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
     body.map_err(|rejection| {
         let stalled = std::iter::successors(
             Some(&rejection as &(dyn std::error::Error + 'static)),

@@ -7,9 +7,9 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use overture_api::events::{Decided, Delivered, Verdict};
 use overture_api::{DeliverError, DeliverEvents};
-use overture_triggers::DispatchError;
-use serde_json::{json, Value};
+use overture_triggers::{DispatchError, TriggerDecision};
 
 use overture_domain::deployment::Phase;
 use overture_events::DeploymentId;
@@ -27,7 +27,7 @@ pub struct TriggerFile(pub Arc<Dispatcher>);
 
 #[async_trait]
 impl DeliverEvents for TriggerFile {
-    async fn deliver(&self, event: &str, tenant: &str) -> Result<Value, DeliverError> {
+    async fn deliver(&self, event: &str, tenant: &str) -> Result<Delivered, DeliverError> {
         let event = read_event(event, "the event").map_err(DeliverError::NotAnEvent)?;
         let tenant = tenant.to_owned();
         let dispatched = self
@@ -58,7 +58,32 @@ impl DeliverEvents for TriggerFile {
                 tracing::error!(%error, "driving deployments started by a trigger failed");
             }
         });
-        Ok(json!({ "deployments": started, "decisions": dispatched.decisions }))
+        Ok(Delivered {
+            source: event.source,
+            id: event.id,
+            deployments: started,
+            decisions: dispatched.decisions.into_iter().map(decided).collect(),
+            queued: None,
+        })
+    }
+}
+
+/// A recorded decision as the API answers it.
+fn decided(decision: TriggerDecision) -> Decided {
+    use overture_triggers::Verdict as Recorded;
+    Decided {
+        at: decision.at,
+        source: decision.source,
+        event_id: decision.event_id,
+        trigger: decision.trigger,
+        decision: match decision.decision {
+            Recorded::Deployed => Verdict::Deployed,
+            Recorded::Duplicate => Verdict::Duplicate,
+            Recorded::NotMatched => Verdict::NotMatched,
+            Recorded::Refused => Verdict::Refused,
+        },
+        deployment: decision.deployment,
+        reason: decision.reason,
     }
 }
 
