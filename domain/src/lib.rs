@@ -11,6 +11,8 @@
 //!   clones and indexed so that no command looks at every step.
 //! - [`projection`]: the read models as folds over the log; [`registry`]: the tenants' service
 //!   registry, folded with them.
+//! - [`recorded`]: whether a stream from outside (an import) is a history the aggregate could
+//!   have recorded.
 //! - [`history`]: a deployment's past from its log alone (a stream as it stood at a revision or
 //!   an instant), and the check that folding a stream is deterministic.
 //! - [`tenancy`]: whose a deployment is: the tenant is the cloud project's id.
@@ -37,6 +39,7 @@ pub mod inputs;
 pub mod kind;
 pub mod limits;
 pub mod projection;
+pub mod recorded;
 pub mod registry;
 pub mod retry;
 pub mod secret;

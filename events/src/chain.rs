@@ -55,6 +55,13 @@ pub fn canonical(envelope: &Envelope) -> Vec<u8> {
     out
 }
 
+/// Any JSON value in the canonical form above: keys sorted, no whitespace.
+pub fn canonical_json(value: &serde_json::Value) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    write_canonical(value, &mut out);
+    out
+}
+
 fn write_canonical(value: &serde_json::Value, out: &mut Vec<u8>) {
     match value {
         serde_json::Value::Object(map) => {

@@ -492,3 +492,127 @@ async fn handles_opening_a_new_file_at_once_migrate_it_once() {
         assert_eq!(log.head_position().await.expect("head"), 0);
     }
 }
+
+/// Runs `sql` on the file directly, as someone editing it with the sqlite3 tool would.
+fn edit_file(path: &Path, sql: &str) {
+    let connection = rusqlite::Connection::open(path).expect("the file opens");
+    connection.execute_batch(sql).expect("the edit runs");
+}
+
+// Every appended event is chained to the one before it in its stream, and the check of the
+// whole log finds every chain whole, with each stream's head its last event's hash.
+#[tokio::test]
+async fn appended_events_are_chained_and_verify() {
+    let (_dir, log) = new_log().await;
+    log.append(
+        "s-1",
+        ExpectedRevision::NoStream,
+        vec![event("A", json!({}))],
+    )
+    .await
+    .expect("append");
+    log.append(
+        "s-2",
+        ExpectedRevision::NoStream,
+        vec![event("A", json!({}))],
+    )
+    .await
+    .expect("append");
+    log.append(
+        "s-1",
+        ExpectedRevision::Exact(0),
+        vec![event("B", json!({"n": 1})), event("C", json!({"n": 2}))],
+    )
+    .await
+    .expect("append");
+    let stream = log.read_stream("s-1", 0).await.expect("read");
+    assert_eq!(
+        stream[0].metadata.previous.as_deref(),
+        Some(overture_events::chain::GENESIS)
+    );
+    for pair in stream.windows(2) {
+        assert_eq!(pair[1].metadata.previous, pair[0].metadata.hash);
+    }
+    let verified = log.verify(None).await.expect("verify");
+    assert_eq!(verified.broken, None);
+    assert_eq!((verified.streams, verified.events), (2, 4));
+    assert_eq!(verified.heads.get("s-1"), stream[2].metadata.hash.as_ref());
+}
+
+// An output edited in the file is named: its stream, revision and position, as content changed.
+#[tokio::test]
+async fn an_event_edited_in_the_file_is_the_first_break() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = db_path(&dir);
+    let log = open_log(&path).await;
+    log.append(
+        "s-1",
+        ExpectedRevision::NoStream,
+        vec![
+            event("A", json!({"ip": "10.0.0.1"})),
+            event("B", json!({"ip": "10.0.0.2"})),
+        ],
+    )
+    .await
+    .expect("append");
+    edit_file(
+        &path,
+        "UPDATE events SET data = json_set(data, '$.ip', '10.6.6.6') WHERE revision = 1",
+    );
+    let broken = log
+        .verify(None)
+        .await
+        .expect("verify")
+        .broken
+        .expect("a break");
+    assert_eq!(
+        (broken.stream.as_str(), broken.revision, broken.position),
+        ("s-1", 1, 2)
+    );
+    assert_eq!(broken.reason, overture_events::chain::Break::ContentChanged);
+}
+
+// A file whose events have no chain (as an older Overture wrote it) is chained once, when it is
+// first opened, and the sealing is recorded; opening it again seals nothing more.
+#[tokio::test]
+async fn an_unchained_file_is_sealed_once_on_first_open() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = db_path(&dir);
+    {
+        let log = open_log(&path).await;
+        log.append(
+            "s-1",
+            ExpectedRevision::NoStream,
+            vec![event("A", json!({})), event("B", json!({}))],
+        )
+        .await
+        .expect("append");
+    }
+    edit_file(
+        &path,
+        "UPDATE events SET metadata = json_remove(metadata, '$.previous', '$.hash');
+         DELETE FROM chain_seals;",
+    );
+    let log = open_log(&path).await;
+    let verified = log.verify(None).await.expect("verify");
+    assert_eq!(verified.broken, None);
+    assert_eq!(verified.sealings.len(), 1);
+    assert_eq!(
+        (verified.sealings[0].events, verified.sealings[0].up_to),
+        (2, 2)
+    );
+    drop(log);
+    let log = open_log(&path).await;
+    log.append(
+        "s-1",
+        ExpectedRevision::Exact(1),
+        vec![event("C", json!({}))],
+    )
+    .await
+    .expect("append after the sealing");
+    let verified = log.verify(None).await.expect("verify");
+    assert_eq!(
+        (verified.broken, verified.sealings.len(), verified.events),
+        (None, 1, 3)
+    );
+}

@@ -41,6 +41,7 @@ mod failure;
 mod handover;
 mod history;
 mod input;
+mod engine_key;
 mod json_lines;
 mod lock;
 #[cfg(test)]

@@ -100,10 +100,10 @@ pub enum LogError {
         reason: String,
     },
     /// An imported event does not fit the log: nothing of the import was stored.
-    #[error("event {index} of the import: {reason}")]
+    #[error("line {line} of the import: {reason}")]
     ImportRefused {
-        /// Its 0-based index among the imported events.
-        index: usize,
+        /// Its line in the import.
+        line: usize,
         /// Why it does not fit.
         reason: String,
     },
@@ -111,6 +111,9 @@ pub enum LogError {
     #[error(transparent)]
     Database(#[from] DbError),
 }
+
+/// One event of an import, with its line; or why the import must stop, at which line.
+pub type Fed = Result<(usize, Envelope), (usize, String)>;
 
 /// What an import stored.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -138,6 +141,10 @@ impl EventLog {
     /// A log on this database; every log on clones of one handle shares [`Self::appended`].
     pub fn new(db: Database) -> Self {
         Self { db }
+    }
+
+    pub(super) fn database(&self) -> &Database {
+        &self.db
     }
 
     /// Fired after every append that stored at least one event, through this handle only.
@@ -219,28 +226,24 @@ impl EventLog {
         rows.into_iter().map(StoredRow::decode).collect()
     }
 
-    /// Adds `envelopes` (an export, in its order) to the log as they are, ids, revisions and
-    /// times preserved, all of them or none, in one transaction. An event the log already holds,
-    /// identical, is left as it is, so importing the same export twice changes nothing. Each new
-    /// event must be the next revision of its stream; an id the log holds with other content is
-    /// refused. Positions are given in the import's order: a whole export imported into an empty
-    /// log has the positions it had.
-    pub async fn import(&self, envelopes: Vec<Envelope>) -> Result<Imported, LogError> {
-        let batch = envelopes
-            .into_iter()
-            .map(|envelope| {
-                let event = NewEvent {
-                    id: envelope.id,
-                    event_type: envelope.event_type,
-                    data: envelope.data,
-                    metadata: envelope.metadata,
-                };
-                Encoded::new(event).map(|encoded| (envelope.stream, envelope.revision, encoded))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+    /// Adds the events fed through `lines` (an export, in its order, each with its line) to the
+    /// log as they are, ids, revisions, times and chains preserved, in one transaction that is
+    /// committed once the feed ends without a refusal, and rolled back otherwise: all or none.
+    ///
+    /// An event the log already holds, identical, is left as it is, so importing the same export
+    /// twice changes nothing. Each new event must be the next revision of its stream and its
+    /// chain must follow the stream's head ([`overture_events::chain`]); an id the log holds
+    /// with other content, or one fed twice, is refused. Before committing, `fold` is shown
+    /// every stream the import added to, whole, and may refuse one naming its revision.
+    /// Positions are given in the import's order.
+    pub async fn import(
+        &self,
+        lines: std::sync::mpsc::Receiver<Fed>,
+        fold: Box<dyn FnMut(&[Envelope]) -> Result<(), (u64, String)> + Send>,
+    ) -> Result<Imported, LogError> {
         let imported = self
             .db
-            .with_connection(move |connection| import_batch(connection, batch))
+            .with_connection(move |connection| super::import::import_fed(connection, &lines, fold))
             .await??;
         if imported.added > 0 {
             self.db.appended.notify_waiters();
@@ -310,14 +313,14 @@ impl EventLog {
 }
 
 /// An event with its data and metadata already turned into the JSON text stored.
-struct Encoded {
+pub(super) struct Encoded {
     event: NewEvent,
     data: String,
     metadata: String,
 }
 
 impl Encoded {
-    fn new(event: NewEvent) -> Result<Self, LogError> {
+    pub(super) fn new(event: NewEvent) -> Result<Self, LogError> {
         let metadata =
             serde_json::to_string(&event.metadata).map_err(|source| LogError::Encode {
                 id: event.id,
@@ -350,7 +353,7 @@ fn append_batch(
         }));
     }
     let first = last.map_or(0, |revision| revision + 1);
-    let entries = match insert_batch(&tx, stream, expected, first, batch)? {
+    let entries = match insert_batch(&tx, stream, expected, first, batch, Chaining::Seal)? {
         Ok(entries) => entries,
         // Dropping `tx` rolls back the events already inserted.
         Err(refused) => return Ok(Err(refused)),
@@ -359,18 +362,33 @@ fn append_batch(
     Ok(Ok(entries))
 }
 
+/// Whether [`insert_batch`] chains the events it inserts or stores the chain they carry.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Chaining {
+    /// Appended events: each is linked to the stream's head as it is inserted.
+    Seal,
+    /// Imported events, whose chain the import has checked: stored as they are.
+    AsGiven,
+}
+
 /// Inserts `batch` at revisions `first`, `first + 1`, ... inside the caller's transaction.
-fn insert_batch(
+pub(super) fn insert_batch(
     tx: &Connection,
     stream: &str,
     expected: ExpectedRevision,
     first: u64,
     batch: Vec<Encoded>,
+    chaining: Chaining,
 ) -> rusqlite::Result<Result<Vec<LogEntry>, LogError>> {
     let mut insert = tx.prepare_cached(
         "INSERT INTO events (stream, revision, id, type, data, metadata)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6) RETURNING position",
     )?;
+    // Inside the transaction that holds the write lock: no other writer moves the head.
+    let mut head = match chaining {
+        Chaining::Seal => super::chain::head(tx, stream)?,
+        Chaining::AsGiven => String::new(),
+    };
     let mut entries = Vec::with_capacity(batch.len());
     for (
         revision,
@@ -381,12 +399,35 @@ fn insert_batch(
         },
     ) in (first..).zip(batch)
     {
+        let mut envelope = Envelope {
+            stream: stream.to_owned(),
+            revision,
+            id: event.id,
+            event_type: event.event_type,
+            data: event.data,
+            metadata: event.metadata,
+        };
+        let metadata = match chaining {
+            Chaining::Seal => {
+                head = overture_events::chain::seal(&mut envelope, &head);
+                match serde_json::to_string(&envelope.metadata) {
+                    Ok(text) => text,
+                    Err(source) => {
+                        return Ok(Err(LogError::Encode {
+                            id: event.id,
+                            source,
+                        }))
+                    }
+                }
+            }
+            Chaining::AsGiven => metadata,
+        };
         let inserted = insert.query_row(
             params![
                 stream,
                 revision,
                 event.id.to_string(),
-                event.event_type,
+                envelope.event_type,
                 data,
                 metadata
             ],
@@ -399,76 +440,9 @@ fn insert_batch(
             }
             Err(error) => return Err(error),
         };
-        entries.push(LogEntry {
-            position,
-            envelope: Envelope {
-                stream: stream.to_owned(),
-                revision,
-                id: event.id,
-                event_type: event.event_type,
-                data: event.data,
-                metadata: event.metadata,
-            },
-        });
+        entries.push(LogEntry { position, envelope });
     }
     Ok(Ok(entries))
-}
-
-fn import_batch(
-    connection: &mut Connection,
-    batch: Vec<(String, u64, Encoded)>,
-) -> rusqlite::Result<Result<Imported, LogError>> {
-    let tx = connection.savepoint()?;
-    let mut imported = Imported::default();
-    for (index, (stream, revision, encoded)) in batch.into_iter().enumerate() {
-        let refused = |reason: String| Ok(Err(LogError::ImportRefused { index, reason }));
-        let held: Option<(String, u64, String, String, String)> = tx
-            .prepare_cached(
-                "SELECT stream, revision, type, data, metadata FROM events WHERE id = ?1",
-            )?
-            .query_row([encoded.event.id.to_string()], |row| {
-                Ok((
-                    row.get(0)?,
-                    row.get(1)?,
-                    row.get(2)?,
-                    row.get(3)?,
-                    row.get(4)?,
-                ))
-            })
-            .optional()?;
-        if let Some((held_stream, held_revision, event_type, data, metadata)) = held {
-            // Compared as JSON values, not text: the same event may be written with its keys
-            // in another order.
-            let same = held_stream == stream
-                && held_revision == revision
-                && event_type == encoded.event.event_type
-                && serde_json::from_str::<serde_json::Value>(&data).ok()
-                    == Some(encoded.event.data.clone())
-                && serde_json::from_str::<Metadata>(&metadata).ok()
-                    == Some(encoded.event.metadata.clone());
-            if !same {
-                return refused(format!(
-                    "event {} is in the log already, with other content",
-                    encoded.event.id
-                ));
-            }
-            imported.already += 1;
-            continue;
-        }
-        let next = last_revision(&tx, &stream)?.map_or(0, |last| last + 1);
-        if revision != next {
-            return refused(format!(
-                "stream `{stream}` takes revision {next} next, but the event is revision {revision}"
-            ));
-        }
-        let inserted = insert_batch(&tx, &stream, ExpectedRevision::Any, revision, vec![encoded])?;
-        if let Err(error) = inserted {
-            return refused(error.to_string());
-        }
-        imported.added += 1;
-    }
-    tx.commit()?;
-    Ok(Ok(imported))
 }
 
 fn is_constraint_violation(error: &rusqlite::Error) -> bool {
@@ -507,14 +481,14 @@ fn explain_violation(
     Err(error)
 }
 
-fn last_revision(tx: &Connection, stream: &str) -> rusqlite::Result<Option<u64>> {
+pub(super) fn last_revision(tx: &Connection, stream: &str) -> rusqlite::Result<Option<u64>> {
     tx.prepare_cached("SELECT MAX(revision) FROM events WHERE stream = ?1")?
         .query_row([stream], |row| row.get(0))
 }
 
 /// An `events` row as stored, before its text is checked.
-struct StoredRow {
-    position: u64,
+pub(super) struct StoredRow {
+    pub(super) position: u64,
     stream: String,
     revision: u64,
     id: String,
@@ -524,7 +498,7 @@ struct StoredRow {
 }
 
 impl StoredRow {
-    fn read(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
+    pub(super) fn read(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
         Ok(Self {
             position: row.get(0)?,
             stream: row.get(1)?,
@@ -536,7 +510,7 @@ impl StoredRow {
         })
     }
 
-    fn decode(self) -> Result<LogEntry, LogError> {
+    pub(super) fn decode(self) -> Result<LogEntry, LogError> {
         let position = self.position;
         let corrupt = |reason: String| LogError::Corrupt { position, reason };
         let id = Uuid::parse_str(&self.id)
@@ -597,9 +571,16 @@ mod tests {
         .expect("first append");
 
         let tx = connection.transaction().expect("transaction");
-        let refused = insert_batch(&tx, "s", ExpectedRevision::NoStream, 0, vec![event(11)])
-            .expect("sqlite")
-            .expect_err("revision 0 is taken");
+        let refused = insert_batch(
+            &tx,
+            "s",
+            ExpectedRevision::NoStream,
+            0,
+            vec![event(11)],
+            Chaining::Seal,
+        )
+        .expect("sqlite")
+        .expect_err("revision 0 is taken");
         assert!(
             matches!(
                 refused,

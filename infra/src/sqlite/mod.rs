@@ -6,6 +6,7 @@
 //! - [`writer`]: the one thread that commits a handle's writes, together when they queue up.
 //! - [`schema`]: the migrations, keyed on `PRAGMA user_version`; new tables go there.
 //! - [`log`]: the append-only event log and the projection checkpoints.
+//! - [`chain`]: the log's hash chains: heads, the one-time sealing of older files, `verify`.
 //! - [`queue`]: the durable job queue for step jobs and timers.
 //! - [`deployments`]: the functions' deployment-log port on the log, with a fold cache.
 //! - [`EsrsDeploymentStore`]: the log as an `esrs::store::EventStore` of the Deployment
@@ -21,7 +22,9 @@
 //! goes through one [`writer::Writer`] thread, which commits the writes that queued up while the
 //! last commit synced as one transaction: concurrent deployments share their disk syncs.
 
+pub mod chain;
 pub mod deployments;
+mod import;
 pub mod leases;
 pub mod log;
 pub mod queue;
@@ -40,7 +43,7 @@ use tokio::sync::Notify;
 
 pub use deployments::SqliteDeployments;
 pub use leases::SqliteLeases;
-pub use log::{EventLog, ExpectedRevision, Imported, LogError, NewEvent};
+pub use log::{EventLog, ExpectedRevision, Fed, Imported, LogError, NewEvent};
 pub use overture_kit::esrs_store::EsrsStoreError;
 pub use queue::{JobQueue, NewJob, QueueError, Receipt, ReceivedJob};
 pub use read_models::{ListFilter, SqliteReadModels};
@@ -269,6 +272,7 @@ fn open_blocking(path: &Path) -> Result<(Connection, Connection), DbError> {
             known: schema::VERSION,
         });
     }
+    chain::seal_once(&mut connection).map_err(sqlite)?;
     let reader = open_reader(path).map_err(sqlite)?;
     Ok((connection, reader))
 }

@@ -148,6 +148,13 @@ const MIGRATIONS: &[&str] = &[
     "DELETE FROM deployment_views; DELETE FROM step_views; DELETE FROM tenant_views;
      DELETE FROM service_instances; DELETE FROM service_interests;
      DELETE FROM checkpoints WHERE name = 'read-models';",
+    // 10: the one-time sealings of events recorded before the log was chained (see
+    // `chain.rs`): when, how many events, up to which position.
+    "CREATE TABLE chain_seals (
+         sealed_at TEXT    NOT NULL, -- RFC 3339
+         events    INTEGER NOT NULL,
+         up_to     INTEGER NOT NULL
+     );",
 ];
 
 /// The schema version this build migrates files to.

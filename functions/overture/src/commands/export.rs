@@ -1,10 +1,11 @@
-//! `overture export`: the log as JSON lines (see [`crate::json_lines`]).
+//! `overture export`: the log as JSON lines, ending with the heads of its chains signed with
+//! the engine's key (see [`crate::json_lines`]).
 
 use std::path::Path;
 
 use overture_embedded::Engine;
 
-use crate::{json_lines, Failure};
+use crate::{engine_key, json_lines, Failure};
 
 /// `overture export`.
 #[derive(clap::Args)]
@@ -21,7 +22,8 @@ impl ExportArgs {
     /// Writes the log on stdout.
     pub async fn run(self, data_dir: &Path) -> Result<(), Failure> {
         let engine = Engine::open(data_dir).await?;
-        json_lines::export(&engine.log, self.tenant.as_deref(), self.since).await?;
+        let key = engine_key::load_or_create(data_dir)?;
+        json_lines::export(&engine.log, &key, self.tenant.as_deref(), self.since).await?;
         Ok(())
     }
 }

@@ -12,6 +12,7 @@ pub mod export;
 pub mod grants;
 pub mod graph;
 pub mod import;
+pub mod key;
 pub mod list;
 pub mod logs;
 pub mod redeploy;
@@ -25,6 +26,7 @@ pub mod tenants;
 pub mod trigger;
 pub mod triggers;
 pub mod validate;
+pub mod verify;
 
 use std::path::{Path, PathBuf};
 
@@ -53,6 +55,10 @@ pub enum Command {
     Export(export::ExportArgs),
     /// Add the events of an export to this data directory's log, as they were recorded.
     Import(import::ImportArgs),
+    /// Check the hash chains of the log (or of one deployment); exit 1 naming the first break.
+    Verify(verify::VerifyArgs),
+    /// Print the engine's public key, which signs its exports, and its fingerprint.
+    Key(key::KeyArgs),
     /// Check a blueprint without running anything.
     Validate(validate::ValidateArgs),
     /// Draw a blueprint's steps, or a deployment's with their states.
@@ -111,6 +117,8 @@ impl Command {
             Command::Events(args) => args.run(backend).await,
             Command::Export(args) => args.run(data_dir).await,
             Command::Import(args) => args.run(data_dir).await,
+            Command::Verify(args) => args.run(data_dir).await,
+            Command::Key(args) => args.run(data_dir).await,
             Command::Validate(args) => args.run(),
             Command::Graph(args) => args.run(backend).await,
             Command::Replay(args) => args.run(backend, data_dir).await,
@@ -150,6 +158,8 @@ impl Command {
             Command::Replay(replay::ReplayArgs { check: false }) => Some("replay"),
             Command::Export(_) => Some("export"),
             Command::Import(_) => Some("import"),
+            Command::Verify(_) => Some("verify"),
+            Command::Key(_) => Some("key"),
             Command::Logs(logs::LogsArgs { follow: true, .. }) => Some("logs --follow"),
             _ => None,
         }
@@ -177,6 +187,8 @@ impl Command {
             Command::Deploy(_) => Some("deploy"),
             Command::Export(_) => Some("export"),
             Command::Import(_) => Some("import"),
+            Command::Verify(_) => Some("verify"),
+            Command::Key(_) => Some("key"),
             Command::Replay(_) => Some("replay"),
             Command::Destroy(_) => Some("destroy"),
             Command::Redeploy(_) => Some("redeploy"),
