@@ -273,7 +273,33 @@ impl Engine {
                 tracing::debug!(%deployment, step, %refused, "not interrupted");
             }
         }
+        self.close_unrecorded_leases(deployment, &state).await;
         Ok(())
+    }
+
+    /// Closes the bastion leases of the deployment that no recorded grant names: an attempt
+    /// stopped between opening its lease and recording `BastionAccessGranted` left one, which
+    /// its re-run would otherwise find open (and the deployment's end closes anyway). A failure
+    /// is only logged: the deployment's end tries again.
+    async fn close_unrecorded_leases(&self, deployment: DeploymentId, state: &DeploymentState) {
+        use overture_orchestrator::RevokeAccess;
+        let (Some(cloud), false) = (&state.cloud, state.running_steps().next().is_none()) else {
+            return;
+        };
+        let recorded = state.bastion_access.as_ref();
+        match self
+            .access
+            .revoke_unrecorded(deployment, cloud, recorded)
+            .await
+        {
+            Ok(0) => {}
+            Ok(closed) => {
+                tracing::info!(%deployment, closed, "closed the bastion leases of interrupted attempts")
+            }
+            Err(error) => {
+                tracing::warn!(%deployment, %error, "could not close the bastion leases of interrupted attempts; the deployment's end will")
+            }
+        }
     }
 
     /// Tears a finished deployment down: `terraform destroy` for each Terraform step that ran

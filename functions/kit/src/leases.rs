@@ -11,6 +11,9 @@
 //! - [`revoke_leased`] closes the lease; only the last holder is told to delete the rule, and
 //!   while it deletes the rule stays *closing*: a grant meanwhile is refused with
 //!   [`LeaseError::Closing`], which a retry fixes (the rule is then made afresh).
+//! - [`LeaseBastionRules::held_by`] lists every lease a deployment holds, recorded or not: a
+//!   lease opened just before a crash, before its grant was recorded, is closed by it at the
+//!   deployment's end and by `resume`.
 //! - [`MemoryLeases`] keeps leases in memory, for handlers' tests; `leases_contract` (feature
 //!   `leases-contract`) is the suite every adapter passes (SQLite, DynamoDB, memory).
 
@@ -52,6 +55,22 @@ impl RuleKey {
             self.cloud, self.security_group, self.source, self.port
         )
     }
+
+    /// Reads back what [`RuleKey::as_key`] made; `None` when `key` is not one. The cloud, an
+    /// address, is read as the rest, so a `|` in it does not matter.
+    pub fn from_key(key: &str) -> Option<RuleKey> {
+        let mut parts = key.rsplitn(4, '|');
+        let port = parts.next()?.parse().ok()?;
+        let source = parts.next()?.to_owned();
+        let security_group = parts.next()?.to_owned();
+        let cloud = parts.next()?.to_owned();
+        Some(RuleKey {
+            cloud,
+            security_group,
+            source,
+            port,
+        })
+    }
 }
 
 /// What closing a lease left to do.
@@ -86,6 +105,10 @@ pub trait LeaseBastionRules: Send + Sync {
     /// The deployments holding an open lease on `rule`, in the order of their ids (which is
     /// the order they were requested in).
     async fn holders(&self, rule: &RuleKey) -> Result<Vec<DeploymentId>, LeaseError>;
+
+    /// Every rule `deployment` holds a lease on, open or closing, whether or not its grant was
+    /// recorded (a lease opened just before a crash is one), in the order of their keys.
+    async fn held_by(&self, deployment: DeploymentId) -> Result<Vec<RuleKey>, LeaseError>;
 }
 
 /// Why a lease could not be opened or closed; says whether trying again can help.
@@ -186,6 +209,31 @@ where
     }
 }
 
+/// Closes every lease `deployment` holds on a rule other than `recorded` (the one its recorded
+/// grant names, closed by [`revoke_leased`] with the grant's rule id): a lease opened just before
+/// a crash, before its grant was recorded, that nothing else would close. `delete` deletes a rule
+/// whose last lease it was. Returns the rules whose leases it closed.
+pub async fn revoke_unrecorded<E, F, D>(
+    leases: &dyn LeaseBastionRules,
+    deployment: DeploymentId,
+    recorded: Option<&RuleKey>,
+    delete: D,
+) -> Result<Vec<RuleKey>, Leased<E>>
+where
+    D: Fn(RuleKey) -> F,
+    F: Future<Output = Result<(), E>>,
+{
+    let mut closed = Vec::new();
+    for rule in leases.held_by(deployment).await? {
+        if Some(&rule) == recorded {
+            continue;
+        }
+        revoke_leased(leases, &rule, deployment, delete(rule.clone())).await?;
+        closed.push(rule);
+    }
+    Ok(closed)
+}
+
 /// One rule's leases, in memory.
 #[derive(Debug, Default)]
 struct RuleLeases {
@@ -283,6 +331,16 @@ impl LeaseBastionRules for MemoryLeases {
             holders.sort();
             holders
         })
+    }
+
+    async fn held_by(&self, deployment: DeploymentId) -> Result<Vec<RuleKey>, LeaseError> {
+        Ok(self.with(|rules| {
+            rules
+                .iter()
+                .filter(|(_, l)| l.holders.contains(&deployment) || l.closing == Some(deployment))
+                .map(|(rule, _)| rule.clone())
+                .collect()
+        }))
     }
 }
 

@@ -29,6 +29,48 @@ pub async fn leases_keep_their_contract(leases: &dyn LeaseBastionRules) {
     a_release_tried_again_after_a_failed_delete_answers_last_again(leases).await;
     rules_are_leased_apart(leases).await;
     many_concurrent_grants_and_releases_leave_one_last(leases).await;
+    every_rule_a_deployment_holds_is_listed(leases).await;
+}
+
+async fn every_rule_a_deployment_holds_is_listed(leases: &dyn LeaseBastionRules) {
+    let (one, other) = (deployment(40), deployment(41));
+    // A cloud whose address holds the key's separator still reads back whole.
+    let odd = RuleKey {
+        cloud: "http://127.0.0.1:5000/a|b/v3".into(),
+        ..rule("held-b")
+    };
+    let (a, b, c) = (rule("held-a"), odd, rule("held-c"));
+    assert_eq!(leases.held_by(one).await.expect("held"), vec![]);
+    leases.acquire(&a, one).await.expect("acquired");
+    leases.acquire(&b, one).await.expect("acquired");
+    leases.acquire(&b, other).await.expect("acquired");
+    leases.acquire(&c, other).await.expect("acquired");
+    let mut expected = vec![a.clone(), b.clone()];
+    expected.sort();
+    assert_eq!(leases.held_by(one).await.expect("held"), expected);
+    // A lease closing (its rule being deleted) is still held until the delete is over.
+    assert_eq!(
+        leases.release(&a, one).await.expect("released"),
+        Release::Last
+    );
+    assert_eq!(leases.held_by(one).await.expect("held"), expected);
+    leases.closed(&a, one).await.expect("closed");
+    assert_eq!(leases.held_by(one).await.expect("held"), vec![b.clone()]);
+    assert_eq!(
+        leases.release(&b, one).await.expect("released"),
+        Release::Kept(vec![other])
+    );
+    assert_eq!(leases.held_by(one).await.expect("held"), vec![]);
+    let mut others = vec![b.clone(), c.clone()];
+    others.sort();
+    assert_eq!(leases.held_by(other).await.expect("held"), others);
+    for rule in [&b, &c] {
+        assert_eq!(
+            leases.release(rule, other).await.expect("released"),
+            Release::Last
+        );
+        leases.closed(rule, other).await.expect("closed");
+    }
 }
 
 async fn the_last_lease_to_close_deletes_the_rule(leases: &dyn LeaseBastionRules) {

@@ -156,6 +156,17 @@ pub trait RevokeAccess: Send + Sync {
         cloud: &CloudAccount,
         access: &BastionAccess,
     ) -> Result<Revocation, WorkError>;
+
+    /// Closes every lease the deployment holds on a rule other than the one `recorded` names
+    /// (its recorded grant, when it has one), deleting each rule whose last lease it was: a lease
+    /// opened just before a crash, before `BastionAccessGranted` was recorded, is closed so.
+    /// Returns how many it closed; with none held, it needs neither the token nor the cloud.
+    async fn revoke_unrecorded(
+        &self,
+        deployment: DeploymentId,
+        cloud: &CloudAccount,
+        recorded: Option<&BastionAccess>,
+    ) -> Result<usize, WorkError>;
 }
 
 pub use overture_kit::leases::Revocation;
@@ -398,6 +409,10 @@ pub async fn orchestrate(
                     again |= revoke(deployment, &state, &access, &cause, ports).await?;
                 }
                 Action::PurgeSecrets => {
+                    // Closing a bastion needs the token the purge forgets.
+                    if !revoke_unrecorded(deployment, &state, &cause, ports).await? {
+                        continue;
+                    }
                     ports.secrets.purge(deployment).await.map_err(work)?;
                     // The deployment's end, which waited for the purge, is the same commit.
                     let commands = [
@@ -496,6 +511,45 @@ async fn wake_the_interested(
             .map_err(work)?;
     }
     Ok(())
+}
+
+/// Closes the leases the deployment holds that no recorded grant names, at its end; returns
+/// whether that is done. A failure is tried again after [`REVOKE_RETRY`], the secrets kept
+/// meanwhile, as for a recorded grant.
+async fn revoke_unrecorded(
+    deployment: DeploymentId,
+    state: &DeploymentState,
+    cause: &Cause,
+    ports: &OrchestratorPorts<'_>,
+) -> Result<bool, OrchestratorError> {
+    let work = |source| OrchestratorError::Work { deployment, source };
+    let Some(cloud) = &state.cloud else {
+        // No cloud account, no grant: a deployment holds leases only through its token.
+        return Ok(true);
+    };
+    let recorded = state.bastion_access.as_ref();
+    match ports
+        .access
+        .revoke_unrecorded(deployment, cloud, recorded)
+        .await
+    {
+        Ok(0) => Ok(true),
+        Ok(closed) => {
+            tracing::info!(%deployment, closed, "closed bastion leases no recorded grant named");
+            Ok(true)
+        }
+        Err(error) => {
+            tracing::warn!(%deployment, %error, "could not close the deployment's unrecorded bastion leases; trying again later");
+            let later =
+                ports.clock.now() + chrono::TimeDelta::from_std(REVOKE_RETRY).unwrap_or_default();
+            ports
+                .work
+                .wake_at(deployment, later, cause.causation_id)
+                .await
+                .map_err(work)?;
+            Ok(false)
+        }
+    }
 }
 
 /// Closes the deployment's lease on the engine's rule on the bastion (deleting the rule if it

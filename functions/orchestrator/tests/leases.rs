@@ -10,7 +10,9 @@ use async_trait::async_trait;
 use overture_domain::deployment::BastionAccess;
 use overture_domain::testing::events::{blueprint, requested, started_until, succeeded};
 use overture_events::{CloudAccount, DeploymentEvent as E, DeploymentId};
-use overture_kit::leases::{revoke_leased, LeaseBastionRules, Leased, MemoryLeases, RuleKey};
+use overture_kit::leases::{
+    revoke_leased, revoke_unrecorded, LeaseBastionRules, Leased, MemoryLeases, RuleKey,
+};
 use overture_kit::memory::MemoryLog;
 use overture_orchestrator::{
     orchestrate, OrchestratorPorts, Revocation, RevokeAccess, Since, WorkError,
@@ -63,6 +65,27 @@ impl RevokeAccess for LeasedBastion {
         };
         revoke_leased(&self.leases, &key(), deployment, delete)
             .await
+            .map_err(|error| match error {
+                Leased::Lease(lease) => WorkError::unavailable(lease),
+                Leased::Cloud(cloud) => WorkError::unavailable(cloud),
+            })
+    }
+
+    async fn revoke_unrecorded(
+        &self,
+        deployment: DeploymentId,
+        _: &CloudAccount,
+        recorded: Option<&BastionAccess>,
+    ) -> Result<usize, WorkError> {
+        let recorded = recorded.map(|_| key());
+        // The fake's one rule is the one every lease here is on.
+        let delete = |_| async {
+            self.rules.lock().expect("rules").remove(RULE);
+            Ok::<_, Failed>(())
+        };
+        revoke_unrecorded(&self.leases, deployment, recorded.as_ref(), delete)
+            .await
+            .map(|closed| closed.len())
             .map_err(|error| match error {
                 Leased::Lease(lease) => WorkError::unavailable(lease),
                 Leased::Cloud(cloud) => WorkError::unavailable(cloud),
@@ -158,5 +181,77 @@ async fn the_first_deployment_to_end_keeps_the_rule_for_the_other_and_the_last_d
     assert!(
         bastion.rules.lock().expect("rules").is_empty(),
         "no rule is left"
+    );
+}
+
+/// A deployment of one step through the bastion, with its token sealed, whose engine opened a
+/// lease on the rule and died before `BastionAccessGranted` was recorded; the deployment was
+/// then cancelled, so the step is not tried again.
+async fn failed_with_an_unrecorded_grant(log: &MemoryLog, deployment: DeploymentId) {
+    let mut requested = requested(
+        "x.yaml",
+        blueprint("name: x\nsteps:\n  configure: { run: noop }\n"),
+    );
+    if let E::DeploymentRequested { cloud: on, .. } = &mut requested {
+        *on = Some(cloud());
+    }
+    let history = vec![
+        requested,
+        E::CredentialsSealed {
+            seal: "seal-1".into(),
+            secrets: vec![],
+            ssh_public_key: None,
+            token: true,
+        },
+        scheduled_at("configure", 1, at("09:50")),
+        started_until("configure", 1, at("11:00")),
+    ];
+    record(log, deployment, "runner", history).await;
+    let cause = overture_kit::Cause::new("ada", deployment, uuid::Uuid::now_v7());
+    overture_kit::execute(log, deployment, "", &cause, |_| {
+        overture_domain::DeploymentCommand::Cancel {
+            requested_by: "ada".into(),
+            reason: "not today".into(),
+        }
+    })
+    .await
+    .expect("recorded")
+    .expect("cancelled");
+}
+
+#[tokio::test]
+async fn a_lease_opened_with_no_grant_recorded_is_closed_at_the_deployments_end() {
+    let deployment = DeploymentId::from_uuid(uuid::Uuid::from_u128(7));
+    let bastion = LeasedBastion {
+        leases: MemoryLeases::new(),
+        rules: Mutex::new(BTreeSet::from([RULE.to_owned()])),
+    };
+    bastion
+        .leases
+        .acquire(&key(), deployment)
+        .await
+        .expect("leased");
+    let log = MemoryLog::new(at("10:00"));
+    failed_with_an_unrecorded_grant(&log, deployment).await;
+    let work = support::queues_apart();
+    let clock = FixedClock(at("10:00"));
+    let ports = OrchestratorPorts {
+        access: &bastion,
+        ..support::ports(&log, &work, &clock)
+    };
+    let state = orchestrate(deployment, uuid::Uuid::now_v7(), Since::Unknown, &ports)
+        .await
+        .expect("moved on");
+
+    assert!(state.is_finished(), "{:?}", state.phase);
+    assert!(state.secrets_purged);
+    assert_eq!(
+        bastion.leases.held_by(deployment).await.expect("held"),
+        vec![],
+        "the lease is closed"
+    );
+    assert!(
+        bastion.rules.lock().expect("rules").is_empty(),
+        "and the rule, whose last lease it was, deleted"
     );
 }

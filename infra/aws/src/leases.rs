@@ -417,6 +417,46 @@ impl LeaseBastionRules for DynamoLeases {
         let ids = self.holder_ids(&key).await?;
         self.parse_ids(&key, &ids)
     }
+
+    /// A scan: the table holds only the rules in use, and this is asked once at a deployment's
+    /// end, so an index by deployment would cost every write more than it saves here.
+    async fn held_by(&self, deployment: DeploymentId) -> Result<Vec<RuleKey>, LeaseError> {
+        let holder = deployment.to_string();
+        let mut held = Vec::new();
+        let mut start: Option<HashMap<String, AttributeValue>> = None;
+        loop {
+            let page = self
+                .client
+                .scan()
+                .table_name(&self.table)
+                .consistent_read(true)
+                .filter_expression("#s = :holder OR #c = :id")
+                .expression_attribute_names("#s", SORT)
+                .expression_attribute_names("#c", "closing")
+                .expression_attribute_values(":holder", text(&format!("{HOLDER}{holder}")))
+                .expression_attribute_values(":id", text(&holder))
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| self.failed("Scan", e))?;
+            for item in page.items() {
+                let key = item
+                    .get(PARTITION)
+                    .and_then(|value| value.as_s().ok())
+                    .ok_or_else(|| self.corrupt(&holder, "an item has no partition key".into()))?;
+                let rule = RuleKey::from_key(key)
+                    .ok_or_else(|| self.corrupt(key, "the partition key is no rule".into()))?;
+                held.push(rule);
+            }
+            match page.last_evaluated_key() {
+                Some(next) if !next.is_empty() => start = Some(next.clone()),
+                _ => break,
+            }
+        }
+        held.sort();
+        held.dedup();
+        Ok(held)
+    }
 }
 
 /// Creates the lease table unless it exists. For development and tests; on AWS the stack makes

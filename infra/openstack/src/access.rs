@@ -25,7 +25,7 @@ use std::sync::Arc;
 #[cfg(feature = "runner")]
 use overture_kit::leases::grant_leased;
 #[cfg(feature = "orchestrator")]
-use overture_kit::leases::{revoke_leased, Revocation};
+use overture_kit::leases::{revoke_leased, revoke_unrecorded, Revocation};
 use overture_kit::leases::{LeaseBastionRules, LeaseError, Leased, RuleKey};
 use overture_kit::TokenCustody;
 
@@ -252,6 +252,49 @@ impl RevokeAccess for CloudAccess {
             }
         }
         Ok(revocation)
+    }
+
+    async fn revoke_unrecorded(
+        &self,
+        deployment: DeploymentId,
+        cloud: &CloudAccount,
+        recorded: Option<&BastionAccess>,
+    ) -> Result<usize, WorkError> {
+        let recorded = recorded.map(|a| rule_key(cloud, &a.security_group, &a.source, a.port));
+        // No grant names the rule's id: the rule is found by what it admits.
+        let delete = |key: RuleKey| async move {
+            let client = self.cloud(deployment, cloud).await?;
+            let rules = match client.rules(&key.security_group).await {
+                Ok(rules) => rules,
+                Err(CloudError::NotFound(_)) => return Ok(()),
+                Err(other) => return Err(AccessError::Cloud(other)),
+            };
+            let admits = |rule: &&crate::SecurityGroupRule| {
+                rule.direction == "ingress"
+                    && rule.remote_ip_prefix.as_deref() == Some(key.source.as_str())
+                    && rule.port_range_min == Some(key.port)
+                    && rule.port_range_max == Some(key.port)
+            };
+            for rule in rules.iter().filter(admits) {
+                match client.delete_rule(&rule.id).await {
+                    Ok(()) | Err(CloudError::NotFound(_)) => {}
+                    Err(other) => return Err(AccessError::Cloud(other)),
+                }
+            }
+            Ok(())
+        };
+        let closed = revoke_unrecorded(self.leases.as_ref(), deployment, recorded.as_ref(), delete)
+            .await
+            .map_err(AccessError::from)
+            .map_err(|error| match &error {
+                AccessError::Cloud(cloud) if cloud.is_backend() => WorkError::unavailable(error),
+                AccessError::Lease(lease) if lease.is_retryable() => WorkError::unavailable(error),
+                _ => WorkError::refused(error),
+            })?;
+        for rule in &closed {
+            tracing::info!(%deployment, %rule, "closed a bastion lease no recorded grant named");
+        }
+        Ok(closed.len())
     }
 }
 

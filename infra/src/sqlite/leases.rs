@@ -38,6 +38,11 @@ enum Found<T> {
 #[error("the bastion lease table holds a damaged deployment id `{0}`")]
 struct DamagedRow(String);
 
+/// A row names a rule this version cannot read.
+#[derive(Debug, thiserror::Error)]
+#[error("the bastion lease table holds a damaged rule key `{0}`")]
+struct DamagedRule(String);
+
 fn unavailable(error: DbError) -> LeaseError {
     LeaseError::Unavailable(Box::new(error))
 }
@@ -177,5 +182,29 @@ impl LeaseBastionRules for SqliteLeases {
             .await
             .map_err(unavailable)?;
         held.iter().map(|id| parse(id)).collect()
+    }
+
+    async fn held_by(&self, deployment: DeploymentId) -> Result<Vec<RuleKey>, LeaseError> {
+        let holder = deployment.to_string();
+        let keys: Vec<String> = self
+            .db
+            .read(move |connection| {
+                let mut statement = connection.prepare(
+                    "SELECT rule FROM bastion_leases WHERE deployment = ?1 ORDER BY rule",
+                )?;
+                let rows = statement.query_map(params![holder], |row| row.get(0))?;
+                rows.collect()
+            })
+            .await
+            .map_err(unavailable)?;
+        let mut held = keys
+            .iter()
+            .map(|key| {
+                RuleKey::from_key(key)
+                    .ok_or_else(|| LeaseError::Refused(Box::new(DamagedRule(key.clone()))))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        held.sort();
+        Ok(held)
     }
 }

@@ -171,6 +171,15 @@ impl RevokeAccess for Nothing {
     ) -> Result<overture_orchestrator::Revocation, WorkError> {
         Ok(overture_orchestrator::Revocation::Deleted)
     }
+
+    async fn revoke_unrecorded(
+        &self,
+        _: DeploymentId,
+        _: &CloudAccount,
+        _: Option<&BastionAccess>,
+    ) -> Result<usize, WorkError> {
+        Ok(0)
+    }
 }
 
 /// A registry in which nothing is registered and nobody waits.
