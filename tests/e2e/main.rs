@@ -31,6 +31,8 @@
 //! - [`input`]: bad input is refused with exit code 2 and nothing recorded.
 //! - [`triggers`]: `trigger send` and `triggers log`: matching, exactly once, chains and the
 //!   depth limit.
+//! - [`cloudevents`]: the official CloudEvents SDK for Python sends events to `overture serve`
+//!   in binary, structured and batched mode; each event id deploys once across modes.
 //! - [`sandbox`]: what a step can and cannot see, and the sandbox's limits.
 //! - [`limits`]: a fork bomb, a memory hog, a disk filler and an output flood, each held to its
 //!   step's limits while another deployment runs on.
@@ -62,6 +64,7 @@ mod aws;
 mod cancel;
 mod client;
 mod cloud;
+mod cloudevents;
 mod cluster;
 mod concurrent;
 mod data_dir;
