@@ -67,6 +67,25 @@ fn shown(overture: &Overture, ids: &[String]) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The export's event lines, without its signed trailer (the last line).
+fn events_of(export: &str) -> Vec<&str> {
+    export
+        .lines()
+        .filter(|line| !line.starts_with("{\"trailer\""))
+        .collect()
+}
+
+/// The engine's public key, as `overture key` prints it.
+fn key_of(overture: &Overture) -> String {
+    let output = overture.run(&["key"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    text(&output.stdout)
+        .lines()
+        .next()
+        .expect("a key")
+        .to_owned()
+}
+
 fn export(overture: &Overture, args: &[&str]) -> String {
     let mut all = vec!["export"];
     all.extend_from_slice(args);
@@ -79,8 +98,8 @@ fn export(overture: &Overture, args: &[&str]) -> String {
 fn an_export_imported_elsewhere_shows_the_same_and_a_second_import_changes_nothing() {
     let (from, ids) = recorded();
     let log = export(&from, &[]);
-    let lines: Vec<serde_json::Value> = log
-        .lines()
+    let lines: Vec<serde_json::Value> = events_of(&log)
+        .into_iter()
         .map(|line| serde_json::from_str(line).expect("one JSON object per line"))
         .collect();
     assert!(lines.len() > 15, "{log}");
@@ -89,10 +108,19 @@ fn an_export_imported_elsewhere_shows_the_same_and_a_second_import_changes_nothi
         for field in ["stream", "revision", "id", "type", "data", "metadata"] {
             assert!(!line[field].is_null(), "{field} in {line}");
         }
+        assert!(line["metadata"]["hash"].is_string(), "chained: {line}");
     }
+    let trust = key_of(&from);
 
     let (to, file) = Overture::with_blueprint("log.jsonl", &log);
-    let output = to.run(&["import", file.to_str().expect("utf-8")]);
+    let untrusted = to.run(&["import", file.to_str().expect("utf-8")]);
+    let stderr = text(&untrusted.stderr);
+    assert_eq!(untrusted.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--trust") && stderr.contains("SHA256:"),
+        "{stderr}"
+    );
+    let output = to.run(&["import", file.to_str().expect("utf-8"), "--trust", &trust]);
     assert!(output.status.success(), "{}", text(&output.stderr));
     assert!(
         text(&output.stdout).starts_with(&format!("imported {} event(s)", lines.len())),
@@ -101,12 +129,14 @@ fn an_export_imported_elsewhere_shows_the_same_and_a_second_import_changes_nothi
     );
     assert_eq!(shown(&to, &ids), shown(&from, &ids));
     assert_eq!(
-        export(&to, &[]),
-        log,
-        "ids, revisions, times and positions as they were"
+        events_of(&export(&to, &[])),
+        events_of(&log),
+        "ids, revisions, times, positions and chains as they were"
     );
+    let verified = to.run(&["verify"]);
+    assert!(verified.status.success(), "{}", text(&verified.stderr));
 
-    let again = to.run(&["import", file.to_str().expect("utf-8")]);
+    let again = to.run(&["import", file.to_str().expect("utf-8"), "--trust", &trust]);
     assert!(again.status.success(), "{}", text(&again.stderr));
     assert!(
         text(&again.stdout).contains(&format!("imported 0 event(s) from {}", file.display())),
@@ -114,7 +144,7 @@ fn an_export_imported_elsewhere_shows_the_same_and_a_second_import_changes_nothi
         text(&again.stdout)
     );
     assert_eq!(shown(&to, &ids), shown(&from, &ids));
-    assert_eq!(export(&to, &[]), log);
+    assert_eq!(events_of(&export(&to, &[])), events_of(&log));
 }
 
 #[test]
@@ -123,7 +153,7 @@ fn an_export_of_one_tenant_or_since_a_position_holds_only_those_events() {
     let whole = export(&from, &[]);
     let globex = export(&from, &["--tenant", "globex"]);
     assert!(!globex.is_empty());
-    for line in globex.lines() {
+    for line in events_of(&globex) {
         let event: serde_json::Value = serde_json::from_str(line).expect("JSON");
         assert_eq!(event["metadata"]["tenant"], "globex", "{line}");
         assert_eq!(event["stream"], format!("deployment-{}", ids[2]));
@@ -131,21 +161,35 @@ fn an_export_of_one_tenant_or_since_a_position_holds_only_those_events() {
 
     let first: Vec<&str> = whole.lines().take(5).collect();
     let rest = export(&from, &["--since", "5"]);
+    let mut joined = first.clone();
+    joined.extend(events_of(&rest));
     assert_eq!(
-        format!("{}\n{rest}", first.join("\n")),
-        whole,
+        joined,
+        events_of(&whole),
         "an export since the fifth event carries on where the first five stop"
     );
 
-    // Imported one after the other, the two parts make the whole log.
+    // Lines cut from an export carry no signed trailer: refused, saying how to make one.
     let to = Overture::new();
     let head = to.blueprint("head.jsonl", &format!("{}\n", first.join("\n")));
+    let output = to.run(&["import", head.to_str().expect("utf-8")]);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("signed trailer") && stderr.contains("overture export"),
+        "{stderr}"
+    );
+
+    // The part since the fifth event, onto a log that holds the first five: its first line
+    // follows them, and it imports.
+    let own = to.blueprint("whole.jsonl", &whole);
+    let trust = key_of(&from);
+    let output = to.run(&["import", own.to_str().expect("utf-8"), "--trust", &trust]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
     let tail = to.blueprint("tail.jsonl", &rest);
-    for file in [&head, &tail] {
-        let output = to.run(&["import", file.to_str().expect("utf-8")]);
-        assert!(output.status.success(), "{}", text(&output.stderr));
-    }
-    assert_eq!(export(&to, &[]), whole);
+    let output = to.run(&["import", tail.to_str().expect("utf-8"), "--trust", &trust]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert_eq!(events_of(&export(&to, &[])), events_of(&whole));
 }
 
 #[test]
@@ -168,7 +212,7 @@ fn a_corrupted_or_reordered_line_is_refused_with_its_number_and_nothing_is_impor
 
     for (name, body, line, says) in [
         ("corrupted", corrupted, 7, "not a JSON object"),
-        ("reordered", reordered, 5, "out of the log's order"),
+        ("reordered", reordered, 4, "takes revision 3 next"),
         ("skipped", skipped, 3, "takes revision"),
         ("mistyped", wrong_type, 2, "is not a `NoSuchEvent"),
     ] {
@@ -182,7 +226,10 @@ fn a_corrupted_or_reordered_line_is_refused_with_its_number_and_nothing_is_impor
             "{name}: {stderr}"
         );
         assert!(stderr.contains("nothing was imported"), "{name}: {stderr}");
-        assert_eq!(export(&to, &[]), "", "{name}: nothing imported");
+        assert!(
+            events_of(&export(&to, &[])).is_empty(),
+            "{name}: nothing imported"
+        );
     }
 }
 
@@ -193,7 +240,12 @@ fn an_import_that_contradicts_the_log_is_refused_and_changes_nothing() {
     // The same deployment's first event with other content, in a log that already has it.
     let (to, file) = Overture::with_blueprint("log.jsonl", &log);
     assert!(to
-        .run(&["import", file.to_str().expect("utf-8")])
+        .run(&[
+            "import",
+            file.to_str().expect("utf-8"),
+            "--trust",
+            &key_of(&from)
+        ])
         .status
         .success());
     let first = log.lines().next().expect("a line");
@@ -208,5 +260,126 @@ fn an_import_that_contradicts_the_log_is_refused_and_changes_nothing() {
         stderr.contains(":1: ") && stderr.contains("with other content"),
         "{stderr}"
     );
-    assert_eq!(export(&to, &[]), log);
+    assert_eq!(events_of(&export(&to, &[])), events_of(&log));
+}
+
+/// Imports `body` into a new data directory trusting `from`'s key; returns the exit code and
+/// what it said.
+fn import_edited(from: &Overture, name: &str, body: &str) -> (Option<i32>, String, Overture) {
+    let (to, file) = Overture::with_blueprint(&format!("{name}.jsonl"), body);
+    let output = to.run(&[
+        "import",
+        file.to_str().expect("utf-8"),
+        "--trust",
+        &key_of(from),
+    ]);
+    let said = format!("{}: {}", file.display(), text(&output.stderr));
+    (output.status.code(), said, to)
+}
+
+// An export edited on the way (an output, the requester, the tenant, a failure made a success,
+// a line deleted, moved or repeated) is refused naming the line, and nothing is imported.
+#[test]
+fn an_edited_export_is_refused_naming_the_line() {
+    let (from, _) = recorded();
+    let log = export(&from, &[]);
+    let lines: Vec<String> = log.lines().map(str::to_owned).collect();
+    let find = |needle: &str| {
+        lines
+            .iter()
+            .position(|line| line.contains(needle))
+            .unwrap_or_else(|| panic!("a line with {needle} in {log}"))
+    };
+    let edit = |at: usize, from_text: &str, to_text: &str| {
+        let mut edited = lines.clone();
+        assert!(edited[at].contains(from_text), "{}", edited[at]);
+        edited[at] = edited[at].replacen(from_text, to_text, 1);
+        (edited.join("\n") + "\n", at + 1)
+    };
+    let failed = find("\"type\":\"DeploymentFailed\"");
+    let requested = find("\"requested_by\":\"");
+    let mut deleted = lines.clone();
+    deleted.remove(3);
+    let mut moved = lines.clone();
+    let line = moved.remove(2);
+    moved.insert(4, line);
+    let mut repeated = lines.clone();
+    repeated.insert(6, lines[5].clone());
+    let cases: Vec<(&str, (String, usize), &str)> = vec![
+        (
+            "requester",
+            edit(requested, "\"requested_by\":\"", "\"requested_by\":\"m"),
+            "does not follow",
+        ),
+        (
+            "tenant",
+            edit(1, "\"tenant\":\"acme\"", "\"tenant\":\"initech\""),
+            "does not follow",
+        ),
+        (
+            "failed-succeeded",
+            edit(
+                failed,
+                "\"type\":\"DeploymentFailed\"",
+                "\"type\":\"DeploymentSucceeded\"",
+            ),
+            "",
+        ),
+        ("deleted", (deleted.join("\n") + "\n", 4), "takes revision"),
+        ("moved", (moved.join("\n") + "\n", 3), "takes revision"),
+        (
+            "repeated",
+            (repeated.join("\n") + "\n", 7),
+            "line 6 holds it already",
+        ),
+    ];
+    for (name, (body, line), says) in cases {
+        let (code, said, to) = import_edited(&from, name, &body);
+        assert_eq!(code, Some(2), "{name}: {said}");
+        assert!(
+            said.contains(&format!(".jsonl:{line}: ")),
+            "{name}: line {line}: {said}"
+        );
+        assert!(said.contains(says), "{name}: {said}");
+        assert!(said.contains("nothing was imported"), "{name}: {said}");
+        assert!(
+            events_of(&export(&to, &[])).is_empty(),
+            "{name}: nothing imported"
+        );
+    }
+}
+
+// `verify` finds every chain whole, and names the event an edit of the SQLite file changed:
+// its deployment, revision and position.
+#[test]
+fn verify_names_the_event_edited_in_the_sqlite_file() {
+    let (overture, ids) = recorded();
+    let output = overture.run(&["verify"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stdout).contains("every chain whole"),
+        "{}",
+        text(&output.stdout)
+    );
+
+    let db = overture.data_dir().join("overture.db");
+    let status = std::process::Command::new("sqlite3")
+        .arg(&db)
+        .arg(
+            "UPDATE events SET type = 'DeploymentSucceeded', data = '{}'
+             WHERE type = 'DeploymentFailed'",
+        )
+        .status()
+        .expect("sqlite3 runs");
+    assert!(status.success());
+    let output = overture.run(&["verify"]);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("deployment {}", ids[1]))
+            && stderr.contains("content was changed"),
+        "{stderr}"
+    );
+    let one = overture.run(&["verify", &ids[0]]);
+    assert!(one.status.success(), "{}", text(&one.stderr));
 }

@@ -151,6 +151,7 @@ fn feed(input: impl Read, own: &PublicKey, trusted: &[PublicKey], events: &SyncS
     let mut heads: BTreeMap<String, String> = BTreeMap::new();
     let (mut count, mut last_position, mut line) = (0u64, 0u64, 0usize);
     let mut trailer: Option<(usize, Trailer)> = None;
+    let mut seen: std::collections::HashMap<uuid::Uuid, usize> = std::collections::HashMap::new();
     let mut buffer = Vec::new();
     let refuse = |line: usize, reason: String| {
         let _ = events.send(Err((line, reason)));
@@ -187,8 +188,21 @@ fn feed(input: impl Read, own: &PublicKey, trusted: &[PublicKey], events: &SyncS
         }
         let envelope = match read_event(text, &mut last_position) {
             Ok(envelope) => envelope,
-            Err(reason) => return refuse(line, reason),
+            Err(reason) => {
+                // A repeated line is named with the line it repeats, not as out of order.
+                let repeated = serde_json::from_str::<Envelope>(text)
+                    .ok()
+                    .and_then(|e| seen.get(&e.id).copied());
+                return match repeated {
+                    Some(first) => refuse(
+                        line,
+                        format!("the event is repeated: line {first} holds it already"),
+                    ),
+                    None => refuse(line, reason),
+                };
+            }
         };
+        seen.insert(envelope.id, line);
         let head = envelope.metadata.hash.clone().unwrap_or_default();
         heads.insert(envelope.stream.clone(), head);
         count += 1;
