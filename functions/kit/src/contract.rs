@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 use esrs::manager::AggregateManager;
 use esrs::AggregateState;
 use overture_domain::{blueprint, DeploymentCommand, DeploymentError};
-use overture_events::{DeploymentEvent, DeploymentId, Timestamp};
+use overture_events::chain::{Break, ChainCheck};
+use overture_events::{DeploymentEvent, DeploymentId, Envelope, Timestamp};
 use uuid::Uuid;
 
 use crate::esrs_store::{EsrsDeploymentStore, EsrsStoreError};
@@ -32,6 +33,7 @@ macro_rules! log_contract_tests {
             a_hundred_events_are_appended_at_once,
             a_stream_over_a_megabyte_reads_back_whole,
             esrs_commands_are_recorded_in_the_log_and_conflicts_are_typed,
+            every_stream_reads_back_as_a_chain_that_verifies,
         );
     };
     (@each $clients:expr; $($test:ident),* $(,)?) => {
@@ -309,4 +311,54 @@ pub async fn esrs_commands_are_recorded_in_the_log_and_conflicts_are_typed<L: Lo
         matches!(manager.delete(id).await, Err(EsrsStoreError::AppendOnly(_))),
         "nothing is ever deleted"
     );
+}
+
+/// Checks `events` as one stream's chain from its start: how many were sealed, or the first
+/// break and its revision.
+fn verify(events: &[Envelope]) -> Result<ChainCheck, (u64, Break)> {
+    let mut check = ChainCheck::default();
+    for envelope in events {
+        check
+            .check(envelope)
+            .map_err(|reason| (envelope.revision, reason))?;
+    }
+    Ok(check)
+}
+
+/// Every event is recorded with its link to the one before it, whichever client appended it
+/// and whether it knew the stream's head: the stream reads back as a chain that verifies, every
+/// event sealed, and a changed event breaks it where it was changed.
+pub async fn every_stream_reads_back_as_a_chain_that_verifies<L: Log>(a: &L, b: &L) {
+    let deployment = new_deployment();
+    append(a, deployment, None, vec![requested(), scheduled(1)])
+        .await
+        .expect("the request");
+    // `b` appends without having read the stream, then `a` after `b`'s events.
+    append(b, deployment, Some(1), vec![succeeded(1, 16), scheduled(2)])
+        .await
+        .expect("b's append");
+    a.load(deployment).await.expect("load");
+    append(a, deployment, Some(3), vec![scheduled(3)])
+        .await
+        .expect("a's append after b's");
+    append(b, deployment, Some(4), vec![scheduled(4)])
+        .await
+        .expect("b's append after a's");
+
+    let stored = b.read_stream(deployment, 0).await.expect("read");
+    let check = verify(&stored).unwrap_or_else(|broken| panic!("the chain breaks: {broken:?}"));
+    assert_eq!((check.sealed, check.unsealed), (6, 0));
+    assert_eq!(
+        Some(check.head),
+        stored[5].metadata.hash,
+        "the stream's head is its last event's link"
+    );
+    assert_eq!(
+        a.read_stream(deployment, 0).await.expect("read by a"),
+        stored
+    );
+
+    let mut edited = stored;
+    edited[2].metadata.tenant = "mallory".into();
+    assert_eq!(verify(&edited).err(), Some((2, Break::ContentChanged)));
 }

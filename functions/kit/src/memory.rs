@@ -1,6 +1,6 @@
 //! A deployment log held in memory: the in-process stand-in for the SQLite and DynamoDB logs in
-//! handlers' own tests. It keeps the same contract ([`crate::contract`]), so a handler tested
-//! on it behaves the same on the real stores. [`FixedClock`] is the time those tests give.
+//! handlers' own tests. It keeps the same contract ([`crate::contract`]), chains included, so a
+//! handler tested on it behaves the same on the real stores. [`FixedClock`] is the time those tests give.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use overture_domain::Deployment;
+use overture_events::chain::{self, GENESIS};
 use overture_events::{DeploymentEvent, DeploymentId, Envelope, Metadata, Timestamp};
 use uuid::Uuid;
 
@@ -93,15 +94,21 @@ impl DeploymentLog for MemoryLog {
         if !events.is_empty() {
             self.appends.fetch_add(1, Ordering::SeqCst);
         }
+        let mut head = stream
+            .last()
+            .and_then(|e| e.metadata.hash.clone())
+            .unwrap_or_else(|| GENESIS.to_owned());
         for (revision, event) in (first..).zip(events) {
-            stream.push(Envelope {
+            let mut envelope = Envelope {
                 stream: deployment.stream(),
                 revision,
                 id: Uuid::now_v7(),
                 event_type: event.event_type().to_owned(),
                 data: event.data(),
                 metadata: metadata.clone(),
-            });
+            };
+            head = chain::seal(&mut envelope, &head);
+            stream.push(envelope);
         }
         Ok(())
     }

@@ -10,29 +10,36 @@
 //!   the same typed [`LogError::Conflict`] as on SQLite. A transaction holds at most
 //!   [`MAX_EVENTS_PER_APPEND`] actions and an item at most 400 KB: a command beyond either is
 //!   refused whole ([`LogError::TooLarge`]), never split, so an append stays all or nothing.
-//! - **An expected revision ahead of the stream's end** would leave a gap. A `ConditionCheck`
-//!   that item n exists, in the same transaction, closes the hole in the same request (a command
-//!   that fills the transaction on its own reads item n first instead: events are never deleted,
-//!   so "revision n exists", once true, stays true). Neither is needed when this client has
-//!   itself folded the stream past n, as it has on the usual path (load, decide, append).
+//! - **Chains**: each event records the link of the event before it and its own
+//!   ([`overture_events::chain`]), in its `metadata`. An append after revision n needs n's link:
+//!   this client keeps the last link it read or wrote of each deployment, so on the usual path
+//!   (load, decide, append) it reads nothing more; otherwise it reads item n (strongly
+//!   consistent). Items are never changed, so that link stays n's, and the conditional puts
+//!   make sure the new events follow n and nothing else. An item an older Overture wrote has no
+//!   link: its stream's unchained events are linked as they stand when the next event is
+//!   appended, which then attests them.
+//! - **An expected revision ahead of the stream's end** would leave a gap: reading item n for
+//!   its link shows that it exists (events are never deleted, so "revision n exists", once
+//!   true, stays true), and an append after a revision that does not exist is a conflict.
 //! - **Reads** are strongly consistent and follow `LastEvaluatedKey`, so a stream larger than
 //!   one 1 MB page reads back whole.
 //! - **Loading** keeps each deployment's last fold and reads only what is new, as the SQLite
 //!   adapter does.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};
 use aws_sdk_dynamodb::operation::create_table::CreateTableError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, ConditionCheck, GlobalSecondaryIndex,
-    KeySchemaElement, KeyType, Projection, ProjectionType, Put, ScalarAttributeType,
-    StreamSpecification, StreamViewType, TransactWriteItem,
+    AttributeDefinition, AttributeValue, BillingMode, GlobalSecondaryIndex, KeySchemaElement,
+    KeyType, Projection, ProjectionType, Put, ScalarAttributeType, StreamSpecification,
+    StreamViewType, TransactWriteItem,
 };
 use aws_sdk_dynamodb::Client;
+use overture_events::chain::{self, GENESIS};
 use overture_events::{DeploymentEvent, DeploymentId, Envelope, Metadata};
 use overture_kit::folds::Folds;
 use overture_kit::{Cause, Clock, DeploymentLog, Loaded, LogError, ReadStream};
@@ -94,7 +101,11 @@ pub struct DynamoDeployments {
     table: String,
     clock: Arc<dyn Clock>,
     folds: Folds,
+    heads: Heads,
 }
+
+/// The last link this client read or wrote of each deployment's stream, with its revision.
+type Heads = Arc<Mutex<HashMap<DeploymentId, (u64, String)>>>;
 
 impl DynamoDeployments {
     /// Deployments in `table`; `clock` stamps `recorded_at` on appended events.
@@ -104,7 +115,86 @@ impl DynamoDeployments {
             table: table.into(),
             clock,
             folds: Folds::default(),
+            heads: Heads::default(),
         }
+    }
+
+    /// Keeps `link` as the link of `stream`'s event at `revision`, unless a later one is kept.
+    fn keep_head(&self, deployment: DeploymentId, revision: u64, link: String) {
+        let mut heads = self.heads.lock().unwrap_or_else(PoisonError::into_inner);
+        let later = heads
+            .get(&deployment)
+            .is_some_and(|(kept, _)| *kept >= revision);
+        if !later {
+            heads.insert(deployment, (revision, link));
+        }
+    }
+
+    /// The link of the event at `revision` of `deployment`'s stream, `None` when that event
+    /// does not exist.
+    async fn link_at(
+        &self,
+        deployment: DeploymentId,
+        revision: u64,
+    ) -> Result<Option<String>, DynamoError> {
+        let kept = self
+            .heads
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&deployment)
+            .filter(|(kept, _)| *kept == revision)
+            .map(|(_, link)| link.clone());
+        if kept.is_some() {
+            return Ok(kept);
+        }
+        let stream = deployment.stream();
+        let found = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .consistent_read(true)
+            .key(STREAM, AttributeValue::S(stream.clone()))
+            .key(REVISION, AttributeValue::N(revision.to_string()))
+            // Only the metadata, which holds the link: the item's data may be 400 KB.
+            .projection_expression("#m")
+            .expression_attribute_names("#m", METADATA)
+            .send()
+            .await
+            .map_err(|e| self.call_failed("GetItem", e))?;
+        let Some(item) = found.item() else {
+            return Ok(None);
+        };
+        let metadata: Metadata = item
+            .get(METADATA)
+            .and_then(|v| v.as_s().ok())
+            .and_then(|text| serde_json::from_str(text).ok())
+            .ok_or_else(|| DynamoError::Corrupt {
+                table: self.table.clone(),
+                stream: stream.clone(),
+                revision: revision.to_string(),
+                reason: "its metadata is not an event's".into(),
+            })?;
+        let link = match metadata.hash {
+            Some(hash) => hash,
+            None => self.unchained_head(&stream, revision).await?,
+        };
+        Ok(Some(link))
+    }
+
+    /// The link of revision `last` of a stream an older Overture began: each event's own link
+    /// where it has one, else the one computed from its content, as [`chain::ChainCheck`] does.
+    async fn unchained_head(&self, stream: &str, last: u64) -> Result<String, DynamoError> {
+        let mut head = GENESIS.to_owned();
+        for envelope in self.query(stream, 0).await? {
+            if envelope.revision > last {
+                break;
+            }
+            head = match envelope.metadata.hash.clone() {
+                Some(hash) => hash,
+                None => chain::link(&head, &chain::content_hash(&envelope)).unwrap_or_default(),
+            };
+        }
+        Ok(head)
     }
 
     fn call_failed<E: std::error::Error + 'static>(
@@ -148,21 +238,39 @@ impl DynamoDeployments {
         }
     }
 
-    /// Whether revision `revision` of `stream` is stored.
-    async fn exists(&self, stream: &str, revision: u64) -> Result<bool, DynamoError> {
-        let found = self
-            .client
-            .get_item()
+    /// The put of one sealed event, conditional on its revision being free.
+    fn put(
+        &self,
+        deployment: DeploymentId,
+        envelope: &Envelope,
+    ) -> Result<TransactWriteItem, LogError> {
+        let data = envelope.data.to_string();
+        let metadata = serde_json::to_string(&envelope.metadata).map_err(unavailable)?;
+        let size =
+            envelope.stream.len() + data.len() + metadata.len() + envelope.event_type.len() + 128;
+        if size > MAX_ITEM_BYTES {
+            return Err(LogError::TooLarge {
+                deployment,
+                reason: format!(
+                    "event `{}` takes {size} bytes; a DynamoDB item holds at most \
+                     {MAX_ITEM_BYTES}",
+                    envelope.event_type
+                ),
+            });
+        }
+        let put = Put::builder()
             .table_name(&self.table)
-            .consistent_read(true)
-            .key(STREAM, AttributeValue::S(stream.to_owned()))
-            .key(REVISION, AttributeValue::N(revision.to_string()))
-            .projection_expression("#r")
+            .item(STREAM, AttributeValue::S(envelope.stream.clone()))
+            .item(REVISION, AttributeValue::N(envelope.revision.to_string()))
+            .item(ID, AttributeValue::S(envelope.id.to_string()))
+            .item(TYPE, AttributeValue::S(envelope.event_type.clone()))
+            .item(DATA, AttributeValue::S(data))
+            .item(METADATA, AttributeValue::S(metadata))
+            .condition_expression("attribute_not_exists(#r)")
             .expression_attribute_names("#r", REVISION)
-            .send()
-            .await
-            .map_err(|e| self.call_failed("GetItem", e))?;
-        Ok(found.item().is_some())
+            .build()
+            .map_err(unavailable)?;
+        Ok(TransactWriteItem::builder().put(put).build())
     }
 
     fn envelope(
@@ -229,6 +337,11 @@ impl DeploymentLog for DynamoDeployments {
             .query(&deployment.stream(), from)
             .await
             .map_err(unavailable)?;
+        if let Some(envelope) = newer.last() {
+            if let Some(hash) = &envelope.metadata.hash {
+                self.keep_head(deployment, envelope.revision, hash.clone());
+            }
+        }
         self.folds
             .fold(deployment, last, newer)
             .map_err(unavailable)
@@ -260,31 +373,15 @@ impl DeploymentLog for DynamoDeployments {
             deployment,
             expected,
         };
-        let mut writes = Vec::with_capacity(events.len() + 1);
-        if let Some(last) = expected {
-            let seen = self
-                .folds
-                .last(deployment)
-                .revision
-                .is_some_and(|r| r >= last);
-            // A writer that has not read the stream up to `last` (a blind append) has the
-            // transaction check that it exists, in the same request; only a command that
-            // fills the transaction on its own pays a read first.
-            if !seen && events.len() < MAX_EVENTS_PER_APPEND {
-                let check = ConditionCheck::builder()
-                    .table_name(&self.table)
-                    .key(STREAM, AttributeValue::S(stream.clone()))
-                    .key(REVISION, AttributeValue::N(last.to_string()))
-                    .condition_expression("attribute_exists(#r)")
-                    .expression_attribute_names("#r", REVISION)
-                    .build()
-                    .map_err(unavailable)?;
-                writes.push(TransactWriteItem::builder().condition_check(check).build());
-            } else if !seen && !self.exists(&stream, last).await.map_err(unavailable)? {
-                return Err(conflict);
-            }
-        }
-        let metadata = serde_json::to_string(&Metadata {
+        let mut head = match expected {
+            None => GENESIS.to_owned(),
+            Some(last) => match self.link_at(deployment, last).await {
+                Ok(Some(link)) => link,
+                Ok(None) => return Err(conflict),
+                Err(error) => return Err(unavailable(error)),
+            },
+        };
+        let metadata = Metadata {
             tenant: tenant.to_owned(),
             actor: cause.actor.clone(),
             correlation_id: cause.correlation_id,
@@ -292,35 +389,22 @@ impl DeploymentLog for DynamoDeployments {
             recorded_at: self.clock.now(),
             previous: None,
             hash: None,
-        })
-        .map_err(unavailable)?;
+        };
         let first = expected.map_or(0, |last| last + 1);
+        let mut writes = Vec::with_capacity(events.len());
+        let mut last = first;
         for (revision, event) in (first..).zip(&events) {
-            let data = event.data().to_string();
-            let size = stream.len() + data.len() + metadata.len() + event.event_type().len() + 128;
-            if size > MAX_ITEM_BYTES {
-                return Err(LogError::TooLarge {
-                    deployment,
-                    reason: format!(
-                        "event `{}` takes {size} bytes; a DynamoDB item holds at most \
-                         {MAX_ITEM_BYTES}",
-                        event.event_type()
-                    ),
-                });
-            }
-            let put = Put::builder()
-                .table_name(&self.table)
-                .item(STREAM, AttributeValue::S(stream.clone()))
-                .item(REVISION, AttributeValue::N(revision.to_string()))
-                .item(ID, AttributeValue::S(Uuid::now_v7().to_string()))
-                .item(TYPE, AttributeValue::S(event.event_type().to_owned()))
-                .item(DATA, AttributeValue::S(data))
-                .item(METADATA, AttributeValue::S(metadata.clone()))
-                .condition_expression("attribute_not_exists(#r)")
-                .expression_attribute_names("#r", REVISION)
-                .build()
-                .map_err(unavailable)?;
-            writes.push(TransactWriteItem::builder().put(put).build());
+            last = revision;
+            let mut envelope = Envelope {
+                stream: stream.clone(),
+                revision,
+                id: Uuid::now_v7(),
+                event_type: event.event_type().to_owned(),
+                data: event.data(),
+                metadata: metadata.clone(),
+            };
+            head = chain::seal(&mut envelope, &head);
+            writes.push(self.put(deployment, &envelope)?);
         }
         match self
             .client
@@ -329,7 +413,10 @@ impl DeploymentLog for DynamoDeployments {
             .send()
             .await
         {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                self.keep_head(deployment, last, head);
+                Ok(())
+            }
             Err(error) if is_condition_failure(&error) => Err(conflict),
             Err(error) => Err(unavailable(self.call_failed("TransactWriteItems", error))),
         }
