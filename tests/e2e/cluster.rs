@@ -2,7 +2,8 @@
 //! (`examples/haproxy-cluster`) deploys with its steps waiting for services at run time,
 //! registers each instance only once it answers its check through the bastion, gives haproxy
 //! exactly the registered members, and re-runs only the watching step when a second deployment
-//! scales the application out and when that deployment is destroyed.
+//! scales the application out and when that deployment is destroyed (at once given the token;
+//! without it, by the `overture resume` given it).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -311,4 +312,66 @@ fn a_service_whose_check_fails_is_not_registered() {
     );
     assert!(!registered.is_empty());
     assert_closed_and_purged(&o, &cloud, "acme", &id);
+}
+
+#[test]
+fn a_destroy_without_a_token_queues_the_watching_steps_rerun_for_resume_to_run() {
+    let cloud = LocalCloud::up();
+    let (token_file, _) = cloud.token("acme");
+    let o = Overture::new();
+    let cluster_file = cluster_blueprint(&o, "blueprint.yaml", |text| text);
+    let (code, status, output) = deploy(&o, &cloud, &cluster_file, &token_file);
+    assert_eq!(code, 0, "{}", text(&output.stderr));
+    let first = id_of(&status);
+    let scale_file = cluster_blueprint(&o, "scale-out.yaml", |text| text);
+    let (code, status, output) = deploy(&o, &cloud, &scale_file, &token_file);
+    assert_eq!(code, 0, "{}", text(&output.stderr));
+    let second = id_of(&status);
+    let started_before = of_type(&o, &first, "StepStarted").len();
+
+    // Without a token, the destroy cannot open the first deployment's seal: it records lb's
+    // re-run and leaves its attempt queued, started by no one.
+    let destroyed = o
+        .command(&["destroy", &second, "--json"])
+        .env_remove("OS_TOKEN")
+        .env("OS_AUTH_URL", &cloud.auth_url)
+        .output()
+        .expect("run overture destroy");
+    let said = text(&destroyed.stderr);
+    assert!(destroyed.status.success(), "{said}");
+    assert_eq!(of_type(&o, &second, "ServiceDeregistered").len(), 1);
+    assert_eq!(of_type(&o, &first, "StepRerunRequested").len(), 2);
+    let waiting = o.json(&["status", &first, "--json"]);
+    assert_eq!(step(&waiting, "lb")["status"], "scheduled", "{waiting}");
+    assert_eq!(
+        of_type(&o, &first, "StepStarted").len(),
+        started_before,
+        "no attempt of lb started"
+    );
+    assert!(
+        said.contains(&format!("deployment {first} watches"))
+            && said.contains("`overture resume --token-file FILE` (a token of project acme)"),
+        "{said}"
+    );
+
+    // Resume, given the token, runs that attempt: none was interrupted, no retry used up.
+    let resumed = o
+        .command(&["resume", "--token-file"])
+        .arg(&token_file)
+        .env_remove("OS_TOKEN")
+        .env("OS_AUTH_URL", &cloud.auth_url)
+        .output()
+        .expect("run overture resume");
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    assert!(of_type(&o, &first, "StepAttemptFailed").is_empty());
+    let started = of_type(&o, &first, "StepStarted");
+    let again: Vec<&Value> = started[started_before..].iter().collect();
+    assert_eq!(again.len(), 1, "{again:?}");
+    assert_eq!(again[0]["data"]["step"], "lb");
+    assert_eq!(again[0]["data"]["attempt"], 3, "the re-run's own attempt");
+    let two = registered(&o, &cloud, "acme", "app");
+    assert_eq!(two.len(), 2, "{two:?}");
+    assert_eq!(haproxy_members(&cloud, "acme"), two);
+    let done = o.json(&["status", &first, "--json"]);
+    assert_eq!(step(&done, "lb")["status"], "succeeded", "{done}");
 }

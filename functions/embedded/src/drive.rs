@@ -109,20 +109,21 @@ impl Engine {
         }
     }
 
-    /// Whether this process can run the woken deployment `id`: it needs no token, holds its
-    /// own, or was given a token of its cloud account that opens its seal, which it then lends
-    /// it. Otherwise whoever holds its user's token runs it (`overture resume --token-file`).
-    pub(crate) fn lend_a_token(
+    /// Who runs the woken deployment `id` (a watching step of it runs again): this process
+    /// when it needs no token, holds its own, or was given a token of its cloud account that
+    /// opens its seal, which it then lends it; otherwise whoever holds its user's token
+    /// (`overture resume --token-file`).
+    pub(crate) fn who_runs(
         &self,
         id: DeploymentId,
         state: &DeploymentState,
         lendable: &Lendable,
-    ) -> bool {
+    ) -> Runs {
         let Some(account) = &state.cloud else {
-            return true;
+            return Runs::Here;
         };
         if self.custody.token(id).is_some() {
-            return true;
+            return Runs::Here;
         }
         let opens = |token: &overture_domain::secret::SecretString| {
             state.seal.is_none()
@@ -132,16 +133,20 @@ impl Engine {
                     .is_ok()
         };
         match lendable.tokens_of(account).find(|token| opens(token)) {
-            Some(token) => {
-                self.custody.remember(id, token.clone());
-                true
-            }
-            None => {
-                tracing::warn!(deployment = %id, "a watching step of this deployment runs again, but this process holds no token of its user that opens its seal; `overture resume --token-file` runs it");
-                false
-            }
+            Some(token) => Runs::Lent(token.clone()),
+            None => Runs::Elsewhere,
         }
     }
+}
+
+/// Who runs a deployment a drive woke ([`Engine::who_runs`]).
+pub(crate) enum Runs {
+    /// This process, with what it holds.
+    Here,
+    /// This process, with a token it was given for another deployment of the same user.
+    Lent(overture_domain::secret::SecretString),
+    /// Whoever holds its user's token: its attempts are queued, not started here.
+    Elsewhere,
 }
 
 /// One drive under way: the deployments it runs, their states, and its workers.
@@ -303,6 +308,11 @@ impl<'a> Drive<'a> {
     /// Deployments whose services changed are moved on now, and driven until they end again,
     /// when they are not driven already: a watching step runs again. (Driving every
     /// deployment, the drive gets their timers from the queue.)
+    ///
+    /// One this process cannot run (see [`Engine::who_runs`]) is moved on all the same, so
+    /// that its re-run is recorded, but its attempt is only queued, for whoever holds its
+    /// user's token: started here, it could not open its seal, and would be found running,
+    /// and interrupted, by the `overture resume` that then carries it on.
     async fn wake_watchers(&mut self) -> Result<(), EngineError> {
         let woken = self.handoff.take_woken();
         if matches!(self.scope, Scope::Every) {
@@ -312,11 +322,31 @@ impl<'a> Drive<'a> {
             if self.driven.contains(&id) {
                 continue;
             }
-            let state = orchestrate(id, Uuid::now_v7(), Since::Records(&[]), &self.ports).await?;
-            if !state.is_finished() && self.engine.lend_a_token(id, &state, &self.lendable) {
-                self.driven.push(id);
-                self.states.push((id, state));
+            let runs = self
+                .engine
+                .who_runs(id, &self.engine.state(id).await?, &self.lendable);
+            let queued_only = OrchestratorPorts {
+                work: &self.engine.queue,
+                ..self.ports
+            };
+            let ports = match runs {
+                Runs::Elsewhere => &queued_only,
+                Runs::Here | Runs::Lent(_) => &self.ports,
+            };
+            let state = orchestrate(id, Uuid::now_v7(), Since::Records(&[]), ports).await?;
+            if state.is_finished() {
+                continue;
             }
+            match runs {
+                Runs::Elsewhere => {
+                    self.watch.waits_for_a_token(id, &state);
+                    continue;
+                }
+                Runs::Lent(token) => self.engine.custody.remember(id, token),
+                Runs::Here => {}
+            }
+            self.driven.push(id);
+            self.states.push((id, state));
         }
         Ok(())
     }

@@ -13,6 +13,12 @@ pub trait Watch {
     fn entry(&mut self, entry: &LogEntry);
     /// Called at least every half second with the target deployment's state.
     fn tick(&mut self, state: &DeploymentState);
+    /// A deployment the drive woke (a watching step of it runs again) that this process holds
+    /// no token to run: its attempt is queued, in `state`, for `overture resume --token-file`.
+    /// Said in a warning unless the watcher tells the user itself.
+    fn waits_for_a_token(&mut self, deployment: DeploymentId, _state: &DeploymentState) {
+        tracing::warn!(%deployment, "a watching step of this deployment runs again, but this process holds no token of its user that opens its seal; its attempt is queued for `overture resume --token-file`");
+    }
 }
 
 /// Watches nothing.

@@ -11,6 +11,7 @@ use std::future::Future;
 use std::path::Path;
 
 use anyhow::Context;
+use overture_domain::text::escaped;
 use overture_domain::DeploymentError;
 use overture_events::DeploymentId;
 use overture_runner::destroy::{DestroyOutcome, DestroyRefused, DestroyRequest};
@@ -100,6 +101,7 @@ async fn destroy(
     let mut progress = Later {
         after: shown,
         progress: Progress::new().following(id),
+        waiting: Vec::new(),
     };
     engine
         .drive(Some(id), AFTER_DESTROY_PARALLELISM, &mut progress, from)
@@ -113,6 +115,9 @@ async fn destroy(
         json,
     )
     .await?;
+    for (watcher, project) in &progress.waiting {
+        eprintln!("{}", waits_for_a_token(*watcher, project.as_deref()));
+    }
     match outcome {
         DestroyOutcome::Destroyed => Ok(()),
         DestroyOutcome::Failed { step } => Err(Failure::Unsuccessful(format!(
@@ -125,6 +130,9 @@ async fn destroy(
 struct Later {
     after: u64,
     progress: Progress,
+    /// The watching deployments whose re-run waits for their user's token, with the name of
+    /// their project.
+    waiting: Vec<(DeploymentId, Option<String>)>,
 }
 
 impl Watch for Later {
@@ -137,6 +145,26 @@ impl Watch for Later {
     fn tick(&mut self, state: &overture_domain::DeploymentState) {
         self.progress.tick(state);
     }
+
+    fn waits_for_a_token(&mut self, id: DeploymentId, state: &overture_domain::DeploymentState) {
+        if !self.waiting.iter().any(|(known, _)| *known == id) {
+            let project = state.cloud.as_ref().map(|cloud| cloud.project.clone());
+            self.waiting.push((id, project));
+        }
+    }
+}
+
+/// What to tell the user of a watching deployment whose re-run this destroy only queued.
+fn waits_for_a_token(watcher: DeploymentId, project: Option<&str>) -> String {
+    let token = match project {
+        Some(project) => format!("a token of project {}", escaped(project)),
+        None => "its user's token".to_owned(),
+    };
+    format!(
+        "deployment {watcher} watches a service this destroy changed: its watching step is \
+         scheduled to run again, and only its user's token opens its seal; carry it on with \
+         `overture resume --token-file FILE` ({token})"
+    )
 }
 
 /// What to tell the user when the destroy is refused.
