@@ -208,21 +208,22 @@ impl Engine {
         Ok(unfinished)
     }
 
+    /// Checks that this machine has what every step's sandbox needs (see
+    /// [`Bubblewrap::preflight`]): call it before recording or running anything, so that a
+    /// missing tool is one refusal naming its package rather than every attempt failing.
+    pub fn preflight(&self) -> Result<(), EngineError> {
+        self.sandbox.preflight().map_err(EngineError::Unready)
+    }
+
     /// Makes every job leased by a dead engine available again, and kills and deletes the
-    /// sandboxes it left behind.
-    /// Only call this while holding the engine lock exclusively.
+    /// sandboxes it left behind (their processes, cgroups and workspaces), saying so in a log
+    /// line. Only call this while holding the engine lock exclusively.
     pub async fn recover(&self) -> Result<u64, EngineError> {
         let released = self.queue.release_in_flight(self.clock.now()).await?;
-        let killed = self
+        let mut cleared = self
             .sandbox
             .kill_leftovers()
             .map_err(EngineError::Sandboxes)?;
-        if killed > 0 {
-            tracing::info!(
-                killed,
-                "killed processes of sandboxes left behind by a stopped engine"
-            );
-        }
         // A Terraform run killed half-way wrote down resources its kept state does not know;
         // keeping them spares the next attempt from making them again.
         let states = self
@@ -241,12 +242,12 @@ impl Engine {
                 tracing::info!(%sandbox, "kept the Terraform state a stopped run left");
             }
         }
-        self.sandbox
-            .unmount_leftovers()
+        cleared.workspaces = self
+            .sandbox
+            .remove_leftovers()
             .map_err(EngineError::Sandboxes)?;
-        let sandboxes = self.data_dir.join("sandboxes");
-        if sandboxes.exists() {
-            std::fs::remove_dir_all(&sandboxes).map_err(EngineError::Sandboxes)?;
+        if !cleared.is_empty() {
+            tracing::warn!(%cleared, "cleared the sandboxes a stopped engine left");
         }
         Ok(released)
     }

@@ -37,6 +37,9 @@ pub enum EngineError {
     /// The runner failed: a teardown, or keeping a stopped Terraform run's state.
     #[error(transparent)]
     Runner(#[from] overture_runner::RunnerError),
+    /// The machine lacks what steps' sandboxes need (a tool, cgroup controllers).
+    #[error(transparent)]
+    Unready(overture_sandbox::Unready),
     /// Killing, unmounting or deleting the sandboxes a stopped engine left behind failed.
     #[error(transparent)]
     Sandboxes(std::io::Error),

@@ -271,8 +271,11 @@ impl SshAddress {
     /// Reads `host`, `host:port`, `[ipv6]` or `[ipv6]:port` (see [`host_and_port`]).
     pub fn parse(address: &str) -> Result<Self, String> {
         let (host, port) = host_and_port(address, SSH_PORT).ok_or_else(|| {
+            // The address is rendered from outputs and parameters: quoted escaped, so that the
+            // message stays one line that moves no terminal's cursor.
             format!(
-                "`{address}` is not an address; write host or host:port, like 10.0.0.5:22 or [::1]:2222"
+                "`{}` is not an address; write host or host:port, like 10.0.0.5:22 or [::1]:2222",
+                overture_domain::text::escaped(address)
             )
         })?;
         Ok(SshAddress {

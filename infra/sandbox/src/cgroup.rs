@@ -58,44 +58,44 @@ impl Cgroups {
             fs::read_to_string(path).map_err(|error| format!("cannot read {path}: {error}"))
         };
         let machine = Machine {
+            root: PathBuf::from(CGROUP_ROOT),
             root_is_v2: is_cgroup2(Path::new(CGROUP_ROOT)),
-            v2_controllers: fs::read_to_string(Path::new(CGROUP_ROOT).join("cgroup.controllers"))
-                .unwrap_or_default(),
             own: read("/proc/self/cgroup")?,
             mountinfo: read("/proc/self/mountinfo")?,
         };
         Self::choose(&machine, tag)
     }
 
-    /// v2 if `/sys/fs/cgroup` is cgroup2 with the controllers, else v1 if each controller has
-    /// a hierarchy of its own.
+    /// v2 if the cgroup root is cgroup2 and the engine's own group may hand the controllers
+    /// down, else v1 if each controller has a hierarchy of its own.
     fn choose(machine: &Machine, tag: &str) -> Result<Self, String> {
         let name = format!("overture-{tag}");
         if machine.root_is_v2 {
-            let missing: Vec<&str> = V1_CONTROLLERS
-                .into_iter()
-                .filter(|c| {
-                    !machine
-                        .v2_controllers
-                        .split_whitespace()
-                        .any(|have| have == *c)
-                })
-                .collect();
-            if !missing.is_empty() {
-                return Err(format!(
-                    "cgroup v2 at {CGROUP_ROOT} lacks the {} controller(s)",
-                    missing.join(", ")
-                ));
-            }
             let path = machine
                 .own
                 .lines()
                 .find_map(|line| line.strip_prefix("0::"))
                 .ok_or("/proc/self/cgroup names no cgroup v2 group")?;
             let root = mounts(&machine.mountinfo)
-                .find(|m| m.kind == "cgroup2" && m.point == Path::new(CGROUP_ROOT))
+                .find(|m| m.kind == "cgroup2" && m.point == machine.root)
                 .map_or("/", |m| m.root);
-            let base = Path::new(CGROUP_ROOT).join(relative(path, root));
+            let base = machine.root.join(relative(path, root));
+            // What the engine's group may hand down is what its parent enabled for it, which
+            // may be less than the machine has (a container, a service without delegation).
+            let listed = base.join("cgroup.controllers");
+            let controllers = fs::read_to_string(&listed).unwrap_or_default();
+            let missing: Vec<&str> = V1_CONTROLLERS
+                .into_iter()
+                .filter(|c| !controllers.split_whitespace().any(|have| have == *c))
+                .collect();
+            if !missing.is_empty() {
+                return Err(format!(
+                    "cgroup v2 lacks the {} controller(s) in the engine's group ({} lists \"{}\")",
+                    missing.join(", "),
+                    listed.display(),
+                    controllers.trim()
+                ));
+            }
             return Ok(Cgroups::V2 {
                 parent: base.join(name),
             });
@@ -122,6 +122,14 @@ impl Cgroups {
             .try_into()
             .map_err(|_| "three controllers were expected".to_owned())?;
         Ok(Cgroups::V1 { parents })
+    }
+
+    /// The engine's parent groups, under which each attempt's group goes.
+    pub(crate) fn parents(&self) -> Vec<PathBuf> {
+        match self {
+            Cgroups::V2 { parent } => vec![parent.clone()],
+            Cgroups::V1 { parents } => parents.to_vec(),
+        }
     }
 
     /// `"cgroup v2"` or `"cgroup v1"`, for messages.
@@ -189,13 +197,13 @@ impl Cgroups {
     }
 
     /// Kills what is left in the groups a dead engine of this workspace root left, and removes
-    /// them; returns how many groups were removed.
+    /// them; returns how many attempts' groups were removed (one per attempt on v1 too).
     pub(crate) fn remove_leftovers(&self) -> io::Result<usize> {
         let parents: Vec<&PathBuf> = match self {
             Cgroups::V2 { parent } => vec![parent],
             Cgroups::V1 { parents } => parents.iter().collect(),
         };
-        let mut removed = 0;
+        let mut removed = std::collections::BTreeSet::new();
         for parent in parents {
             let entries = match fs::read_dir(parent) {
                 Ok(entries) => entries,
@@ -205,12 +213,12 @@ impl Cgroups {
             for entry in entries.flatten() {
                 if entry.file_type().is_ok_and(|t| t.is_dir()) {
                     empty_and_remove(&entry.path())?;
-                    removed += 1;
+                    removed.insert(entry.file_name());
                 }
             }
             let _ = fs::remove_dir(parent);
         }
-        Ok(removed)
+        Ok(removed.len())
     }
 }
 
@@ -377,10 +385,10 @@ fn is_cgroup2(path: &Path) -> bool {
 
 /// What the machine says of its cgroups, read once by [`Cgroups::detect`].
 struct Machine {
-    /// Whether `/sys/fs/cgroup` is a cgroup2 file system.
+    /// Where the cgroup file systems are mounted: [`CGROUP_ROOT`].
+    root: PathBuf,
+    /// Whether it is a cgroup2 file system.
     root_is_v2: bool,
-    /// Its `cgroup.controllers`, when it is.
-    v2_controllers: String,
     /// `/proc/self/cgroup`.
     own: String,
     /// `/proc/self/mountinfo`.
@@ -458,8 +466,8 @@ mod tests {
     #[test]
     fn a_hybrid_machine_uses_the_v1_hierarchies_under_the_engine_s_groups() {
         let machine = Machine {
+            root: PathBuf::from(CGROUP_ROOT),
             root_is_v2: false,
-            v2_controllers: String::new(),
             own: "9:name=systemd:/\n8:pids:/\n4:memory:/process_api/0e00\n1:cpu:/\n0::/\n".into(),
             mountinfo: HYBRID_MOUNTS.into(),
         };
@@ -476,34 +484,67 @@ mod tests {
         );
     }
 
+    /// A cgroup2 root in a temporary directory, the engine's group in it listing `controllers`.
+    fn v2_machine(controllers: &str) -> (tempfile::TempDir, Machine) {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let group = dir.path().join("system.slice/overture.service");
+        fs::create_dir_all(&group).expect("the engine's group");
+        fs::write(group.join("cgroup.controllers"), controllers).expect("written");
+        // The machine has them all; only what the engine's group may use counts.
+        fs::write(
+            dir.path().join("cgroup.controllers"),
+            "cpuset cpu io memory hugetlb pids rdma misc\n",
+        )
+        .expect("written");
+        let machine = Machine {
+            root: dir.path().to_owned(),
+            root_is_v2: true,
+            own: "0::/system.slice/overture.service\n".into(),
+            mountinfo: format!(
+                "25 18 0:22 / {} rw - cgroup2 cgroup2 rw,nsdelegate\n",
+                dir.path().display()
+            ),
+        };
+        (dir, machine)
+    }
+
     #[test]
     fn a_v2_machine_with_the_controllers_uses_v2() {
-        let machine = Machine {
-            root_is_v2: true,
-            v2_controllers: "cpuset cpu io memory hugetlb pids rdma misc\n".into(),
-            own: "0::/system.slice/overture.service\n".into(),
-            mountinfo: "25 18 0:22 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate\n".into(),
-        };
+        let (dir, machine) = v2_machine("cpuset cpu io memory pids\n");
         let Ok(Cgroups::V2 { parent }) = Cgroups::choose(&machine, "t") else {
             panic!("v2 expected");
         };
         assert_eq!(
             parent,
-            PathBuf::from("/sys/fs/cgroup/system.slice/overture.service/overture-t")
+            dir.path().join("system.slice/overture.service/overture-t")
         );
-        let without_pids = Machine {
-            v2_controllers: "cpu memory".into(),
-            ..machine
-        };
-        let refused = Cgroups::choose(&without_pids, "t").expect_err("no pids controller");
-        assert!(refused.contains("lacks the pids controller"), "{refused}");
+    }
+
+    #[test]
+    fn a_v2_group_not_given_a_controller_names_the_ones_it_lacks() {
+        let (dir, machine) = v2_machine("cpu memory\n");
+        let refused = Cgroups::choose(&machine, "t").expect_err("no pids controller");
+        assert!(
+            refused.contains("lacks the pids controller(s) in the engine's group"),
+            "{refused}"
+        );
+        let listed = dir
+            .path()
+            .join("system.slice/overture.service/cgroup.controllers");
+        assert!(refused.contains(&listed.display().to_string()), "{refused}");
+        let (_dir, bare) = v2_machine("");
+        let refused = Cgroups::choose(&bare, "t").expect_err("no controller");
+        assert!(
+            refused.contains("lacks the memory, pids, cpu controller(s)"),
+            "{refused}"
+        );
     }
 
     #[test]
     fn a_combined_v1_hierarchy_mounted_from_a_subtree_is_found() {
         let machine = Machine {
+            root: PathBuf::from(CGROUP_ROOT),
             root_is_v2: false,
-            v2_controllers: String::new(),
             own: "5:cpu,cpuacct:/docker/abc\n4:memory:/docker/abc\n3:pids:/docker/abc\n".into(),
             mountinfo:
                 "1 0 0:1 /docker/abc /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct
@@ -528,8 +569,8 @@ mod tests {
     #[test]
     fn no_cgroups_at_all_says_what_is_missing() {
         let machine = Machine {
+            root: PathBuf::from(CGROUP_ROOT),
             root_is_v2: false,
-            v2_controllers: String::new(),
             own: "0::/\n".into(),
             mountinfo: String::new(),
         };

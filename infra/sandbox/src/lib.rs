@@ -14,8 +14,11 @@
 //!   it, both set up while the sandbox is still held (below), pasta ended with the run.
 //! - `sys`: the Linux calls std and tokio lack (pidfds, memfd, pipes), and all the `unsafe`.
 //! - `port`: the runner's `RunSandboxed` port, implemented on [`Bubblewrap`].
-//! - `leftovers`: [`Bubblewrap::kill_leftovers`], for sandboxes a dead engine left behind; it
-//!   finds them by the workspace path on bubblewrap's command line.
+//! - `preflight`: [`Bubblewrap::preflight`], what the machine lacks for any step to run
+//!   ([`Unready`]), checked when an engine starts; and where the sandbox's tools are looked up.
+//! - `leftovers`: [`Bubblewrap::kill_leftovers`] and [`Bubblewrap::remove_leftovers`], for
+//!   sandboxes a dead engine or runner left behind ([`Cleared`]); it finds them by the workspace
+//!   path on bubblewrap's command line. [`RootHold`] tells a process whether it is alone.
 //! - [`SandboxError`]: what went wrong when the sandbox, not the step, failed.
 //! - `cgroup` and `limits`: what an attempt may use of the machine. Each attempt gets a cgroup
 //!   of its own (v2 where the machine has it, else v1) limiting memory, processes and CPU, which
@@ -41,6 +44,7 @@ mod limits;
 mod network;
 mod output;
 mod port;
+mod preflight;
 mod request;
 mod sys;
 mod workspace;
@@ -58,9 +62,11 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 pub use error::SandboxError;
+pub use leftovers::{Cleared, RootHold};
 pub use network::{Destination, DestinationError, NetworkPolicy};
 /// How much of a step's outputs file and collected files is read back, as on every form.
 pub use overture_runner::sandbox::{MAX_COLLECTED_FILE, MAX_OUTPUTS_FILE};
+pub use preflight::{Missing, Unready};
 pub use request::{
     Exit, LimitReached, OutputLog, OutputsFile, SandboxOutcome, SandboxRequest, StepLimits,
     ENGINE_PROGRAM, STEP_GID, STEP_UID,
@@ -600,14 +606,5 @@ fn spawn_error(program: &Path, source: std::io::Error) -> SandboxError {
 /// `bwrap` from the engine's `PATH`, resolved now because bubblewrap itself runs with an empty
 /// environment; plain `bwrap` if it is not there, which then fails as not installed.
 fn find_bwrap() -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    std::env::var_os("PATH")
-        .iter()
-        .flat_map(std::env::split_paths)
-        .map(|dir| dir.join("bwrap"))
-        .find(|path| {
-            std::fs::metadata(path)
-                .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
-        })
-        .unwrap_or_else(|| PathBuf::from("bwrap"))
+    preflight::on_path(Path::new("bwrap")).unwrap_or_else(|| PathBuf::from("bwrap"))
 }

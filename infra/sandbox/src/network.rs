@@ -35,11 +35,11 @@ pub use overture_domain::egress::{Destination, DestinationError};
 use super::error::SandboxError;
 use super::sys::{self, Pidfd};
 
-/// The program that connects a sandbox's namespace, looked up on `PATH`.
+/// The program that connects a sandbox's namespace, looked up on the engine's `PATH`.
 const PASTA: &str = "pasta";
-/// The program that loads the firewall, looked up on `PATH`.
+/// The program that loads the firewall, looked up on the engine's `PATH`.
 const NFT: &str = "nft";
-/// Enters the namespace to load the firewall, looked up on `PATH`.
+/// Enters the namespace to load the firewall, looked up on the engine's `PATH`.
 const NSENTER: &str = "nsenter";
 /// The pasta process's pid file, in the attempt's workspace directory.
 const PASTA_PID_FILE: &str = "pasta.pid";
@@ -271,7 +271,7 @@ pub(crate) async fn attach(
     };
     // Made before pasta starts, so that nothing pasta leaves behind goes unkilled.
     let mut unclaimed = Unclaimed::new(pid_file.clone())?;
-    let mut command = Command::new(PASTA);
+    let mut command = Command::new(tool(PASTA, "passt")?);
     command
         .args(["--config-net", "--no-map-gw", "--ipv4-only", "--quiet"])
         // As root pasta would switch to nobody, who may not enter the namespace; it still
@@ -292,13 +292,8 @@ pub(crate) async fn attach(
     unsafe {
         command.pre_exec(move || sys::clear_cloexec(&[fd]));
     }
-    let child = command.spawn().map_err(|source| match source.kind() {
-        std::io::ErrorKind::NotFound => SandboxError::Network {
-            reason: "pasta was not found; install it with `apt-get install passt`".into(),
-        },
-        _ => SandboxError::Network {
-            reason: format!("could not start pasta: {source}"),
-        },
+    let child = command.spawn().map_err(|source| SandboxError::Network {
+        reason: format!("could not start pasta: {source}"),
     })?;
     unclaimed.first = match child.id() {
         Some(pid) => Pidfd::open(pid).map_err(process("open pasta's process"))?,
@@ -368,12 +363,12 @@ fn listening_on_loopback() -> std::collections::HashSet<u16> {
 
 /// Loads `ruleset` with nft inside the network namespace at `namespace`.
 async fn load_firewall(namespace: &Path, ruleset: &str) -> Result<(), SandboxError> {
-    let mut command = Command::new(NSENTER);
+    let mut command = Command::new(tool(NSENTER, "util-linux")?);
     command
         .arg(format!("--net={}", namespace.display()))
-        .args([NFT, "-f", "-"])
+        .arg(tool(NFT, "nftables")?)
+        .args(["-f", "-"])
         .env_clear()
-        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -396,13 +391,20 @@ async fn load_firewall(namespace: &Path, ruleset: &str) -> Result<(), SandboxErr
     } else {
         Err(SandboxError::Network {
             reason: format!(
-                "nft could not load the network policy ({}): {}; install it with \
-                 `apt-get install nftables`",
+                "nft could not load the network policy ({}): {}",
                 output.status,
                 messages(&output.stderr)
             ),
         })
     }
+}
+
+/// Where `program` is, as the pre-flight check found it: with an empty environment a bare name
+/// would be looked up in the C library's default directories instead of the engine's `PATH`.
+fn tool(program: &str, package: &str) -> Result<PathBuf, SandboxError> {
+    super::preflight::on_path(Path::new(program)).ok_or_else(|| SandboxError::Network {
+        reason: format!("{program} is not on PATH; install it with `apt-get install {package}`"),
+    })
 }
 
 /// A program's complaints, without pasta's about a missing system logger.

@@ -13,9 +13,13 @@
 //! under `$OVERTURE_WORK_DIR/sandboxes`: that is how `cargo lambda watch` runs the runner locally.
 //! `OVERTURE_ENGINE_PROGRAM`, when set, is the `overture` program shown to the steps the engine
 //! carries out itself (`servers`); without it those steps are refused, as their sandbox cannot
-//! run them.
+//! run them. Such a runner first checks that the machine has what a sandbox needs
+//! (`Bubblewrap::preflight`) and exits with code 3 naming what is missing; then, unless another
+//! live runner uses the same work directory, it clears what a killed runner left there (its
+//! sandboxes' processes, cgroups and workspaces, keeping a killed Terraform run's state) and
+//! says so in a log line.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use aws_lambda_events::event::sqs::SqsEvent;
@@ -33,7 +37,7 @@ use overture_aws::sqs::SqsQueue;
 use overture_kit::SystemClock;
 use overture_openstack::CloudAccess;
 use overture_runner::{on_job_messages, LoopbackEgress, RunSandboxed, RunnerPorts};
-use overture_sandbox::Bubblewrap;
+use overture_sandbox::{Bubblewrap, RootHold};
 
 /// The adapters, built once per execution environment.
 struct Adapters {
@@ -79,6 +83,12 @@ fn list(name: &str) -> Vec<String> {
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     init_tracing();
+    let cluster = std::env::var("OVERTURE_STEP_CLUSTER").unwrap_or_default();
+    // First of all: a machine that cannot run a sandbox is told before anything is built.
+    let bubblewrap = match cluster.is_empty() {
+        true => Some(bubblewrap()?),
+        false => None,
+    };
     let config = overture_aws::config::from_env().await;
     let dynamodb = aws_sdk_dynamodb::Client::new(&config);
     let dynamodb_leases = dynamodb.clone();
@@ -93,8 +103,9 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         setting("OVERTURE_CUSTODY_TABLE")?,
         key.clone(),
     ));
-    let sandbox: Box<dyn RunSandboxed> = match std::env::var("OVERTURE_STEP_CLUSTER") {
-        Ok(cluster) if !cluster.is_empty() => Box::new(FargateSteps::new(
+    let sandbox: Box<dyn RunSandboxed> = match &bubblewrap {
+        Some(sandbox) => Box::new(sandbox.clone()),
+        None => Box::new(FargateSteps::new(
             aws_sdk_ecs::Client::new(&config),
             s3.clone(),
             kms.clone(),
@@ -107,14 +118,6 @@ async fn main() -> Result<(), lambda_runtime::Error> {
                 security_groups: list("OVERTURE_STEP_SECURITY_GROUPS"),
             },
         )),
-        _ => {
-            let mut sandbox =
-                Bubblewrap::new(PathBuf::from(setting("OVERTURE_WORK_DIR")?).join("sandboxes"));
-            if let Ok(program) = std::env::var("OVERTURE_ENGINE_PROGRAM") {
-                sandbox = sandbox.with_engine_program(PathBuf::from(program));
-            }
-            Box::new(sandbox)
-        }
     };
     let adapters = Arc::new(Adapters {
         log: DynamoDeployments::new(
@@ -147,6 +150,11 @@ async fn main() -> Result<(), lambda_runtime::Error> {
             clock,
         ),
     });
+    // Held for the process's life: a runner starting beside this one leaves its sandboxes be.
+    let _hold = match &bubblewrap {
+        Some(sandbox) => Some(clear_leftovers(sandbox, &adapters).await?),
+        None => None,
+    };
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
         let adapters = Arc::clone(&adapters);
         async move {
@@ -161,4 +169,52 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         }
     }))
     .await
+}
+
+/// The bubblewrap sandbox under `$OVERTURE_WORK_DIR/sandboxes`; exits with code 3, naming what
+/// is missing, on a machine that lacks what a sandbox needs.
+fn bubblewrap() -> Result<Bubblewrap, lambda_runtime::Error> {
+    let mut sandbox =
+        Bubblewrap::new(PathBuf::from(setting("OVERTURE_WORK_DIR")?).join("sandboxes"));
+    if let Ok(program) = std::env::var("OVERTURE_ENGINE_PROGRAM") {
+        sandbox = sandbox.with_engine_program(PathBuf::from(program));
+    }
+    if let Err(unready) = sandbox.preflight() {
+        // Every attempt would fail as a sandbox error and be retried in vain.
+        eprintln!("error: {unready}");
+        std::process::exit(3);
+    }
+    Ok(sandbox)
+}
+
+/// Clears what a killed runner left under the sandbox's root, unless another live runner uses
+/// it, keeping a killed Terraform run's state as the embedded engine's recovery does.
+async fn clear_leftovers(
+    sandbox: &Bubblewrap,
+    adapters: &Adapters,
+) -> Result<RootHold, lambda_runtime::Error> {
+    let hold = sandbox.hold_root()?;
+    if !hold.alone() {
+        tracing::info!("another live runner uses this work directory; its sandboxes are left be");
+        return Ok(hold);
+    }
+    let mut cleared = sandbox.kill_leftovers()?;
+    let states = sandbox.leftover_files(Path::new(overture_runner::terraform::STATE_FILE))?;
+    for (id, state) in states {
+        let kept = overture_runner::terraform::keep_leftover_state(
+            &id,
+            &state,
+            &adapters.log,
+            &adapters.seals,
+        )
+        .await?;
+        if kept {
+            tracing::info!(sandbox = %id, "kept the Terraform state a killed run left");
+        }
+    }
+    cleared.workspaces = sandbox.remove_leftovers()?;
+    if !cleared.is_empty() {
+        tracing::warn!(%cleared, "cleared the sandboxes a killed runner left");
+    }
+    Ok(hold.share()?)
 }
