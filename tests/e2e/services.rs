@@ -92,6 +92,7 @@ fn registered_instances_are_listed_per_tenant_and_service_and_rebuilt_by_a_repla
     assert!(export.status.success(), "{}", text(&export.stderr));
     let lines: Vec<Value> = text(&export.stdout)
         .lines()
+        .filter(|line| !line.starts_with("{\"trailer\""))
         .map(|line| serde_json::from_str(line).expect("JSON"))
         .collect();
 
@@ -116,11 +117,13 @@ fn registered_instances_are_listed_per_tenant_and_service_and_rebuilt_by_a_repla
         &format!("deployment-{}", ids[1]),
         &[registered("192.0.2.7", 9000, "edge\u{1b}[31m")],
     );
-    let log: Vec<String> = lines.iter().map(Value::to_string).collect();
+    // Signed anew by the engine that exported it, whose key the importer trusts.
+    let log = from.signed_export(&lines);
 
     let to = Overture::new();
-    let imported = to.blueprint("log.jsonl", &(log.join("\n") + "\n"));
-    let output = to.run(&["import", imported.to_str().expect("utf-8")]);
+    let imported = to.blueprint("log.jsonl", &log);
+    let key = from.key();
+    let output = to.run(&["import", imported.to_str().expect("utf-8"), "--trust", &key]);
     assert!(output.status.success(), "{}", text(&output.stderr));
 
     let instance = |host: &str, address: &str, port: u16, id: &str, at: &str| {

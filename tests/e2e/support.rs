@@ -61,6 +61,61 @@ impl Overture {
         serde_json::from_slice(&output.stdout).expect("JSON on stdout")
     }
 
+    /// The engine's public key, as `overture key` prints it (made on first use).
+    pub fn key(&self) -> String {
+        let output = self.run(&["key"]);
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        text(&output.stdout)
+            .lines()
+            .next()
+            .expect("a key")
+            .to_owned()
+    }
+
+    /// `lines` (events as `overture export` writes them, without its trailer) as an export this
+    /// engine signed: each stream's chain linked anew in line order, the positions numbered from
+    /// 1, and the trailer signed with this engine's key by `ssh-keygen -Y sign`, as whoever
+    /// holds the key could sign an edited history. Import it with `--trust` of [`Self::key`].
+    pub fn signed_export(&self, lines: &[Value]) -> String {
+        use overture_events::chain::{canonical_json, seal, GENESIS};
+        let mut heads: BTreeMap<String, String> = BTreeMap::new();
+        let mut out = String::new();
+        for (n, line) in lines.iter().enumerate() {
+            let mut line = line.clone();
+            line.as_object_mut().expect("an object").remove("position");
+            let mut envelope: overture_events::Envelope =
+                serde_json::from_value(line).expect("an event line");
+            let head = heads
+                .entry(envelope.stream.clone())
+                .or_insert_with(|| GENESIS.to_owned());
+            *head = seal(&mut envelope, head);
+            let mut line = serde_json::to_value(&envelope).expect("JSON");
+            line["position"] = serde_json::json!(n + 1);
+            out.push_str(&format!("{line}\n"));
+        }
+        let statement =
+            serde_json::json!({"events": lines.len(), "heads": heads, "key": self.key()});
+        let mut signing = Command::new("ssh-keygen")
+            .args(["-q", "-Y", "sign", "-n", "overture-export", "-f"])
+            .arg(self.data_dir().join("engine-key"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("ssh-keygen runs");
+        std::io::Write::write_all(
+            &mut signing.stdin.take().expect("stdin"),
+            &canonical_json(&statement),
+        )
+        .expect("the statement is written");
+        let signed = signing.wait_with_output().expect("ssh-keygen ends");
+        assert!(signed.status.success(), "{}", text(&signed.stderr));
+        let mut trailer = statement;
+        trailer["signature"] = Value::String(text(&signed.stdout));
+        out.push_str(&format!("{}\n", serde_json::json!({ "trailer": trailer })));
+        out
+    }
+
     /// A fresh data directory with one blueprint file written beside it; returns both.
     pub fn with_blueprint(name: &str, text: &str) -> (Self, PathBuf) {
         let overture = Self::new();

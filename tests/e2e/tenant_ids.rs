@@ -303,12 +303,14 @@ async fn a_project_deleted_and_made_again_under_its_name_sees_none_of_the_old_de
 
 /// The log of `o` as JSON lines, with every event of `stream` recorded for `tenant` as an
 /// older build recorded it (the project's name, in the `DeploymentRequested` and in every
-/// event's metadata), and a `ServiceRegistered` of its step `app` before its last event.
+/// event's metadata), and a `ServiceRegistered` of its step `app` before its last event;
+/// signed anew with the key of `o` (import it with `--trust` of that key).
 fn as_recorded_by_name(o: &Overture, stream: &str, tenant: &str) -> String {
     let export = o.run(&["export"]);
     assert!(export.status.success(), "{}", text(&export.stderr));
     let lines: Vec<Value> = text(&export.stdout)
         .lines()
+        .filter(|line| !line.starts_with("{\"trailer\""))
         .map(|line| serde_json::from_str(line).expect("a JSON line"))
         .collect();
     let last = lines
@@ -341,10 +343,7 @@ fn as_recorded_by_name(o: &Overture, stream: &str, tenant: &str) -> String {
         }
         out.push(line);
     }
-    for (n, line) in out.iter_mut().enumerate() {
-        line["position"] = json!(n as u64 + 1);
-    }
-    out.iter().map(|line| format!("{line}\n")).collect()
+    o.signed_export(&out)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -361,7 +360,13 @@ async fn a_record_made_when_the_tenant_was_the_name_is_read_through_its_recorded
 
     // Imported into a new data directory, as a log moved from an older build would be.
     let (o, file) = Overture::with_blueprint("old.jsonl", &old_log);
-    let output = o.run(&["import", file.to_str().expect("utf-8 path")]);
+    let key = recorded.key();
+    let output = o.run(&[
+        "import",
+        file.to_str().expect("utf-8 path"),
+        "--trust",
+        &key,
+    ]);
     assert!(output.status.success(), "{}", text(&output.stderr));
     let server = Server::start(&o, &cloud.auth_url);
 
