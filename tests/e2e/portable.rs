@@ -383,3 +383,122 @@ fn verify_names_the_event_edited_in_the_sqlite_file() {
     let one = overture.run(&["verify", &ids[0]]);
     assert!(one.status.success(), "{}", text(&one.stderr));
 }
+
+// A log an older Overture wrote (no hashes) is chained once when this version first opens it;
+// `verify` says so, and an edit made after that is caught.
+#[test]
+fn an_older_log_is_sealed_on_first_open_and_a_later_edit_is_caught() {
+    let (overture, ids) = recorded();
+    let db = overture.data_dir().join("overture.db");
+    let sqlite = |sql: &str| {
+        let output = std::process::Command::new("sqlite3")
+            .arg(&db)
+            .arg(sql)
+            .output()
+            .expect("sqlite3 runs");
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        text(&output.stdout).trim().to_owned()
+    };
+    // As an Overture before the chain left it: no links, never sealed.
+    sqlite(
+        "UPDATE events SET metadata = json_remove(metadata, '$.previous', '$.hash');
+         DELETE FROM chain_seals;",
+    );
+    let count = sqlite("SELECT count(*) FROM events");
+    let last = sqlite("SELECT max(position) FROM events");
+
+    let output = overture.run(&["verify"]);
+    let stdout = text(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert!(stdout.contains("every chain whole"), "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "events up to position {last} ({count} of them) were recorded before the log was \
+             chained and sealed on first read at"
+        )),
+        "{stdout}"
+    );
+    assert_eq!(
+        sqlite("SELECT count(*) FROM events WHERE json_extract(metadata, '$.hash') IS NULL"),
+        "0",
+        "every event chained"
+    );
+    assert_eq!(sqlite("SELECT count(*) FROM chain_seals"), "1");
+    let again = overture.run(&["verify"]);
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again.stderr));
+    assert_eq!(
+        sqlite("SELECT count(*) FROM chain_seals"),
+        "1",
+        "sealed once, not on every open"
+    );
+
+    // After the sealing, an edit shows.
+    sqlite(&format!(
+        "UPDATE events SET metadata = json_set(metadata, '$.actor', 'mallory')
+         WHERE stream = 'deployment-{}' AND revision = 0",
+        ids[2]
+    ));
+    let output = overture.run(&["verify"]);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("deployment {}, revision 0", ids[2]))
+            && stderr.contains("content was changed"),
+        "{stderr}"
+    );
+}
+
+/// Runs `overture` to its end; returns its exit code, its stderr and its peak resident set
+/// size in KiB (the kernel's `ru_maxrss`, read as it is reaped).
+fn run_measured(overture: &Overture, args: &[&str]) -> (Option<i32>, String, i64) {
+    let stderr_path = overture.data_dir().with_extension("stderr");
+    let stderr = std::fs::File::create(&stderr_path).expect("a stderr file");
+    let child = overture
+        .command(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("overture starts");
+    let pid = libc::pid_t::try_from(child.id()).expect("a pid");
+    let mut status = 0;
+    // SAFETY: a zeroed rusage is a valid value for wait4 to fill.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: wait4 on our own child, with pointers to live locals.
+    let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(reaped, pid, "{}", std::io::Error::last_os_error());
+    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    let said = std::fs::read_to_string(&stderr_path).expect("stderr");
+    (code, said, usage.ru_maxrss)
+}
+
+// A 1 GiB line is refused as soon as it passes the line cap, naming the line and the cap,
+// without the file (or the line) ever held in memory.
+#[test]
+fn an_import_of_a_one_gib_line_is_refused_in_bounded_memory() {
+    let to = Overture::new();
+    let path = to.blueprint("huge.jsonl", "");
+    {
+        // Sparse: the line costs no disk and no time to make.
+        let mut file = std::fs::File::create(&path).expect("create");
+        std::io::Write::write_all(
+            &mut file,
+            b"{\"position\":1,\"stream\":\"deployment-0190d9e4-0000-7000-8000-000000000001\",\
+              \"data\":\"",
+        )
+        .expect("write");
+        file.set_len(1 << 30).expect("a 1 GiB file");
+    }
+    let file = path.to_str().expect("utf-8");
+    let (code, stderr, peak_kib) = run_measured(&to, &["import", file]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{file}:1: the line is longer than 16777216 bytes"))
+            && stderr.contains("nothing was imported"),
+        "{stderr}"
+    );
+    eprintln!("import of a 1 GiB line: peak RSS {peak_kib} KiB");
+    assert!(
+        peak_kib < 200 * 1024,
+        "the import held {peak_kib} KiB at its peak"
+    );
+}
