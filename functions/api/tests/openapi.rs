@@ -108,9 +108,8 @@ fn every_answer_with_a_body_names_its_schema() {
     let document = serde_json::to_value(overture_api::document()).expect("the document is JSON");
     let mut untyped = Vec::new();
     for (path, operations) in document["paths"].as_object().expect("paths") {
-        // The document itself is OpenAPI's own schema; an event's answer is typed with the
-        // CloudEvents binding's modes.
-        if path == "/openapi.json" || path == "/v1/events" {
+        // The document itself is OpenAPI's own schema.
+        if path == "/openapi.json" {
             continue;
         }
         for (method, operation) in operations.as_object().expect("operations") {
@@ -130,5 +129,54 @@ fn every_answer_with_a_body_names_its_schema() {
         untyped.is_empty(),
         "answers without a schema a client generator can type:\n{}",
         untyped.join("\n")
+    );
+}
+
+#[test]
+fn a_link_leads_to_an_operation_of_the_document_with_its_parameters() {
+    let document = overture_api::document();
+    let mut operations = std::collections::BTreeMap::new();
+    for operation in document["paths"].as_object().expect("paths").values() {
+        for operation in operation.as_object().expect("operations").values() {
+            let parameters: Vec<&str> = operation["parameters"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|p| p["name"].as_str())
+                .collect();
+            operations.insert(
+                operation["operationId"].as_str().expect("an id"),
+                parameters,
+            );
+        }
+    }
+    let mut links = 0;
+    for (path, operation) in document["paths"].as_object().expect("paths") {
+        for (method, operation) in operation.as_object().expect("operations") {
+            let responses = operation["responses"].as_object().expect("responses");
+            for (name, link) in responses
+                .values()
+                .filter_map(|r| r["links"].as_object())
+                .flatten()
+            {
+                let target = link["operationId"].as_str().unwrap_or_else(|| {
+                    panic!("{method} {path}: link `{name}` names no operationId: {link}")
+                });
+                let parameters = operations
+                    .get(target)
+                    .unwrap_or_else(|| panic!("{method} {path}: `{name}` leads to no `{target}`"));
+                for parameter in link["parameters"].as_object().expect("parameters").keys() {
+                    assert!(
+                        parameters.contains(&parameter.as_str()),
+                        "{method} {path}: `{name}` gives `{target}` a `{parameter}` it does not take"
+                    );
+                }
+                links += 1;
+            }
+        }
+    }
+    assert!(
+        links > 0,
+        "the deployment routes are linked from where ids come from"
     );
 }

@@ -12,7 +12,6 @@ use axum::{Extension, Json};
 use overture_domain::history::{self, Moment};
 use overture_domain::projection::{project, DeploymentStatus, DeploymentView, Header};
 use overture_domain::secret::{SecretString, SecretValues};
-use overture_domain::text::escaped;
 use overture_domain::DeploymentError;
 use overture_events::DeploymentId;
 use overture_kit::query::DeploymentFilter;
@@ -31,6 +30,10 @@ use crate::{Api, RunError};
 /// Secret values are read straight into [`SecretString`]s; this type is never printed.
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({
+    "blueprint": "name: hello\nsteps:\n  greet:\n    run: script\n    with: { command: 'echo hello' }\n",
+    "params": {},
+}))]
 pub struct CreateDeployment {
     /// The blueprint's YAML text.
     blueprint: String,
@@ -65,7 +68,12 @@ const SOURCE: &str = "blueprint";
     security(("token" = [])),
     responses(
         (status = 201, description = "Recorded and started: the status object", body = DeploymentView,
-         headers(("Location" = String, description = "The deployment's URL"))),
+         headers(("Location" = String, description = "The deployment's URL")),
+         links(
+             ("status" = (operation_id = "get_deployment", parameters(("id" = "$response.body#/id")))),
+             ("events" = (operation_id = "deployment_events", parameters(("id" = "$response.body#/id")))),
+             ("cancel" = (operation_id = "cancel_deployment", parameters(("id" = "$response.body#/id")))),
+         )),
         (status = 400, description = "Malformed, or an invalid blueprint; nothing recorded", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 413, description = "Larger than 1 MiB", body = ErrorBody),
@@ -153,8 +161,8 @@ fn refused(error: RunError) -> ApiError {
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ListQuery {
-    /// Only deployments with this status: running, succeeded, failed or cancelled.
-    status: Option<String>,
+    /// Only deployments with this status.
+    status: Option<DeploymentStatus>,
 }
 
 /// The caller's deployments, newest first, without their steps.
@@ -164,7 +172,13 @@ pub(super) struct ListQuery {
     params(ListQuery),
     security(("token" = [])),
     responses(
-        (status = 200, description = "Status objects without steps", body = [Header]),
+        (status = 200, description = "Status objects without steps", body = [Header],
+         links(
+             ("first_status" = (operation_id = "get_deployment", parameters(("id" = "$response.body#/0/id")))),
+             ("first_events" = (operation_id = "deployment_events", parameters(("id" = "$response.body#/0/id")))),
+             ("first_cancel" = (operation_id = "cancel_deployment", parameters(("id" = "$response.body#/0/id")))),
+             ("first_redrive" = (operation_id = "redrive_deployment", parameters(("id" = "$response.body#/0/id")))),
+         )),
         (status = 400, body = ErrorBody),
         (status = 401, body = ErrorBody),
     )
@@ -176,27 +190,15 @@ pub(super) async fn list_deployments(
 ) -> Result<Json<Vec<Header>>, ApiError> {
     let Query(query) = query.map_err(|_| {
         ApiError::BadRequest(
-            "the only query parameter is status=running|succeeded|failed|cancelled".into(),
+            "the only query parameter is status, expected running, succeeded, failed or cancelled"
+                .into(),
         )
     })?;
-    let status = match query.status.as_deref() {
-        None => None,
-        Some("running") => Some(DeploymentStatus::Running),
-        Some("succeeded") => Some(DeploymentStatus::Succeeded),
-        Some("failed") => Some(DeploymentStatus::Failed),
-        Some("cancelled") => Some(DeploymentStatus::Cancelled),
-        Some(other) => {
-            return Err(ApiError::BadRequest(format!(
-                "status `{}`: expected running, succeeded, failed or cancelled",
-                escaped(other)
-            )))
-        }
-    };
     let views = api
         .queries
         .list(&DeploymentFilter {
             tenant: Some(caller.tenant().to_owned()),
-            status,
+            status: query.status,
         })
         .await?;
     Ok(Json(views.iter().map(DeploymentView::header).collect()))
@@ -234,7 +236,11 @@ pub(super) struct StatusQuery {
     params(("id" = String, Path, description = "The deployment id"), StatusQuery),
     security(("token" = [])),
     responses(
-        (status = 200, description = "The status object", body = DeploymentView),
+        (status = 200, description = "The status object", body = DeploymentView,
+         links(
+             ("events" = (operation_id = "deployment_events", parameters(("id" = "$response.body#/id")))),
+             ("redrive" = (operation_id = "redrive_deployment", parameters(("id" = "$response.body#/id")))),
+         )),
         (status = 400, description = "`at` is not a revision or a time of it", body = ErrorBody),
         (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody),
@@ -353,10 +359,11 @@ pub(super) async fn redrive_deployment(
     let empty = body
         .as_ref()
         .is_ok_and(|b| b.iter().all(u8::is_ascii_whitespace));
+    // The body is optional: none, or JSON `null`, gives no secrets.
     let request: RedriveDeployment = if empty {
         RedriveDeployment::default()
     } else {
-        json_body(&headers, body)?
+        json_body::<Option<RedriveDeployment>>(&headers, body)?.unwrap_or_default()
     };
     let redrive = Redrive {
         deployment: view.id,

@@ -123,15 +123,45 @@ async fn trace_request(request: Request, next: Next) -> Response {
     response
 }
 
-/// The OpenAPI document, built from the handlers' annotations.
-pub fn document() -> &'static utoipa::openapi::OpenApi {
-    static DOCUMENT: LazyLock<utoipa::openapi::OpenApi> = LazyLock::new(|| {
+/// The OpenAPI document, built from the handlers' annotations, as JSON.
+pub fn document() -> &'static serde_json::Value {
+    static DOCUMENT: LazyLock<serde_json::Value> = LazyLock::new(|| {
         let (tenant, open) = described();
         let (_, mut document) = tenant.split_for_parts();
         document.merge(open.split_for_parts().1);
+        let mut document = serde_json::to_value(document).unwrap_or_default();
+        links_as_specified(&mut document);
         document
     });
     &DOCUMENT
+}
+
+/// utoipa 5 writes a link's fields as its Rust names (`operation_id`); OpenAPI, validators and
+/// client generators read them in camel case (`operationId`).
+fn links_as_specified(document: &mut serde_json::Value) {
+    let operations = document["paths"]
+        .as_object_mut()
+        .into_iter()
+        .flat_map(|paths| paths.values_mut())
+        .filter_map(serde_json::Value::as_object_mut)
+        .flat_map(|operations| operations.values_mut());
+    let links = operations
+        .filter_map(|operation| operation.get_mut("responses")?.as_object_mut())
+        .flat_map(|responses| responses.values_mut())
+        .filter_map(|response| response.get_mut("links")?.as_object_mut())
+        .flat_map(|links| links.values_mut())
+        .filter_map(serde_json::Value::as_object_mut);
+    for link in links {
+        for (rust, specified) in [
+            ("operation_id", "operationId"),
+            ("operation_ref", "operationRef"),
+            ("request_body", "requestBody"),
+        ] {
+            if let Some(value) = link.remove(rust) {
+                link.insert(specified.to_owned(), value);
+            }
+        }
+    }
 }
 
 /// A JSON request body, read into `T`.
@@ -202,6 +232,6 @@ async fn healthz() -> Json<Health> {
     path = "/openapi.json",
     responses((status = 200, description = "The OpenAPI 3 document", body = Object))
 )]
-async fn openapi() -> Json<&'static utoipa::openapi::OpenApi> {
+async fn openapi() -> Json<&'static serde_json::Value> {
     Json(document())
 }

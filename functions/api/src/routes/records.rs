@@ -27,6 +27,21 @@ fn json_line<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_string(value).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
 }
 
+/// Where a reconnecting Server-Sent Events client carries on.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code)] // Only its document is used: the header is read from the request's headers.
+pub(super) struct Resume {
+    /// Server-Sent Events: the last revision received.
+    #[param(
+        rename = "Last-Event-ID",
+        required = false,
+        nullable = false,
+        maximum = 9223372036854775807_u64
+    )]
+    last_event_id: Option<u64>,
+}
+
 /// A deployment's events as recorded. With `Accept: text/event-stream`, Server-Sent Events: one
 /// per event, its `id` the revision, live until the deployment ends; a reconnect with
 /// `Last-Event-ID` carries on after that revision.
@@ -35,7 +50,7 @@ fn json_line<T: serde::Serialize>(value: &T) -> String {
     path = "/v1/deployments/{id}/events",
     params(
         ("id" = String, Path, description = "The deployment id"),
-        ("Last-Event-ID" = Option<u64>, Header, description = "Server-Sent Events: the last revision received"),
+        Resume,
     ),
     security(("token" = [])),
     responses(
@@ -53,13 +68,7 @@ pub(super) async fn deployment_events(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let view = owned_view(&api, &caller, &id).await?;
-    let wants_stream = headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.contains("text/event-stream"));
-    if !wants_stream {
-        return Ok(Json(api.queries.events(view.id).await?).into_response());
-    }
+    // Read whatever is asked for: a header that is not a revision is refused either way.
     let after = match headers.get("last-event-id") {
         None => None,
         Some(value) => Some(
@@ -67,11 +76,20 @@ pub(super) async fn deployment_events(
                 .to_str()
                 .ok()
                 .and_then(|v| v.trim().parse::<u64>().ok())
+                // The log counts revisions as a signed 64-bit number.
+                .filter(|&revision| i64::try_from(revision).is_ok())
                 .ok_or_else(|| {
                     ApiError::BadRequest("Last-Event-ID: expected a revision (a number)".into())
                 })?,
         ),
     };
+    let wants_stream = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/event-stream"));
+    if !wants_stream {
+        return Ok(Json(api.queries.events(view.id).await?).into_response());
+    }
     let follow = Follow {
         api,
         id: view.id,
