@@ -201,3 +201,61 @@ steps:
     assert!(!message.contains("yyyy"), "no value in the message");
     assert!(!progress.contains("WARN"), "{progress}");
 }
+
+/// A directory for `PATH` holding links to the sandbox's tools but `left_out`.
+fn path_without(left_out: &[&str]) -> tempfile::TempDir {
+    let bin = tempfile::tempdir().expect("a PATH directory");
+    for program in ["bwrap", "nsenter", "nft", "pasta"] {
+        if left_out.contains(&program) {
+            continue;
+        }
+        let found = std::env::var_os("PATH")
+            .iter()
+            .flat_map(std::env::split_paths)
+            .map(|dir| dir.join(program))
+            .find(|path| path.is_file())
+            .unwrap_or_else(|| panic!("{program} is installed (scripts/setup.sh)"));
+        std::os::unix::fs::symlink(found, bin.path().join(program)).expect("linked");
+    }
+    bin
+}
+
+#[test]
+fn an_engine_on_a_machine_without_pasta_or_nft_refuses_to_start_naming_them_and_records_nothing() {
+    let (overture, file) = Overture::with_blueprint(
+        "hello.yaml",
+        "name: hello\nsteps:\n  a: { run: script, with: { command: 'true' } }\n",
+    );
+    let bin = path_without(&["pasta", "nft"]);
+    for args in [
+        vec!["deploy", file.to_str().expect("a UTF-8 path")],
+        vec!["resume"],
+        vec![
+            "serve",
+            "--addr",
+            "127.0.0.1:0",
+            "--auth-url",
+            "http://127.0.0.1:9/v3",
+        ],
+    ] {
+        let output = overture
+            .command(&args)
+            .env("PATH", bin.path())
+            .output()
+            .expect("overture runs");
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(3), "{args:?}: {stderr}");
+        for named in [
+            "steps cannot run on this machine",
+            "`pasta`",
+            "`apt-get install passt`",
+            "`nft`",
+            "`apt-get install nftables`",
+            "scripts/setup.sh",
+        ] {
+            assert!(stderr.contains(named), "{args:?} names {named}: {stderr}");
+        }
+        assert!(!stderr.contains("`bwrap`"), "bubblewrap is there: {stderr}");
+    }
+    assert!(overture.deployment_ids().is_empty(), "nothing was recorded");
+}

@@ -247,3 +247,39 @@ steps:
     let found = files_containing(&overture.data_dir(), secret_host.as_bytes());
     assert!(found.is_empty(), "the secret is in {found:?}");
 }
+
+#[test]
+fn a_rendered_host_holding_a_newline_or_an_escape_is_refused_on_one_line_that_moves_no_cursor() {
+    let (overture, file) = Overture::with_blueprint(
+        "evil-host.yaml",
+        r#"
+name: evil-host
+params:
+  first: {}
+steps:
+  make:
+    run: script
+    with: { command: 'printf "host=\033[2J\033[1;1Hdone\n" >> "$OVERTURE_OUTPUTS"' }
+  wait:
+    run: wait-ssh
+    needs: [make]
+    with: { hosts: ["{{ params.first }}{{ steps.make.outputs.host }}"], timeout: 2s }
+"#,
+    );
+    let (code, status, output) = overture.deploy(&file, &["--param", "first=10.0.0.1\nwait"]);
+    let progress = text(&output.stderr);
+    assert_eq!(code, 1, "{progress}");
+    assert_eq!(status["steps"]["wait"]["status"], "failed", "{progress}");
+    assert!(
+        !progress.contains('\u{1b}'),
+        "no escape reaches the terminal: {progress:?}"
+    );
+    let refused = progress
+        .lines()
+        .find(|line| line.contains("is not an address"))
+        .unwrap_or_else(|| panic!("the refusal is shown: {progress}"));
+    assert!(
+        refused.contains(r"`10.0.0.1\nwait\u{1b}[2J\u{1b}[1;1Hdone` is not an address"),
+        "the whole address, escaped, on the refusal's own line: {refused}"
+    );
+}

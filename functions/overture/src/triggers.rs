@@ -245,6 +245,7 @@ pub async fn send(data_dir: &Path, args: SendArgs) -> Result<(), Failure> {
     let file = read_trigger_file(path)?;
     let (_, event) = read_event_file(&args.event)?;
     let engine = Engine::open(data_dir).await?;
+    engine.preflight()?;
     let _lock = EngineLock::take(data_dir, false).map_err(|e| Failure::BadInput(e.to_string()))?;
     let dispatcher =
         Dispatcher::new(Arc::clone(&engine), data_dir, file, path, args.parallelism).await?;

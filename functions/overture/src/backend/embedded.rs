@@ -194,6 +194,8 @@ impl Embedded {
             }
         }
         let engine = Engine::open(data_dir).await?;
+        // Before anything is recorded: on a machine without a sandbox's tools no step could run.
+        engine.preflight()?;
         let _lock =
             EngineLock::take(data_dir, false).map_err(|e| Failure::BadInput(e.to_string()))?;
         let start = engine

@@ -67,6 +67,7 @@ async fn destroy(
     let secrets = read_secrets(secrets)?;
     let tokens = token.check().await?;
     let engine = Engine::open(data_dir).await?;
+    engine.preflight()?;
     // Lent by the drive below to the deployments of its project whose watching steps run again.
     if let Some(checked) = tokens.into_iter().next() {
         engine.custody.remember(id, checked.token);

@@ -92,6 +92,7 @@ pub async fn redrive(data_dir: &Path, again: Again<'_>) -> Result<(), Failure> {
     let secrets = read_secrets(again.secrets)?;
     let tokens = again.token.check().await?;
     let engine = Engine::open(data_dir).await?;
+    engine.preflight()?;
     let _lock = EngineLock::take(data_dir, false).map_err(|e| Failure::BadInput(e.to_string()))?;
     let recorded = engine.state(id).await?.cloud;
     let session = session_for(tokens, recorded.as_ref().map(|c| c.project_id.as_str()));
@@ -120,6 +121,7 @@ pub async fn redeploy(data_dir: &Path, again: Again<'_>) -> Result<(), Failure> 
     let secrets = read_secrets(again.secrets)?;
     let tokens = again.token.check().await?;
     let engine = Engine::open(data_dir).await?;
+    engine.preflight()?;
     let _lock = EngineLock::take(data_dir, false).map_err(|e| Failure::BadInput(e.to_string()))?;
     let first = engine
         .deployments

@@ -30,6 +30,7 @@ impl ResumeArgs {
         let Self { parallelism, token } = self;
         let tokens = token.check().await?;
         let engine = Engine::open(data_dir).await?;
+        engine.preflight()?;
         let _lock =
             EngineLock::take(data_dir, true).map_err(|e| Failure::BadInput(e.to_string()))?;
         let unfinished = engine.unfinished().await?;

@@ -140,6 +140,7 @@ impl Watch for Followed {
 /// signal leaves at once.
 pub async fn run(data_dir: &Path, parallelism: usize) -> Result<(), Failure> {
     let engine = Engine::open(data_dir).await?;
+    engine.preflight()?;
     let _serving = lock::ServeLock::take(data_dir).map_err(|e| Failure::BadInput(e.to_string()))?;
     let _engine_lock =
         lock::EngineLock::take(data_dir, false).map_err(|e| Failure::BadInput(e.to_string()))?;

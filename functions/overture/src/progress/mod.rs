@@ -68,6 +68,9 @@ impl Progress {
 
     fn line(&mut self, text: String) {
         let elapsed = self.started.elapsed().as_secs_f64();
+        // Lines quote what steps rendered and printed (an address, a failure's message): a
+        // newline or an escape sequence in them must not break the line or drive the terminal.
+        let text = overture_domain::text::escaped(&text);
         // One write per line: standard error is unbuffered, and `writeln!` would make a system
         // call of every piece of the format.
         let line = format!("[{elapsed:7.1}s] {text}\n");
@@ -164,11 +167,11 @@ mod tests {
                     correlation_id: uuid::Uuid::now_v7(),
                     causation_id: uuid::Uuid::now_v7(),
                     recorded_at: chrono::Utc::now(),
+                    previous: None,
+                    hash: None,
                 },
             },
         }
-                    previous: None,
-                    hash: None,
     }
 
     #[test]
@@ -194,6 +197,27 @@ mod tests {
         assert!(
             !ours.contains(&followed.to_string()) && ours.contains("s] lb"),
             "{ours}"
+        );
+    }
+
+    #[test]
+    fn a_quoted_value_with_a_newline_or_an_escape_stays_on_its_line_and_moves_no_cursor() {
+        let (lines, mut received) = tokio::sync::mpsc::unbounded_channel();
+        let mut progress = Progress::sending(lines);
+        let failed = DeploymentEvent::DeploymentFailed {
+            reason: "`10.0.0.1\n\u{1b}[2J\u{202e}` is not an address".into(),
+        };
+        progress.entry(&entry(
+            DeploymentId::from_uuid(uuid::Uuid::now_v7()),
+            failed,
+        ));
+        let line = received.try_recv().expect("a line");
+        assert_eq!(line.matches('\n').count(), 1, "{line:?}");
+        assert!(line.ends_with('\n'), "{line:?}");
+        assert!(!line.contains(['\u{1b}', '\u{202e}']), "{line:?}");
+        assert!(
+            line.contains(r"`10.0.0.1\n\u{1b}[2J\u{202e}` is not an address"),
+            "{line:?}"
         );
     }
 }

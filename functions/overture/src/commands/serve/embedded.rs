@@ -57,6 +57,7 @@ impl Embedded {
         loopback: LoopbackEgress,
     ) -> Result<Self, Failure> {
         let engine = Engine::open_with_loopback(data_dir, loopback).await?;
+        engine.preflight()?;
         let exclusive = EngineLock::take(data_dir, true).map_err(|e| {
             Failure::BadInput(format!(
                 "{e}; stop it before starting `overture serve` on this data directory"
