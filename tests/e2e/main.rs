@@ -23,6 +23,8 @@
 //! - [`client`]: `overture --server URL`, the commands through that API, printing what they print
 //!   on the server's data directory, per tenant; and a redrive over HTTP.
 //! - [`api`]: a server process and callers of its API, for both.
+//! - [`schemathesis`]: Schemathesis' generated requests against the server with two tenants'
+//!   tokens, every answer checked against `/openapi.json`.
 //! - [`doors`]: the API under hostile callers: thousands of idle and slow connections, stalled
 //!   heads and bodies, connection caps, and chain ends forged under the engine's source.
 //! - [`pipe`]: a reader that goes away ends a reading command quietly.
@@ -88,6 +90,7 @@ mod quoting;
 mod redrive;
 mod resume;
 mod sandbox;
+mod schemathesis;
 mod secrets;
 mod serve;
 mod servers;
