@@ -82,6 +82,27 @@ impl Server {
     pub fn at(&self, path: &str) -> String {
         format!("{}{path}", self.url)
     }
+
+    /// Sends SIGTERM, as a service manager stops it, and waits for it to exit within
+    /// `deadline`; returns its exit code (a failure names the signal that ended it instead).
+    pub fn terminate_within(&mut self, deadline: std::time::Duration) -> i32 {
+        let pid = i32::try_from(self.child.id()).expect("pid");
+        // SAFETY: signals the child this test started, by its PID; it is not reaped yet.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+        let start = std::time::Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("the server's state") {
+                return status
+                    .code()
+                    .unwrap_or_else(|| panic!("the server did not exit by itself: {status}"));
+            }
+            assert!(
+                start.elapsed() < deadline,
+                "the server did not stop within {deadline:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
 }
 
 impl Drop for Server {

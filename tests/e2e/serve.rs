@@ -1,7 +1,9 @@
 //! `overture serve`, the HTTP API: a real server process on loopback, its callers authenticated
 //! by tokens of a local cloud's projects. Tenant A deploys and follows; tenant B sees nothing of
 //! A's; bad tokens and bad bodies change nothing; Server-Sent Events resume without gaps or
-//! repeats; the OpenAPI document lists every route.
+//! repeats; the OpenAPI document lists every route; SIGTERM stops it gracefully.
+
+use std::time::Duration;
 
 use reqwest::header::{ACCEPT, CONTENT_TYPE, LOCATION};
 use reqwest::StatusCode;
@@ -9,7 +11,7 @@ use serde_json::{json, Value};
 
 use crate::api::{code, parsed, streamed_all, Client, Server};
 use crate::local_cloud::LocalCloud;
-use crate::support::{files_containing, types, Overture};
+use crate::support::{files_containing, text, types, Overture};
 
 const SECRET: &str = "http-s3cr3t-never-shown";
 
@@ -570,4 +572,64 @@ async fn a_running_deployment_is_cancelled_over_http() {
         .get(&server.at(&format!("/v1/deployments/{id}")))
         .await;
     assert_eq!(parsed(&body)["status"], "cancelled", "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_stops_the_server_gracefully_and_resume_carries_on_what_it_left() {
+    let cloud = LocalCloud::up();
+    let (token_file, token) = cloud.token("acme");
+    let o = Overture::new();
+    let client = Client::new(&token);
+    let blueprint = r#"
+name: stopped-gracefully
+steps:
+  first:
+    run: script
+    with: { command: 'sleep 10; echo first done' }
+  second:
+    run: script
+    needs: [first]
+    with: { command: 'echo second done' }
+"#;
+    let mut server = Server::start(&o, &cloud.auth_url);
+    let (status, body) = client
+        .post(
+            &server.at("/v1/deployments"),
+            &json!({"blueprint": blueprint}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let id = parsed(&body)["id"].as_str().expect("an id").to_owned();
+    client
+        .events(
+            &server.at(&format!("/v1/deployments/{id}/events")),
+            None,
+            |event, data| event == "StepStarted" && data["data"]["step"] == "first",
+        )
+        .await;
+
+    let address = server.url.trim_start_matches("http://").to_owned();
+    // The step running finishes first: a generous deadline, never a fixed wait.
+    assert_eq!(server.terminate_within(Duration::from_secs(120)), 0);
+    assert!(
+        std::net::TcpStream::connect(&address).is_err(),
+        "the port is closed"
+    );
+
+    // What ran was recorded as it ended, not cut short; the rest is for `resume`.
+    let status = o.json(&["status", &id, "--json"]);
+    assert_eq!(status["steps"]["first"]["status"], "succeeded", "{status}");
+    assert_ne!(status["status"], "succeeded", "{status}");
+    let resumed = o.run(&[
+        "resume",
+        "--token-file",
+        token_file.to_str().expect("a path"),
+        "--auth-url",
+        &cloud.auth_url,
+    ]);
+    assert_eq!(resumed.status.code(), Some(0), "{}", text(&resumed.stderr));
+    let status = o.json(&["status", &id, "--json"]);
+    assert_eq!(status["status"], "succeeded", "{status}");
+    assert_eq!(status["steps"]["first"]["attempts"], 1, "never interrupted");
+    assert_eq!(status["steps"]["second"]["attempts"], 1, "{status}");
 }

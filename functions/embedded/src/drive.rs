@@ -92,6 +92,13 @@ impl Engine {
             notified.as_mut().enable();
 
             drive.take_joined().await?;
+            if let Scope::Joined(joining) = drive.scope {
+                // Handing over: what runs ends and is recorded, nothing new starts, and the
+                // deployments stay unfinished for the next engine to carry on.
+                if joining.stopping() {
+                    return drive.end().await;
+                }
+            }
             drive.feed().await?;
             if drive.let_ended_go() {
                 return drive.end().await;

@@ -44,6 +44,8 @@ pub enum Scope<'a> {
 /// until it ends, and is then handed back through the channel [`Joining::new`] returns.
 pub struct Joining {
     joined: std::sync::Mutex<(Vec<DeploymentId>, bool)>,
+    /// Whether the drive is to stop before its deployments end ([`Joining::stop`]).
+    stopping: std::sync::atomic::AtomicBool,
     ended: tokio::sync::mpsc::UnboundedSender<DeploymentId>,
     appended: Arc<tokio::sync::Notify>,
 }
@@ -54,6 +56,7 @@ impl Joining {
         let (ended, receiver) = tokio::sync::mpsc::unbounded_channel();
         let joining = Self {
             joined: std::sync::Mutex::new((Vec::new(), true)),
+            stopping: std::sync::atomic::AtomicBool::new(false),
             ended,
             appended: engine.log.appended(),
         };
@@ -71,6 +74,21 @@ impl Joining {
     pub fn close(&self) {
         self.lock().1 = false;
         self.appended.notify_waiters();
+    }
+
+    /// The drive stops without waiting for its deployments to end: the attempts it runs finish
+    /// and are recorded, it starts no other, and its deployments are left unfinished, as a
+    /// stopped engine leaves them, for `overture resume` (or the next server) to carry on.
+    pub fn stop(&self) {
+        self.close();
+        self.stopping
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.appended.notify_waiters();
+    }
+
+    /// Whether the drive is to stop ([`Joining::stop`]).
+    pub(crate) fn stopping(&self) -> bool {
+        self.stopping.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The deployments that joined since the last call, and whether more may.

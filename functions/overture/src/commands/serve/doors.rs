@@ -160,8 +160,15 @@ pub fn raise_descriptor_limit() -> std::io::Result<u64> {
     Ok(limit.rlim_cur)
 }
 
-/// Serves `app` on `listener` until the process ends, within `limits`.
-pub async fn serve(listener: TcpListener, app: Router, limits: Limits) {
+/// Serves `app` on `listener` within `limits` until `stop` resolves; then closes the listener
+/// (the port refuses new connections), lets every connection finish the request it is
+/// answering, within the time a request may take, and returns.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: Limits,
+    stop: impl std::future::Future<Output = ()>,
+) {
     let caps = limits.caps;
     let app = app
         .layer(TimeoutLayer::with_status_code(
@@ -177,8 +184,16 @@ pub async fn serve(listener: TcpListener, app: Router, limits: Limits) {
         caps,
         open: Mutex::new(Open::default()),
     });
+    let (stopping, stopped) = tokio::sync::watch::channel(false);
+    let mut connections = tokio::task::JoinSet::new();
+    tokio::pin!(stop);
     loop {
-        let (stream, peer) = match listener.accept().await {
+        while connections.try_join_next().is_some() {}
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = &mut stop => break,
+        };
+        let (stream, peer) = match accepted {
             Ok(accepted) => accepted,
             Err(error) => {
                 tracing::warn!(%error, "could not accept a connection");
@@ -208,13 +223,18 @@ pub async fn serve(listener: TcpListener, app: Router, limits: Limits) {
             }
         });
         let connection = http.serve_connection(TokioIo::new(stream), service);
-        tokio::spawn(async move {
+        let mut stopped = stopped.clone();
+        connections.spawn(async move {
             let mut ticket = ticket;
             let mut connection = std::pin::pin!(connection);
             let ended = tokio::select! {
                 ended = connection.as_mut() => ended,
+                // Either: closes at once when no request is in flight, else after its answer.
                 _ = &mut ticket.let_go => {
-                    // Closes at once when no request is in flight, else after its answer.
+                    connection.as_mut().graceful_shutdown();
+                    connection.await
+                }
+                () = async { let _ = stopped.wait_for(|stopping| *stopping).await; } => {
                     connection.as_mut().graceful_shutdown();
                     connection.await
                 }
@@ -224,6 +244,20 @@ pub async fn serve(listener: TcpListener, app: Router, limits: Limits) {
                 tracing::debug!(%error, %peer, "connection ended");
             }
         });
+    }
+    drop(listener);
+    let _ = stopping.send(true);
+    // A request has this long to be answered anyway; a stream of events that outlasts it is
+    // cut, as the server's end would cut it.
+    let finished = async { while connections.join_next().await.is_some() {} };
+    if tokio::time::timeout(limits.request_timeout, finished)
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            open = connections.len(),
+            "connections still busy when the server stopped were closed"
+        );
     }
 }
 

@@ -105,6 +105,23 @@ impl Embedded {
         Ok(embedded)
     }
 
+    /// Stops driving, for a graceful exit: no deployment joins any more, the attempts running
+    /// end and are recorded, and no other starts; the deployments are left unfinished, jobs and
+    /// all, for `overture resume` or the next server to carry on.
+    pub async fn stop(&self) {
+        self.driving.joining.stop();
+        let task = self
+            .driving
+            .task
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(task) = task {
+            // A drive that failed said so when it ended.
+            let _ = task.await;
+        }
+    }
+
     /// Moves a deployment on from where its log stands, and drives it.
     async fn carry_on(&self, id: DeploymentId) -> Result<(), Failure> {
         self.engine
@@ -119,6 +136,8 @@ impl Embedded {
 struct Driving {
     joining: Joining,
     locks: Mutex<HashMap<DeploymentId, DriveLock>>,
+    /// The drive's task, awaited when the server stops.
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Driving {
@@ -133,9 +152,10 @@ impl Driving {
         let driving = Arc::new(Self {
             joining,
             locks: Mutex::new(HashMap::new()),
+            task: Mutex::new(None),
         });
         let (engine, drives) = (Arc::clone(engine), Arc::clone(&driving));
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             let mut unwatched = Unwatched;
             let drive = engine.drive_scope(
                 Scope::Joined(&drives.joining),
@@ -158,6 +178,10 @@ impl Driving {
                 }
             }
         });
+        *driving
+            .task
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(task);
         Ok(driving)
     }
 

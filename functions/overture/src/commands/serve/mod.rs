@@ -4,7 +4,7 @@
 //! `api` Lambda of the serverless form; this module gives it its ports on the embedded engine.
 //!
 //! - `mod.rs`: [`run`], which opens the data directory, resumes unfinished deployments, binds
-//!   and serves.
+//!   and serves until SIGTERM or Ctrl-C, then stops gracefully ([`run`] says how).
 //! - [`embedded`]: the ports on the embedded engine.
 //! - [`events`]: the trigger file given with `--triggers`, for `POST /v1/events`.
 //! - [`doors`]: the accept loop, with its caps on connections and its timeouts.
@@ -50,7 +50,11 @@ pub struct ServeArgs {
     pub allow_loopback_egress: bool,
 }
 
-/// `overture serve`: resumes what was unfinished, then serves until killed.
+/// `overture serve`: resumes what was unfinished, then serves until SIGTERM or Ctrl-C. Then it
+/// stops gracefully and exits 0: the port is closed at once, the requests in flight are
+/// answered, the steps running finish and are recorded, and no other step starts; unfinished
+/// deployments are left as `overture resume` (or the next `serve`) carries them on. A second
+/// signal leaves at once (exit 130), as a crash would leave them.
 pub async fn run(data_dir: &Path, args: ServeArgs) -> Result<(), Failure> {
     // First, so the engine has the raised descriptor limit too and a bad cap starts nothing.
     let limits = args.doors.check()?;
@@ -63,7 +67,7 @@ pub async fn run(data_dir: &Path, args: ServeArgs) -> Result<(), Failure> {
         true => LoopbackEgress::Declared,
         false => LoopbackEgress::Refused,
     };
-    let engine = embedded::Embedded::start(data_dir, args.parallelism, loopback).await?;
+    let engine = Arc::new(embedded::Embedded::start(data_dir, args.parallelism, loopback).await?);
     let triggers = match trigger_file {
         Some((file, path)) => {
             let dispatcher = Arc::new(
@@ -85,7 +89,7 @@ pub async fn run(data_dir: &Path, args: ServeArgs) -> Result<(), Failure> {
         triggers,
         queries: Arc::new(embedded::FreshQueries(Arc::clone(&engine.engine))),
         identity: Arc::new(overture_openstack::Keystone::new(args.auth_url)),
-        deployments: Arc::new(engine),
+        deployments: Arc::clone(&engine) as Arc<dyn overture_api::RunDeployments>,
     };
     let listener = tokio::net::TcpListener::bind(args.addr)
         .await
@@ -93,6 +97,50 @@ pub async fn run(data_dir: &Path, args: ServeArgs) -> Result<(), Failure> {
     let bound = listener.local_addr().context("reading the bound address")?;
     // Tests and scripts read the port from this line when they asked for port 0.
     outln!("listening on http://{bound}");
-    doors::serve(listener, routes::router(api), limits).await;
+    let mut signals = Signals::listen()?;
+    let name = signals.next();
+    doors::serve(listener, routes::router(api), limits, async {
+        let name = name.await;
+        eprintln!(
+            "{name}: stopping; the steps running finish, no other starts, and `overture resume` \
+             carries the deployments on (again to leave at once)"
+        );
+    })
+    .await;
+    tokio::select! {
+        () = engine.stop() => {}
+        name = signals.next() => {
+            eprintln!("{name} again: leaving at once; `overture resume` carries the deployments on");
+            std::process::exit(crate::commands::cancel::LEFT_AT_ONCE);
+        }
+    }
+    eprintln!("stopped");
     Ok(())
+}
+
+/// SIGTERM and Ctrl-C, which stop the server.
+struct Signals {
+    terminate: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Listens from now on: a signal that comes while the server starts is not lost.
+    fn listen() -> Result<Self, Failure> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Self {
+            terminate: signal(SignalKind::terminate()).context("listening for SIGTERM")?,
+            interrupt: signal(SignalKind::interrupt()).context("listening for Ctrl-C")?,
+        })
+    }
+
+    /// The next signal's name.
+    fn next(&mut self) -> impl std::future::Future<Output = &'static str> + '_ {
+        async {
+            tokio::select! {
+                _ = self.terminate.recv() => "SIGTERM",
+                _ = self.interrupt.recv() => "Ctrl-C",
+            }
+        }
+    }
 }
