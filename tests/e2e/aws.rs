@@ -823,14 +823,25 @@ async fn a_published_trigger_file_deploys_once_per_event_and_chains(
         .await;
     assert_eq!(status, 202, "{answer}");
     assert!(answer["queued"].is_string(), "{answer}");
-    let (status, _) = aws
-        .post(
-            "/v1/events",
-            token,
-            &event("artifacts", "release-8", "release.published"),
-        )
-        .await;
-    assert_eq!(status, 202);
+    // In binary mode, as the CloudEvents SDKs send by default: the function reads it as the
+    // embedded server does, and queues it in the JSON format.
+    let binary = reqwest::Client::new()
+        .post(aws.api_url("/v1/events"))
+        .header("X-Auth-Token", token)
+        .header("ce-specversion", "1.0")
+        .header("ce-id", "release-8")
+        .header("ce-source", "artifacts")
+        .header("ce-type", "release.published")
+        .header("Content-Type", "application/json")
+        .body(r#"{"channel": "stable", "version": "8.0"}"#)
+        .timeout(DEPLOYMENT_WITHIN)
+        .send()
+        .await
+        .expect("POST /v1/events in binary mode");
+    assert_eq!(binary.status(), 202);
+    let answer: Value = binary.json().await.expect("JSON");
+    assert_eq!(answer["id"], "release-8", "{answer}");
+    assert!(answer["queued"].is_string(), "{answer}");
     let (status, answer) = aws
         .post("/v1/events", token, &serde_json::json!({"id": 1}))
         .await;
