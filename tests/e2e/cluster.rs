@@ -3,13 +3,16 @@
 //! registers each instance only once it answers its check through the bastion, gives haproxy
 //! exactly the registered members, and re-runs only the watching step when a second deployment
 //! scales the application out and when that deployment is destroyed (at once given the token;
-//! without it, by the `overture resume` given it).
+//! without it, by the `overture resume` given it). In `overture serve`, a re-run the server holds
+//! no token for waits for a request of the watcher's user.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
 
+use crate::api::{parsed, Client, Server};
 use crate::cloud::{assert_closed_and_purged, deploy, step};
 use crate::local_cloud::{in_namespace, LocalCloud};
 use crate::support::{id_of, text, Overture};
@@ -377,4 +380,89 @@ fn a_destroy_without_a_token_queues_the_watching_steps_rerun_for_resume_to_run()
     assert_eq!(haproxy_members(&cloud, "acme"), two);
     let done = o.json(&["status", &first, "--json"]);
     assert_eq!(step(&done, "lb")["status"], "succeeded", "{done}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn in_serve_a_watching_steps_rerun_waits_for_a_caller_whose_token_opens_its_seal() {
+    let cloud = LocalCloud::up();
+    let (token_file, token) = cloud.token("acme");
+    // The same user and project, but another token: it does not open the first one's seal.
+    let (_, other_token) = cloud.token("acme");
+    let o = Overture::new();
+    let cluster_file = cluster_blueprint(&o, "blueprint.yaml", |text| text);
+    let (code, status, output) = deploy(&o, &cloud, &cluster_file, &token_file);
+    assert_eq!(code, 0, "{}", text(&output.stderr));
+    let first = id_of(&status);
+    let started_before = of_type(&o, &first, "StepStarted").len();
+
+    let server = Server::start(&o, &cloud.auth_url);
+    let other = Client::new(&other_token);
+    let mut files = serde_json::Map::new();
+    for entry in std::fs::read_dir(cluster().join("playbooks")).expect("playbooks") {
+        let entry = entry.expect("entry");
+        let name = format!("playbooks/{}", entry.file_name().to_string_lossy());
+        let playbook = std::fs::read_to_string(entry.path()).expect("a playbook");
+        files.insert(name, Value::String(playbook));
+    }
+    let scale = std::fs::read_to_string(cluster().join("scale-out.yaml")).expect("example");
+    let (answer, body) = other
+        .post(
+            &server.at("/v1/deployments"),
+            &json!({"blueprint": scale, "files": files}),
+        )
+        .await;
+    assert_eq!(answer, StatusCode::CREATED, "{body}");
+    let second = parsed(&body)["id"].as_str().expect("an id").to_owned();
+    let ended = other
+        .events(
+            &server.at(&format!("/v1/deployments/{second}/events")),
+            None,
+            |event, _| {
+                matches!(
+                    event,
+                    "DeploymentSucceeded" | "DeploymentFailed" | "DeploymentCancelled"
+                )
+            },
+        )
+        .await;
+    assert_eq!(
+        ended.last().map(|(_, event, _)| event.as_str()),
+        Some("DeploymentSucceeded")
+    );
+
+    // lb's re-run is recorded and queued, but the server holds no token that opens its seal.
+    assert_eq!(of_type(&o, &first, "StepRerunRequested").len(), 1);
+    let first_path = format!("/v1/deployments/{first}");
+    let (_, body) = other.get(&server.at(&first_path)).await;
+    assert_eq!(
+        parsed(&body)["steps"]["lb"]["status"],
+        "scheduled",
+        "{body}"
+    );
+    assert_eq!(of_type(&o, &first, "StepStarted").len(), started_before);
+
+    // Its user's next request carries it on with that token: that attempt runs, none other.
+    let rerun = Client::new(&token)
+        .events(
+            &server.at(&format!("{first_path}/events")),
+            None,
+            |event, data| {
+                event == "StepSucceeded"
+                    && data["data"]["step"] == "lb"
+                    && data["data"]["attempt"] == 2
+            },
+        )
+        .await;
+    let asked = rerun
+        .iter()
+        .position(|(_, event, _)| event == "StepRerunRequested")
+        .expect("the re-run is recorded");
+    let since: Vec<&str> = rerun[asked..]
+        .iter()
+        .map(|(_, event, _)| event.as_str())
+        .collect();
+    assert!(!since.contains(&"StepAttemptFailed"), "{since:?}");
+    let three = registered(&o, &cloud, "acme", "app");
+    assert_eq!(three.len(), 3, "{three:?}");
+    assert_eq!(haproxy_members(&cloud, "acme"), three);
 }

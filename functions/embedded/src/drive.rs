@@ -132,17 +132,28 @@ impl Engine {
         if self.custody.token(id).is_some() {
             return Runs::Here;
         }
-        let opens = |token: &overture_domain::secret::SecretString| {
-            state.seal.is_none()
-                || self
-                    .keys
-                    .open_values(id, &state.tenant, Some(token))
-                    .is_ok()
-        };
-        match lendable.tokens_of(account).find(|token| opens(token)) {
+        match lendable
+            .tokens_of(account)
+            .find(|token| self.opens_seal(id, state, token))
+        {
             Some(token) => Runs::Lent(token.clone()),
             None => Runs::Elsewhere,
         }
+    }
+
+    /// Whether `token` opens the seal of deployment `id`, in `state`: a seal locked with its
+    /// user's token opens with that token only, and acting with another would fail its steps.
+    pub fn opens_seal(
+        &self,
+        id: DeploymentId,
+        state: &DeploymentState,
+        token: &overture_domain::secret::SecretString,
+    ) -> bool {
+        state.seal.is_none()
+            || self
+                .keys
+                .open_values(id, &state.tenant, Some(token))
+                .is_ok()
     }
 }
 

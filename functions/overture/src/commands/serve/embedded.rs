@@ -4,7 +4,9 @@
 //!
 //! A deployment made with a cloud token cannot be resumed without a token of its project (its
 //! seal opens with nothing else, see [`crate::token`]): it waits, recorded as interrupted, until
-//! a caller of that project makes a request, and carries on with that caller's token.
+//! a caller of that project whose token opens its seal makes a request, and carries on with
+//! that caller's token. So does a deployment whose watching step another deployment's services
+//! set off while this server holds no token of its user: its re-run waits, queued.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -24,7 +26,7 @@ use crate::lock::{DriveLock, EngineLock};
 use crate::Failure;
 use overture_api::auth::Caller;
 use overture_api::{RunDeployments, RunError};
-use overture_embedded::{Engine, Joining, Scope, Unwatched};
+use overture_embedded::{Engine, Joining, Scope};
 
 /// How often a waiter looks at the log when nothing in this process appended.
 const LOOK_EVERY: Duration = Duration::from_millis(500);
@@ -37,7 +39,7 @@ pub struct Embedded {
     driving: Arc<Driving>,
     /// Unfinished deployments made with a cloud token, waiting for a token of their project
     /// (by project id).
-    waiting: Mutex<Vec<(DeploymentId, String)>>,
+    waiting: Waiting,
     /// Shared with every `overture deploy` on the same data directory; `resume` waits for it.
     _lock: EngineLock,
     /// The deployments that were unfinished when the server started, resumed since.
@@ -91,11 +93,12 @@ impl Embedded {
             .chain(waiting.iter().map(|(id, _)| id))
             .copied()
             .collect();
-        let driving = Driving::start(&engine, parallelism).await?;
+        let waiting = Waiting(Arc::new(Mutex::new(waiting)));
+        let driving = Driving::start(&engine, parallelism, &waiting).await?;
         let embedded = Self {
             engine,
             driving,
-            waiting: Mutex::new(waiting),
+            waiting,
             _lock: lock,
             resumed,
         };
@@ -142,7 +145,11 @@ struct Driving {
 
 impl Driving {
     /// Starts the drive, from the log's head on, in a task that outlives every request.
-    async fn start(engine: &Arc<Engine>, parallelism: usize) -> Result<Arc<Self>, Failure> {
+    async fn start(
+        engine: &Arc<Engine>,
+        parallelism: usize,
+        waiting: &Waiting,
+    ) -> Result<Arc<Self>, Failure> {
         let from = engine
             .log
             .head_position()
@@ -155,12 +162,12 @@ impl Driving {
             task: Mutex::new(None),
         });
         let (engine, drives) = (Arc::clone(engine), Arc::clone(&driving));
+        let mut watch = waiting.clone();
         let task = tokio::spawn(async move {
-            let mut unwatched = Unwatched;
             let drive = engine.drive_scope(
                 Scope::Joined(&drives.joining),
                 parallelism,
-                &mut unwatched,
+                &mut watch,
                 from,
             );
             tokio::pin!(drive);
@@ -241,21 +248,63 @@ impl RunDeployments for Embedded {
     }
 
     async fn caller_seen(&self, caller: &Caller) {
+        let of_project: Vec<DeploymentId> = self
+            .waiting
+            .lock()
+            .iter()
+            .filter(|(_, project_id)| *project_id == caller.account.project_id)
+            .map(|(id, _)| *id)
+            .collect();
+        let mut ready = Vec::new();
+        for id in of_project {
+            match self.engine.state(id).await {
+                Ok(state) if self.engine.opens_seal(id, &state, &caller.token) => ready.push(id),
+                Ok(_) => {}
+                Err(error) => tracing::error!(%id, %error, "could not load the deployment"),
+            }
+        }
+        // Another request of the project may have taken some meanwhile: each carries on once.
         let ready: Vec<DeploymentId> = {
-            let Ok(mut waiting) = self.waiting.lock() else {
-                return;
-            };
-            let (ready, still): (Vec<_>, Vec<_>) = waiting
-                .drain(..)
-                .partition(|(_, project_id)| *project_id == caller.account.project_id);
-            *waiting = still;
-            ready.into_iter().map(|(id, _)| id).collect()
+            let mut waiting = self.waiting.lock();
+            ready.retain(|id| waiting.iter().any(|(known, _)| known == id));
+            waiting.retain(|(id, _)| !ready.contains(id));
+            ready
         };
         for id in ready {
             self.engine.custody.remember(id, caller.token.clone());
             if let Err(error) = self.carry_on(id).await {
                 tracing::error!(%id, %error, "could not resume the deployment");
             }
+        }
+    }
+}
+
+/// The deployments that wait for a token of their project (by project id): those unfinished
+/// when the server started, and those whose watching step the drive set off without one.
+#[derive(Clone)]
+struct Waiting(Arc<Mutex<Vec<(DeploymentId, String)>>>);
+
+impl Waiting {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(DeploymentId, String)>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl overture_embedded::Watch for Waiting {
+    fn entry(&mut self, _: &overture_events::LogEntry) {}
+
+    fn tick(&mut self, _: &overture_domain::DeploymentState) {}
+
+    fn waits_for_a_token(&mut self, id: DeploymentId, state: &overture_domain::DeploymentState) {
+        let Some(cloud) = &state.cloud else {
+            return;
+        };
+        tracing::info!(deployment = %id, "a watching step of this deployment runs again once a caller of its project whose token opens its seal makes a request");
+        let mut waiting = self.lock();
+        if !waiting.iter().any(|(known, _)| *known == id) {
+            waiting.push((id, cloud.project_id.clone()));
         }
     }
 }
