@@ -407,3 +407,32 @@ async fn without_a_trigger_file_every_mode_is_404() {
         .as_str()
         .is_some_and(|m| m.contains("--triggers")));
 }
+
+#[test]
+fn the_document_names_each_mode_and_types_each_answer() {
+    let operation = &overture_api::document()["paths"]["/v1/events"]["post"];
+    let body = &operation["requestBody"];
+    for media in [
+        "application/cloudevents+json",
+        "application/cloudevents-batch+json",
+        "application/json",
+    ] {
+        assert!(body["content"][media].is_object(), "{media}: {body}");
+    }
+    let headers: Vec<&str> = operation["parameters"]
+        .as_array()
+        .expect("parameters")
+        .iter()
+        .filter(|p| p["in"] == "header")
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    for header in ["ce-specversion", "ce-id", "ce-source", "ce-type"] {
+        assert!(headers.contains(&header), "{header} in {headers:?}");
+    }
+    let schema = |status: &str| {
+        operation["responses"][status]["content"]["application/json"]["schema"]["$ref"].clone()
+    };
+    assert_eq!(schema("200"), "#/components/schemas/BatchAnswer");
+    assert_eq!(schema("202"), "#/components/schemas/Delivered");
+    assert_eq!(schema("415"), "#/components/schemas/ErrorBody");
+}

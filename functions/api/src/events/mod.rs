@@ -124,7 +124,7 @@ pub struct EventResult {
         ("ce-subject" = Option<String>, Header, description = "Binary mode: the event's subject; `ce-time`, `ce-dataschema` and extensions (`ce-<name>`) likewise"),
     ),
     request_body(
-        description = "Structured mode: one CloudEvent in the JSON format. Batched mode: a JSON array of them (at most 100). Plain JSON: one CloudEvent or EventBridge event; with `ce-*` headers, the event's data (binary mode). Binary mode's data may be of any type: JSON (or no Content-Type) is read as JSON, other text as a string, anything else as `data_base64`",
+        description = "Structured mode: one CloudEvent in the JSON format. Batched mode: a JSON array of them (at most 100). Plain JSON: one CloudEvent or EventBridge event; with `ce-*` headers, the event's data (binary mode). Binary mode's data may be of any type: JSON (or no Content-Type) is read as JSON, other text as a string, anything else as `data_base64`; a binary-mode event without data sends an empty body",
         content(
             (Object = "application/cloudevents+json"),
             (Vec<Object> = "application/cloudevents-batch+json"),
