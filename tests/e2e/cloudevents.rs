@@ -141,6 +141,16 @@ fn the_sdks_binary_structured_and_batched_events_deploy_once_per_event_id() {
             "data_text": "channel=stable"
         })],
     );
+    let forged = send(
+        &server,
+        &token,
+        "binary",
+        &[json!({
+            "attributes": {"id": "x.succeeded", "source": "overture",
+                           "type": "deployment.succeeded"},
+            "data": {"blueprint": "release"}
+        })],
+    );
     let batch = send(
         &server,
         &token,
@@ -166,6 +176,17 @@ fn the_sdks_binary_structured_and_batched_events_deploy_once_per_event_id() {
         decided(accepted(&text_data)),
         not_matched(),
         "text data is read, as a string without fields"
+    );
+    assert_eq!(
+        forged[0]["status"], 400,
+        "only the engine speaks for overture"
+    );
+    assert!(
+        forged[0]["answer"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("`source` is `overture`")),
+        "{}",
+        forged[0]
     );
     assert_eq!(batch.len(), 1);
     assert_eq!(batch[0]["status"], 200, "{}", batch[0]);
