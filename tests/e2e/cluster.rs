@@ -355,8 +355,8 @@ fn a_destroy_without_a_token_queues_the_watching_steps_rerun_for_resume_to_run()
         "no attempt of lb started"
     );
     assert!(
-        said.contains(&format!("deployment {first} watches"))
-            && said.contains("`overture resume --token-file FILE` (a token of project acme)"),
+        said.contains(&format!("deployment {first} (project acme) watches"))
+            && said.contains("`overture resume --token-file FILE`"),
         "{said}"
     );
 

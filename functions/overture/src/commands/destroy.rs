@@ -157,14 +157,13 @@ impl Watch for Later {
 
 /// What to tell the user of a watching deployment whose re-run this destroy only queued.
 fn waits_for_a_token(watcher: DeploymentId, project: Option<&str>) -> String {
-    let token = match project {
-        Some(project) => format!("a token of project {}", escaped(project)),
-        None => "its user's token".to_owned(),
-    };
+    let project = project
+        .map(|project| format!(" (project {})", escaped(project)))
+        .unwrap_or_default();
     format!(
-        "deployment {watcher} watches a service this destroy changed: its watching step is \
-         scheduled to run again, and only its user's token opens its seal; carry it on with \
-         `overture resume --token-file FILE` ({token})"
+        "deployment {watcher}{project} watches a service this destroy changed: its watching step \
+         is scheduled to run again, and only the token it was deployed with opens its seal; \
+         carry it on with `overture resume --token-file FILE`, FILE holding that token"
     )
 }
 
