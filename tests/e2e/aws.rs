@@ -649,6 +649,82 @@ async fn hello_world_and_a_retried_failure_run_through_the_functions_as_they_run
             );
         }
     }
+
+    verify_names_an_item_changed_in_the_events_table(&aws, &id).await;
+}
+
+/// `overture --backend aws verify`: every stream of the events table is a whole chain, and so
+/// is `id`'s; once an item of `id` is changed in the table, `verify` names it (exit 1).
+async fn verify_names_an_item_changed_in_the_events_table(aws: &LocalAws, id: &str) {
+    tokio::task::block_in_place(|| {
+        let whole = within(DEPLOYMENT_WITHIN, aws.overture(&["verify"]));
+        let said = text(&whole.stdout);
+        assert!(whole.status.success(), "{}", text(&whole.stderr));
+        assert!(said.contains("every chain whole"), "{said}");
+        let one = within(DEPLOYMENT_WITHIN, aws.overture(&["verify", id]));
+        let said = text(&one.stdout);
+        assert!(one.status.success(), "{}", text(&one.stderr));
+        assert!(
+            said.starts_with(&format!("deployment {id}: ")) && said.contains("chain whole, head "),
+            "{said}"
+        );
+    });
+
+    // Who asked, changed in the table itself.
+    let config =
+        overture_aws::config::for_endpoint(aws.setting("AWS_ENDPOINT_URL"), "eu-west-1").await;
+    let dynamodb = aws_sdk_dynamodb::Client::new(&config);
+    let table = aws.setting("OVERTURE_EVENTS_TABLE");
+    let key = |name: &str, value: aws_sdk_dynamodb::types::AttributeValue| (name.to_owned(), value);
+    let item = dynamodb
+        .get_item()
+        .table_name(table)
+        .set_key(Some(
+            [
+                key(
+                    "stream",
+                    aws_sdk_dynamodb::types::AttributeValue::S(format!("deployment-{id}")),
+                ),
+                key(
+                    "revision",
+                    aws_sdk_dynamodb::types::AttributeValue::N("0".into()),
+                ),
+            ]
+            .into(),
+        ))
+        .send()
+        .await
+        .expect("the deployment's first item")
+        .item
+        .expect("it exists");
+    let mut metadata: Value =
+        serde_json::from_str(item["metadata"].as_s().expect("the metadata as text")).expect("JSON");
+    metadata["actor"] = Value::from("mallory");
+    let mut edited = item.clone();
+    edited.insert(
+        "metadata".into(),
+        aws_sdk_dynamodb::types::AttributeValue::S(metadata.to_string()),
+    );
+    dynamodb
+        .put_item()
+        .table_name(table)
+        .set_item(Some(edited))
+        .send()
+        .await
+        .expect("the item changed");
+
+    tokio::task::block_in_place(|| {
+        for args in [vec!["verify"], vec!["verify", id]] {
+            let broken = within(DEPLOYMENT_WITHIN, aws.overture(&args));
+            let said = text(&broken.stderr);
+            assert_eq!(broken.status.code(), Some(1), "{args:?}: {said}");
+            assert!(
+                said.contains(&format!("deployment {id}, revision 0: "))
+                    && said.contains("content was changed"),
+                "{args:?}: {said}"
+            );
+        }
+    });
 }
 
 /// Polls `look` every half second until it answers, or fails the test once `limit` has passed:

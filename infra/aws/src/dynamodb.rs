@@ -209,6 +209,35 @@ impl DynamoDeployments {
         }
     }
 
+    /// The name of every stream the table holds, in order: a scan of the keys, page after page
+    /// (for `overture verify`, which reads every stream).
+    pub async fn streams(&self) -> Result<Vec<String>, DynamoError> {
+        let mut streams = std::collections::BTreeSet::new();
+        let mut start = None;
+        loop {
+            let page = self
+                .client
+                .scan()
+                .table_name(&self.table)
+                .consistent_read(true)
+                .projection_expression("#s")
+                .expression_attribute_names("#s", STREAM)
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(|e| self.call_failed("Scan", e))?;
+            streams.extend(
+                page.items()
+                    .iter()
+                    .filter_map(|item| item.get(STREAM)?.as_s().ok().cloned()),
+            );
+            match page.last_evaluated_key() {
+                Some(key) if !key.is_empty() => start = Some(key.clone()),
+                _ => return Ok(streams.into_iter().collect()),
+            }
+        }
+    }
+
     /// Every event of `stream` from revision `from` on, page after page.
     async fn query(&self, stream: &str, from: u64) -> Result<Vec<Envelope>, DynamoError> {
         let mut envelopes = Vec::new();

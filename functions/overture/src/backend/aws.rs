@@ -37,6 +37,7 @@ use crate::commands::cancel::CancelArgs;
 use crate::commands::deploy::Deploy;
 use crate::commands::redrive::{self, Again};
 use crate::commands::trigger::SendArgs;
+use crate::commands::verify::Report;
 use crate::output::print_view;
 use crate::progress::Progress;
 use crate::token::TokenArgs;
@@ -538,6 +539,46 @@ impl super::Backend for AwsBackend {
 
     async fn check_read_models(&self) -> Result<Vec<String>, Failure> {
         check(&Aws::from_env().await?.queries).await
+    }
+
+    /// Reads every stream of the events table (or `stream`) and checks its chain.
+    async fn verify(&self, stream: Option<String>) -> Result<Report, Failure> {
+        let aws = Aws::from_env().await?;
+        let streams = match stream {
+            Some(stream) => vec![stream],
+            None => aws.log.streams().await.map_err(anyhow::Error::from)?,
+        };
+        let mut report = Report::default();
+        let (mut streams_unchained, mut events_unchained) = (0u64, 0u64);
+        for stream in streams {
+            let deployment = DeploymentId::from_stream(&stream).map_err(|_| {
+                anyhow::anyhow!("the events table holds `{stream}`, which is not a deployment's")
+            })?;
+            let events = aws
+                .log
+                .read_stream(deployment, 0)
+                .await
+                .map_err(anyhow::Error::from)?;
+            if events.is_empty() {
+                continue;
+            }
+            let (whole, unchained) = report.check_stream(&stream, &events);
+            if !whole {
+                return Ok(report);
+            }
+            if unchained > 0 {
+                streams_unchained += 1;
+                events_unchained += unchained;
+            }
+        }
+        if events_unchained > 0 {
+            report.unchained.push(format!(
+                "{events_unchained} event(s) of {streams_unchained} stream(s) were recorded \
+                 before the log was chained: each stream's next event attests them as they \
+                 stand then"
+            ));
+        }
+        Ok(report)
     }
 
     async fn send_event(&self, args: SendArgs) -> Result<(), Failure> {

@@ -18,6 +18,7 @@ use crate::commands::cancel::{self, CancelArgs};
 use crate::commands::deploy::{several, Deploy};
 use crate::commands::logs::{self, LogsArgs};
 use crate::commands::redrive::{self, Again};
+use crate::commands::verify;
 use crate::input::not_submitted;
 use crate::lock::EngineLock;
 use crate::output::print_view;
@@ -91,6 +92,40 @@ impl Backend for Embedded {
                 .await
                 .map_err(anyhow::Error::from)?;
         Ok(differences)
+    }
+
+    async fn verify(&self, stream: Option<String>) -> Result<verify::Report, Failure> {
+        let engine = Engine::open(&self.data_dir).await?;
+        let verified = engine
+            .log
+            .verify(stream)
+            .await
+            .map_err(anyhow::Error::from)?;
+        let unchained = verified
+            .sealings
+            .iter()
+            .filter(|s| s.events > 0)
+            .map(|sealing| {
+                format!(
+                    "events up to position {} ({} of them) were recorded before the log was \
+                     chained and sealed on first read at {}: their history before then is \
+                     attested from then on",
+                    sealing.up_to, sealing.events, sealing.at
+                )
+            })
+            .collect();
+        Ok(verify::Report {
+            streams: verified.streams,
+            events: verified.events,
+            heads: verified.heads,
+            broken: verified.broken.map(|broken| verify::Broken {
+                stream: broken.stream,
+                revision: broken.revision,
+                position: Some(broken.position),
+                reason: broken.reason,
+            }),
+            unchained,
+        })
     }
 
     async fn send_event(&self, args: crate::commands::trigger::SendArgs) -> Result<(), Failure> {

@@ -20,6 +20,7 @@ use crate::commands::deploy::Deploy;
 use crate::commands::logs::LogsArgs;
 use crate::commands::redrive::Again;
 use crate::commands::trigger::SendArgs;
+use crate::commands::verify;
 use crate::{token, Failure};
 
 /// Where deployments run and are recorded.
@@ -52,6 +53,9 @@ pub trait Backend: Send + Sync {
     async fn redeploy(&self, again: Again<'_>) -> Result<(), Failure>;
     /// Compares a fresh fold of the log with the stored read models: what differs.
     async fn check_read_models(&self) -> Result<Vec<String>, Failure>;
+    /// Checks the hash chain of every stream of the log, or of `stream` alone, up to the first
+    /// break.
+    async fn verify(&self, stream: Option<String>) -> Result<verify::Report, Failure>;
     /// Delivers an event to the triggers.
     async fn send_event(&self, args: SendArgs) -> Result<(), Failure>;
     /// Prints what triggers decided, and why.

@@ -453,6 +453,10 @@ impl super::Backend for Server {
         refuse("replay").map(|()| Vec::new())
     }
 
+    async fn verify(&self, _: Option<String>) -> Result<crate::commands::verify::Report, Failure> {
+        refuse("verify").map(|()| Default::default())
+    }
+
     async fn send_event(&self, _: SendArgs) -> Result<(), Failure> {
         refuse("trigger send")
     }
