@@ -453,6 +453,8 @@ fn an_older_log_is_sealed_on_first_open_and_a_later_edit_is_caught() {
 fn run_measured(overture: &Overture, args: &[&str]) -> (Option<i32>, String, i64) {
     let stderr_path = overture.data_dir().with_extension("stderr");
     let stderr = std::fs::File::create(&stderr_path).expect("a stderr file");
+    // Reaped below by wait4, which also gives its resource usage.
+    #[allow(clippy::zombie_processes)]
     let child = overture
         .command(args)
         .stdout(std::process::Stdio::null())

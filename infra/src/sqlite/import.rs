@@ -19,7 +19,8 @@ use super::log::{
     NewEvent,
 };
 
-type Fold = Box<dyn FnMut(&[Envelope]) -> Result<(), (u64, String)> + Send>;
+/// What an import shows each stream it added to, whole: a refusal names a revision and why.
+pub(super) type Fold = Box<dyn FnMut(&[Envelope]) -> Result<(), (u64, String)> + Send>;
 
 /// Reads `lines` until they end, importing each event; see [`super::EventLog::import`].
 pub(super) fn import_fed(

@@ -239,7 +239,7 @@ impl EventLog {
     pub async fn import(
         &self,
         lines: std::sync::mpsc::Receiver<Fed>,
-        fold: Box<dyn FnMut(&[Envelope]) -> Result<(), (u64, String)> + Send>,
+        fold: super::import::Fold,
     ) -> Result<Imported, LogError> {
         let imported = self
             .db
