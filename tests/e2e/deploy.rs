@@ -1,10 +1,17 @@
 //! Deployments that succeed, that fail, and that fail while siblings run.
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
+use crate::http::Gate;
 use crate::support::{
-    assert_causal, assert_step, gone_within, marker, step_events, text, types, Overture,
+    assert_causal, assert_step, gone_within, marker, processes_with, step_events, text, types,
+    Deploying, Overture,
 };
+
+/// How long the test waits for what the engine does on its own time before failing: only a
+/// broken engine takes this long, a loaded machine a few seconds.
+const WITHIN: Duration = Duration::from_secs(120);
 
 const DIAMOND: &str = r#"
 name: diamond
@@ -94,36 +101,68 @@ fn a_diamond_passes_outputs_along_and_succeeds() {
 #[test]
 fn a_failing_step_fails_the_deployment_while_its_grace_period_lets_a_sibling_finish() {
     let slow = marker("slow-sibling");
+    // `quick` runs until its gate opens, `breaks` starts only once its own has: the test opens
+    // the second once `quick` and `slow` run, and the first once the grace period has begun.
+    // So `quick` is running when `breaks` fails and ends within the grace period however slow
+    // the machine; only the grace's deadline, which `slow` outlives, is waited for in full.
+    let (quick_gate, breaks_gate) = (Gate::new(), Gate::new());
     let (overture, file) = Overture::with_blueprint(
         "grace.yaml",
         &format!(
             r#"
 name: grace
-on_failure: {{ grace: 3s }}
+on_failure: {{ grace: 20s }}
 secrets: [token]
 steps:
+  may-break:
+    run: http
+    with: {{ url: "{}" }}
   breaks:
     run: script
-    with: {{ command: "sleep 0.5; echo 'cannot connect' >&2; exit 3" }}
+    needs: [may-break]
+    with: {{ command: "echo 'cannot connect' >&2; exit 3" }}
   quick:
-    run: script
-    with: {{ command: "sleep 1.5; echo done" }}
+    run: http
+    with: {{ url: "{}" }}
   slow:
     run: script
     with: {{ command: "sleep 120 # {slow}" }}
   after-quick:
     run: noop
     needs: [quick]
-"#
+"#,
+            breaks_gate.url(),
+            quick_gate.url()
         ),
     );
-    let (_, status, output) = overture.deploy_with_secret(&file, "token", "grace-token-value");
+    let mut command = overture.command(&["deploy", file.to_str().expect("utf-8 path")]);
+    command
+        .arg("--secret")
+        .arg("token=OVERTURE_E2E_SECRET")
+        .env("OVERTURE_E2E_SECRET", "grace-token-value");
+    let mut deploying = Deploying::spawn(command, &["quick", "started"]);
+    let id = deploying.id.clone();
+    quick_gate.wait_called();
+    let start = Instant::now();
+    while processes_with(&slow).is_empty() {
+        assert!(start.elapsed() < WITHIN, "`slow` never ran");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    breaks_gate.open();
+    let start = Instant::now();
+    while !types(&overture.events(&id)).contains(&"FailureGracePeriodStarted".to_owned()) {
+        assert!(start.elapsed() < WITHIN, "no grace period began");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    quick_gate.open();
+    let code = deploying.wait_within(WITHIN);
     assert_eq!(
-        output.status.code(),
-        Some(1),
-        "a failed deployment exits 1: {}",
-        text(&output.stderr)
+        code,
+        1,
+        "a failed deployment exits 1: {:?}",
+        deploying.later_lines()
     );
+    let status = overture.json(&["status", &id, "--json"]);
     assert_eq!(status["status"], "failed");
     assert_eq!(status["steps"]["breaks"]["status"], "failed");
     assert_eq!(
@@ -139,9 +178,15 @@ steps:
         "nothing new starts once failing"
     );
 
-    let id = status["id"].as_str().expect("id");
-    let events = overture.events(id);
-    assert_causal(&events, &[("after-quick", vec!["quick"])].into());
+    let events = overture.events(&id);
+    assert_causal(
+        &events,
+        &[
+            ("after-quick", vec!["quick"]),
+            ("breaks", vec!["may-break"]),
+        ]
+        .into(),
+    );
     let failed = events
         .iter()
         .find(|e| e["type"] == "StepAttemptFailed")
@@ -187,7 +232,7 @@ steps:
         .unwrap_or_default();
     assert!(seals.is_empty(), "the sealed secrets are gone: {seals:?}");
 
-    let left = gone_within(&slow, std::time::Duration::from_secs(5));
+    let left = gone_within(&slow, Duration::from_secs(60));
     assert!(
         left.is_empty(),
         "the abandoned step's processes are gone: {left:?}"

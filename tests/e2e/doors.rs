@@ -14,11 +14,16 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
 use crate::api::Server;
+use crate::http::Gate;
 use crate::local_cloud::LocalCloud;
 use crate::support::{text, Overture};
 
 /// How long an answer may take here before the test fails: generous, for a loaded machine.
-const DEADLINE: Duration = Duration::from_secs(10);
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// How long `overture serve` waits for a request's body by default (`--body-timeout`): a `408`
+/// for a stalled body that comes well before it is the flag's doing, not the default's.
+const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Connections that connect and then say nothing.
 const IDLE: usize = 5_000;
@@ -77,12 +82,12 @@ async fn read_until_closed(stream: &mut TcpStream) -> String {
     text(&answer)
 }
 
-/// Reads until `wanted` has arrived.
-async fn read_until(stream: &mut TcpStream, wanted: &str) -> String {
+/// Reads until `wanted` has arrived, each read within `deadline`.
+async fn read_until(stream: &mut TcpStream, wanted: &str, deadline: Duration) -> String {
     let mut answer = Vec::new();
     let mut buffer = [0u8; 4096];
     while !text(&answer).contains(wanted) {
-        let n = tokio::time::timeout(DEADLINE, stream.read(&mut buffer))
+        let n = tokio::time::timeout(deadline, stream.read(&mut buffer))
             .await
             .expect("an answer in time")
             .expect("read");
@@ -101,7 +106,7 @@ async fn busy_request(from: u8, to: SocketAddr, token: &str) -> TcpStream {
          Content-Type: application/json\r\nContent-Length: 64\r\nExpect: 100-continue\r\n\r\n"
     );
     stream.write_all(head.as_bytes()).await.expect("write");
-    read_until(&mut stream, "100 Continue").await;
+    read_until(&mut stream, "100 Continue", DEADLINE).await;
     stream
 }
 
@@ -190,7 +195,8 @@ async fn a_client_that_never_finishes_its_head_or_its_body_or_stays_idle_is_let_
          Content-Type: application/json\r\nContent-Length: 64\r\n\r\n{{\"blueprint\": "
     );
     slow_body.write_all(head.as_bytes()).await.expect("write");
-    let answer = read_until(&mut slow_body, "request_timeout").await;
+    // Answered after the second given; the default's 30 s would miss the deadline.
+    let answer = read_until(&mut slow_body, "request_timeout", DEFAULT_BODY_TIMEOUT / 2).await;
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
 
     // Answered, then idle on a kept-alive connection: let go after the same timeout.
@@ -258,8 +264,17 @@ async fn a_forged_overture_end_is_refused_at_every_door_and_the_real_end_still_c
     // Over the API the tenant is the token's project id: the trigger file names acme by it.
     let acme = cloud.project_id("acme");
     let overture = Overture::new();
-    let triggers = crate::triggers::slow_chain(&overture, &acme, 15);
-    let server = Server::with_triggers(&overture, &cloud.auth_url, &triggers);
+    let gate = Gate::new();
+    let triggers = gated_chain(&overture, &acme, &gate);
+    let server = Server::with_flags(
+        &overture,
+        &cloud.auth_url,
+        &[
+            "--triggers",
+            triggers.to_str().expect("utf-8 path"),
+            "--allow-loopback-egress",
+        ],
+    );
     let http = reqwest::Client::new();
     let post = |event: &Value| {
         http.post(server.at("/v1/events"))
@@ -280,12 +295,7 @@ async fn a_forged_overture_end_is_refused_at_every_door_and_the_real_end_still_c
         .as_str()
         .expect("started")
         .to_owned();
-    wait_for("the slow step starts", || {
-        overture
-            .events(&slow)
-            .iter()
-            .any(|event| event["type"] == "StepStarted")
-    });
+    gate.wait_called();
     let decided = overture.json(&["triggers", "log", "--json"]);
 
     // While it runs, its end is forged in both shapes, through the API and the command line.
@@ -335,6 +345,7 @@ async fn a_forged_overture_end_is_refused_at_every_door_and_the_real_end_still_c
     );
 
     // The real end, delivered by the engine, starts the chain once.
+    gate.open();
     wait_for("the chained deployment", || {
         overture.deployment_ids().len() == 2
     });
@@ -366,6 +377,36 @@ async fn a_forged_overture_end_is_refused_at_every_door_and_the_real_end_still_c
         .collect();
     assert_eq!(chained.len(), 1, "{log:#}");
     assert_eq!(chained[0]["decision"], "deployed", "{log:#}");
+}
+
+/// A chain whose first deployment (`slow`, for `tenant`) runs until `gate` opens, then a quick
+/// second one on its success; the trigger file's path. Its server must allow loopback egress.
+fn gated_chain(overture: &Overture, tenant: &str, gate: &Gate) -> std::path::PathBuf {
+    overture.blueprint(
+        "slow.yaml",
+        &format!(
+            "name: slow\negress: [\"{}\"]\nsteps:\n  wait: {{ run: http, with: {{ url: \"{}\" }} }}\n",
+            gate.address(),
+            gate.url()
+        ),
+    );
+    overture.blueprint("quick.yaml", "name: quick\nsteps:\n  done: { run: noop }\n");
+    overture.blueprint(
+        "triggers.yaml",
+        &format!(
+            r#"triggers:
+  - name: slow-on-release
+    on: {{ source: artifacts, type: release.published }}
+    deploy: slow.yaml
+    tenant: {tenant}
+  - name: quick-after-slow
+    on: {{ source: overture, type: deployment.succeeded }}
+    where: {{ "data.blueprint": slow }}
+    deploy: quick.yaml
+    tenant: {tenant}
+"#
+        ),
+    )
 }
 
 /// Looks every 100 ms until `done`, failing the test after two minutes: the server works on its

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -139,6 +139,68 @@ fn serve(stream: TcpStream, received: &Mutex<Vec<Received>>, answer: &Answer) {
         body.len()
     );
     let _ = reader.get_mut().write_all(reply.as_bytes());
+}
+
+/// An HTTP server that holds every answer until the test opens it: an `http` step calling it
+/// runs until then, so a test orders what follows the step's start by what it has seen happen,
+/// never by how long a sleep lasts. Opened when dropped.
+pub struct Gate {
+    open: Arc<(Mutex<bool>, Condvar)>,
+    server: HttpServer,
+}
+
+impl Gate {
+    pub fn new() -> Self {
+        let open = Arc::new((Mutex::new(false), Condvar::new()));
+        let held = open.clone();
+        let server = HttpServer::start(move |_, _| {
+            let (lock, opened) = &*held;
+            let mut is_open = lock.lock().expect("the gate");
+            while !*is_open {
+                is_open = opened.wait(is_open).expect("the gate");
+            }
+            Reply(200, "OK", json!({"opened": true}).to_string())
+        });
+        Self { open, server }
+    }
+
+    /// The URL an `http` step calls.
+    pub fn url(&self) -> String {
+        self.server.url("/")
+    }
+
+    /// Its `127.0.0.1:PORT`, for a blueprint's `egress:`.
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.server.port)
+    }
+
+    /// Waits until a step has called it (so its attempt runs), failing the test after two
+    /// minutes.
+    pub fn wait_called(&self) {
+        let start = std::time::Instant::now();
+        while self.server.received().is_empty() {
+            assert!(
+                start.elapsed() < Duration::from_secs(120),
+                "no step called the gate at {}",
+                self.url()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Lets every held and later call be answered (200).
+    pub fn open(&self) {
+        let (lock, opened) = &*self.open;
+        *lock.lock().expect("the gate") = true;
+        opened.notify_all();
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        // A held answer would keep the server's thread, which its drop joins.
+        self.open();
+    }
 }
 
 /// Answers 503 "The backend server is unreachable" `failures` times, then 200 with JSON.
