@@ -226,8 +226,9 @@ fn a_deploy_prints_its_own_end_when_the_shared_feed_is_past_its_view() {
     // while this deployment's view stays where it is: what a feed that moved on without folding
     // its records would leave.
     let moved = Command::new("sqlite3")
-        // The engine writes meanwhile (its job's lease): wait for its lock as it waits for ours.
-        .args(["-cmd", ".timeout 5000"])
+        // The engine writes meanwhile (its job's lease): wait for its lock as it waits for ours,
+        // as long as a loaded machine may hold it.
+        .args(["-cmd", ".timeout 60000"])
         .arg(overture.data_dir().join("overture.db"))
         .arg("UPDATE checkpoints SET position = 1000000000000 WHERE name = 'read-models'")
         .status()

@@ -255,7 +255,7 @@ fn a_running_or_cancelled_deployment_is_not_redriven() {
 
     let cancel = overture.run(&["cancel", &id]);
     assert!(cancel.status.success(), "{}", text(&cancel.stderr));
-    assert_eq!(deploying.wait_within(Duration::from_secs(15)), 1);
+    assert_eq!(deploying.wait_within(Duration::from_secs(120)), 1);
     let events = overture.events(&id).len();
 
     let cancelled = overture.run(&["redrive", &id]);

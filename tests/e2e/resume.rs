@@ -91,7 +91,7 @@ steps:
 
     // The interrupted sandbox died with its engine, or, if the engine died while the sandbox was
     // still being set up, resume killed it.
-    let left = gone_within(&slow, std::time::Duration::from_secs(5));
+    let left = gone_within(&slow, std::time::Duration::from_secs(60));
     assert!(left.is_empty(), "the interrupted sandbox is gone: {left:?}");
 
     let status = overture.json(&["status", &id, "--json"]);

@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// How long a freshly started server may take to answer.
-const READY_WITHIN: Duration = Duration::from_secs(10);
+const READY_WITHIN: Duration = Duration::from_secs(60);
 
 /// A loopback port that nothing listens on (bound, then released).
 pub fn closed_port() -> u16 {

@@ -192,10 +192,12 @@ steps:
         .find(|e| e["type"] == "StepAttemptFailed")
         .expect("the failed attempt");
     assert_eq!(failure["data"]["error_class"], "bootstrap-timeout");
+    // At least the 2 s given, and far less than the default 2 minutes: the step's own timeout
+    // was honoured, with room for a loaded machine's slow sandbox.
     let duration = failure["data"]["duration_ms"].as_u64().expect("duration");
     assert!(
-        (2_000..10_000).contains(&duration),
-        "the attempt lasted about the timeout: {duration} ms"
+        (2_000..60_000).contains(&duration),
+        "the attempt lasted about the timeout, not the default: {duration} ms"
     );
     let message = failure["data"]["message"].as_str().expect("message");
     assert!(
