@@ -532,7 +532,7 @@ steps:
     assert_eq!(overture.events(&id).len(), before, "nothing recorded");
 
     engine.kill();
-    let left = gone_within(&slow, std::time::Duration::from_secs(5));
+    let left = gone_within(&slow, std::time::Duration::from_secs(60));
     assert!(
         left.is_empty(),
         "the sandbox died with its engine: {left:?}"
@@ -715,7 +715,7 @@ resource "terraform_data" "slow" {{
         .any(|path| path.ends_with("config/terraform.tfstate"))
     {
         assert!(
-            start.elapsed() < std::time::Duration::from_secs(60),
+            start.elapsed() < std::time::Duration::from_secs(120),
             "`first` was never made"
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
@@ -729,7 +729,7 @@ resource "terraform_data" "slow" {{
         "resume: {}",
         text(&resumed.stderr)
     );
-    let left = gone_within(&slow, std::time::Duration::from_secs(5));
+    let left = gone_within(&slow, std::time::Duration::from_secs(60));
     assert!(left.is_empty(), "the killed run is gone: {left:?}");
     assert!(
         !sandboxes.exists() || std::fs::read_dir(&sandboxes).expect("dir").next().is_none(),
