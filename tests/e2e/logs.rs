@@ -1,8 +1,10 @@
 //! `overture logs`: every attempt's output is kept, masked, and can be followed while it runs.
 
+use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use crate::http::Gate;
 use crate::support::{text, Overture};
 
 const SECRET: &str = "log-s3cr3t-81c2";
@@ -132,23 +134,50 @@ fn follow_prints_an_attempt_while_it_runs_and_stops_when_it_ends() {
 
 #[test]
 fn following_the_latest_attempt_waits_for_it_and_goes_on_through_the_retries() {
+    // `flaky` starts only once its gate opens, and the test opens it only once `logs --follow`
+    // has opened the log: the follow is there before the first attempt, however slow it starts.
+    let gate = Gate::new();
     let (overture, file) = Overture::with_blueprint(
         "retried.yaml",
-        r#"
+        &format!(
+            r#"
 name: retried
 steps:
+  may-start:
+    run: http
+    with: {{ url: "{}" }}
   flaky:
     run: script
-    # Long enough that `logs --follow` has surely started before the second attempt.
-    retry: { step-failed: { times: 1, wait: 5s } }
+    needs: [may-start]
+    retry: {{ step-failed: {{ times: 1, wait: 1s }} }}
     with:
       command: |
         echo "attempt $OVERTURE_ATTEMPT"
         test "$OVERTURE_ATTEMPT" = 2
 "#,
+            gate.url()
+        ),
     );
     let deploying = overture.deploy_until(&file, &["deployment "]);
-    let followed = overture.run(&["logs", &deploying.id, "flaky", "--follow"]);
+    let following = overture
+        .command(&["logs", &deploying.id, "flaky", "--follow"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("logs --follow");
+    let database =
+        std::fs::canonicalize(overture.data_dir().join("overture.db")).expect("the database");
+    let start = Instant::now();
+    while !holds_open(following.id(), &database) {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "logs --follow never opened {}",
+            database.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    gate.open();
+    let followed = following.wait_with_output().expect("logs --follow ends");
     assert!(followed.status.success(), "{}", text(&followed.stderr));
     assert_eq!(
         text(&followed.stdout),
@@ -156,4 +185,13 @@ steps:
     );
     let status = overture.json(&["status", &deploying.id, "--json"]);
     assert_eq!(status["steps"]["flaky"]["status"], "succeeded");
+}
+
+/// Whether process `pid` has `file` open.
+fn holds_open(pid: u32, file: &Path) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target == file))
 }
