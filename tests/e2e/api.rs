@@ -83,12 +83,16 @@ impl Server {
         format!("{}{path}", self.url)
     }
 
-    /// Sends SIGTERM, as a service manager stops it, and waits for it to exit within
-    /// `deadline`; returns its exit code (a failure names the signal that ended it instead).
-    pub fn terminate_within(&mut self, deadline: std::time::Duration) -> i32 {
+    /// Sends SIGTERM, as a service manager stops it, without waiting for it to exit.
+    pub fn terminate(&self) {
         let pid = i32::try_from(self.child.id()).expect("pid");
         // SAFETY: signals the child this test started, by its PID; it is not reaped yet.
         assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    }
+
+    /// Waits for it to exit within `deadline`; returns its exit code (a failure names the signal
+    /// that ended it instead).
+    pub fn exited_within(&mut self, deadline: std::time::Duration) -> i32 {
         let start = std::time::Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().expect("the server's state") {

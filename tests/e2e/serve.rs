@@ -10,6 +10,7 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 use crate::api::{code, parsed, streamed_all, Client, Server};
+use crate::http::Gate;
 use crate::local_cloud::LocalCloud;
 use crate::support::{files_containing, text, types, Overture};
 
@@ -580,18 +581,27 @@ async fn sigterm_stops_the_server_gracefully_and_resume_carries_on_what_it_left(
     let (token_file, token) = cloud.token("acme");
     let o = Overture::new();
     let client = Client::new(&token);
-    let blueprint = r#"
+    // `first` runs until its gate opens, which the test does only once the server has taken the
+    // SIGTERM (its port is closed): the step is running when the stop comes, however slow the
+    // machine, and `second` must not start after it ends.
+    let gate = Gate::new();
+    let blueprint = format!(
+        r#"
 name: stopped-gracefully
+egress: ["{}"]
 steps:
   first:
-    run: script
-    with: { command: 'sleep 10; echo first done' }
+    run: http
+    with: {{ url: "{}" }}
   second:
     run: script
     needs: [first]
-    with: { command: 'echo second done' }
-"#;
-    let mut server = Server::start(&o, &cloud.auth_url);
+    with: {{ command: 'echo second done' }}
+"#,
+        gate.address(),
+        gate.url()
+    );
+    let mut server = Server::with_flags(&o, &cloud.auth_url, &["--allow-loopback-egress"]);
     let (status, body) = client
         .post(
             &server.at("/v1/deployments"),
@@ -600,20 +610,23 @@ steps:
         .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     let id = parsed(&body)["id"].as_str().expect("an id").to_owned();
-    client
-        .events(
-            &server.at(&format!("/v1/deployments/{id}/events")),
-            None,
-            |event, data| event == "StepStarted" && data["data"]["step"] == "first",
-        )
-        .await;
+    tokio::task::block_in_place(|| gate.wait_called());
 
     let address = server.url.trim_start_matches("http://").to_owned();
+    server.terminate();
+    let start = std::time::Instant::now();
+    while std::net::TcpStream::connect(&address).is_ok() {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the port is still open after SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    gate.open();
     // The step running finishes first: a generous deadline, never a fixed wait.
-    assert_eq!(server.terminate_within(Duration::from_secs(120)), 0);
-    assert!(
-        std::net::TcpStream::connect(&address).is_err(),
-        "the port is closed"
+    assert_eq!(
+        tokio::task::block_in_place(|| server.exited_within(Duration::from_secs(120))),
+        0
     );
 
     // What ran was recorded as it ended, not cut short; the rest is for `resume`.
