@@ -87,7 +87,7 @@ hosts:
 steps:
   wait:
     run: wait-ssh
-    with: {{ hosts: web, timeout: 30s }}
+    with: {{ hosts: web, timeout: 2m }}
 "#,
             sshd.address()
         ),
@@ -104,7 +104,7 @@ steps:
         .as_str()
         .and_then(|ms| ms.parse().ok())
         .expect("waited_ms");
-    assert!(waited < 30_000);
+    assert!(waited < 120_000);
 }
 
 #[test]
@@ -119,7 +119,7 @@ name: wait-for-two
 steps:
   wait:
     run: wait-ssh
-    with: {{ hosts: ["{}", "{}"], timeout: 30s }}
+    with: {{ hosts: ["{}", "{}"], timeout: 2m }}
   after:
     run: script
     needs: [wait]
@@ -224,7 +224,7 @@ secrets: [bastion]
 hosts:
   hidden: ["{{ secrets.bastion }}"]
 steps:
-  wait: { run: wait-ssh, with: { hosts: hidden, timeout: 20s } }
+  wait: { run: wait-ssh, with: { hosts: hidden, timeout: 2m } }
 "#,
     );
     let (_, status, output) = overture.deploy_with_secret(&file, "bastion", &secret_host);
