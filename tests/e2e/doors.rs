@@ -265,16 +265,8 @@ async fn a_forged_overture_end_is_refused_at_every_door_and_the_real_end_still_c
     let acme = cloud.project_id("acme");
     let overture = Overture::new();
     let gate = Gate::new();
-    let triggers = gated_chain(&overture, &acme, &gate);
-    let server = Server::with_flags(
-        &overture,
-        &cloud.auth_url,
-        &[
-            "--triggers",
-            triggers.to_str().expect("utf-8 path"),
-            "--allow-loopback-egress",
-        ],
-    );
+    let triggers = crate::triggers::gated_chain(&overture, &acme, &gate);
+    let server = crate::triggers::gated_server(&overture, &cloud.auth_url, &triggers);
     let http = reqwest::Client::new();
     let post = |event: &Value| {
         http.post(server.at("/v1/events"))
@@ -377,36 +369,6 @@ async fn a_forged_overture_end_is_refused_at_every_door_and_the_real_end_still_c
         .collect();
     assert_eq!(chained.len(), 1, "{log:#}");
     assert_eq!(chained[0]["decision"], "deployed", "{log:#}");
-}
-
-/// A chain whose first deployment (`slow`, for `tenant`) runs until `gate` opens, then a quick
-/// second one on its success; the trigger file's path. Its server must allow loopback egress.
-fn gated_chain(overture: &Overture, tenant: &str, gate: &Gate) -> std::path::PathBuf {
-    overture.blueprint(
-        "slow.yaml",
-        &format!(
-            "name: slow\negress: [\"{}\"]\nsteps:\n  wait: {{ run: http, with: {{ url: \"{}\" }} }}\n",
-            gate.address(),
-            gate.url()
-        ),
-    );
-    overture.blueprint("quick.yaml", "name: quick\nsteps:\n  done: { run: noop }\n");
-    overture.blueprint(
-        "triggers.yaml",
-        &format!(
-            r#"triggers:
-  - name: slow-on-release
-    on: {{ source: artifacts, type: release.published }}
-    deploy: slow.yaml
-    tenant: {tenant}
-  - name: quick-after-slow
-    on: {{ source: overture, type: deployment.succeeded }}
-    where: {{ "data.blueprint": slow }}
-    deploy: quick.yaml
-    tenant: {tenant}
-"#
-        ),
-    )
 }
 
 /// Looks every 100 ms until `done`, failing the test after two minutes: the server works on its

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 
 use crate::api::Server;
+use crate::http::Gate;
 use crate::support::{text, Overture};
 
 const RELEASE_BLUEPRINT: &str = "name: release\nparams:\n  version: {}\nsteps:\n  \
@@ -336,7 +337,8 @@ async fn events_over_http_deploy_only_into_the_callers_tenant_and_only_once() {
     assert_eq!(overture.events(&ids[0])[0]["data"]["tenant"], acme);
 }
 
-/// A chain whose first deployment takes a while, then a quick second one on its success.
+/// A chain whose first deployment runs until the test lets it end, then a quick second one on
+/// its success.
 const SLOW_CHAIN: &str = r#"triggers:
   - name: slow-on-release
     on: { source: artifacts, type: release.published }
@@ -355,8 +357,9 @@ async fn a_restarted_server_carries_on_the_chains_of_the_deployments_it_resumes(
     let (_, token) = cloud.token("acme");
     let acme = cloud.project_id("acme");
     let overture = Overture::new();
-    let triggers = slow_chain(&overture, &acme, 8);
-    let server = Server::with_triggers(&overture, &cloud.auth_url, &triggers);
+    let gate = Gate::new();
+    let triggers = gated_chain(&overture, &acme, &gate);
+    let server = gated_server(&overture, &cloud.auth_url, &triggers);
     let answer: Value = reqwest::Client::new()
         .post(format!("{}/v1/events", server.url))
         .header("X-Auth-Token", &token)
@@ -377,13 +380,9 @@ async fn a_restarted_server_carries_on_the_chains_of_the_deployments_it_resumes(
         .expect("started")
         .to_owned();
 
-    // The server dies while the slow deployment's step runs, before its end could be delivered.
-    wait_for(|| {
-        overture
-            .events(&slow)
-            .iter()
-            .any(|event| event["type"] == "StepStarted")
-    });
+    // The server dies while the slow deployment's step runs (held by its gate), before its end
+    // could be delivered.
+    gate.wait_called();
     drop(server);
     let log = overture.json(&["triggers", "log", "--json"]);
     assert!(
@@ -394,7 +393,8 @@ async fn a_restarted_server_carries_on_the_chains_of_the_deployments_it_resumes(
         "nothing chained yet: {log:#}"
     );
 
-    let again = Server::with_triggers(&overture, &cloud.auth_url, &triggers);
+    gate.open();
+    let again = gated_server(&overture, &cloud.auth_url, &triggers);
     wait_for(|| overture.deployment_ids().len() == 2);
     let quick = overture
         .deployment_ids()
@@ -424,17 +424,36 @@ async fn a_restarted_server_carries_on_the_chains_of_the_deployments_it_resumes(
         .any(|event| event["type"] == "DeploymentSucceeded"));
 }
 
-/// [`SLOW_CHAIN`] for `tenant`, beside its blueprints (the slow one sleeping `seconds`); the
-/// trigger file's path.
-pub(crate) fn slow_chain(overture: &Overture, tenant: &str, seconds: u32) -> PathBuf {
+/// [`SLOW_CHAIN`] for `tenant`, beside its blueprints (the slow one an `http` step calling
+/// `gate`, so it runs until the test opens it); the trigger file's path. Serve it with
+/// [`gated_server`].
+pub(crate) fn gated_chain(overture: &Overture, tenant: &str, gate: &Gate) -> PathBuf {
     overture.blueprint(
         "slow.yaml",
-        &format!("name: slow\nsteps:\n  wait:\n    run: script\n    with: {{ command: sleep {seconds} }}\n"),
+        &format!(
+            "name: slow\negress: [\"{}\"]\nsteps:\n  wait: {{ run: http, with: {{ url: \"{}\" }} }}\n",
+            gate.address(),
+            gate.url()
+        ),
     );
     overture.blueprint("quick.yaml", "name: quick\nsteps:\n  done: { run: noop }\n");
     overture.blueprint(
         "triggers.yaml",
         &SLOW_CHAIN.replace("tenant: acme", &format!("tenant: {tenant}")),
+    )
+}
+
+/// `overture serve --triggers FILE`, its tenants' steps allowed the loopback ports their
+/// blueprints declare (a [`Gate`]'s).
+pub(crate) fn gated_server(overture: &Overture, auth_url: &str, triggers: &Path) -> Server {
+    Server::with_flags(
+        overture,
+        auth_url,
+        &[
+            "--triggers",
+            triggers.to_str().expect("utf-8 path"),
+            "--allow-loopback-egress",
+        ],
     )
 }
 
