@@ -20,8 +20,9 @@ const SUCCEEDS: &str =
 /// A deployment that fails at once (and so may be redriven).
 const FAILS: &str = "name: stumbles\nsteps:\n  hello:\n    run: script\n    retry: { step-failed: { times: 0 } }\n    with: { command: 'echo trying; exit 3' }\n";
 
-/// A deployment still running while Schemathesis runs (and so may be cancelled).
-const RUNS: &str = "name: lingers\nsteps:\n  hello:\n    run: script\n    with: { command: 'echo waiting; sleep 300' }\n";
+/// A deployment still running while Schemathesis runs (and so may be cancelled), however long
+/// a loaded machine takes for both runs: the test cancels it at its end.
+const RUNS: &str = "name: lingers\nsteps:\n  hello:\n    run: script\n    with: { command: 'echo waiting; sleep 1800' }\n";
 
 /// What Schemathesis is told beyond the document: the name of the steps above, which no answer
 /// lists as a value, and which answers are right although the document cannot say so: a string
