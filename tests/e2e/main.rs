@@ -1,6 +1,10 @@
 //! End-to-end tests of the `overture` program: the real binary, a real SQLite file, real
 //! bubblewrap sandboxes. Each test has its own data directory.
 //!
+//! They must pass on a loaded two-core machine: a test waits on a condition with a deadline of
+//! a minute or two, never for a fixed time; a step that must still run when something happens is
+//! held by an [`http::Gate`] the test opens once it has seen that happen.
+//!
 //! - [`support`]: running the binary, reading its JSON, checking an event history's causality,
 //!   and checking every deployment stream a test leaves behind for a deterministic fold.
 //! - [`deploy`]: deployments that succeed, fail, and fail with a grace period.
@@ -42,7 +46,7 @@
 //!   never run.
 //! - [`ansible`]: the `ansible` kind against a real sshd on loopback, and a closed port.
 //! - [`http`]: `http` steps against a real HTTP server on loopback: retries, statuses, outputs,
-//!   secrets.
+//!   secrets; the [`http::Gate`] other tests hold a step with.
 //! - [`egress`]: an API tenant's `http` steps aimed at the engine host's loopback and at the
 //!   metadata address, refused at once unless the operator allows declared loopback ports.
 //! - [`terraform`]: `terraform` steps with the real terraform (retries on the kept state, outputs,
