@@ -23,8 +23,9 @@ use crate::process::ProcessId;
 /// The sshd binary (Debian's openssh-server).
 pub const SSHD: &str = "/usr/sbin/sshd";
 
-/// How long sshd gets to listen once started. It takes milliseconds; this bounds a broken one.
-const SSHD_READY_LIMIT: Duration = Duration::from_secs(10);
+/// How long sshd gets to listen once started. It takes milliseconds; this bounds a broken one,
+/// and is wide enough that a machine busy with many servers booting at once never reaches it.
+const SSHD_READY_LIMIT: Duration = Duration::from_secs(60);
 
 /// Where the server's sshd finds its configuration and host key, inside the server's `/run`.
 const CONFIG_DIR: &str = "/run/overture";
