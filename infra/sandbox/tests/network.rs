@@ -95,7 +95,12 @@ fn pasta_processes(root: &TempDir) -> Vec<String> {
         .flatten()
         .filter_map(|entry| std::fs::read(entry.path().join("cmdline")).ok())
         .map(|line| String::from_utf8_lossy(&line).replace('\0', " "))
-        .filter(|line| line.starts_with("pasta") && line.contains(&marker))
+        // The sandbox runs pasta by the path it found on PATH: match the program's name.
+        .filter(|line| {
+            let program = line.split(' ').next().unwrap_or_default();
+            std::path::Path::new(program).file_name() == Some("pasta".as_ref())
+                && line.contains(&marker)
+        })
         .collect()
 }
 
