@@ -208,6 +208,7 @@ impl Recorder {
                 attempt: 1,
                 sandbox,
                 lease_until: None,
+                fingerprint: None,
             };
             events.push(self.record(RUNNER, &started));
             events.push(self.step_succeeded(&step.name));

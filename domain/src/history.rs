@@ -228,6 +228,7 @@ mod tests {
                 attempt: 1,
                 sandbox: "s".into(),
                 lease_until: None,
+                fingerprint: None,
             },
         ];
         let seen = Cell::new(0);

@@ -6,6 +6,7 @@
 //! - [`text`]: the name rule (blueprints, steps, tenants) and escaping user text for display.
 //! - [`graph`]: the workflow DAG: cycles, ancestry, drawings.
 //! - [`retry`]: the retry policy per error class.
+//! - [`fingerprint`]: a step attempt's inputs, one digest each, and which of them changed.
 //! - [`deployment`]: the Deployment aggregate (commands, events, state) and the [`deployment::actions`]
 //!   its state calls for; its steps ([`deployment::Steps`]) are kept in `steps`, shared between
 //!   clones and indexed so that no command looks at every step.
@@ -32,6 +33,7 @@ pub mod blueprint;
 pub mod deployment;
 pub mod duration;
 pub mod egress;
+pub mod fingerprint;
 pub mod graph;
 pub mod history;
 pub mod host_keys;

@@ -93,12 +93,14 @@ fn history(id: DeploymentId, tenant: &str, ending: E) -> Vec<Envelope> {
             attempt: 1,
             sandbox: "s".into(),
             lease_until: None,
+            fingerprint: None,
         },
         E::StepStarted {
             step: "b".into(),
             attempt: 1,
             sandbox: "s".into(),
             lease_until: None,
+            fingerprint: None,
         },
         E::StepSucceeded {
             step: "a".into(),
@@ -475,6 +477,7 @@ fn a_step_awaiting_services_and_a_rerun_of_a_watching_step_show_in_the_views() {
         attempt,
         sandbox: "s".into(),
         lease_until: None,
+        fingerprint: None,
     };
     let succeeded = |step: &str, attempt| E::StepSucceeded {
         step: step.into(),

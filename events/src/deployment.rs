@@ -109,6 +109,11 @@ deployment_events! {
             /// Events recorded before leases existed have none.
             #[serde(default, skip_serializing_if = "Option::is_none")]
             lease_until: Option<Timestamp>,
+            /// What the attempt runs with: a digest of each of its inputs (settings, files,
+            /// parameters, upstream outputs, service members, kind, limits), never a secret's
+            /// value. Events recorded before fingerprints have none: their inputs are unknown.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            fingerprint: Option<crate::InputFingerprint>,
         },
         /// An attempt succeeded; the step is done.
         StepSucceeded {

@@ -5,6 +5,7 @@
 //! - [`chain`]: the hash chain that makes each stream tamper-evident, and its check.
 //! - [`blueprint`]: the blueprint snapshot a deployment records when it is requested.
 //! - [`deployment`]: the events of a deployment, with their stable type strings.
+//! - [`fingerprint`]: the fingerprint of a step attempt's inputs.
 //! - [`job`]: the bodies of the jobs on the step-and-timer queue.
 //! - [`limits`]: what one attempt of a step may use of the machine.
 //!
@@ -15,6 +16,7 @@ pub mod blueprint;
 pub mod chain;
 pub mod deployment;
 pub mod envelope;
+pub mod fingerprint;
 pub mod ids;
 pub mod job;
 pub mod limits;
@@ -26,6 +28,7 @@ pub use blueprint::{
 pub use deployment::DeploymentEvent;
 pub use deployment::{CloudAccount, HostKeySource, PinnedHostKey, ServiceShortfall, TriggeredBy};
 pub use envelope::{Envelope, LogEntry, Metadata};
+pub use fingerprint::InputFingerprint;
 pub use ids::{DeploymentId, ParseIdError};
 pub use limits::StepLimits;
 

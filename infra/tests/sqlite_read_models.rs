@@ -70,6 +70,7 @@ mod rebuild {
                     attempt: 1,
                     sandbox: "s".into(),
                     lease_until: None,
+                    fingerprint: None,
                 });
                 events.push(DeploymentEvent::StepAttemptFailed {
                     step: step.into(),
@@ -98,6 +99,7 @@ mod rebuild {
                 attempt,
                 sandbox: "s".into(),
                 lease_until: None,
+                fingerprint: None,
             });
             events.push(DeploymentEvent::StepSucceeded {
                 step: step.into(),

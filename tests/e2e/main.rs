@@ -12,6 +12,7 @@
 //!   each printing and exiting by its own deployment's recorded outcome; no rebuild of the read
 //!   models under a running deploy.
 //! - [`events`]: `overture events`, the timeline of a retried failure, and its filters.
+//! - [`fingerprints`]: each attempt's fingerprint of its inputs, the same for the same inputs.
 //! - [`history`]: `status --at` and `graph --at`, a deployment as it stood at each revision and
 //!   instant.
 //! - [`logs`]: every attempt's output, masked, shown and followed by `overture logs`.
@@ -79,6 +80,7 @@ mod doors;
 mod egress;
 mod engine;
 mod events;
+mod fingerprints;
 mod history;
 mod http;
 mod input;

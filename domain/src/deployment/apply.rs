@@ -83,17 +83,7 @@ impl Deployment {
             | E::ServiceRegistered { .. }
             | E::ServiceDeregistered { .. } => services_changed(&mut state, event),
             E::StepRerunRequested { step, .. } => rerun(&mut state, &step),
-            E::StepStarted {
-                step, lease_until, ..
-            } => state.steps.update(&step, |s| {
-                s.status = StepStatus::Running;
-                s.not_before = None;
-                s.lease_until = lease_until;
-            }),
-            E::StepSucceeded { step, outputs, .. } => state.steps.update(&step, |s| {
-                s.status = StepStatus::Succeeded;
-                s.outputs = outputs;
-            }),
+            E::StepStarted { .. } | E::StepSucceeded { .. } => attempt_moved(&mut state, event),
             E::StepAttemptFailed { .. } | E::StepJobDeadLettered { .. } => {}
             E::StepFailed {
                 step,
@@ -155,6 +145,8 @@ fn requested(
         first_attempt: 1,
         awaiting: None,
         services: BTreeMap::new(),
+        started_fingerprint: None,
+        fingerprint: None,
     };
     state.steps = Steps::new(&blueprint, &fresh);
     state.tenant = tenant;
@@ -180,6 +172,29 @@ fn scheduled(state: &mut DeploymentState, step: &str, attempt: u32, not_before: 
         s.not_before = Some(not_before);
         s.awaiting = None;
     });
+}
+
+/// An attempt started, or succeeded: a success keeps what its attempt ran with as the step's.
+fn attempt_moved(state: &mut DeploymentState, event: DeploymentEvent) {
+    match event {
+        DeploymentEvent::StepStarted {
+            step,
+            lease_until,
+            fingerprint,
+            ..
+        } => state.steps.update(&step, |s| {
+            s.status = StepStatus::Running;
+            s.not_before = None;
+            s.lease_until = lease_until;
+            s.started_fingerprint = fingerprint;
+        }),
+        DeploymentEvent::StepSucceeded { step, outputs, .. } => state.steps.update(&step, |s| {
+            s.status = StepStatus::Succeeded;
+            s.outputs = outputs;
+            s.fingerprint = s.started_fingerprint.clone();
+        }),
+        _ => {}
+    }
 }
 
 /// A watching step runs again as a new run; a deployment that had succeeded runs again.

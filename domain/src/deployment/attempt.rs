@@ -32,7 +32,9 @@ pub(super) fn start(
             not_before,
         });
     }
-    let timeout = state.spec(&step).map_or(0, |spec| spec.timeout_ms);
+    let spec = state.spec(&step);
+    let timeout = spec.map_or(0, |spec| spec.timeout_ms);
+    let fingerprint = spec.map(|spec| crate::fingerprint::of_attempt(state, spec));
     // A timeout beyond what an instant can hold leaves the attempt without a lease.
     let lease_until = i64::try_from(timeout)
         .ok()
@@ -44,6 +46,7 @@ pub(super) fn start(
         attempt,
         sandbox,
         lease_until,
+        fingerprint,
     }])
 }
 

@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use overture_events::{
-    BlueprintSnapshot, CloudAccount, HostKeySource, PinnedHostKey, ServiceShortfall, StepSpec,
-    Timestamp, TriggeredBy,
+    BlueprintSnapshot, CloudAccount, HostKeySource, InputFingerprint, PinnedHostKey,
+    ServiceShortfall, StepSpec, Timestamp, TriggeredBy,
 };
 use serde::{Deserialize, Serialize};
 
@@ -77,6 +77,11 @@ pub struct StepState {
     pub awaiting: Option<(Timestamp, Vec<ServiceShortfall>)>,
     /// The members of each service its attempts see (`ServicesResolved`).
     pub services: BTreeMap<String, Vec<String>>,
+    /// What its current (or last) attempt ran with; `None` when recorded before fingerprints.
+    pub started_fingerprint: Option<InputFingerprint>,
+    /// What its last succeeded attempt ran with; `None` when unknown (none succeeded, or it
+    /// was recorded before fingerprints).
+    pub fingerprint: Option<InputFingerprint>,
 }
 
 /// How a finished deployment ended.

@@ -79,6 +79,7 @@ pub fn started(step: &str, attempt: u32) -> E {
         attempt,
         sandbox: format!("{step}-{attempt}"),
         lease_until: None,
+        fingerprint: None,
     }
 }
 
@@ -89,6 +90,7 @@ pub fn started_until(step: &str, attempt: u32, lease_until: Timestamp) -> E {
         attempt,
         sandbox: format!("{step}-{attempt}"),
         lease_until: Some(lease_until),
+        fingerprint: None,
     }
 }
 

@@ -5,9 +5,21 @@ use super::shop::*;
 #[test]
 fn an_attempt_starts_only_when_scheduled_and_due() {
     let history = [requested(), scheduled("build", 1, 10)];
+    let mut decided = given(history.clone())
+        .when(start("build", 1, 10))
+        .expect("started");
+    let Some(E::StepStarted { fingerprint, .. }) = decided.first_mut() else {
+        panic!("a start: {decided:?}");
+    };
+    assert!(
+        fingerprint
+            .take()
+            .is_some_and(|f| f.parts.contains_key("kind")),
+        "the start records what the attempt runs with"
+    );
     assert_eq!(
-        given(history.clone()).when(start("build", 1, 10)),
-        Ok(vec![started_at("build", 1, 10)]),
+        decided,
+        vec![started_at("build", 1, 10)],
         "its lease lasts its timeout (10 min) and a minute"
     );
     given(history.clone())
@@ -48,4 +60,45 @@ fn a_success_is_recorded_once() {
             step: "lint".into(),
             attempt: 1,
         });
+}
+
+#[test]
+fn the_state_keeps_what_the_last_succeeded_attempt_ran_with() {
+    let mut history = vec![requested(), scheduled("build", 1, 10)];
+    history.extend(
+        given(history.clone())
+            .when(start("build", 1, 10))
+            .expect("started"),
+    );
+    let Some(E::StepStarted { fingerprint, .. }) = history.last().cloned() else {
+        panic!("a start: {history:?}");
+    };
+    let running = given(history.clone());
+    assert_eq!(
+        running.state().steps["build"].started_fingerprint,
+        fingerprint
+    );
+    assert_eq!(
+        running.state().steps["build"].fingerprint,
+        None,
+        "none succeeded yet"
+    );
+
+    history.push(succeeded("build", 1));
+    assert!(fingerprint.is_some());
+    assert_eq!(
+        given(history).state().steps["build"].fingerprint,
+        fingerprint
+    );
+}
+
+#[test]
+fn an_attempt_recorded_before_fingerprints_leaves_what_the_step_ran_with_unknown() {
+    let history = [
+        requested(),
+        scheduled("build", 1, 10),
+        started("build", 1),
+        succeeded("build", 1),
+    ];
+    assert_eq!(given(history).state().steps["build"].fingerprint, None);
 }

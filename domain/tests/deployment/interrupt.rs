@@ -112,6 +112,7 @@ fn an_attempt_recorded_before_leases_existed_may_be_interrupted_at_once() {
         attempt: 1,
         sandbox: "old".into(),
         lease_until: None,
+        fingerprint: None,
     });
     assert!(given(history)
         .when(interrupt("package", 1, Interruption::LeaseExpired, 3))

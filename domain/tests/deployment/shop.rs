@@ -45,6 +45,7 @@ pub fn started_at(step: &str, attempt: u32, at: i64) -> E {
         attempt,
         sandbox: format!("{step}-{attempt}"),
         lease_until: Some(t(at + 600 + 60)),
+        fingerprint: None,
     }
 }
 

@@ -99,6 +99,7 @@ async fn fail(log: &MemoryLog, id: DeploymentId) {
             attempt: 1,
             sandbox: "greet-1".into(),
             lease_until: None,
+            fingerprint: None,
         },
         E::StepAttemptFailed {
             step: "greet".into(),

@@ -60,6 +60,7 @@ pub fn ended(tenant: &str) -> Vec<DeploymentEvent> {
             attempt: 1,
             sandbox: "sandbox-1".into(),
             lease_until: None,
+            fingerprint: None,
         },
         DeploymentEvent::StepSucceeded {
             step: "build".into(),

@@ -56,6 +56,7 @@ fn succeeded(tenant: &str) -> Vec<DeploymentEvent> {
             attempt: 1,
             sandbox: "sandbox-1".into(),
             lease_until: None,
+            fingerprint: None,
         },
         DeploymentEvent::StepSucceeded {
             step: "build".into(),

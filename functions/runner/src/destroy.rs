@@ -345,6 +345,7 @@ mod tests {
             attempt: 1,
             sandbox: "s".into(),
             lease_until: None,
+            fingerprint: None,
         };
         let scheduled = |step: &str| DeploymentEvent::StepScheduled {
             step: step.into(),

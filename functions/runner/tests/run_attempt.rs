@@ -471,6 +471,36 @@ async fn a_step_runs_the_files_it_fetched_by_the_recorded_hash() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn an_attempt_s_start_records_the_fingerprint_of_what_it_runs_with() {
+    let (blueprint, payloads, sha256) = terraform_blueprint().await;
+    let fixture = Fixture::with(Sandbox::Exits(0, ""), blueprint, payloads).await;
+    fixture.run().await;
+    let events = fixture.events();
+    let Some(E::StepStarted {
+        fingerprint: Some(fingerprint),
+        ..
+    }) = events.get(2)
+    else {
+        panic!("the start carries a fingerprint: {events:?}");
+    };
+    assert_eq!(fingerprint.parts["files.infra/main.tf"], sha256);
+    for part in ["kind", "settings", "limits"] {
+        assert!(
+            fingerprint.parts.contains_key(part),
+            "{part}: {fingerprint:?}"
+        );
+    }
+    let state = fixture
+        .log
+        .load(fixture.deployment)
+        .await
+        .expect("load")
+        .state;
+    let step = &state.steps["build"];
+    assert_eq!(step.started_fingerprint.as_ref(), Some(fingerprint));
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_deployment_recorded_with_its_files_inline_runs_them_as_recorded() {
     // As recorded before the payload store: the text in `files`, nothing in the store.
     let mut blueprint =

@@ -284,6 +284,7 @@ async fn a_duplicate_delivered_while_its_attempt_runs_comes_back_when_the_lease_
         attempt: 1,
         sandbox: "elsewhere".into(),
         lease_until: Some(at("10:05:00")),
+        fingerprint: None,
     };
     let log = scheduled(&[deployment(1)], &[started]).await;
     let sandbox = sandbox(Duration::from_secs(1));

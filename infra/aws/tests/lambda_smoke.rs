@@ -365,12 +365,14 @@ async fn past_its_grace_deadline(log: &DynamoDeployments) -> DeploymentId {
             attempt: 1,
             sandbox: "build-1".into(),
             lease_until: Some(now + chrono::TimeDelta::minutes(10)),
+            fingerprint: None,
         },
         DeploymentEvent::StepStarted {
             step: step("lint"),
             attempt: 1,
             sandbox: "lint-1".into(),
             lease_until: Some(now + chrono::TimeDelta::minutes(10)),
+            fingerprint: None,
         },
         DeploymentEvent::StepAttemptFailed {
             step: step("lint"),

@@ -458,6 +458,7 @@ mod tests {
                 attempt: 1,
                 sandbox: "s".into(),
                 lease_until: None,
+                fingerprint: None,
             },
             DeploymentEvent::StepSucceeded {
                 step: "only".into(),

@@ -278,6 +278,7 @@ mod tests {
                     attempt: 1,
                     sandbox: "sb-1".into(),
                     lease_until: None,
+                    fingerprint: None,
                 },
             ),
             ("runner", 1_234, failed("publish", 1, message)),
@@ -300,6 +301,7 @@ mod tests {
                     attempt: 2,
                     sandbox: "sb-2".into(),
                     lease_until: None,
+                    fingerprint: None,
                 },
             ),
             (

@@ -175,6 +175,7 @@ fn deployment_of(
             attempt: 1,
             sandbox: "sandbox-a".into(),
             lease_until: None,
+            fingerprint: None,
         },
         DeploymentEvent::StepSucceeded {
             step: "a".into(),
