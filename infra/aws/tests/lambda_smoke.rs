@@ -799,6 +799,22 @@ async fn the_runner_lambda_runs_a_steps_attempt_from_its_job_message() {
         types.iter().any(|t| t == "StepSucceeded"),
         "the attempt's success is recorded: {types:?}"
     );
+    let events = stack
+        .log
+        .read_stream(stack.deployment, 0)
+        .await
+        .expect("read");
+    let started = events
+        .iter()
+        .find(|e| e.event_type == "StepStarted")
+        .expect("started");
+    let fingerprint = &started.data["fingerprint"];
+    assert!(
+        fingerprint["hash"].as_str().is_some_and(|h| h.len() == 64)
+            && fingerprint["parts"]["settings"].is_string(),
+        "the start records what the attempt runs with: {}",
+        started.data
+    );
     let output = S3AttemptLogs::new(stack.s3.clone(), PAYLOADS)
         .read(stack.deployment, "build", AttemptLog::Attempt(1))
         .await
