@@ -173,6 +173,7 @@ impl Recorder {
             blueprint_hash: parsed.hash.clone(),
             params,
             cloud: None,
+            name: None,
         };
         let mut events = vec![self.record(REQUESTED_BY, &requested)];
         if !parsed.snapshot.secrets.is_empty() {

@@ -217,6 +217,7 @@ mod tests {
                 blueprint_hash: "h".into(),
                 params: Default::default(),
                 cloud: None,
+                name: None,
             },
             DeploymentEvent::StepScheduled {
                 step: "a".into(),

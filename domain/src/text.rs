@@ -2,6 +2,7 @@
 //!
 //! - [`check_name`]: the one rule for blueprint names, step names, host groups and tenants given
 //!   with `--tenant` ([`NAME_RULE`]).
+//! - [`check_deployment_name`]: a deployment's name, the same rule, and never an id's shape.
 //! - [`check_project_name`]: the looser rule for a tenant that is a cloud project's name, which
 //!   the cloud chose and this engine cannot rename.
 //! - [`escaped`]: user text made safe to print, so an error quoting it cannot move the cursor,
@@ -37,6 +38,9 @@ pub enum NameError {
     /// A cloud project name that cannot label a tenant safely.
     #[error("`{}` {}", escaped(.0), .1)]
     Project(String, &'static str),
+    /// A deployment's name shaped like a deployment id, which it would be taken for.
+    #[error("`{}` has the shape of a deployment id; a deployment's name must not, or it could be taken for one", escaped(.0))]
+    IdShaped(String),
 }
 
 /// Checks a name: [`NAME_RULE`].
@@ -56,6 +60,16 @@ pub fn check_name(text: &str) -> Result<(), NameError> {
     let length = text.chars().count();
     if length > MAX_NAME {
         return Err(NameError::TooLong(length, MAX_NAME));
+    }
+    Ok(())
+}
+
+/// Checks a deployment's name (`deploy --name`): [`NAME_RULE`], and not the shape of a
+/// deployment id, so that a name and an id given where either is taken never collide.
+pub fn check_deployment_name(text: &str) -> Result<(), NameError> {
+    check_name(text)?;
+    if text.parse::<overture_events::DeploymentId>().is_ok() {
+        return Err(NameError::IdShaped(text.to_owned()));
     }
     Ok(())
 }

@@ -49,6 +49,7 @@ fn requested(tenant: &str, blueprint: BlueprintSnapshot) -> E {
         blueprint_hash: "h".into(),
         params: BTreeMap::new(),
         cloud: None,
+        name: None,
     }
 }
 

@@ -45,6 +45,7 @@ fn old_records(id: DeploymentId, project_id: &str) -> Vec<Envelope> {
             blueprint_hash: "h".into(),
             params: BTreeMap::new(),
             cloud: Some(old_account(project_id)),
+            name: None,
         },
         E::ServiceRegistered {
             service: "app".into(),

@@ -78,6 +78,10 @@ deployment_events! {
             /// The trigger and the event that started it, when a trigger did.
             #[serde(default, skip_serializing_if = "Option::is_none")]
             triggered_by: Option<TriggeredBy>,
+            /// The name the user gave it (`--name`), unique among its tenant's deployments
+            /// that are not destroyed; none when it was given none.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            name: Option<String>,
         },
         /// The deployment's secrets were sealed; this carries references, never values.
         CredentialsSealed {

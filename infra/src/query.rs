@@ -89,4 +89,25 @@ impl QueryDeployments for EmbeddedQueries {
     async fn service_instances(&self, tenant: &str) -> Result<Vec<RegisteredInstance>, QueryError> {
         Ok(self.read_models.service_instances(tenant).await?)
     }
+
+    /// In one tenant, from the names the log claims with each request: the holder as the
+    /// log has it, not as far as the read models have folded.
+    async fn named(
+        &self,
+        tenant: Option<&str>,
+        name: &str,
+    ) -> Result<Vec<DeploymentView>, QueryError> {
+        let Some(tenant) = tenant else {
+            let filter = DeploymentFilter::default();
+            let mut views = self.list(&filter).await?;
+            views.retain(|view| view.name.as_deref() == Some(name) && !view.is_destroyed());
+            return Ok(views);
+        };
+        let Some(stream) = self.log.named(tenant, name).await.map_err(from_log)? else {
+            return Ok(vec![]);
+        };
+        let id = DeploymentId::from_stream(&stream)
+            .map_err(|error| QueryError::Corrupt(Box::new(error)))?;
+        Ok(self.deployment(id).await?.into_iter().collect())
+    }
 }

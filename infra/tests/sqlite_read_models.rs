@@ -61,6 +61,7 @@ mod rebuild {
             blueprint_hash: "0".repeat(64),
             params: BTreeMap::new(),
             cloud: None,
+            name: None,
         }];
         for step in ["c", "a", "b"] {
             if !succeeds && step == "a" {

@@ -98,7 +98,12 @@ fn unknown_deployments_are_refused() {
     assert_refused(
         &overture,
         &["status", "not-an-id"],
-        &["not a deployment id"],
+        &["no live deployment named `not-an-id` in tenant `default`"],
+    );
+    assert_refused(
+        &overture,
+        &["status", "Not_An_Id"],
+        &["neither a deployment id", "nor a deployment's name"],
     );
     assert_refused(
         &overture,

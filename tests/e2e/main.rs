@@ -89,6 +89,7 @@ mod limits;
 mod local_cloud;
 mod logs;
 mod masking;
+mod names;
 mod pipe;
 mod portable;
 mod privilege;

@@ -81,7 +81,7 @@ pub const CARD: &[EventCard] = &[
         event: "DeploymentRequested",
         commands: &["Request"],
         reactions: &[],
-        read_model: Some("starts the view, every step pending; counts it in the tenant's summary; registers the services its steps take an interest in"),
+        read_model: Some("starts the view, with its name, every step pending; counts it in the tenant's summary; registers the services its steps take an interest in"),
     },
     EventCard {
         event: "CredentialsSealed",

@@ -27,6 +27,8 @@ pub enum DeploymentCommand {
         sealed: Option<SealedCredentials>,
         /// The trigger and event that asked, when a trigger did.
         triggered_by: Option<TriggeredBy>,
+        /// The name the user gave the deployment, when one was given.
+        name: Option<String>,
     },
     /// Move on: schedule steps whose needs succeeded, abandon at a passed deadline, finish.
     /// Steps that see services are left to [`DeploymentCommand::ObserveServices`].

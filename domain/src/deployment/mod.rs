@@ -71,6 +71,7 @@ impl Deployment {
                 cloud,
                 sealed,
                 triggered_by,
+                name,
             } => request::request(request::Request {
                 tenant,
                 requested_by,
@@ -82,6 +83,7 @@ impl Deployment {
                 cloud,
                 sealed,
                 triggered_by,
+                name,
             }),
             C::Advance { now } => Ok(advance::advance(state, now)),
             C::ObserveServices { now, others } => {

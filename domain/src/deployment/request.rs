@@ -19,6 +19,7 @@ pub(super) struct Request {
     pub cloud: Option<CloudAccount>,
     pub sealed: Option<SealedCredentials>,
     pub triggered_by: Option<TriggeredBy>,
+    pub name: Option<String>,
 }
 
 /// The request's events, or the problems that keep the engine from running it.
@@ -34,6 +35,7 @@ pub(super) fn request(request: Request) -> Result<Vec<DeploymentEvent>, Deployme
         cloud,
         sealed,
         triggered_by,
+        name,
     } = request;
     let mut problems = crate::blueprint::recorded_problems(&blueprint);
     problems.extend(params.iter().filter_map(|(name, value)| {
@@ -42,6 +44,12 @@ pub(super) fn request(request: Request) -> Result<Vec<DeploymentEvent>, Deployme
             problem: format!("the value {}", crate::inputs::nul_problem(value)?),
         })
     }));
+    if let Some(Err(error)) = name.as_deref().map(crate::text::check_deployment_name) {
+        problems.push(crate::blueprint::BlueprintProblem {
+            field: "name".into(),
+            problem: error.to_string(),
+        });
+    }
     if !problems.is_empty() {
         return Err(DeploymentError::Unrunnable(
             crate::blueprint::BlueprintError(problems),
@@ -57,6 +65,7 @@ pub(super) fn request(request: Request) -> Result<Vec<DeploymentEvent>, Deployme
         params,
         cloud,
         triggered_by,
+        name,
     };
     let sealed = sealed.map(credentials_sealed);
     Ok(std::iter::once(requested).chain(sealed).collect())

@@ -25,6 +25,8 @@ pub enum Change {
         steps: Vec<String>,
         /// The services its steps require or watch: whether some step watches each.
         services: BTreeMap<String, bool>,
+        /// The name the user gave it, if any.
+        name: Option<String>,
     },
     /// `StepScheduled`.
     StepScheduled {
@@ -168,8 +170,10 @@ impl From<DeploymentEvent> for Change {
                 tenant,
                 blueprint,
                 cloud,
+                name,
                 ..
             } => Change::Requested {
+                name,
                 tenant: tenant_of(&tenant, cloud.as_ref()).to_owned(),
                 project: ProjectLabel::of(cloud.as_ref()),
                 services: services_of(blueprint.steps.iter().map(|s| {

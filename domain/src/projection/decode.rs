@@ -111,6 +111,8 @@ struct RequestedFields {
     #[serde(default)]
     cloud: Option<CloudAccount>,
     blueprint: BlueprintFields,
+    #[serde(default)]
+    name: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -137,6 +139,7 @@ impl From<RequestedFields> for Change {
     fn from(fields: RequestedFields) -> Self {
         let steps = &fields.blueprint.steps;
         Change::Requested {
+            name: fields.name,
             tenant: tenant_of(&fields.tenant, fields.cloud.as_ref()).to_owned(),
             project: ProjectLabel::of(fields.cloud.as_ref()),
             services: services_of(steps.iter().map(|s| {

@@ -132,6 +132,7 @@ fn start(
         blueprint,
         steps,
         services,
+        name,
     } = change
     else {
         return false;
@@ -157,6 +158,7 @@ fn start(
     projected.view = Some(DeploymentView {
         id,
         tenant,
+        name,
         project,
         blueprint,
         status: DeploymentStatus::Running,

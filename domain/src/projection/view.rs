@@ -70,6 +70,9 @@ pub struct DeploymentView {
     /// Its tenant: the cloud project's id ([`crate::tenancy`]), or the name a deployment made
     /// without a token was given.
     pub tenant: String,
+    /// The name the user gave it (`deploy --name`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     /// The project the tenant id stands for, for people; none without a cloud account.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub project: Option<ProjectLabel>,
@@ -108,6 +111,9 @@ pub struct Header {
     /// Its tenant: the cloud project's id ([`crate::tenancy`]), or the name a deployment made
     /// without a token was given.
     pub tenant: String,
+    /// The name the user gave it (`deploy --name`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     /// The project the tenant id stands for, for people; none without a cloud account.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub project: Option<ProjectLabel>,
@@ -140,6 +146,7 @@ impl Header {
         DeploymentView {
             id: self.id,
             tenant: self.tenant,
+            name: self.name,
             project: self.project,
             blueprint: self.blueprint,
             status: self.status,
@@ -155,11 +162,19 @@ impl Header {
 }
 
 impl DeploymentView {
+    /// Whether `overture destroy` has torn it down to the end (which frees its name).
+    pub fn is_destroyed(&self) -> bool {
+        self.destroy
+            .as_ref()
+            .is_some_and(|destroy| destroy.status == DestroyStatus::Destroyed)
+    }
+
     /// Its header: everything but the steps (small, whatever the deployment's size).
     pub fn header(&self) -> Header {
         Header {
             id: self.id,
             tenant: self.tenant.clone(),
+            name: self.name.clone(),
             project: self.project.clone(),
             blueprint: self.blueprint.clone(),
             status: self.status,

@@ -35,6 +35,7 @@ pub fn requested(source: &str, blueprint: BlueprintSnapshot) -> E {
         blueprint_hash: "h".into(),
         params: BTreeMap::new(),
         cloud: None,
+        name: None,
     }
 }
 
@@ -60,6 +61,7 @@ pub fn request_from(
         params: BTreeMap::new(),
         cloud: None,
         sealed,
+        name: None,
     }
 }
 

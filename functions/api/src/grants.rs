@@ -110,6 +110,7 @@ mod tests {
                     blueprint_hash: "h".into(),
                     params: Default::default(),
                     cloud: None,
+                    name: None,
                 },
             ),
             (

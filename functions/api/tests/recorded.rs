@@ -82,6 +82,7 @@ fn submission(text: &str) -> Submission {
         files: BTreeMap::new(),
         cloud: None,
         triggered_by: None,
+        name: None,
     }
 }
 

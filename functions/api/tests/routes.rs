@@ -505,3 +505,82 @@ async fn a_method_a_route_does_not_take_answers_405_in_json() {
     assert_eq!(answer.status, StatusCode::METHOD_NOT_ALLOWED);
     assert_eq!(answer.body["code"], "method_not_allowed");
 }
+
+#[tokio::test]
+async fn a_deployment_is_found_by_its_name_by_its_own_tenant_only() {
+    let app = app();
+    let started = send(
+        &app,
+        Method::POST,
+        "/v1/deployments",
+        Some(ACME),
+        Some(json!({ "blueprint": HELLO, "name": "prod-web" })),
+    )
+    .await;
+    assert_eq!(started.status, StatusCode::CREATED, "{}", started.body);
+    assert_eq!(started.body["name"], "prod-web");
+    let id = started.body["id"].as_str().expect("an id").to_owned();
+
+    let own = get(&app, "/v1/deployments/prod-web", ACME).await;
+    assert_eq!(own.status, StatusCode::OK, "{}", own.body);
+    assert_eq!(own.body["id"], id);
+    let events = get(&app, "/v1/deployments/prod-web/events", ACME).await;
+    assert_eq!(events.status, StatusCode::OK, "{}", events.body);
+    let listed = get(&app, "/v1/deployments", ACME).await;
+    assert_eq!(listed.body[0]["name"], "prod-web", "{}", listed.body);
+
+    // Another tenant's name is as unknown as another tenant's id.
+    for uri in [
+        "/v1/deployments/prod-web",
+        "/v1/deployments/prod-web/events",
+    ] {
+        let answer = get(&app, uri, GLOBEX).await;
+        assert_eq!(
+            answer.status,
+            StatusCode::NOT_FOUND,
+            "{uri}: {}",
+            answer.body
+        );
+        assert_eq!(answer.body["message"], "no deployment prod-web");
+    }
+    let theirs = send(
+        &app,
+        Method::POST,
+        "/v1/deployments/prod-web/cancel",
+        Some(GLOBEX),
+        None,
+    )
+    .await;
+    assert_eq!(theirs.status, StatusCode::NOT_FOUND, "{}", theirs.body);
+
+    let cancelled = send(
+        &app,
+        Method::POST,
+        "/v1/deployments/prod-web/cancel",
+        Some(ACME),
+        None,
+    )
+    .await;
+    assert_eq!(cancelled.status, StatusCode::ACCEPTED, "{}", cancelled.body);
+    assert_eq!(cancelled.body["id"], id);
+
+    // A name against the rule is refused, naming the field; nothing is recorded.
+    let bad = send(
+        &app,
+        Method::POST,
+        "/v1/deployments",
+        Some(ACME),
+        Some(json!({ "blueprint": HELLO, "name": "Prod Web" })),
+    )
+    .await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST, "{}", bad.body);
+    assert_eq!(bad.body["problems"][0]["field"], "name", "{}", bad.body);
+    assert_eq!(
+        get(&app, "/v1/deployments", ACME)
+            .await
+            .body
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
+}

@@ -69,6 +69,7 @@ fn requested() -> DeploymentEvent {
         blueprint_hash: "0".repeat(64),
         params: BTreeMap::new(),
         cloud: None,
+        name: None,
     }
 }
 
@@ -270,6 +271,7 @@ pub async fn esrs_commands_are_recorded_in_the_log_and_conflicts_are_typed<L: Lo
             params: BTreeMap::new(),
             cloud: None,
             sealed: None,
+            name: None,
         }
     };
 

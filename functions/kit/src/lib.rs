@@ -124,6 +124,18 @@ pub enum LogError {
         deployment: DeploymentId,
         reason: String,
     },
+    /// The request names the deployment with a name another deployment of the tenant holds
+    /// (one not destroyed): nothing was recorded, and asking again will not help until that
+    /// one is destroyed.
+    #[error(
+        "tenant `{tenant}` already has a deployment named `{name}` that is not destroyed: {holder}; \
+         choose another name, or destroy {holder} first"
+    )]
+    NameTaken {
+        tenant: String,
+        name: String,
+        holder: DeploymentId,
+    },
     /// The log could not be read or written.
     #[error("the event log failed: {0}")]
     Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -132,7 +144,7 @@ pub enum LogError {
 impl LogError {
     /// Whether trying the same call again later may succeed.
     pub const fn is_retryable(&self) -> bool {
-        !matches!(self, LogError::TooLarge { .. })
+        !matches!(self, LogError::TooLarge { .. } | LogError::NameTaken { .. })
     }
 }
 

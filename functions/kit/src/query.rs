@@ -85,6 +85,23 @@ pub trait QueryDeployments: Send + Sync {
         log: AttemptLog,
     ) -> Result<Option<Vec<u8>>, QueryError>;
 
+    /// The deployments named `name` that are not destroyed, of `tenant` (of every tenant the
+    /// caller sees, when none), by id; at most one per tenant, as the log keeps names unique
+    /// among a tenant's deployments that are not destroyed.
+    async fn named(
+        &self,
+        tenant: Option<&str>,
+        name: &str,
+    ) -> Result<Vec<DeploymentView>, QueryError> {
+        let filter = DeploymentFilter {
+            tenant: tenant.map(str::to_owned),
+            status: None,
+        };
+        let mut views = self.list(&filter).await?;
+        views.retain(|view| view.name.as_deref() == Some(name) && !view.is_destroyed());
+        Ok(views)
+    }
+
     /// The tenant's service registry: its registered instances, by service, then address,
     /// then port (`overture services`).
     async fn service_instances(&self, tenant: &str) -> Result<Vec<RegisteredInstance>, QueryError> {

@@ -43,6 +43,7 @@ fn requested(tenant: &str) -> DeploymentEvent {
         blueprint_hash: "h".into(),
         params: BTreeMap::new(),
         cloud: None,
+        name: None,
     }
 }
 

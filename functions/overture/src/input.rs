@@ -1,5 +1,5 @@
 //! What users give on the command line, read and checked: blueprint files, NAME=VALUE pairs,
-//! secrets named by environment variable, deployment ids.
+//! secrets named by environment variable, deployment ids and names.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -7,7 +7,10 @@ use std::path::Path;
 use overture_domain::blueprint;
 use overture_domain::secret::{SecretString, SecretValues};
 use overture_domain::text::escaped;
+use overture_domain::text::{check_deployment_name, NAME_RULE};
 use overture_events::DeploymentId;
+use overture_kit::query::QueryDeployments;
+use overture_kit::LogError;
 use overture_submit::SubmitError;
 
 use crate::{bundle, Failure};
@@ -17,7 +20,23 @@ use crate::{bundle, Failure};
 pub fn not_submitted(file: &Path, error: SubmitError) -> Failure {
     match error {
         SubmitError::Invalid(problems) => Failure::BadInput(problems_in(file, &problems)),
+        SubmitError::Log(taken @ LogError::NameTaken { .. }) => name_taken(&taken),
         other => Failure::Engine(other.into()),
+    }
+}
+
+/// A request refused because its name is held by another live deployment: said with the flag.
+pub fn name_taken(taken: &LogError) -> Failure {
+    Failure::BadInput(format!("--name: {taken}"))
+}
+
+/// Checks `--name` before anything is read or recorded.
+pub fn check_name_flag(name: Option<&str>) -> Result<(), Failure> {
+    match name.map(check_deployment_name) {
+        Some(Err(error)) => Err(Failure::BadInput(format!(
+            "--name: the deployment's name {error}"
+        ))),
+        _ => Ok(()),
     }
 }
 
@@ -108,6 +127,51 @@ pub fn read_secrets(secrets: &[String]) -> Result<SecretValues, Failure> {
         values.insert(name.to_owned(), SecretString::from(value));
     }
     Ok(values)
+}
+
+/// The deployment `text` says: its id, or the live deployment (one not destroyed) that holds
+/// the name `TENANT/NAME`, or `NAME` in `own_tenant` (in every tenant `queries` answers for,
+/// when it is `None`: the caller's alone, through an HTTP API).
+pub async fn resolve_id(
+    text: &str,
+    queries: &dyn QueryDeployments,
+    own_tenant: Option<&str>,
+) -> Result<DeploymentId, Failure> {
+    if let Ok(id) = text.parse::<DeploymentId>() {
+        return Ok(id);
+    }
+    let (tenant, name) = match text.split_once('/') {
+        Some((tenant, name)) => (Some(tenant), name),
+        None => (own_tenant, text),
+    };
+    if tenant == Some("") || check_deployment_name(name).is_err() {
+        return Err(Failure::BadInput(format!(
+            "`{}` is neither a deployment id (a UUID such as \
+             0192e4c5-6f1a-7c3e-9b1d-2f4a5b6c7d8e) nor a deployment's name (NAME, or TENANT/NAME; \
+             a name is {NAME_RULE})",
+            escaped(text)
+        )));
+    }
+    let found = queries.named(tenant, name).await?;
+    match found.as_slice() {
+        [view] => Ok(view.id),
+        [] => Err(Failure::BadInput(match tenant {
+            Some(tenant) => format!(
+                "no live deployment named `{name}` in tenant `{}` (`overture list` shows them; \
+                 a destroyed deployment's name is free)",
+                escaped(tenant)
+            ),
+            None => format!("no live deployment of yours is named `{name}`"),
+        })),
+        several => Err(Failure::BadInput(format!(
+            "deployments of several tenants are named `{name}`; say which: {}",
+            several
+                .iter()
+                .map(|view| format!("{}/{name}", escaped(&view.tenant)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
 }
 
 pub fn parse_id(text: &str) -> Result<DeploymentId, Failure> {

@@ -39,6 +39,7 @@ fn requested(tenant: &str) -> DeploymentEvent {
         blueprint_hash: "h".into(),
         params: BTreeMap::new(),
         cloud: None,
+        name: None,
     }
 }
 

@@ -105,6 +105,7 @@ fn requested(deployment: DeploymentId) -> Envelope {
         blueprint_hash: "0".repeat(64),
         params: Default::default(),
         cloud: None,
+        name: None,
     };
     record(deployment, 0, event.event_type(), event.data())
 }

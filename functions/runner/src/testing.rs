@@ -36,6 +36,7 @@ pub fn requested_event(blueprint: &BlueprintSnapshot, params: &[(&str, &str)]) -
         blueprint_hash: "h".into(),
         params: pairs(params),
         cloud: None,
+        name: None,
     }
 }
 

@@ -143,6 +143,7 @@ async fn wait_fails_with_the_rule(rule_exists: bool) -> (AttemptReport, E) {
                 user: "ada".into(),
                 endpoints: vec![],
             }),
+            name: None,
         },
         E::CredentialsSealed {
             seal: "seal-1".into(),

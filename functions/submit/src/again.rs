@@ -97,6 +97,9 @@ pub struct Redeploy {
     pub secrets: SecretValues,
     /// A cloud token of the same project, when it acted with one.
     pub cloud: Option<CloudSession>,
+    /// The new deployment's name, when the user gave one (it never inherits the old one's,
+    /// which that one holds until it is destroyed).
+    pub name: Option<String>,
 }
 
 /// Seals and records a new deployment of a recorded request, with its first steps scheduled in
@@ -139,6 +142,7 @@ pub async fn redeploy(
         params: request.params,
         cloud: account,
         sealed,
+        name: request.name,
     };
     record_and_advance(ports, deployment, &request.tenant, &cause, command).await?;
     Ok(deployment)

@@ -246,6 +246,7 @@ async fn submission(
         secrets: request.secrets,
         files: request.files,
         cloud,
+        name: None,
     })
 }
 

@@ -70,6 +70,9 @@ pub struct Submission {
     pub cloud: Option<CloudSession>,
     /// The trigger and event that asked, when a trigger did.
     pub triggered_by: Option<TriggeredBy>,
+    /// The deployment's name, when the user gave one: unique among the tenant's deployments
+    /// that are not destroyed, which the log enforces ([`LogError::NameTaken`]).
+    pub name: Option<String>,
 }
 
 /// A user's cloud token, checked against the cloud's identity service before submitting.
@@ -321,6 +324,7 @@ async fn submit_checked(
         params,
         cloud: account,
         sealed,
+        name: submission.name,
     };
     record_and_advance(ports, deployment, &submission.tenant, &cause, command).await?;
     Ok(Submitted::Recorded)

@@ -96,6 +96,7 @@ async fn a_redeploy_records_its_request_and_its_first_steps_in_one_append() {
             recorded_cloud: None,
             secrets: SecretValues::new(),
             cloud: None,
+            name: None,
         },
         &ports,
     )

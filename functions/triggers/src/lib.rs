@@ -447,6 +447,7 @@ async fn start(
             event_id: event.id.clone(),
             depth: event.depth,
         }),
+        name: None,
     };
     match submit_as(id, submission, &ports.submit).await {
         Ok(submitted) => Ok((submitted, source)),

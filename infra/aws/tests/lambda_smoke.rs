@@ -161,6 +161,7 @@ async fn requested_in(
         blueprint_hash: "h".into(),
         params: BTreeMap::new(),
         cloud,
+        name: None,
     };
     let cause = Cause::new("submit", deployment, uuid::Uuid::now_v7());
     log.append(deployment, "smoke-tenant", None, vec![requested], &cause)
@@ -349,6 +350,7 @@ async fn past_its_grace_deadline(log: &DynamoDeployments) -> DeploymentId {
             blueprint_hash: "h".into(),
             params: BTreeMap::new(),
             cloud: None,
+            name: None,
         },
         DeploymentEvent::StepScheduled {
             step: step("build"),

@@ -75,6 +75,7 @@ async fn a_mebibyte_of_files_goes_to_s3_and_deployment_requested_fits_dynamodb()
             secrets: SecretValues::new(),
             files: files.clone(),
             cloud: None,
+            name: None,
         },
         &SubmitPorts {
             log: &log,
@@ -148,6 +149,7 @@ async fn a_request_whose_first_steps_overflow_a_transaction_is_recorded_alone() 
             secrets: SecretValues::new(),
             files: BTreeMap::new(),
             cloud: None,
+            name: None,
         }
     };
     let ports = SubmitPorts {

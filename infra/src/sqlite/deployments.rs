@@ -142,6 +142,18 @@ impl DeploymentLog for SqliteDeployments {
                 deployment,
                 expected,
             }),
+            Err(LogError::NameTaken {
+                tenant,
+                name,
+                holder,
+            }) => match DeploymentId::from_stream(&holder) {
+                Ok(holder) => Err(PortLogError::NameTaken {
+                    tenant,
+                    name,
+                    holder,
+                }),
+                Err(error) => Err(unavailable(error)),
+            },
             Err(error) => Err(unavailable(error)),
         }
     }

@@ -107,6 +107,17 @@ pub enum LogError {
         /// Why it does not fit.
         reason: String,
     },
+    /// Another deployment of the tenant holds the name the request asks for: nothing of the
+    /// append was stored.
+    #[error("tenant `{tenant}` already has a deployment named `{name}`: {holder}")]
+    NameTaken {
+        /// The tenant.
+        tenant: String,
+        /// The name asked for.
+        name: String,
+        /// The stream of the deployment that holds it.
+        holder: String,
+    },
     /// The database failed.
     #[error(transparent)]
     Database(#[from] DbError),
@@ -177,6 +188,16 @@ impl EventLog {
             self.db.appended.notify_waiters();
         }
         Ok(entries)
+    }
+
+    /// The stream of the deployment of `tenant` that holds `name` (it is not destroyed), if
+    /// one does.
+    pub async fn named(&self, tenant: &str, name: &str) -> Result<Option<String>, LogError> {
+        let (tenant, name) = (tenant.to_owned(), name.to_owned());
+        Ok(self
+            .db
+            .read(move |connection| super::names::holder(connection, &tenant, &name))
+            .await?)
     }
 
     /// The events of `stream` from `from_revision` on, in revision order.
@@ -440,6 +461,10 @@ pub(super) fn insert_batch(
             }
             Err(error) => return Err(error),
         };
+        if let Err(taken) = super::names::follow(tx, stream, &envelope.event_type, &envelope.data)?
+        {
+            return Ok(Err(taken));
+        }
         entries.push(LogEntry { position, envelope });
     }
     Ok(Ok(entries))

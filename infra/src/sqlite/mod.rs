@@ -6,6 +6,7 @@
 //! - [`writer`]: the one thread that commits a handle's writes, together when they queue up.
 //! - [`schema`]: the migrations, keyed on `PRAGMA user_version`; new tables go there.
 //! - [`log`]: the append-only event log and the projection checkpoints.
+//! - `names`: deployment names, claimed and released with the events that do so.
 //! - [`chain`]: the log's hash chains: heads, the one-time sealing of older files, `verify`.
 //! - [`queue`]: the durable job queue for step jobs and timers.
 //! - [`deployments`]: the functions' deployment-log port on the log, with a fold cache.
@@ -27,6 +28,7 @@ pub mod deployments;
 mod import;
 pub mod leases;
 pub mod log;
+mod names;
 pub mod queue;
 pub mod read_models;
 pub mod schema;

@@ -155,6 +155,14 @@ const MIGRATIONS: &[&str] = &[
          events    INTEGER NOT NULL,
          up_to     INTEGER NOT NULL
      );",
+    // 11: deployment names, each held by one deployment of its tenant until it is destroyed
+    // (see `names.rs`).
+    "CREATE TABLE deployment_names (
+         tenant     TEXT NOT NULL,
+         name       TEXT NOT NULL,
+         deployment TEXT NOT NULL UNIQUE, -- its stream
+         PRIMARY KEY (tenant, name)
+     ) WITHOUT ROWID;",
 ];
 
 /// The schema version this build migrates files to.

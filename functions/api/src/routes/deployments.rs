@@ -47,6 +47,11 @@ pub struct CreateDeployment {
     #[serde(default, deserialize_with = "secret_values")]
     #[schema(value_type = BTreeMap<String, String>)]
     secrets: SecretValues,
+    /// A name for the deployment, unique among the tenant's deployments that are not destroyed
+    /// (lowercase letters, digits and '-', at most 63 characters, not shaped like an id);
+    /// every path's `{id}` then takes it.
+    #[serde(default)]
+    name: Option<String>,
 }
 
 fn secret_values<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SecretValues, D::Error> {
@@ -74,8 +79,9 @@ const SOURCE: &str = "blueprint";
              ("events" = (operation_id = "deployment_events", parameters(("id" = "$response.body#/id")))),
              ("cancel" = (operation_id = "cancel_deployment", parameters(("id" = "$response.body#/id")))),
          )),
-        (status = 400, description = "Malformed, or an invalid blueprint; nothing recorded", body = ErrorBody),
+        (status = 400, description = "Malformed, or an invalid blueprint or name; nothing recorded", body = ErrorBody),
         (status = 401, body = ErrorBody),
+        (status = 409, description = "Another of the tenant's deployments that is not destroyed has the name; nothing recorded", body = ErrorBody),
         (status = 413, description = "Larger than 1 MiB", body = ErrorBody),
         (status = 415, description = "Not JSON", body = ErrorBody),
     )
@@ -101,6 +107,7 @@ pub(super) async fn create_deployment(
             account: caller.account.clone(),
             token: caller.token.clone(),
         }),
+        name: request.name,
     };
     let id = api.deployments.start(submission).await.map_err(refused)?;
     let view = owned_view(&api, &caller, &id.to_string()).await?;
@@ -132,6 +139,9 @@ fn refused(error: RunError) -> ApiError {
                     })
                     .collect(),
             }
+        }
+        RunError::Submit(SubmitError::Log(taken @ overture_kit::LogError::NameTaken { .. })) => {
+            ApiError::Conflict(taken.to_string())
         }
         // An id collision: the aggregate refused it, and asking again makes a new id.
         RunError::Submit(error @ SubmitError::Refused(_)) => {
@@ -204,14 +214,23 @@ pub(super) async fn list_deployments(
     Ok(Json(views.iter().map(DeploymentView::header).collect()))
 }
 
-/// The caller's deployment `id`, or 404 (also when it is another tenant's).
+/// The caller's deployment `id`, given by its id or its name, or 404 (also when it is
+/// another tenant's: a name is looked up among the caller's deployments only).
 pub(super) async fn owned_view(
     api: &Api,
     caller: &Caller,
     id: &str,
 ) -> Result<DeploymentView, ApiError> {
-    let Ok(parsed) = id.parse::<DeploymentId>() else {
-        return Err(ApiError::no_deployment(id));
+    let parsed = match id.parse::<DeploymentId>() {
+        Ok(parsed) => parsed,
+        Err(_) if overture_domain::text::check_deployment_name(id).is_ok() => {
+            let named = api.queries.named(Some(caller.tenant()), id).await?;
+            match named.into_iter().next() {
+                Some(view) => view.id,
+                None => return Err(ApiError::no_deployment(id)),
+            }
+        }
+        Err(_) => return Err(ApiError::no_deployment(id)),
     };
     match api.queries.deployment(parsed).await? {
         Some(view) if caller.owns(&view.tenant) => Ok(view),
@@ -233,7 +252,7 @@ pub(super) struct StatusQuery {
 #[utoipa::path(
     get,
     path = "/v1/deployments/{id}",
-    params(("id" = String, Path, description = "The deployment id"), StatusQuery),
+    params(("id" = String, Path, description = "The deployment: its id, or its name (the caller's own deployments only; a name is held by one deployment of the tenant until it is destroyed)"), StatusQuery),
     security(("token" = [])),
     responses(
         (status = 200, description = "The status object", body = DeploymentView,
@@ -277,7 +296,7 @@ pub(super) async fn get_deployment(
 #[utoipa::path(
     post,
     path = "/v1/deployments/{id}/cancel",
-    params(("id" = String, Path, description = "The deployment id")),
+    params(("id" = String, Path, description = "The deployment: its id, or its name (the caller's own deployments only; a name is held by one deployment of the tenant until it is destroyed)")),
     security(("token" = [])),
     responses(
         (status = 202, description = "Recorded; the status object", body = DeploymentView),
@@ -335,7 +354,7 @@ pub struct RedriveDeployment {
 #[utoipa::path(
     post,
     path = "/v1/deployments/{id}/redrive",
-    params(("id" = String, Path, description = "The deployment id")),
+    params(("id" = String, Path, description = "The deployment: its id, or its name (the caller's own deployments only; a name is held by one deployment of the tenant until it is destroyed)")),
     request_body(content = Option<RedriveDeployment>, description = "The secrets, given again"),
     security(("token" = [])),
     responses(

@@ -49,7 +49,7 @@ pub(super) struct Resume {
     get,
     path = "/v1/deployments/{id}/events",
     params(
-        ("id" = String, Path, description = "The deployment id"),
+        ("id" = String, Path, description = "The deployment: its id, or its name (the caller's own deployments only; a name is held by one deployment of the tenant until it is destroyed)"),
         Resume,
     ),
     security(("token" = [])),
@@ -181,7 +181,7 @@ pub(super) struct LogQuery {
     get,
     path = "/v1/deployments/{id}/logs/{step}",
     params(
-        ("id" = String, Path, description = "The deployment id"),
+        ("id" = String, Path, description = "The deployment: its id, or its name (the caller's own deployments only; a name is held by one deployment of the tenant until it is destroyed)"),
         ("step" = String, Path, description = "The step"),
         LogQuery,
     ),

@@ -483,8 +483,16 @@ impl super::Backend for AwsBackend {
             params,
             secrets: secret_values,
             json,
+            name,
             ..
         } = deploy;
+        if name.is_some() {
+            return Err(Failure::BadInput(
+                "--name: names are kept by the embedded engine (and `overture serve`); the \
+                 serverless form does not record them yet: leave out --name"
+                    .into(),
+            ));
+        }
         if blueprints.len() > 1 {
             return Err(Failure::BadInput(
                 "deploy: with --backend aws, give one blueprint at a time".into(),

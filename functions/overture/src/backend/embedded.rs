@@ -56,6 +56,17 @@ impl Backend for Embedded {
         Ok(())
     }
 
+    /// The tenant `deploy` records under without `--tenant` or a token: `OVERTURE_TENANT`, or
+    /// `default`.
+    fn own_tenant(&self) -> Option<String> {
+        let tenant = std::env::var("OVERTURE_TENANT").ok();
+        Some(
+            tenant
+                .filter(|t| !t.is_empty())
+                .unwrap_or_else(|| "default".into()),
+        )
+    }
+
     async fn queries(&self) -> Result<Box<dyn QueryDeployments>, Failure> {
         let engine = Engine::open(&self.data_dir).await?;
         engine.project().await?;
@@ -167,6 +178,7 @@ impl Embedded {
             secrets: secret_values,
             pace,
             json,
+            name,
         } = deploy;
         let data_dir = self.data_dir.as_path();
         let several = blueprints.len() > 1;
@@ -219,6 +231,7 @@ impl Embedded {
             params: params.clone(),
             secrets: secret_values.clone(),
             files,
+            name: name.clone(),
         };
         let submission = (!several).then(|| submission_of(file, text.clone(), files));
         if let Some(submission) = &submission {

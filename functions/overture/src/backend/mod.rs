@@ -63,6 +63,22 @@ pub trait Backend: Send + Sync {
     /// Stores a trigger file where the triggers read it.
     async fn publish_triggers(&self, file: &Path) -> Result<(), Failure>;
 
+    /// The tenant whose deployment a bare `NAME` names; `None` when the queries answer for the
+    /// caller's tenant alone (an HTTP API), or a name is looked up in every tenant.
+    fn own_tenant(&self) -> Option<String> {
+        None
+    }
+
+    /// The deployment a command was given: its id, `NAME` or `TENANT/NAME`
+    /// ([`crate::input::resolve_id`]).
+    async fn resolve(&self, text: &str) -> Result<DeploymentId, Failure> {
+        if let Ok(id) = text.parse::<DeploymentId>() {
+            return Ok(id);
+        }
+        let queries = self.queries().await?;
+        crate::input::resolve_id(text, queries.as_ref(), self.own_tenant().as_deref()).await
+    }
+
     /// Prints a step's log: through the query port, the attempt given or the step's last.
     async fn logs(&self, args: &LogsArgs) -> Result<(), Failure> {
         let queries = self.queries().await?;

@@ -269,6 +269,19 @@ impl QueryDeployments for Remote {
         self.get(&["v1", "deployments", &id.to_string()], &[]).await
     }
 
+    /// The API takes a name where it takes an id, for the caller's own tenant.
+    async fn named(
+        &self,
+        tenant: Option<&str>,
+        name: &str,
+    ) -> Result<Vec<DeploymentView>, QueryError> {
+        let view: Option<DeploymentView> = self.get(&["v1", "deployments", name], &[]).await?;
+        Ok(view
+            .filter(|view| tenant.is_none_or(|tenant| tenant == view.tenant))
+            .into_iter()
+            .collect())
+    }
+
     async fn list(&self, filter: &DeploymentFilter) -> Result<Vec<DeploymentView>, QueryError> {
         let query: Vec<(&str, String)> = filter
             .status

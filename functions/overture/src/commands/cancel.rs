@@ -77,7 +77,7 @@ impl Carrier {
 /// `overture cancel`.
 #[derive(clap::Args)]
 pub struct CancelArgs {
-    /// The deployment id.
+    /// The deployment: its id, its name, or TENANT/NAME.
     pub id: String,
     /// Why, recorded in `DeploymentCancelled`.
     #[arg(long)]

@@ -32,8 +32,8 @@ const AFTER_DESTROY_PARALLELISM: usize = 4;
 /// `overture destroy`.
 #[derive(clap::Args)]
 pub struct DestroyArgs {
-    /// The deployment id.
-    id: String,
+    /// The deployment: its id, its name, or TENANT/NAME.
+    pub(crate) id: String,
     /// A secret its Terraform variables use, as NAME=ENV_VAR (repeatable): the deployment's
     /// sealed secrets were purged when it ended.
     #[arg(long = "secret", value_name = "NAME=ENV_VAR")]

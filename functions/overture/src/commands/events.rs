@@ -7,8 +7,8 @@ use crate::{render, timeline, Failure};
 /// `overture events`.
 #[derive(clap::Args)]
 pub struct EventsArgs {
-    /// The deployment id.
-    id: String,
+    /// The deployment: its id, its name, or TENANT/NAME.
+    pub(crate) id: String,
     /// Only the events of this step.
     #[arg(long)]
     step: Option<String>,

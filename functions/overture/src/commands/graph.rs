@@ -13,8 +13,8 @@ use crate::{history, Failure};
 /// `overture graph`.
 #[derive(clap::Args)]
 pub struct GraphArgs {
-    /// A blueprint file or a deployment id.
-    target: String,
+    /// A blueprint file, or a deployment: its id, its name, or TENANT/NAME.
+    pub(crate) target: String,
     #[arg(long, value_enum, default_value = "mermaid")]
     format: Format,
     /// For a deployment: its steps' states as they stood then (a revision, 0-based, or an

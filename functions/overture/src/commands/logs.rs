@@ -19,7 +19,7 @@ use crate::Failure;
 /// `overture logs`.
 #[derive(clap::Args)]
 pub struct LogsArgs {
-    /// The deployment id.
+    /// The deployment: its id, its name, or TENANT/NAME.
     pub id: String,
     /// The step.
     pub step: String,

@@ -106,8 +106,29 @@ pub enum Command {
 }
 
 impl Command {
-    /// Runs the command on the backend chosen (`data_dir` for those that work on it itself).
-    pub async fn run(self, backend: &dyn Backend, data_dir: &Path) -> Result<(), Failure> {
+    /// The deployment the command is given, as the user wrote it (an id or a name), if any.
+    fn deployment_mut(&mut self) -> Option<&mut String> {
+        match self {
+            Command::Status(args) => Some(&mut args.id),
+            Command::Events(args) => Some(&mut args.id),
+            Command::Logs(args) => Some(&mut args.id),
+            Command::Destroy(args) => Some(&mut args.id),
+            Command::Cancel(args) => Some(&mut args.id),
+            Command::Redrive(args) => Some(&mut args.id),
+            Command::Redeploy(args) => Some(&mut args.id),
+            Command::Verify(args) => args.id.as_mut(),
+            // A blueprint file is drawn as it is.
+            Command::Graph(args) if !Path::new(&args.target).exists() => Some(&mut args.target),
+            _ => None,
+        }
+    }
+
+    /// Runs the command on the backend chosen (`data_dir` for those that work on it itself),
+    /// with a deployment given by name first resolved to its id.
+    pub async fn run(mut self, backend: &dyn Backend, data_dir: &Path) -> Result<(), Failure> {
+        if let Some(given) = self.deployment_mut() {
+            *given = backend.resolve(given).await?.to_string();
+        }
         match self {
             Command::Deploy(args) => args.run(backend).await,
             Command::Status(args) => args.run(backend).await,
@@ -128,7 +149,12 @@ impl Command {
             Command::Trigger(command) => command.run(backend).await,
             Command::Triggers(command) => command.run(backend).await,
             Command::Redrive(args) => backend.redrive(args.again.for_deployment(&args.id)).await,
-            Command::Redeploy(args) => backend.redeploy(args.again.for_deployment(&args.id)).await,
+            Command::Redeploy(args) => {
+                crate::input::check_name_flag(args.name.as_deref())?;
+                let mut again = args.again.for_deployment(&args.id);
+                again.name = args.name.as_deref();
+                backend.redeploy(again).await
+            }
             Command::Resume(args) => args.run(backend, data_dir).await,
             Command::Grants(args) => args.run(backend).await,
             Command::Cloud(command) => cloud::run(command).await,

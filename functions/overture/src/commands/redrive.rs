@@ -36,7 +36,7 @@ use overture_embedded::Engine;
 /// `overture redrive`.
 #[derive(clap::Args)]
 pub struct RedriveArgs {
-    /// The failed deployment's id.
+    /// The failed deployment: its id, its name, or TENANT/NAME.
     pub id: String,
     #[command(flatten)]
     pub again: AgainArgs,
@@ -68,6 +68,7 @@ impl AgainArgs {
             secrets: &self.secrets,
             parallelism: self.parallelism,
             json: self.json,
+            name: None,
         }
     }
 }
@@ -84,6 +85,8 @@ pub struct Again<'a> {
     pub parallelism: usize,
     /// Print the final status as JSON.
     pub json: bool,
+    /// A redeploy's `--name` for the new deployment.
+    pub name: Option<&'a str>,
 }
 
 /// `overture redrive ID`.
@@ -128,8 +131,8 @@ pub async fn redeploy(data_dir: &Path, again: Again<'_>) -> Result<(), Failure> 
         .read_stream(from, 0)
         .await
         .context("reading the deployment's events")?;
-    let request =
-        redeploy_request(from, first, tokens, secrets)?.ok_or_else(|| no_such_deployment(from))?;
+    let request = redeploy_request(from, first, tokens, secrets, again.name)?
+        .ok_or_else(|| no_such_deployment(from))?;
     let requested_by = request.requested_by.clone();
     let start = engine
         .log
@@ -188,8 +191,15 @@ pub async fn redeploy_on_aws(again: Again<'_>) -> Result<(), Failure> {
         .read_stream(from, 0)
         .await
         .context("reading the events table")?;
-    let request =
-        redeploy_request(from, first, tokens, secrets)?.ok_or_else(|| missing_on_aws(from))?;
+    if again.name.is_some() {
+        return Err(Failure::BadInput(
+            "--name: names are kept by the embedded engine (and `overture serve`); the \
+             serverless form does not record them yet: leave out --name"
+                .into(),
+        ));
+    }
+    let request = redeploy_request(from, first, tokens, secrets, None)?
+        .ok_or_else(|| missing_on_aws(from))?;
     let id = overture_submit::again::redeploy(request, &recorder.ports())
         .await
         .map_err(|error| refused(&missing_on_aws, from, error))?;
@@ -226,6 +236,7 @@ fn redeploy_request(
     recorded: Vec<Envelope>,
     tokens: Vec<CheckedToken>,
     secrets: SecretValues,
+    name: Option<&str>,
 ) -> Result<Option<Redeploy>, Failure> {
     let Some(first) = recorded.into_iter().next() else {
         return Ok(None);
@@ -257,6 +268,7 @@ fn redeploy_request(
         recorded_cloud,
         secrets,
         cloud: session,
+        name: name.map(str::to_owned),
     }))
 }
 
@@ -303,6 +315,9 @@ fn refused(missing: Missing<'_>, id: DeploymentId, error: SubmitError) -> Failur
              redeploy {id}` runs it again as a new deployment"
         ),
         SubmitError::Invalid(problems) => problems.to_string(),
+        SubmitError::Log(taken @ overture_kit::LogError::NameTaken { .. }) => {
+            return crate::input::name_taken(&taken)
+        }
         other => return Failure::Engine(other.into()),
     };
     Failure::BadInput(message)

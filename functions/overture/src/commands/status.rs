@@ -9,8 +9,8 @@ use crate::{history, Failure};
 /// `overture status`.
 #[derive(clap::Args)]
 pub struct StatusArgs {
-    /// The deployment id.
-    id: String,
+    /// The deployment: its id, its name, or TENANT/NAME.
+    pub(crate) id: String,
     #[arg(long)]
     json: bool,
     /// Show it as it stood then, folded from the log alone: after the event at this revision

@@ -12,8 +12,8 @@ use crate::Failure;
 /// `overture verify`.
 #[derive(clap::Args)]
 pub struct VerifyArgs {
-    /// Only this deployment's events.
-    id: Option<String>,
+    /// Only this deployment's events: its id, its name, or TENANT/NAME.
+    pub(crate) id: Option<String>,
 }
 
 /// What a check of the log's chains found, on any backend.

@@ -295,6 +295,11 @@ async fn serve(host: &Host, data_dir: &Path, stream: UnixStream) {
             let _ = answer(&mut write, &Answer::Refused { problems }).await;
             return;
         }
+        Err(SubmitError::Log(taken @ overture_kit::LogError::NameTaken { .. })) => {
+            let problems = vec![format!("--name: {taken}")];
+            let _ = answer(&mut write, &Answer::Refused { problems }).await;
+            return;
+        }
         Err(other) => {
             let error = other.to_string();
             let _ = answer(&mut write, &Answer::Failed { error }).await;
@@ -447,6 +452,7 @@ mod tests {
                 blueprint_hash: "h".into(),
                 params: BTreeMap::new(),
                 cloud: None,
+                name: None,
             },
             DeploymentEvent::StepScheduled {
                 step: "only".into(),

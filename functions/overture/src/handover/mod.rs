@@ -59,6 +59,9 @@ pub struct Handed {
     secrets: BTreeMap<String, String>,
     files: BTreeMap<String, String>,
     cloud: Option<HandedCloud>,
+    /// The deployment's name, when given.
+    #[serde(default)]
+    name: Option<String>,
     /// Print the final status as JSON.
     pub json: bool,
 }
@@ -88,6 +91,7 @@ impl Handed {
                 account: cloud.account.clone(),
                 token: cloud.token.expose_secret().to_owned(),
             }),
+            name: submission.name.clone(),
             json,
         }
     }
@@ -112,6 +116,7 @@ impl Handed {
                 token: SecretString::from(cloud.token),
             }),
             triggered_by: None,
+            name: self.name,
         }
     }
 }
@@ -176,6 +181,7 @@ mod tests {
                 token: SecretString::from("gAAAA-token"),
             }),
             triggered_by: None,
+            name: None,
         }
     }
 

@@ -205,6 +205,7 @@ mod tests {
             blueprint_hash: "ab".into(),
             params: [("channel".to_owned(), "stable".to_owned())].into(),
             cloud: None,
+            name: None,
         }
     }
 

@@ -164,6 +164,7 @@ fn deployment_of(
             blueprint_hash: "0".repeat(64),
             params: BTreeMap::new(),
             cloud: None,
+            name: None,
         },
         DeploymentEvent::StepScheduled {
             step: "a".into(),

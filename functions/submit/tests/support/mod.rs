@@ -26,6 +26,7 @@ pub fn submission(text: &str) -> Submission {
         secrets: SecretValues::new(),
         files: BTreeMap::new(),
         cloud: None,
+        name: None,
     }
 }
 

@@ -40,6 +40,7 @@ fn local_request(tenant: &str) -> DeploymentEvent {
         blueprint_hash: "h".into(),
         params: BTreeMap::new(),
         cloud: None,
+        name: None,
     }
 }
 

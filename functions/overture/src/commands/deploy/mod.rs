@@ -10,7 +10,7 @@ use overture_domain::blueprint::ParsedBlueprint;
 use overture_domain::secret::SecretValues;
 
 use crate::backend::Backend;
-use crate::input::{parse_pairs, read_blueprint, read_secrets};
+use crate::input::{check_name_flag, parse_pairs, read_blueprint, read_secrets};
 use crate::{token, Failure};
 
 /// `overture deploy`.
@@ -36,6 +36,11 @@ pub struct DeployArgs {
     /// With several blueprints: how many deployments may run at once.
     #[arg(long, default_value_t = 16)]
     at_once: usize,
+    /// A name for the deployment, unique among the tenant's deployments that are not
+    /// destroyed; commands then take it in place of the id (lowercase letters, digits and
+    /// '-', at most 63 characters). With one blueprint only.
+    #[arg(long, value_name = "NAME")]
+    name: Option<String>,
     /// Print the final status as JSON on stdout (an array of them with several blueprints).
     #[arg(long)]
     json: bool,
@@ -57,11 +62,19 @@ pub struct Deploy<'a> {
     pub pace: several::Pace,
     /// Print the final status as JSON.
     pub json: bool,
+    /// `--name`: checked, and given with one blueprint only.
+    pub name: Option<String>,
 }
 
 impl DeployArgs {
     /// Reads and checks every blueprint before anything is recorded, then deploys them.
     pub async fn run(self, backend: &dyn Backend) -> Result<(), Failure> {
+        check_name_flag(self.name.as_deref())?;
+        if self.name.is_some() && self.files.len() > 1 {
+            return Err(Failure::BadInput(
+                "--name names one deployment; give one blueprint with it".into(),
+            ));
+        }
         let mut blueprints = Vec::with_capacity(self.files.len());
         for file in &self.files {
             blueprints.push((file.as_path(), read_blueprint(file)?));
@@ -80,6 +93,7 @@ impl DeployArgs {
                     parallelism: self.parallelism,
                 },
                 json: self.json,
+                name: self.name,
             })
             .await
     }

@@ -356,4 +356,12 @@ impl QueryDeployments for FreshQueries {
     ) -> Result<Vec<overture_domain::services::RegisteredInstance>, QueryError> {
         self.fresh().await?.service_instances(tenant).await
     }
+
+    async fn named(
+        &self,
+        tenant: Option<&str>,
+        name: &str,
+    ) -> Result<Vec<DeploymentView>, QueryError> {
+        self.fresh().await?.named(tenant, name).await
+    }
 }
