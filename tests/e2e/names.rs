@@ -144,3 +144,61 @@ steps:
     assert_eq!(status["status"], "cancelled", "{status}");
     assert_eq!(id_of(&status), deploying.id);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn over_the_api_a_name_is_its_tenants_own_and_held_by_one_live_deployment() {
+    use reqwest::StatusCode;
+    use serde_json::json;
+
+    use crate::api::{parsed, Client, Server};
+    use crate::local_cloud::LocalCloud;
+
+    let cloud = LocalCloud::up();
+    let (_, token_a) = cloud.token("acme");
+    let (_, token_b) = cloud.token("globex");
+    let o = Overture::new();
+    let server = Server::start(&o, &cloud.auth_url);
+    let (a, b) = (Client::new(&token_a), Client::new(&token_b));
+    let named = json!({ "blueprint": HELLO, "name": "prod-web" });
+
+    let (status, body) = a.post(&server.at("/v1/deployments"), &named).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let id = parsed(&body)["id"].as_str().expect("an id").to_owned();
+    assert_eq!(parsed(&body)["name"], "prod-web");
+
+    // The same name again in the same tenant: refused, naming the holder; nothing recorded.
+    let (status, body) = a.post(&server.at("/v1/deployments"), &named).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(body.contains(&id), "{body}");
+    let (_, listed) = a.get(&server.at("/v1/deployments")).await;
+    assert_eq!(
+        parsed(&listed).as_array().map(Vec::len),
+        Some(1),
+        "{listed}"
+    );
+
+    let (status, body) = a.get(&server.at("/v1/deployments/prod-web")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(parsed(&body)["id"], id);
+    // Another tenant's name is as unknown as another tenant's id; it may have its own.
+    let (status, body) = b.get(&server.at("/v1/deployments/prod-web")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    let (status, body) = b.post(&server.at("/v1/deployments"), &named).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_ne!(parsed(&body)["id"], id);
+
+    // The command line through the server takes the caller's own names.
+    let mut all = vec!["--server", server.url.as_str()];
+    all.extend(["status", "prod-web", "--json"]);
+    let output = o
+        .command(&all)
+        .env("OS_TOKEN", &token_a)
+        .env_remove("OVERTURE_SERVER")
+        .output()
+        .expect("run overture");
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert_eq!(
+        id_of(&serde_json::from_slice(&output.stdout).expect("JSON")),
+        id
+    );
+}
