@@ -50,6 +50,13 @@ fn names_resolve_in_every_command_and_a_live_name_is_held_by_one_deployment() {
     }
     let listed = o.json(&["list", "--json"]);
     assert_eq!(listed[0]["name"], "prod-web", "{listed}");
+    for args in [
+        vec!["status", "prod-web"],
+        vec!["list", "--tenant", "default"],
+    ] {
+        let shown = text(&o.run(&args).stdout);
+        assert!(shown.contains("prod-web"), "{args:?}: {shown}");
+    }
 
     // A second live deployment of the name: refused, naming the holder; nothing recorded.
     let (code, _, output) = o.deploy(&file, &["--name", "prod-web"]);

@@ -53,6 +53,9 @@ pub fn status(view: &DeploymentView) -> String {
         "deployment {}  ({} for tenant {})",
         view.id, view.blueprint, view.tenant
     );
+    if let Some(name) = &view.name {
+        let _ = writeln!(out, "name       {name}");
+    }
     let took = view
         .finished_at
         .map(|end| (end - view.started_at).num_milliseconds().max(0) as u64);
@@ -108,15 +111,16 @@ pub fn status(view: &DeploymentView) -> String {
 /// `list` for people.
 pub fn list(views: &[DeploymentView]) -> String {
     let mut out = format!(
-        "{:<36}  {:<12} {:<20} {:<10} {}\n",
-        "ID", "TENANT", "BLUEPRINT", "STATUS", "STARTED"
+        "{:<36}  {:<12} {:<20} {:<20} {:<10} {}\n",
+        "ID", "TENANT", "NAME", "BLUEPRINT", "STATUS", "STARTED"
     );
     for view in views {
         let _ = writeln!(
             out,
-            "{:<36}  {:<12} {:<20} {:<10} {}",
+            "{:<36}  {:<12} {:<20} {:<20} {:<10} {}",
             view.id.to_string(),
             view.tenant,
+            view.name.as_deref().unwrap_or("-"),
             view.blueprint,
             view.status.as_str(),
             view.started_at.format("%Y-%m-%d %H:%M:%S")
