@@ -209,3 +209,18 @@ async fn over_the_api_a_name_is_its_tenants_own_and_held_by_one_live_deployment(
         id
     );
 }
+
+#[test]
+fn a_deploy_handed_to_the_engine_keeps_its_name_and_a_held_name_is_refused_there_too() {
+    let (o, file) = Overture::with_blueprint("hello.yaml", HELLO);
+    let serving = crate::support::Serving::start(&o);
+    let status = o.deploy_ok(&file, &["--name", "handed"]);
+    assert_eq!(status["name"], "handed", "{status}");
+    let (code, _, output) = o.deploy(&file, &["--name", "handed"]);
+    let said = text(&output.stderr);
+    assert_eq!(code, 2, "{said}");
+    assert!(said.contains(&id_of(&status)), "{said}");
+    assert_eq!(o.deployment_ids().len(), 1);
+    let (code, shown) = serving.stop();
+    assert_eq!(code, 0, "{shown}");
+}
