@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
-use overture_domain::deployment::BastionAccess;
+use overture_domain::deployment::{BastionAccess, DeploymentState};
 use overture_domain::testing::events::{blueprint, requested, started_until, succeeded};
 use overture_events::{CloudAccount, DeploymentEvent as E, DeploymentId};
 use overture_kit::leases::{
@@ -17,7 +17,7 @@ use overture_kit::memory::MemoryLog;
 use overture_orchestrator::{
     orchestrate, OrchestratorPorts, Revocation, RevokeAccess, Since, WorkError,
 };
-use support::{at, record, scheduled_at, FixedClock, SentJobs};
+use support::{at, record, scheduled_at, FixedClock};
 
 const RULE: &str = "rule-1";
 
@@ -45,6 +45,37 @@ fn key() -> RuleKey {
 struct LeasedBastion {
     leases: MemoryLeases,
     rules: Mutex<BTreeSet<String>>,
+}
+
+impl LeasedBastion {
+    /// The bastion with the engine's rule, each of `deployments` holding its own lease on it.
+    async fn leased_to(deployments: &[DeploymentId]) -> Self {
+        let bastion = LeasedBastion {
+            leases: MemoryLeases::new(),
+            rules: Mutex::new(BTreeSet::from([RULE.to_owned()])),
+        };
+        for deployment in deployments {
+            bastion
+                .leases
+                .acquire(&key(), *deployment)
+                .await
+                .expect("leased");
+        }
+        bastion
+    }
+
+    /// Moves `deployment` on through this bastion, as at its end.
+    async fn orchestrate(&self, log: &MemoryLog, deployment: DeploymentId) -> DeploymentState {
+        let work = support::queues_apart();
+        let clock = FixedClock(at("10:00"));
+        let ports = OrchestratorPorts {
+            access: self,
+            ..support::ports(log, &work, &clock)
+        };
+        orchestrate(deployment, uuid::Uuid::now_v7(), Since::Unknown, &ports)
+            .await
+            .expect("moved on")
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -131,29 +162,11 @@ async fn the_first_deployment_to_end_keeps_the_rule_for_the_other_and_the_last_d
         DeploymentId::from_uuid(uuid::Uuid::from_u128(1)),
         DeploymentId::from_uuid(uuid::Uuid::from_u128(2)),
     );
-    let bastion = LeasedBastion {
-        leases: MemoryLeases::new(),
-        rules: Mutex::new(BTreeSet::from([RULE.to_owned()])),
-    };
     // Both deployments were granted the identical rule, each with its own lease.
-    for deployment in [shorter, longer] {
-        bastion
-            .leases
-            .acquire(&key(), deployment)
-            .await
-            .expect("leased");
-    }
+    let bastion = LeasedBastion::leased_to(&[shorter, longer]).await;
     let log = MemoryLog::new(at("10:00"));
     ended_through_the_bastion(&log, shorter).await;
-    let work = support::queues_apart();
-    let clock = FixedClock(at("10:00"));
-    let ports = OrchestratorPorts {
-        access: &bastion,
-        ..support::ports(&log, &work, &clock)
-    };
-    let state = orchestrate(shorter, uuid::Uuid::now_v7(), Since::Unknown, &ports)
-        .await
-        .expect("moved on");
+    let state = bastion.orchestrate(&log, shorter).await;
     assert!(state.secrets_purged, "the shorter deployment is over");
     assert_eq!(
         revoked(&log, shorter),
@@ -168,9 +181,7 @@ async fn the_first_deployment_to_end_keeps_the_rule_for_the_other_and_the_last_d
     );
 
     ended_through_the_bastion(&log, longer).await;
-    orchestrate(longer, uuid::Uuid::now_v7(), Since::Unknown, &ports)
-        .await
-        .expect("moved on");
+    bastion.orchestrate(&log, longer).await;
     assert_eq!(
         revoked(&log, longer),
         vec![E::BastionAccessRevoked {
@@ -222,26 +233,10 @@ async fn failed_with_an_unrecorded_grant(log: &MemoryLog, deployment: Deployment
 #[tokio::test]
 async fn a_lease_opened_with_no_grant_recorded_is_closed_at_the_deployments_end() {
     let deployment = DeploymentId::from_uuid(uuid::Uuid::from_u128(7));
-    let bastion = LeasedBastion {
-        leases: MemoryLeases::new(),
-        rules: Mutex::new(BTreeSet::from([RULE.to_owned()])),
-    };
-    bastion
-        .leases
-        .acquire(&key(), deployment)
-        .await
-        .expect("leased");
+    let bastion = LeasedBastion::leased_to(&[deployment]).await;
     let log = MemoryLog::new(at("10:00"));
     failed_with_an_unrecorded_grant(&log, deployment).await;
-    let work = support::queues_apart();
-    let clock = FixedClock(at("10:00"));
-    let ports = OrchestratorPorts {
-        access: &bastion,
-        ..support::ports(&log, &work, &clock)
-    };
-    let state = orchestrate(deployment, uuid::Uuid::now_v7(), Since::Unknown, &ports)
-        .await
-        .expect("moved on");
+    let state = bastion.orchestrate(&log, deployment).await;
 
     assert!(state.is_finished(), "{:?}", state.phase);
     assert!(state.secrets_purged);
